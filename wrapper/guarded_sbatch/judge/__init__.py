@@ -1,0 +1,1 @@
+"""The pure decision core: a verdict from the metric history alone."""

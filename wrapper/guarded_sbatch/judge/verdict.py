@@ -1,0 +1,62 @@
+"""Decisions, reasons and anomalies: what the decision core returns."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class Decision(enum.Enum):
+    CONTINUE = "CONTINUE"
+    WAIT = "WAIT"
+    STOP = "STOP"
+
+
+class Reason(enum.Enum):
+    HEALTHY = "healthy"
+    NO_DATA = "no_data"
+    TOO_EARLY = "too_early"
+    NON_FINITE_LOSS = "non_finite_loss"
+    NON_FINITE_METRIC = "non_finite_metric"
+    HIDDEN_NAN = "hidden_nan"
+    LOSS_SCALE_COLLAPSE = "loss_scale_collapse"
+    LOSS_SPIKE = "loss_spike"
+    DIVERGENCE = "divergence"
+    GRAD_EXPLOSION = "grad_explosion"
+    EVAL_REGRESSING = "eval_regressing"
+    EVAL_FAILING = "eval_failing"
+    LR_SCHEDULE = "lr_schedule"
+    PLATEAU_FROM_START = "plateau_from_start"
+    NOISY = "noisy"
+    STALE = "stale"
+    SOURCE_UNREADABLE = "source_unreadable"
+
+
+@dataclass(frozen=True)
+class Anomaly:
+    kind: str  # e.g. "nan", "spike", "divergence", "plateau", "grad_explosion", "recovered_spike"
+    metric: str
+    step: int
+    value: float | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: Decision
+    reason: Reason
+    message: str
+    anomalies: tuple[Anomaly, ...] = ()
+    last_step: int | None = None
+    summary: dict[str, Any] = field(default_factory=dict)  # recent metric values for the report
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision.value,
+            "reason": self.reason.value,
+            "message": self.message,
+            "last_step": self.last_step,
+            "anomalies": [asdict(a) for a in self.anomalies],
+            "summary": self.summary,
+        }

@@ -1,0 +1,112 @@
+"""The scheduler interface shared by the Slurm and local backends."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class JobState(enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUSPENDED = "SUSPENDED"
+    COMPLETING = "COMPLETING"
+    REQUEUED = "REQUEUED"  # pending again after a requeue: the same run continues
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    UNKNOWN = "UNKNOWN"  # the scheduler could not tell (e.g. slurmctld down); never a reason to act
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL
+
+    @property
+    def is_active(self) -> bool:
+        return self in (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED)
+
+    @classmethod
+    def from_slurm(cls, text: str) -> "JobState":
+        """Map Slurm's state names (squeue/scontrol/sacct; 'CANCELLED by 0' included)."""
+        word = text.strip().split()[0].rstrip("+").upper() if text.strip() else ""
+        aliases = {
+            "CONFIGURING": cls.PENDING,
+            "REQUEUE_HOLD": cls.REQUEUED,
+            "REQUEUE_FED": cls.REQUEUED,
+            "REQUEUED": cls.REQUEUED,
+            "RESIZING": cls.RUNNING,
+            "SIGNALING": cls.RUNNING,
+            "STAGE_OUT": cls.COMPLETING,
+            "STOPPED": cls.SUSPENDED,
+            "BOOT_FAIL": cls.NODE_FAIL,
+            "DEADLINE": cls.TIMEOUT,
+            "REVOKED": cls.CANCELLED,
+            "SPECIAL_EXIT": cls.FAILED,
+        }
+        if word in aliases:
+            return aliases[word]
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.UNKNOWN
+
+
+_TERMINAL = {
+    JobState.COMPLETED,
+    JobState.FAILED,
+    JobState.CANCELLED,
+    JobState.TIMEOUT,
+    JobState.PREEMPTED,
+    JobState.NODE_FAIL,
+    JobState.OUT_OF_MEMORY,
+}
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    """What to submit: the script file, sbatch options and script args, passed through unchanged."""
+
+    script: Path
+    sbatch_options: tuple[str, ...] = ()
+    script_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)  # added to the submitting environment
+    workdir: Path | None = None  # where sbatch runs (default: the current folder)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    state: JobState
+    name: str = ""
+    owner: str = ""
+    work_dir: str = ""
+    stdout_path: str = ""  # expanded (%j etc. filled in)
+    time_limit_s: int | None = None
+    start_time: float | None = None  # epoch seconds
+    end_time: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class Scheduler(Protocol):
+    """A place where jobs run. Every method has a bounded run time."""
+
+    name: str
+
+    def submit(self, request: SubmitRequest) -> str:
+        """Submit and return the job id."""
+        ...
+
+    def state(self, job_id: str) -> JobState: ...
+
+    def info(self, job_id: str) -> JobInfo: ...
+
+    def cancel(self, job_id: str, *, signal: str | None = None) -> None: ...
+
+    def current_user(self) -> str: ...
