@@ -1,0 +1,40 @@
+"""Shared fixtures. A test that needs Slurm fails under CI=true when the cluster is missing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _slurm_up() -> tuple[bool, str]:
+    if shutil.which("sinfo") is None:
+        return False, "sinfo not found (run scripts/dev-slurm up)"
+    try:
+        out = subprocess.run(
+            ["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=15
+        )
+    except subprocess.TimeoutExpired:
+        return False, "sinfo timed out"
+    if out.returncode != 0:
+        return False, f"sinfo failed: {out.stderr.strip()}"
+    states = out.stdout.split()
+    if not any(s.startswith(("idle", "mix", "alloc")) for s in states):
+        return False, f"no usable node (states: {states})"
+    return True, ""
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> None:
+    """Require the real dev Slurm. Under CI=true its absence fails the test; elsewhere it skips."""
+    ok, why = _slurm_up()
+    if ok:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"the dev Slurm is not up under CI=true: {why}")
+    pytest.skip(f"dev Slurm not up: {why}")

@@ -1,0 +1,1 @@
+"""The login-node half: parse the launch, run the pre-flight, submit."""
