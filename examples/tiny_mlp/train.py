@@ -1,0 +1,100 @@
+"""A small real training run: a numpy MLP regressor trained with SGD + momentum and a
+warm-up/cosine learning-rate schedule. It logs to TensorBoard (tensorboard's own event writer)
+and prints Hugging-Face-style dict lines to stdout.
+
+    python train.py --logdir runs/x                 # healthy
+    python train.py --logdir runs/x --diverge-at 120  # LR blown up at step 120: loss explodes to NaN
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+
+import numpy as np
+
+
+def make_writer(logdir: str, flush_secs: float):
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(logdir, flush_secs=flush_secs)
+
+    def log_scalars(step: int, values: dict[str, float]) -> None:
+        summary = Summary(value=[Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()])
+        writer.add_event(Event(wall_time=time.time(), step=step, summary=summary))
+
+    return writer, log_scalars
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--step-seconds", type=float, default=0.05, help="pace of the run (sleep per step)")
+    parser.add_argument("--diverge-at", type=int, default=None, help="multiply the LR by 300 from this step")
+    parser.add_argument("--flush-secs", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    rng = np.random.default_rng(args.seed)
+    n_features, hidden = 16, 32
+    true_w = rng.normal(size=(n_features, 1))
+    x_all = rng.normal(size=(4096, n_features))
+    y_all = np.tanh(x_all @ true_w) + 0.05 * rng.normal(size=(4096, 1))
+    x_train, y_train, x_eval, y_eval = x_all[:3584], y_all[:3584], x_all[3584:], y_all[3584:]
+    params = {
+        "w1": rng.normal(scale=1 / math.sqrt(n_features), size=(n_features, hidden)),
+        "b1": np.zeros(hidden),
+        "w2": rng.normal(scale=1 / math.sqrt(hidden), size=(hidden, 1)),
+        "b2": np.zeros(1),
+    }
+    velocity = {k: np.zeros_like(v) for k, v in params.items()}
+    writer, log_scalars = make_writer(args.logdir, args.flush_secs)
+    warmup = max(1, args.steps // 20)
+
+    def forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        h = np.tanh(x @ params["w1"] + params["b1"])
+        return h, h @ params["w2"] + params["b2"]
+
+    np.seterr(all="ignore")  # a diverging run overflows: that is the point of the switch
+    for step in range(1, args.steps + 1):
+        lr = args.lr * min(1.0, step / warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        if args.diverge_at is not None and step >= args.diverge_at:
+            lr = args.lr * 300
+        idx = rng.integers(0, len(x_train), size=args.batch_size)
+        x, y = x_train[idx], y_train[idx]
+        h, pred = forward(x)
+        err = pred - y
+        loss = float(np.mean(err**2))
+        d_pred = 2 * err / len(x)
+        grads = {"w2": h.T @ d_pred, "b2": d_pred.sum(0)}
+        d_h = (d_pred @ params["w2"].T) * (1 - h**2)
+        grads["w1"] = x.T @ d_h
+        grads["b1"] = d_h.sum(0)
+        grad_norm = float(math.sqrt(sum(float(np.sum(g**2)) for g in grads.values())))
+        for k in params:
+            velocity[k] = 0.9 * velocity[k] + grads[k]
+            params[k] -= lr * velocity[k]
+        metrics = {"train/loss": loss, "train/lr": lr, "train/grad_norm": grad_norm}
+        if step % 50 == 0:
+            metrics["eval/loss"] = float(np.mean((forward(x_eval)[1] - y_eval) ** 2))
+        log_scalars(step, metrics)
+        if step % 10 == 0 or "eval/loss" in metrics:
+            shown = {"loss": round(loss, 6), "grad_norm": grad_norm, "learning_rate": lr, "step": step}
+            if "eval/loss" in metrics:
+                shown["eval_loss"] = metrics["eval/loss"]
+            print(shown, flush=True)
+        time.sleep(args.step_seconds)
+    writer.close()
+    print(f"training finished after {args.steps} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
