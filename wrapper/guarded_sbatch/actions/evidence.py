@@ -1,0 +1,119 @@
+"""The evidence bundle saved on STOP: evidence.json, a log snippet, and a PNG plot with the
+anomaly marked. Everything passes through redact() before it is written."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.fsutil import write_json_atomic
+from guarded_sbatch.judge.verdict import Verdict
+from guarded_sbatch.redact import redact
+
+SNIPPET_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True)
+class EvidenceBundle:
+    folder: Path
+    json_path: Path
+    plot_path: Path | None
+    snippet_path: Path | None
+
+
+def _finite_or_text(value: float) -> float | str:
+    return value if math.isfinite(value) else repr(value)
+
+
+def tail_snippet(path: Path, max_bytes: int = SNIPPET_BYTES) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read(max_bytes)
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    if size > max_bytes:
+        text = text.split("\n", 1)[-1]
+    return redact(text)
+
+
+def write_evidence(
+    folder: Path,
+    verdict: Verdict,
+    series: dict[str, tuple[Sequence[int], Sequence[float]]],
+    *,
+    run: dict[str, Any],
+    files_inspected: Sequence[str],
+    log_path: Path | None,
+    stop_detail: str,
+    recent_points: int = 200,
+) -> EvidenceBundle:
+    """Write the bundle into folder; the plot is best effort (its failure is recorded, not raised)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    snippet_path: Path | None = None
+    if log_path is not None:
+        snippet = tail_snippet(log_path)
+        if snippet:
+            snippet_path = folder / "log-snippet.txt"
+            snippet_path.write_text(snippet, encoding="utf-8")
+    recent = {
+        key: {"steps": list(steps[-recent_points:]), "values": [_finite_or_text(v) for v in values[-recent_points:]]}
+        for key, (steps, values) in series.items()
+    }
+    plot_path: Path | None = folder / "metrics.png"
+    plot_error = ""
+    try:
+        plot_metrics(plot_path, series, verdict)
+    except Exception as exc:  # noqa: BLE001 - a broken plot must never lose the rest of the evidence
+        plot_path, plot_error = None, f"{type(exc).__name__}: {exc}"
+    payload = {
+        "verdict": verdict.to_json(),
+        "run": run,
+        "stop": stop_detail,
+        "files_inspected": list(files_inspected),
+        "log_snippet": str(snippet_path) if snippet_path else None,
+        "plot": str(plot_path) if plot_path else None,
+        "plot_error": plot_error or None,
+        "recent_metrics": recent,
+    }
+    json_path = folder / "evidence.json"
+    text = redact(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    write_json_atomic(json_path, json.loads(text))
+    return EvidenceBundle(folder, json_path, plot_path, snippet_path)
+
+
+def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in series if "loss" in k.lower() or "eval" in k.lower() or "val" in k.lower()][:4] or list(series)[:2]
+    fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(8, 2.6 * max(1, len(keys))), squeeze=False)
+    for ax, key in zip(axes[:, 0], keys):
+        steps, values = series[key]
+        finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
+        if finite:
+            ax.plot([s for s, _ in finite], [v for _, v in finite], lw=1, label=key)
+            positive = all(v > 0 for _, v in finite)
+            spread = max(v for _, v in finite) / max(min(v for _, v in finite), 1e-300) if positive else 0
+            if positive and spread > 100:
+                ax.set_yscale("log")
+        for anomaly in verdict.anomalies:
+            if anomaly.metric == key or len(keys) == 1:
+                ax.axvline(anomaly.step, color="red", ls="--", lw=1)
+                ax.annotate(anomaly.kind, (anomaly.step, 0.95), xycoords=("data", "axes fraction"),
+                            color="red", fontsize=8, ha="right")
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+    fig.suptitle(f"{verdict.decision.value}: {verdict.reason.value}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,70 @@
+"""Stop a run the way it was launched (or with the user's stop command) and check that it took."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+
+from guarded_sbatch.errors import CommandError, GuardedError, SchedulerError
+from guarded_sbatch.runner import run_command
+from guarded_sbatch.scheduler.base import JobState, Scheduler
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    method: str  # "stop_command" | "cancel" | "none"
+    ok: bool
+    detail: str
+    final_state: str | None = None
+
+
+def stop_run(
+    scheduler: Scheduler | None,
+    job_id: str | None,
+    stop_command: str | None = None,
+    *,
+    confirm_timeout_s: float = 60.0,
+    poll_s: float = 2.0,
+) -> StopOutcome:
+    """Run stop_command if given, else cancel job_id; then wait until the job is gone."""
+    if stop_command:
+        try:
+            run_command(shlex.split(stop_command), timeout=confirm_timeout_s)
+        except (CommandError, ValueError) as exc:
+            return StopOutcome("stop_command", False, f"stop command failed: {exc}")
+        if scheduler is None or job_id is None:
+            return StopOutcome("stop_command", True, f"ran `{stop_command}`")
+        final = _wait_terminal(scheduler, job_id, confirm_timeout_s, poll_s)
+        took = final is not None and final.is_terminal
+        return StopOutcome("stop_command", took, f"ran `{stop_command}`; job {job_id} is {final.value if final else 'unknown'}",
+                           final.value if final else None)
+    if scheduler is None or job_id is None:
+        return StopOutcome("none", True, "no job or stop command to act on: STOP reported, nothing killed")
+    try:
+        info = scheduler.info(job_id)
+        me = scheduler.current_user()
+        if info.owner and info.owner != me:
+            return StopOutcome("cancel", False, f"job {job_id} belongs to {info.owner}, not {me}: not cancelled")
+        if info.state.is_terminal:
+            return StopOutcome("cancel", True, f"job {job_id} had already ended ({info.state.value})", info.state.value)
+        scheduler.cancel(job_id)
+    except GuardedError as exc:
+        return StopOutcome("cancel", False, f"cancel of job {job_id} failed: {exc}")
+    final = _wait_terminal(scheduler, job_id, confirm_timeout_s, poll_s)
+    if final is not None and final.is_terminal:
+        return StopOutcome("cancel", True, f"job {job_id} cancelled, now {final.value}", final.value)
+    return StopOutcome("cancel", False, f"job {job_id} still {final.value if final else 'unknown'} after cancel")
+
+
+def _wait_terminal(scheduler: Scheduler, job_id: str, timeout_s: float, poll_s: float) -> JobState | None:
+    deadline = time.monotonic() + timeout_s
+    state: JobState | None = None
+    while True:
+        try:
+            state = scheduler.state(job_id)
+        except SchedulerError:
+            state = JobState.UNKNOWN
+        if state.is_terminal or time.monotonic() > deadline:
+            return state
+        time.sleep(poll_s)
