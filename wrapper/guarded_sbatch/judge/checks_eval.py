@@ -1,0 +1,122 @@
+"""Evaluation against the run's own best and against the baseline / target; the LR schedule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.judge.select import RunKeys
+from guarded_sbatch.judge.verdict import Anomaly, Reason
+
+
+def eval_trend(steps: np.ndarray, values: np.ndarray, direction: str, policy: JudgePolicy) -> dict[str, Any]:
+    """improving / flat / regressing of an eval series, relative to its own best."""
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if len(values) < 2:
+        return {"trend": "unknown", "evals": int(len(values))}
+    sign = 1.0 if direction == "min" else -1.0  # work with "lower is better"
+    oriented = sign * values
+    best_index = int(np.argmin(oriented))
+    best, last = float(values[best_index]), float(values[-1])
+    scale = max(abs(best), 1e-12)
+    worse_by = (oriented[-1] - oriented[best_index]) / scale
+    previous_gain = (oriented[-2] - oriented[-1]) / scale
+    if best_index == len(values) - 1 and previous_gain > policy.eval_flat_rel:
+        trend = "improving"
+    elif worse_by > policy.eval_regress_rel:
+        trend = "regressing"
+    else:
+        trend = "flat"
+    return {
+        "trend": trend, "best": best, "best_step": int(steps[best_index]), "last": last,
+        "last_step": int(steps[-1]), "worse_than_best_by": float(worse_by), "evals": int(len(values)),
+    }
+
+
+def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    key = keys.key_metric
+    if key is None:
+        return None
+    direction = keys.directions.get(key, "min")
+    steps, values = history.series(key)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if len(values) < policy.eval_regress_patience_points + 1:
+        return None
+    oriented = values if direction == "min" else -values
+    best_index = int(np.argmin(oriented))
+    best = float(oriented[best_index])
+    worse = oriented - best > policy.eval_regress_rel * max(abs(best), 1e-12)
+    good = np.nonzero(~worse)[0]
+    streak = len(worse) - 1 - int(good[-1])
+    if streak < policy.eval_regress_patience_points:
+        return None
+    if int(steps[-1]) - int(steps[best_index]) < policy.eval_regress_patience_steps:
+        return None
+    return Finding.stop(
+        Reason.EVAL_REGRESSING,
+        f"{key} has regressed from its best {fmt(float(values[best_index]))} (step {int(steps[best_index])}) "
+        f"to {fmt(float(values[-1]))}, worse at each of the last {streak} evaluations: the run is overfitting "
+        f"or degrading",
+        Anomaly("eval_regressing", key, int(steps[len(steps) - streak]), float(values[-1])),
+    )
+
+
+def check_eval_vs_baseline(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """Notes only: where the key metric stands against the target and the baseline."""
+    key = keys.key_metric
+    if key is None or (policy.baseline is None and policy.target is None):
+        return None
+    steps, values = history.series(key)
+    finite = np.isfinite(values)
+    if not np.any(finite):
+        return None
+    last = float(values[finite][-1])
+    last_step = int(steps[finite][-1])
+    better = (lambda a, b: a <= b) if keys.directions.get(key, "min") == "min" else (lambda a, b: a >= b)
+    parts = []
+    anomalies = []
+    if policy.target is not None and better(last, policy.target):
+        parts.append(f"{key} {fmt(last)} has reached the target {fmt(policy.target)}")
+    if policy.baseline is not None:
+        side = "better than" if better(last, policy.baseline) else "behind"
+        parts.append(f"{key} {fmt(last)} is {side} the baseline {fmt(policy.baseline)}")
+        if side == "behind":
+            anomalies.append(Anomaly("behind_baseline", key, last_step, last))
+    return Finding.note(Reason.HEALTHY, "; ".join(parts), *anomalies) if parts else None
+
+
+def check_lr_schedule(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """STOP when the LR has been 0 from the start for `lr_zero_patience_steps`; note a restart."""
+    if not keys.lr:
+        return None
+    steps, values = history.series(keys.lr)
+    finite = np.isfinite(values)
+    steps, values = steps[finite], values[finite]
+    if len(values) < 2:
+        return None
+    if np.all(values == 0) and int(steps[-1]) - int(steps[0]) >= policy.lr_zero_patience_steps:
+        return Finding.stop(
+            Reason.LR_SCHEDULE,
+            f"learning rate ({keys.lr}) has been 0 since step {int(steps[0])}: the run cannot learn",
+            Anomaly("lr_zero", keys.lr, int(steps[0]), 0.0),
+        )
+    peak_so_far = np.maximum.accumulate(values)
+    restarts = [
+        i for i in range(1, len(values))
+        if values[i - 1] > 0 and values[i - 1] < peak_so_far[i - 1] / policy.lr_restart_ratio
+        and values[i] >= policy.lr_restart_ratio * values[i - 1]
+    ]
+    if restarts:
+        i = restarts[-1]
+        return Finding.note(
+            Reason.LR_SCHEDULE,
+            f"learning rate restarted at step {int(steps[i])} ({fmt(float(values[i - 1]))} -> {fmt(float(values[i]))})",
+            Anomaly("lr_restart", keys.lr, int(steps[i]), float(values[i])),
+        )
+    return None

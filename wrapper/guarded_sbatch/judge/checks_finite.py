@@ -1,0 +1,204 @@
+"""Non-finite values, fp16-aware: loss-scale collapse, NaN/Inf loss, hidden NaN, NaN grad norm / LR,
+evaluations that fail every time, and NaN in any other logged metric (a note only)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.judge.select import RunKeys
+from guarded_sbatch.judge.verdict import Anomaly, Reason
+
+
+def fp16_skipped_steps(history: MetricHistory, keys: RunKeys) -> set[int]:
+    """Steps at which an fp16 optimizer skipped its update: the skip counter moved or the scale dropped."""
+    skipped: set[int] = set()
+    if keys.skipped:
+        steps, values = history.series(keys.skipped)
+        cumulative = _looks_cumulative(values)
+        previous = 0.0
+        for step, value in zip(steps.tolist(), values.tolist()):
+            if (cumulative and value > previous) or (not cumulative and value > 0):
+                skipped.add(step)
+            previous = value
+    if keys.loss_scale:
+        steps, values = history.series(keys.loss_scale)
+        drops = np.nonzero(np.diff(values) < 0)[0] + 1
+        skipped.update(int(steps[i]) for i in drops)
+    return skipped
+
+
+def _looks_cumulative(values: np.ndarray) -> bool:
+    """A running count (DeepSpeed `skipped=`) never decreases and moves; a per-interval count
+    (Megatron `number of skipped iterations`) goes up and down, or stays at one positive value."""
+    finite = values[np.isfinite(values)]
+    if len(finite) < 2:
+        return False
+    diffs = np.diff(finite)
+    return bool(np.all(diffs >= 0) and np.any(diffs > 0))
+
+
+def skip_rate(history: MetricHistory, keys: RunKeys, first_step: int, last_step: int) -> float | None:
+    """Fraction of steps in (first_step, last_step] that were skipped; None without a skip counter."""
+    if not keys.skipped or last_step <= first_step:
+        return None
+    steps, values = history.series(keys.skipped)
+    if len(steps) == 0:
+        return None
+    inside = (steps > first_step) & (steps <= last_step)
+    if not np.any(inside):
+        return None
+    if _looks_cumulative(values):
+        before = values[steps <= first_step]
+        start = float(before[-1]) if len(before) else float(values[inside][0])
+        count = float(values[inside][-1]) - start
+    else:
+        count = float(np.nansum(values[inside]))
+    return min(1.0, count / (last_step - first_step))
+
+
+def check_loss_scale_collapse(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    if not keys.loss_scale:
+        return None
+    steps, scales = history.series(keys.loss_scale)
+    if len(steps) < 2:
+        return None
+    at_floor = scales <= policy.loss_scale_floor * (1 + 1e-6)
+    if not at_floor[-1]:
+        return None
+    # start of the current stretch at the floor
+    above = np.nonzero(~at_floor)[0]
+    first_at_floor = int(steps[above[-1] + 1]) if len(above) else int(steps[0])
+    last_step = int(steps[-1])
+    if last_step - first_at_floor < policy.loss_scale_window_steps:
+        return None
+    window_start = last_step - policy.loss_scale_window_steps
+    rate = skip_rate(history, keys, window_start, last_step)
+    if rate is None:  # no skip counter: a non-finite grad norm at almost every logged step says the same
+        rate = _nonfinite_fraction(history, keys.grad_norm or keys.train_loss, window_start, last_step)
+    if rate is None or rate < policy.loss_scale_min_skip_rate:
+        return None
+    return Finding.stop(
+        Reason.LOSS_SCALE_COLLAPSE,
+        f"fp16 loss scale stuck at its floor ({fmt(float(scales[-1]))}) since step {first_at_floor} with "
+        f"{rate:.0%} of the last {policy.loss_scale_window_steps} steps skipped: the run no longer trains",
+        Anomaly("loss_scale_collapse", keys.loss_scale, first_at_floor, float(scales[-1])),
+    )
+
+
+def _nonfinite_fraction(history: MetricHistory, key: str | None, first_step: int, last_step: int) -> float | None:
+    if not key:
+        return None
+    steps, values = history.series(key)
+    inside = (steps > first_step) & (steps <= last_step)
+    if np.count_nonzero(inside) < 2:
+        return None
+    return float(np.mean(~np.isfinite(values[inside])))
+
+
+def _trailing_streak(bad: np.ndarray) -> int:
+    good = np.nonzero(~bad)[0]
+    return len(bad) if len(good) == 0 else len(bad) - 1 - int(good[-1])
+
+
+def check_nonfinite_loss(
+    history: MetricHistory, keys: RunKeys, policy: JudgePolicy, excused: set[int]
+) -> Finding | None:
+    """NaN/Inf training loss, and HF's hidden NaN (`loss: 0.0` beside `grad_norm: nan`)."""
+    if not keys.train_loss:
+        return None
+    steps, values = history.series(keys.train_loss)
+    if len(steps) == 0:
+        return None
+    nonfinite = ~np.isfinite(values)
+    hidden = np.zeros(len(steps), dtype=bool)
+    if keys.grad_norm:
+        for i in np.nonzero(values == 0.0)[0]:
+            grad = history.value_at(keys.grad_norm, int(steps[i]))
+            hidden[i] = grad is not None and not np.isfinite(grad)
+    counted = (nonfinite | hidden) & ~np.isin(steps, list(excused))
+    if not np.any(counted):
+        return None
+    streak = _trailing_streak(counted)
+    if streak == 0:
+        first_bad = int(steps[np.nonzero(counted)[0][-1]])
+        return Finding.note(
+            Reason.NON_FINITE_LOSS,
+            f"a non-finite training loss at step {first_bad} was followed by finite values",
+            Anomaly("nan_recovered", keys.train_loss, first_bad, None, "non-finite loss, then finite again"),
+        )
+    onset_index = len(steps) - streak
+    onset = int(steps[onset_index])
+    is_hidden = bool(np.all(hidden[onset_index:] | ~nonfinite[onset_index:]) and np.any(hidden[onset_index:]))
+    reason = Reason.HIDDEN_NAN if is_hidden else Reason.NON_FINITE_LOSS
+    what = (
+        f"training loss logged as 0.0 beside a NaN/Inf grad norm (a NaN hidden by the trainer's log filter)"
+        if is_hidden
+        else f"training loss is {values[-1]}"
+    )
+    anomaly = Anomaly("hidden_nan" if is_hidden else "nan", keys.train_loss, onset, None, what)
+    if streak >= policy.nonfinite_patience_points:
+        return Finding.stop(reason, f"{what} at the last {streak} logged steps (since step {onset})", anomaly)
+    return Finding.wait(
+        reason, f"{what} at step {onset}; waiting for {policy.nonfinite_patience_points} logged steps", anomaly
+    )
+
+
+def check_nonfinite_optimizer_metrics(
+    history: MetricHistory, keys: RunKeys, policy: JudgePolicy, excused: set[int]
+) -> Finding | None:
+    """NaN/Inf grad norm (outside fp16 skipped steps) or LR at the last N logged steps."""
+    for key in (keys.grad_norm, keys.lr):
+        if not key:
+            continue
+        steps, values = history.series(key)
+        counted = ~np.isfinite(values) & ~np.isin(steps, list(excused))
+        streak = _trailing_streak(counted)
+        if streak >= policy.nonfinite_patience_points:
+            onset = int(steps[len(steps) - streak])
+            return Finding.stop(
+                Reason.NON_FINITE_METRIC,
+                f"{key} is {values[-1]} at the last {streak} logged steps (since step {onset})",
+                Anomaly("nan", key, onset, None, f"{key} non-finite"),
+            )
+    return None
+
+
+def check_eval_failing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    notes: list[Anomaly] = []
+    for key in keys.eval_keys:
+        steps, values = history.series(key)
+        bad = ~np.isfinite(values)
+        if not np.any(bad):
+            continue
+        streak = _trailing_streak(bad)
+        if streak >= policy.eval_fail_patience:
+            onset = int(steps[len(steps) - streak])
+            return Finding.stop(
+                Reason.EVAL_FAILING,
+                f"evaluation failed (non-finite {key}) at each of the last {streak} evaluations, since step {onset}",
+                Anomaly("eval_failing", key, onset, None, f"{key} non-finite {streak} times in a row"),
+            )
+        last_bad = int(steps[np.nonzero(bad)[0][-1]])
+        notes.append(Anomaly("eval_nan", key, last_bad, None, f"{key} non-finite at step {last_bad}"))
+    if notes:
+        return Finding.note(Reason.EVAL_FAILING, "an evaluation returned a non-finite value", *notes)
+    return None
+
+
+def check_other_nonfinite(history: MetricHistory, keys: RunKeys) -> Finding | None:
+    """NaN/Inf in any metric not judged elsewhere: reported, never a reason to stop."""
+    judged = {keys.train_loss, keys.lr, keys.grad_norm, keys.loss_scale, keys.skipped, *keys.eval_keys}
+    notes = []
+    for key in history.keys():
+        if key in judged:
+            continue
+        steps, values = history.series(key)
+        bad = np.nonzero(~np.isfinite(values))[0]
+        if len(bad):
+            notes.append(Anomaly("nan", key, int(steps[bad[-1]]), None, f"{key} non-finite ({len(bad)} points)"))
+    if notes:
+        return Finding.note(Reason.NON_FINITE_METRIC, "non-finite values in other metrics", *notes[:5])
+    return None

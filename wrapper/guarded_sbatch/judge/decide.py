@@ -1,0 +1,137 @@
+"""decide(history) -> Verdict: the checks in a fixed, documented order.
+
+Order (the first STOP in this order wins; else the first WAIT; else CONTINUE with every note):
+  1. loss-scale collapse (fp16: scale stuck at its floor, steps skipped every time)
+  2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`);
+     fp16 skipped steps (skip counter moved / loss scale dropped) are excused
+  3. non-finite grad norm or LR (outside skipped steps)
+  4. evaluations failing (non-finite) every time
+  5. training-loss spike that does not recover / sustained divergence
+  6. gradient-norm explosion
+  7. LR schedule stuck at 0
+  8. plateau from the start
+  9. key eval metric regressing from its own best
+ 10. staleness (only while a live job is watched) -> WAIT
+Notes (recovered spikes, a NaN that went away, LR restarts, eval vs baseline) never stop a run.
+Thin evidence: with fewer than `min_loss_points` training-loss points every STOP becomes a WAIT.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from guarded_sbatch.judge import checks_eval, checks_finite, checks_trend
+from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.select import RunKeys, select_keys
+from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
+
+
+def decide(
+    history: MetricHistory, policy: JudgePolicy | None = None, context: RunContext | None = None
+) -> Verdict:
+    policy = policy or JudgePolicy()
+    last_step = history.last_step
+    if last_step is None:
+        return Verdict(Decision.WAIT, Reason.NO_DATA, "no metric points yet", last_step=None)
+    keys = select_keys(history, policy)
+    summary = _summary(history, keys, policy)
+    if keys.train_loss is None and not keys.eval_keys:
+        return Verdict(
+            Decision.WAIT, Reason.NO_DATA,
+            f"no training loss or eval metric among the logged keys ({', '.join(history.keys()[:8])}); "
+            "name the loss key in the policy",
+            last_step=last_step, summary=summary,
+        )
+
+    excused = checks_finite.fp16_skipped_steps(history, keys)
+    findings = [
+        checks_finite.check_loss_scale_collapse(history, keys, policy),
+        checks_finite.check_nonfinite_loss(history, keys, policy, excused),
+        checks_finite.check_nonfinite_optimizer_metrics(history, keys, policy, excused),
+        checks_finite.check_eval_failing(history, keys, policy),
+        checks_trend.check_loss_trend(history, keys, policy),
+        checks_trend.check_grad_explosion(history, keys, policy, excused),
+        checks_eval.check_lr_schedule(history, keys, policy),
+        checks_trend.check_plateau_from_start(history, keys, policy, context),
+        checks_eval.check_eval_regressing(history, keys, policy),
+        _check_stale(policy, context),
+        checks_eval.check_eval_vs_baseline(history, keys, policy),
+        checks_finite.check_other_nonfinite(history, keys),
+    ]
+    present = [f for f in findings if f is not None]
+    anomalies = tuple(a for f in present for a in f.anomalies)
+    loss_points = len(history.series(keys.train_loss)[0]) if keys.train_loss else 0
+    thin = loss_points < policy.min_loss_points
+
+    for finding in present:
+        if finding.decision is Decision.STOP:
+            if thin and keys.train_loss is not None:
+                return Verdict(
+                    Decision.WAIT, finding.reason,
+                    f"{finding.message} (only {loss_points} training-loss points: waiting for more)",
+                    anomalies, last_step, summary,
+                )
+            return Verdict(Decision.STOP, finding.reason, finding.message, anomalies, last_step, summary)
+    for finding in present:
+        if finding.decision is Decision.WAIT:
+            return Verdict(Decision.WAIT, finding.reason, finding.message, anomalies, last_step, summary)
+    if thin and keys.train_loss is not None:
+        return Verdict(
+            Decision.WAIT, Reason.TOO_EARLY,
+            f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
+            anomalies, last_step, summary,
+        )
+    notes = [f.message for f in present]
+    message = "healthy" + (f" ({'; '.join(notes)})" if notes else "")
+    if keys.train_loss is None:
+        message += f"; no training loss logged, judged on {keys.key_metric} only"
+    return Verdict(Decision.CONTINUE, Reason.HEALTHY, message, anomalies, last_step, summary)
+
+
+def _check_stale(policy: JudgePolicy, context: RunContext | None) -> Finding | None:
+    if context is None or not context.job_live or context.seconds_since_last_point is None:
+        return None
+    if context.seconds_since_last_point < policy.stale_after_seconds:
+        return None
+    minutes = context.seconds_since_last_point / 60
+    return Finding.wait(
+        Reason.STALE,
+        f"no new metric point for {minutes:.0f} min while the job is running: the trainer may be hung "
+        "or logging elsewhere",
+    )
+
+
+def _summary(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> dict[str, Any]:
+    summary: dict[str, Any] = {"keys": {
+        "train_loss": keys.train_loss, "key_metric": keys.key_metric, "lr": keys.lr,
+        "grad_norm": keys.grad_norm, "loss_scale": keys.loss_scale,
+    }}
+    for label, key in (("train_loss", keys.train_loss), ("lr", keys.lr), ("grad_norm", keys.grad_norm),
+                       ("loss_scale", keys.loss_scale)):
+        if key:
+            steps, values = history.series(key)
+            if len(values):
+                summary[label] = {"step": int(steps[-1]), "value": _json_float(float(values[-1]))}
+    if keys.key_metric:
+        steps, values = history.series(keys.key_metric)
+        trend = checks_eval.eval_trend(steps, values, keys.directions.get(keys.key_metric, "min"), policy)
+        summary["key_metric"] = {"key": keys.key_metric, **{k: _json_float(v) for k, v in trend.items()}}
+    return summary
+
+
+def _json_float(value: Any) -> Any:
+    if isinstance(value, float) and not np.isfinite(value):
+        return str(value)
+    return value
+
+
+def describe(verdict: Verdict) -> str:
+    """One line for logs: decision, reason and message."""
+    return f"{verdict.decision.value} ({verdict.reason.value}) at step {verdict.last_step}: {verdict.message}"
+
+
+__all__ = ["decide", "describe", "JudgePolicy", "RunContext", "Anomaly", "fmt"]

@@ -1,0 +1,57 @@
+"""What each check returns, and the robust statistics the checks share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason
+
+MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's conclusion. `decision` None means: a note only (the run may still be healthy)."""
+
+    decision: Decision | None
+    reason: Reason
+    message: str
+    anomalies: tuple[Anomaly, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def note(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:
+        return cls(None, reason, message, tuple(anomalies))
+
+    @classmethod
+    def stop(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:
+        return cls(Decision.STOP, reason, message, tuple(anomalies))
+
+    @classmethod
+    def wait(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:
+        return cls(Decision.WAIT, reason, message, tuple(anomalies))
+
+
+def robust_center_scale(values: np.ndarray, relative_floor: float) -> tuple[float, float]:
+    """Median and a robust sigma (1.4826 x MAD), never below relative_floor x |median|."""
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median)))
+    sigma = max(MAD_TO_SIGMA * mad, relative_floor * abs(median), 1e-12)
+    return median, sigma
+
+
+def typical_spacing(steps: np.ndarray) -> float:
+    """Median distance in steps between logged points (1 when unknown)."""
+    if len(steps) < 2:
+        return 1.0
+    return max(1.0, float(np.median(np.diff(steps))))
+
+
+def points_in(window_steps: int, steps: np.ndarray, minimum: int = 8, maximum: int = 1024) -> int:
+    """How many logged points a window of `window_steps` steps holds, for this series' cadence."""
+    return int(min(maximum, max(minimum, round(window_steps / typical_spacing(steps)))))
+
+
+def fmt(value: float) -> str:
+    return f"{value:.4g}"

@@ -1,0 +1,77 @@
+"""What the decision core may be told: thresholds and windows (in steps), and the run's context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["min", "max"]
+
+
+@dataclass(frozen=True)
+class JudgePolicy:
+    """Thresholds of the checks. Every window is counted in training steps, never in checks."""
+
+    # which keys to judge (None: found automatically from the key names)
+    train_loss_key: str | None = None
+    key_metric: str | None = None  # the eval metric the run is judged on
+    key_metric_direction: Direction | None = None  # None: from the name (loss/error: min, acc/f1: max)
+    target: float | None = None  # value of key_metric that would count as success
+    baseline: float | None = None  # value of key_metric of a reference run
+    chance_loss: float | None = None  # e.g. ln(num_classes); sharpens the plateau-from-start check
+
+    # thin evidence: below these, WAIT
+    min_loss_points: int = 5
+
+    # non-finite values: STOP when the last N logged values are all non-finite (not excused by fp16)
+    nonfinite_patience_points: int = 3
+    # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped
+    loss_scale_floor: float = 1.0
+    loss_scale_window_steps: int = 100
+    loss_scale_min_skip_rate: float = 0.8
+
+    # spikes (robust z-score against median/MAD of the trailing window, OLMo-like 6 sigma)
+    baseline_window_steps: int = 200
+    spike_z: float = 6.0
+    spike_min_ratio: float = 1.25  # and at least this much above the baseline median (when positive)
+    relative_noise_floor: float = 0.01  # sigma never below 1% of |median|: scale-free, no zero MAD
+    # a spike still elevated after this many steps (and this many logged points) is a STOP
+    spike_patience_steps: int = 60
+    spike_patience_points: int = 5
+    divergence_ratio: float = 2.0  # sustained and >= this x baseline median: divergence
+
+    # gradient norm explosions (same detector, own thresholds)
+    grad_spike_z: float = 8.0
+    grad_explosion_ratio: float = 10.0
+    grad_patience_steps: int = 60
+    grad_patience_points: int = 5
+
+    # evaluation
+    eval_fail_patience: int = 3  # last N evals all non-finite: STOP
+    eval_regress_rel: float = 0.05  # worse than own best by more than 5% (of |best|) ...
+    eval_regress_patience_steps: int = 300  # ... for this many steps ...
+    eval_regress_patience_points: int = 4  # ... and this many evals in a row: STOP
+    eval_flat_rel: float = 0.005
+
+    # learning rate
+    lr_zero_patience_steps: int = 100
+    lr_restart_ratio: float = 2.0
+
+    # plateau from the start
+    plateau_min_steps: int = 300
+    plateau_min_points: int = 20
+    plateau_max_first_step: int = 50  # a history starting later is a resume: no plateau-from-start
+    plateau_min_improvement: float = 0.03  # relative drop of the median loss since the start
+    plateau_chance_tolerance: float = 0.05  # near chance_loss, relative
+
+    # staleness (only while a live job is watched)
+    stale_after_seconds: float = 3600.0
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the watcher knows beyond the metrics. All optional."""
+
+    total_steps: int | None = None
+    job_live: bool | None = None  # None/False: files read after the fact, staleness never counts
+    seconds_since_last_point: float | None = None
