@@ -1,0 +1,5 @@
+import sys
+
+from guarded_sbatch.cli import main
+
+sys.exit(main())

@@ -1,0 +1,119 @@
+"""Submit the training job unchanged, then its sidecar (after:<job>, kill-on-invalid-dep), and
+record the run. The sidecar's script text comes from one pure function."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guarded_sbatch.launch.templates import load_template, render_template
+from guarded_sbatch.registry import RunRecord, create_run
+from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
+
+
+@dataclass(frozen=True)
+class SidecarOptions:
+    tb_paths: tuple[Path, ...] = ()
+    wandb_paths: tuple[Path, ...] = ()
+    log_paths: tuple[Path, ...] = ()
+    stop_command: str | None = None
+    notes_path: Path | None = None
+    fast_interval_s: float | None = None
+    full_interval_s: float | None = None
+    job_poll_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SidecarResources:
+    cpus: int = 1
+    mem: str = "400M"
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit: str | None = None
+    template: str = "sidecar.sbatch"
+    template_dirs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class GuardedSubmission:
+    record: RunRecord
+    job_id: str
+    sidecar_id: str
+
+
+def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
+    args = ["--job", record.job_id, "--backend", record.backend, "--run-dir", str(record.folder)]
+    for flag, paths in (("--tb", options.tb_paths), ("--wandb", options.wandb_paths), ("--log", options.log_paths)):
+        for path in paths:
+            args += [flag, str(path)]
+    if options.stop_command:
+        args += ["--stop-command", options.stop_command]
+    if options.notes_path:
+        args += ["--notes", str(options.notes_path)]
+    for flag, value in (("--fast-interval", options.fast_interval_s), ("--full-interval", options.full_interval_s),
+                        ("--job-poll", options.job_poll_s)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def render_sidecar_script(
+    template_text: str, record: RunRecord, options: SidecarOptions, resources: SidecarResources,
+    *, python: str = sys.executable,
+) -> str:
+    """The sidecar's sbatch script: a pure function of the template, the run and the options."""
+    extra = []
+    for flag, value in (("partition", resources.partition), ("account", resources.account),
+                        ("qos", resources.qos), ("time", resources.time_limit)):
+        if value:
+            extra.append(f"#SBATCH --{flag}={value}")
+    values = {
+        "TRAIN_JOB_ID": record.job_id,
+        "SIDECAR_JOB_NAME": f"sidecar-{record.run_name}"[:120].replace(" ", "_"),
+        "SIDECAR_OUTPUT": str(record.folder / "sidecar-%j.out"),
+        "SIDECAR_CPUS": str(resources.cpus),
+        "SIDECAR_MEM": resources.mem,
+        "SIDECAR_EXTRA_SBATCH": "\n".join(extra),
+        "PYTHON": shlex.quote(python),
+        "SIDECAR_ARGS": " ".join(shlex.quote(a) for a in sidecar_arguments(record, options)),
+    }
+    return render_template(template_text, values, template_name=resources.template)
+
+
+def submit_guarded(
+    scheduler: Scheduler,
+    request: SubmitRequest,
+    *,
+    run_name: str,
+    sidecar: SidecarOptions,
+    resources: SidecarResources,
+    waivers: list[dict[str, str]] | None = None,
+    on_training_submitted: object | None = None,
+) -> GuardedSubmission:
+    """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
+    caller can print sbatch's own line before anything else can fail."""
+    template_text, _ = load_template(resources.template, list(resources.template_dirs))
+    job_id = scheduler.submit(request)
+    if callable(on_training_submitted):
+        on_training_submitted(job_id)
+    record = create_run(
+        run_name, scheduler.name, job_id,
+        script=str(request.script), sbatch_options=list(request.sbatch_options),
+        script_args=list(request.script_args), submit_dir=str(request.workdir or Path.cwd()),
+        tb_paths=[str(p) for p in sidecar.tb_paths], wandb_paths=[str(p) for p in sidecar.wandb_paths],
+        log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []),
+    )
+    script_text = render_sidecar_script(template_text, record, sidecar, resources)
+    script_path = record.folder / "sidecar.sbatch"
+    script_path.write_text(script_text, encoding="utf-8")
+    sidecar_id = scheduler.submit(SubmitRequest(
+        script=script_path,
+        sbatch_options=(f"--dependency=after:{job_id}", "--kill-on-invalid-dep=yes"),
+        workdir=record.folder,
+    ))
+    record.sidecar_id = sidecar_id
+    record.save()
+    return GuardedSubmission(record, job_id, sidecar_id)

@@ -1,0 +1,257 @@
+"""The sidecar loop: discover → read → decide → report; on STOP: stop, evidence, note, FINAL_SUMMARY.
+
+Fast polls (default every 60 s) read new points and act at once on a STOP. A full report is
+printed every full interval (default 30 min; it grows while the run stays healthy and shrinks after
+an anomaly), when the decision changes, and at the end. The scheduler is asked about the job
+sparingly: every `job_poll_s` (default 300 s, so ≤ 12 calls an hour), or sooner when the run's
+files have gone quiet, which is how a finished job shows up within about a minute.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.judge.verdict import Decision, Verdict
+from guarded_sbatch.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
+from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.sidecar_state import SidecarState
+from guarded_sbatch.sidecar_sources import SourceSet
+
+MAX_FULL_INTERVAL_S = 4 * 3600.0
+
+
+@dataclass
+class SidecarSettings:
+    run_name: str
+    job_id: str | None
+    state_file: Path
+    evidence_dir: Path
+    notes_path: Path | None = None
+    stop_command: str | None = None
+    tb_paths: list[Path] = field(default_factory=list)
+    wandb_paths: list[Path] = field(default_factory=list)
+    log_paths: list[Path] = field(default_factory=list)
+    search_dirs: list[Path] = field(default_factory=list)
+    wandb_run: str | None = None  # a W&B run path or URL, read through the online API
+    fast_interval_s: float = 60.0
+    full_interval_s: float = 1800.0
+    job_poll_s: float = 300.0
+    min_quiet_poll_s: float = 45.0
+    policy: object | None = None  # judge.policy.JudgePolicy
+
+
+class Sidecar:
+    def __init__(
+        self,
+        settings: SidecarSettings,
+        scheduler: Scheduler | None,
+        out: TextIO,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.scheduler = scheduler
+        self.out = out
+        self.clock = clock
+        self.sleep = sleep
+        self.state = SidecarState.load(settings.state_file)
+        self.sources = SourceSet(settings, scheduler)
+        self.job_state: JobState = JobState.UNKNOWN
+
+    def emit(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def run(self) -> int:
+        now = self.clock()
+        if self.state.finished:
+            self.emit("sidecar: this run was already finished by an earlier sidecar\n" + self.state.final_summary)
+            return 0
+        if self.state.started_at:
+            self.state.restarts += 1
+            self.emit(f"sidecar: resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
+        else:
+            self.state.started_at = now
+            self.state.full_interval_s = self.settings.full_interval_s
+            self.state.next_full_report_at = now  # first full report as soon as there is something to say
+        while True:
+            exit_code = self.poll_once()
+            self.state.save(self.settings.state_file)
+            if exit_code is not None:
+                return exit_code
+            self.sleep(self.settings.fast_interval_s)
+
+    # one fast poll; returns an exit code when the loop should end
+    def poll_once(self) -> int | None:
+        now = self.clock()
+        self.state.checks += 1
+        new_points = self.sources.read()
+        if new_points:
+            self.state.last_new_data_at = now
+            self.state.quiet_threshold_s = self.settings.min_quiet_poll_s
+        self._maybe_poll_job(now, bool(new_points))
+        verdict = self._judge(now)
+        self.state.data_source = DATA_SOURCE_LABELS.get(self.sources.active_kind, "unreachable")
+        if verdict.decision is Decision.STOP:
+            return self._stop(verdict, now)
+        ended = self.job_state.is_terminal
+        changed = (verdict.decision.value, verdict.reason.value) != (self.state.last_decision, self.state.last_reason)
+        new_anomaly = any(self._anomaly_id(a) not in self.state.reported_anomalies for a in verdict.anomalies)
+        if ended or changed or new_anomaly or now >= self.state.next_full_report_at:
+            self._full_report(verdict, now, ending=ended)
+        self._remember(verdict)
+        if ended:
+            self.state.finished = True
+            self.state.final_summary = f"training job {self.settings.job_id} ended {self.job_state.value}; sidecar done\n"
+            self.emit(self.state.final_summary)
+            return 0
+        return None
+
+    def _judge(self, now: float) -> Verdict:
+        from guarded_sbatch.judge.policy import RunContext
+
+        live = self.settings.job_id is not None and self.job_state is not JobState.UNKNOWN and not self.job_state.is_terminal
+        since = now - self.state.last_new_data_at if self.state.last_new_data_at else None
+        return judge_sources(self.sources, self.settings.policy, RunContext(job_live=live, seconds_since_last_point=since))
+
+    def _maybe_poll_job(self, now: float, had_new_points: bool) -> None:
+        if self.scheduler is None or self.settings.job_id is None:
+            return
+        cheap = getattr(self.scheduler, "name", "") == "local"
+        since_poll = now - self.state.last_job_poll_at
+        quiet_for = now - (self.state.last_new_data_at or self.state.started_at)
+        quiet = not had_new_points and not self.sources.stdout_grew()
+        due = (
+            cheap
+            or since_poll >= self.settings.job_poll_s
+            or (quiet and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s)
+            or not self.state.last_job_poll_at
+        )
+        if not due:
+            return
+        try:
+            self.job_state = self.scheduler.state(self.settings.job_id)
+        except GuardedError:
+            self.job_state = JobState.UNKNOWN
+        if not cheap:
+            self.state.record_job_poll(now)
+            if quiet and self.job_state.is_active:
+                self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.job_poll_s)
+        else:
+            self.state.last_job_poll_at = now
+        self.state.last_job_state = self.job_state.value
+
+    def _full_report(self, verdict: Verdict, now: float, *, ending: bool) -> None:
+        interval = self.state.full_interval_s
+        if verdict.anomalies or verdict.decision is not Decision.CONTINUE:
+            interval = max(self.settings.fast_interval_s * 5, self.settings.full_interval_s / 4)
+            self.state.healthy_streak = 0
+        else:
+            self.state.healthy_streak += 1
+            if self.state.healthy_streak >= 3:
+                interval = min(interval * 1.5, MAX_FULL_INTERVAL_S)
+        self.state.full_interval_s = interval
+        self.state.next_full_report_at = now + interval
+        self.state.full_reports += 1
+        report = CheckReport(
+            when=now, data_source=self.state.data_source, run=self._run_label(), verdict=verdict,
+            evidence=self.sources.files_inspected()[:6], next_check=None if ending else now + interval,
+        )
+        self.emit("\n" + report.render())
+
+    def _remember(self, verdict: Verdict) -> None:
+        previous_step = self.state.last_step
+        self.state.last_decision = verdict.decision.value
+        self.state.last_reason = verdict.reason.value
+        self.state.last_message = verdict.message
+        self.state.last_step = verdict.last_step
+        for anomaly in verdict.anomalies:
+            ident = self._anomaly_id(anomaly)
+            if ident not in self.state.reported_anomalies:
+                self.state.reported_anomalies.append(ident)
+        self.state.reported_anomalies = self.state.reported_anomalies[-200:]
+        rate = self.sources.step_rate()
+        if rate is not None:
+            self.state.step_rate = rate
+        del previous_step
+
+    @staticmethod
+    def _anomaly_id(anomaly: object) -> str:
+        return f"{getattr(anomaly, 'kind', '')}:{getattr(anomaly, 'metric', '')}:{getattr(anomaly, 'step', '')}"
+
+    def _run_label(self) -> str:
+        job = f" (job {self.settings.job_id})" if self.settings.job_id else ""
+        return f"{self.settings.run_name}{job} — {self.sources.describe()}"
+
+    def _stop(self, verdict: Verdict, now: float) -> int:
+        from guarded_sbatch.actions.evidence import write_evidence
+        from guarded_sbatch.actions.notes import append_project_note
+        from guarded_sbatch.actions.stop import stop_run
+
+        self._full_report(verdict, now, ending=True)
+        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command)
+        self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
+        history = self.sources.history()
+        series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
+        evidence_path = None
+        try:
+            bundle = write_evidence(
+                self.settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
+                run={"name": self.settings.run_name, "job_id": self.settings.job_id,
+                     "data_source": self.state.data_source, "source": self.sources.describe()},
+                files_inspected=self.sources.files_inspected(), log_path=self.sources.stdout_path(),
+                stop_detail=outcome.detail,
+            )
+            evidence_path = str(bundle.json_path)
+        except OSError as exc:
+            self.emit(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n")
+        note_detail = "not configured"
+        if self.settings.notes_path is not None:
+            note = (
+                f"### {self.settings.run_name}: STOP ({verdict.reason.value})\n"
+                f"- {verdict.message}\n- step {verdict.last_step}; {outcome.detail}\n- evidence: {evidence_path}"
+            )
+            try:
+                append_project_note(self.settings.notes_path, note)
+                note_detail = f"appended to {self.settings.notes_path}"
+            except GuardedError as exc:
+                note_detail = f"FAILED: {exc}"
+        summary = render_final_summary(
+            run=self.settings.run_name, job_id=self.settings.job_id, verdict=verdict, stop_detail=outcome.detail,
+            evidence_path=evidence_path, note_detail=note_detail, when=self.clock(),
+        )
+        self.emit("\n" + summary)
+        self._remember(verdict)
+        self.state.finished = True
+        self.state.final_summary = summary
+        self.state.evidence = evidence_path or ""
+        return 0
+
+
+def judge_sources(sources: SourceSet, policy: object | None, context: object) -> Verdict:
+    """The verdict on the sources' history; with nothing readable, WAIT and say why."""
+    from guarded_sbatch.judge.decide import decide
+    from guarded_sbatch.judge.policy import JudgePolicy
+    from guarded_sbatch.judge.verdict import Reason
+
+    history = sources.history()
+    verdict = decide(history, policy if policy is not None else JudgePolicy(), context)  # type: ignore[arg-type]
+    if not len(history) and sources.read_error:
+        return Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"no metrics could be read: {sources.read_error}")
+    return verdict
+
+
+def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
+    """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
+    from guarded_sbatch.judge.policy import RunContext
+
+    sources = SourceSet(settings, None)
+    sources.read()
+    verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+    return verdict, DATA_SOURCE_LABELS.get(sources.active_kind, "unreachable")

@@ -1,0 +1,164 @@
+"""The sidecar's view of a run's metric sources: explicit paths or discovery, one history per
+source, and the highest-priority source that has data is the one judged."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from guarded_sbatch.errors import GuardedError
+
+if TYPE_CHECKING:
+    from guarded_sbatch.judge.history import MetricHistory
+    from guarded_sbatch.scheduler.base import Scheduler
+    from guarded_sbatch.sidecar import SidecarSettings
+    from guarded_sbatch.sources.base import MetricSource
+
+PRIORITY = {"wandb": 0, "tensorboard": 1, "mlflow": 2, "csv": 2, "textlog": 3}
+
+
+class SourceSet:
+    def __init__(self, settings: "SidecarSettings", scheduler: "Scheduler | None") -> None:
+        self.settings = settings
+        self.scheduler = scheduler
+        self.sources: list[MetricSource] = []
+        self.histories: dict[int, MetricHistory] = {}
+        self.read_error = ""
+        self._stdout: Path | None = None
+        self._work_dir: Path | None = None
+        self._stdout_size = -1
+        self._job_info_loaded = False
+        self._explicit_opened = False
+
+    def _load_job_info(self) -> None:
+        if self._job_info_loaded or self.scheduler is None or self.settings.job_id is None:
+            return
+        try:
+            info = self.scheduler.info(self.settings.job_id)
+        except GuardedError:
+            return  # try again next poll
+        self._job_info_loaded = True
+        self._stdout = Path(info.stdout_path) if info.stdout_path else None
+        self._work_dir = Path(info.work_dir) if info.work_dir else None
+
+    def _ensure_sources(self) -> None:
+        from guarded_sbatch.sources.discovery import discover_sources, open_source
+
+        if not self._explicit_opened:
+            self._explicit_opened = True
+            for kind, paths in (("wandb", self.settings.wandb_paths), ("tensorboard", self.settings.tb_paths),
+                                ("textlog", self.settings.log_paths)):
+                for path in paths:
+                    self.sources.append(open_source(kind, path))
+            if self.settings.wandb_run:
+                from guarded_sbatch.sources.wandb_api import WandbApiSource
+
+                self.sources.append(WandbApiSource(self.settings.wandb_run))
+        explicit = bool(self.settings.tb_paths or self.settings.wandb_paths or self.settings.log_paths
+                        or self.settings.wandb_run)
+        if explicit and not self.settings.search_dirs:
+            return
+        self._load_job_info()
+        roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
+        known = {(s.kind, s.describe()) for s in self.sources}
+        for root in roots:
+            for source in discover_sources(root, stdout_path=self._stdout):
+                if (source.kind, source.describe()) not in known:
+                    self.sources.append(source)
+                    known.add((source.kind, source.describe()))
+        self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
+
+    def read(self) -> int:
+        """Read every source; return the number of new points of the active one."""
+        from guarded_sbatch.judge.history import MetricHistory
+
+        self.read_error = ""
+        try:
+            self._ensure_sources()
+        except (GuardedError, OSError) as exc:
+            self.read_error = str(exc)
+        before = self._active_index()
+        added: dict[int, int] = {}
+        for index, source in enumerate(self.sources):
+            try:
+                points = source.read_new()
+            except (GuardedError, OSError) as exc:
+                self.read_error = f"{source.describe()}: {exc}"
+                continue
+            history = self.histories.setdefault(index, MetricHistory())
+            added[index] = history.add(points) if points else 0
+        active = self._active_index()
+        if active is None:
+            return 0
+        return added.get(active, 0) if active == before else len(self.histories[active])
+
+    def _active_index(self) -> int | None:
+        for index, _ in enumerate(self.sources):
+            history = self.histories.get(index)
+            if history is not None and len(history):
+                return index
+        return None
+
+    @property
+    def active_kind(self) -> str | None:
+        index = self._active_index()
+        return self.sources[index].kind if index is not None else None
+
+    def history(self) -> "MetricHistory":
+        from guarded_sbatch.judge.history import MetricHistory
+
+        index = self._active_index()
+        return self.histories[index] if index is not None else MetricHistory()
+
+    def describe(self) -> str:
+        index = self._active_index()
+        if index is not None:
+            return self.sources[index].describe()
+        return "no metrics found yet"
+
+    def files_inspected(self) -> list[str]:
+        files: list[str] = []
+        for source in self.sources:
+            try:
+                files.extend(source.files_inspected())
+            except (GuardedError, OSError):
+                continue
+        return files
+
+    def stdout_path(self) -> Path | None:
+        if self._stdout is not None:
+            return self._stdout
+        return self.settings.log_paths[0] if self.settings.log_paths else None
+
+    def stdout_grew(self) -> bool:
+        path = self.stdout_path()
+        if path is None:
+            return False
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return False
+        grew = size != self._stdout_size
+        self._stdout_size = size
+        return grew
+
+    def step_rate(self) -> float | None:
+        history = self.history()
+        if not len(history):
+            return None
+        first_step, first_time, last_step, last_time = None, None, None, None
+        for key in history.keys():
+            steps, _ = history.series(key)
+            if len(steps):
+                first_step, last_step = int(steps[0]), int(steps[-1])
+                break
+        wall_first, wall_last = getattr(history, "first_wall_time", None), history.last_wall_time
+        if first_step is None or last_step is None or wall_last is None:
+            return None
+        del first_time, last_time
+        if callable(wall_first):
+            wall_first = wall_first()
+        if not wall_first or not wall_last or wall_last <= wall_first:
+            return None
+        return (last_step - first_step) / (wall_last - wall_first)

@@ -1,0 +1,49 @@
+"""What a sidecar keeps between polls, in a file, so a requeued or restarted sidecar resumes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from guarded_sbatch.fsutil import read_json, write_json_atomic
+
+
+@dataclass
+class SidecarState:
+    started_at: float = 0.0
+    restarts: int = 0
+    checks: int = 0
+    full_reports: int = 0
+    next_full_report_at: float = 0.0
+    full_interval_s: float = 1800.0
+    healthy_streak: int = 0
+    last_decision: str = ""
+    last_reason: str = ""
+    last_message: str = ""
+    last_step: int | None = None
+    last_new_data_at: float = 0.0
+    last_job_poll_at: float = 0.0
+    job_polls: list[float] = field(default_factory=list)  # times of scheduler calls, last hour
+    quiet_threshold_s: float = 45.0
+    last_job_state: str = ""
+    data_source: str = "unreachable"
+    reported_anomalies: list[str] = field(default_factory=list)
+    finished: bool = False
+    final_summary: str = ""
+    evidence: str = ""
+    step_rate: float | None = None  # steps per second, for the live ETA
+
+    @classmethod
+    def load(cls, path: Path) -> "SidecarState":
+        raw = read_json(path)
+        if not isinstance(raw, dict):
+            return cls()
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def save(self, path: Path) -> None:
+        write_json_atomic(path, asdict(self))
+
+    def record_job_poll(self, now: float) -> None:
+        self.last_job_poll_at = now
+        self.job_polls = [t for t in self.job_polls if now - t < 3600] + [now]
