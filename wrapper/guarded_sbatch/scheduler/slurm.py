@@ -1,0 +1,305 @@
+"""The Slurm backend: the one module that runs Slurm's commands (sbatch, squeue, scontrol, sacct, scancel).
+
+Every command goes through runner.run_command with a timeout. A controller that does not answer is reported
+as SlurmUnreachableError (a SchedulerError), or as JobState.UNKNOWN by state(): never as a final state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.errors import CommandError, SchedulerError, UsageError
+from guarded_sbatch.runner import CommandResult, run_command
+from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
+from guarded_sbatch.scheduler.slurm_parse import (
+    error_lines,
+    is_unknown_job,
+    is_unreachable,
+    parse_exit_code,
+    parse_key_values,
+    parse_parsable_job_id,
+    parse_test_only_start,
+    parse_time_limit,
+    parse_timestamp,
+    parse_user_name,
+)
+
+# Every state a job can be in while it still holds (or waits for) its place in the queue.
+_ACTIVE_STATES_FILTER = "pending,running,suspended,completing,configuring,requeued"
+_SACCT_FIELDS = ("JobID", "JobName", "User", "WorkDir", "Timelimit", "Start", "End", "ExitCode", "State")
+
+
+class SlurmUnreachableError(SchedulerError):
+    """slurmctld (or slurmdbd) did not answer."""
+
+
+class SlurmScheduler:
+    """Scheduler protocol over a real Slurm cluster."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        *,
+        state_dir: Path | None = None,
+        query_timeout_s: float = 30.0,
+        submit_timeout_s: float = 60.0,
+    ) -> None:
+        self.query_timeout_s = query_timeout_s
+        self.submit_timeout_s = submit_timeout_s
+        self.final_states = FinalStateCache(state_dir)
+        self._config: dict[str, str] | None = None
+
+    # --- submission ----------------------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> str:
+        """`sbatch --parsable <options> script <args>` with the options unchanged; returns the job id."""
+        argv = ["sbatch", "--parsable", *request.sbatch_options, str(request.script), *request.script_args]
+        result = self._run(argv, timeout=self.submit_timeout_s, env=self._submit_env(request), cwd=self._checked_workdir(request))
+        if result.returncode != 0:
+            self._raise_if_unreachable(result)
+            raise SchedulerError(f"sbatch rejected the job: {error_lines(result.stderr or result.stdout, 'sbatch')}")
+        job_id = parse_parsable_job_id(result.stdout)
+        if job_id is None:
+            raise SchedulerError(
+                f"sbatch printed no job id (stdout: {result.stdout.strip()!r}); check `squeue -u {self.current_user()}`"
+            )
+        return job_id
+
+    def estimate_start(self, request: SubmitRequest) -> float | None:
+        """Epoch seconds from `sbatch --test-only`; None when Slurm cannot tell. Raises when sbatch rejects the request."""
+        argv = ["sbatch", "--test-only", *request.sbatch_options, str(request.script), *request.script_args]
+        env = {**self._submit_env(request), "SLURM_TIME_FORMAT": "%s"}
+        try:
+            result = self._run(argv, timeout=self.submit_timeout_s, env=env, cwd=self._checked_workdir(request))
+        except SlurmUnreachableError:
+            return None
+        if result.returncode != 0:
+            if is_unreachable(result.stderr):
+                return None
+            raise SchedulerError(f"sbatch --test-only rejected the job: {error_lines(result.stderr, 'sbatch')}")
+        return parse_test_only_start(result.stderr + "\n" + result.stdout)
+
+    # --- questions about jobs ------------------------------------------------------------------------
+
+    def state(self, job_id: str) -> JobState:
+        """Live state from squeue; once the job is gone, the remembered final state or sacct; else UNKNOWN."""
+        try:
+            result = self._run(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"], timeout=self.query_timeout_s)
+        except SchedulerError:
+            return JobState.UNKNOWN
+        rows = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        if result.returncode == 0 and rows:
+            state = JobState.from_slurm(rows[0])
+            if state.is_terminal:
+                self._remember(job_id, {"job_id": job_id, "state": state.value})
+            return state
+        if result.returncode != 0 and not is_unknown_job(result.stderr):
+            return JobState.UNKNOWN  # unreachable, or an answer we do not understand: never guess a final state
+        try:
+            return self._state_of_gone_job(job_id)
+        except SchedulerError:
+            return JobState.UNKNOWN
+
+    def info(self, job_id: str) -> JobInfo:
+        """Details from `scontrol -o show job` (expanded StdOut path); from memory or sacct once the job is gone."""
+        result = self._run(
+            ["scontrol", "-o", "show", "job", job_id], timeout=self.query_timeout_s, env=self._query_env()
+        )
+        if result.returncode == 0:
+            for line in result.stdout.splitlines():
+                if line.startswith("JobId="):
+                    info = _job_info_from_scontrol(parse_key_values(line))
+                    if info.state.is_terminal:
+                        self._remember(job_id, _info_to_fields(info))
+                    return info
+        self._raise_if_unreachable(result)
+        if result.returncode != 0 and not is_unknown_job(result.stderr):
+            raise SchedulerError(f"scontrol could not show job {job_id}: {error_lines(result.stderr, 'scontrol')}")
+        remembered = self._remembered(job_id)
+        if remembered is not None and "work_dir" in remembered:
+            return _info_from_fields(remembered)
+        if self.accounting_enabled():
+            row = self._sacct_row(job_id)
+            if row is not None:
+                return _job_info_from_sacct(row)
+        if remembered is not None:
+            return _info_from_fields(remembered)
+        raise SchedulerError(
+            f"Slurm no longer knows job {job_id} (it ended more than MinJobAge ago and accounting is off); "
+            "check the job's output file"
+        )
+
+    def cancel(self, job_id: str, *, signal: str | None = None) -> None:
+        """scancel the job; with a signal, send it instead (`B:SIG` to the batch shell only, else to all steps)."""
+        argv = ["scancel"]
+        if signal:
+            batch_only = signal.upper().startswith("B:")
+            argv += ["--batch" if batch_only else "--full", f"--signal={signal[2:] if batch_only else signal}"]
+        argv.append(job_id)
+        result = self._run(argv, timeout=self.query_timeout_s)
+        if result.returncode == 0 or is_unknown_job(result.stderr):
+            return  # already ended or purged: nothing left to cancel
+        self._raise_if_unreachable(result)
+        raise SchedulerError(f"scancel {job_id} failed: {error_lines(result.stderr, 'scancel')}")
+
+    def current_user(self) -> str:
+        return pwd.getpwuid(os.getuid()).pw_name
+
+    def active_job_names(self) -> set[str]:
+        """Names of this user's pending/running jobs (squeue's text output: `squeue --json` ignores -u in 22.05)."""
+        argv = ["squeue", "-h", "-u", self.current_user(), "-t", _ACTIVE_STATES_FILTER, "-o", "%j"]
+        result = self._run(argv, timeout=self.query_timeout_s)
+        if result.returncode != 0:
+            self._raise_if_unreachable(result)
+            raise SchedulerError(f"squeue failed: {error_lines(result.stderr, 'squeue')}")
+        return {line for line in result.stdout.splitlines() if line.strip()}
+
+    def accounting_enabled(self) -> bool:
+        """Whether slurmdbd accounting is on (so sacct can answer about finished jobs)."""
+        storage = self._slurm_config().get("AccountingStorageType", "accounting_storage/none")
+        return storage.strip() != "accounting_storage/none"
+
+    def cluster_name(self) -> str:
+        return self._slurm_config().get("ClusterName", "")
+
+    # --- internals -----------------------------------------------------------------------------------
+
+    def _state_of_gone_job(self, job_id: str) -> JobState:
+        remembered = self._remembered(job_id)
+        if remembered is not None:
+            return JobState.from_slurm(str(remembered.get("state", "")))
+        if self.accounting_enabled():
+            row = self._sacct_row(job_id)
+            if row is not None:
+                state = JobState.from_slurm(row["State"])
+                if state.is_terminal:
+                    self._remember(job_id, _info_to_fields(_job_info_from_sacct(row)))
+                return state
+        return JobState.UNKNOWN
+
+    def _sacct_row(self, job_id: str) -> dict[str, str] | None:
+        argv = ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", ",".join(_SACCT_FIELDS)]
+        result = self._run(argv, timeout=self.query_timeout_s, env=self._query_env())
+        if result.returncode != 0:
+            self._raise_if_unreachable(result)
+            raise SchedulerError(f"sacct failed: {error_lines(result.stderr, 'sacct')}")
+        for line in result.stdout.splitlines():
+            values = line.split("|")
+            if len(values) == len(_SACCT_FIELDS) and values[0] == job_id:
+                return dict(zip(_SACCT_FIELDS, values))
+        return None
+
+    def _slurm_config(self) -> dict[str, str]:
+        if self._config is None:
+            result = self._run(["scontrol", "show", "config"], timeout=self.query_timeout_s)
+            if result.returncode != 0:
+                self._raise_if_unreachable(result)
+                raise SchedulerError(f"scontrol show config failed: {error_lines(result.stderr, 'scontrol')}")
+            config: dict[str, str] = {}
+            for line in result.stdout.splitlines():
+                key, sep, value = line.partition("=")
+                if sep and key.strip() and " " not in key.strip():
+                    config[key.strip()] = value.strip()
+            self._config = config
+        return self._config
+
+    def _remember(self, job_id: str, fields: dict[str, Any]) -> None:
+        try:
+            self.final_states.put(self.cluster_name(), job_id, fields)
+        except (OSError, SchedulerError):
+            pass  # remembering is best effort: the answer in hand is still right
+
+    def _remembered(self, job_id: str) -> dict[str, Any] | None:
+        return self.final_states.get(self.cluster_name(), job_id)
+
+    def _checked_workdir(self, request: SubmitRequest) -> Path:
+        workdir = Path(request.workdir) if request.workdir is not None else Path.cwd()
+        if not workdir.is_dir():
+            raise UsageError(f"working folder {workdir} does not exist: create it or submit from another folder")
+        script = request.script if Path(request.script).is_absolute() else workdir / request.script
+        if not Path(script).is_file():
+            raise UsageError(f"batch script {request.script} not found in {workdir}: check the path")
+        return workdir
+
+    @staticmethod
+    def _submit_env(request: SubmitRequest) -> dict[str, str]:
+        return {**os.environ, **request.env}
+
+    @staticmethod
+    def _query_env() -> dict[str, str]:
+        return {**os.environ, "SLURM_TIME_FORMAT": "%s"}
+
+    def _run(
+        self, argv: list[str], *, timeout: float, env: dict[str, str] | None = None, cwd: Path | None = None
+    ) -> CommandResult:
+        try:
+            return run_command(argv, timeout=timeout, env=env, cwd=cwd, check=False)
+        except CommandError as error:
+            if error.timed_out:
+                raise SlurmUnreachableError(
+                    f"slurmctld is not answering: `{argv[0]}` got no reply within {timeout:.0f} s; "
+                    "check `sinfo` or ask your admin"
+                ) from None
+            raise SchedulerError(
+                f"cannot run `{argv[0]}` ({error.stderr.strip()}): is Slurm installed on this machine? "
+                "Without Slurm, use the local scheduler"
+            ) from None
+
+    @staticmethod
+    def _raise_if_unreachable(result: CommandResult) -> None:
+        if result.returncode != 0 and is_unreachable(result.stderr):
+            raise SlurmUnreachableError(
+                f"slurmctld is not answering: {error_lines(result.stderr, result.argv[0])}; "
+                "check `sinfo` or ask your admin"
+            )
+
+
+def _job_info_from_scontrol(fields: dict[str, str]) -> JobInfo:
+    reason = fields.get("Reason", "")
+    return JobInfo(
+        job_id=fields.get("JobId", ""),
+        state=JobState.from_slurm(fields.get("JobState", "")),
+        name=fields.get("JobName", ""),
+        owner=parse_user_name(fields.get("UserId", "")),
+        work_dir=fields.get("WorkDir", ""),
+        stdout_path=fields.get("StdOut", ""),
+        time_limit_s=parse_time_limit(fields.get("TimeLimit", "")),
+        start_time=parse_timestamp(fields.get("StartTime", "")),
+        end_time=parse_timestamp(fields.get("EndTime", "")),
+        exit_code=parse_exit_code(fields.get("ExitCode", "")),
+        reason="" if reason in ("None", "(null)") else reason,
+    )
+
+
+def _job_info_from_sacct(row: dict[str, str]) -> JobInfo:
+    return JobInfo(
+        job_id=row["JobID"],
+        state=JobState.from_slurm(row["State"]),
+        name=row["JobName"],
+        owner=row["User"],
+        work_dir=row["WorkDir"],
+        time_limit_s=parse_time_limit(row["Timelimit"]),
+        start_time=parse_timestamp(row["Start"]),
+        end_time=parse_timestamp(row["End"]),
+        exit_code=parse_exit_code(row["ExitCode"]),
+    )
+
+
+def _info_to_fields(info: JobInfo) -> dict[str, Any]:
+    fields = dataclasses.asdict(info)
+    fields["state"] = info.state.value
+    return fields
+
+
+def _info_from_fields(fields: dict[str, Any]) -> JobInfo:
+    known = {f.name for f in dataclasses.fields(JobInfo)}
+    values = {key: value for key, value in fields.items() if key in known}
+    values["state"] = JobState.from_slurm(str(values.get("state", "")))
+    values.setdefault("job_id", "")
+    return JobInfo(**values)

@@ -1,0 +1,88 @@
+"""Final states of Slurm jobs, remembered on disk.
+
+Without accounting (no slurmdbd) a finished job vanishes from squeue/scontrol after MinJobAge, and with it
+the only record of how it ended. Every terminal state the Slurm backend sees is written here, so a later
+question about that job still gets its final answer.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+CACHE_FILE_NAME = "slurm-final-states.json"
+MAX_ENTRIES = 5000  # oldest entries are dropped beyond this; a final state matters for days, not years
+
+
+def default_state_dir() -> Path:
+    configured = os.environ.get("GUARDED_SBATCH_STATE_DIR")
+    if configured:
+        return Path(configured)
+    return Path.home() / ".cache" / "guarded-sbatch"
+
+
+class FinalStateCache:
+    """A small JSON file `{"<cluster>:<job id>": {...job fields..., "recorded_at": epoch}}`.
+
+    Writes are atomic (temporary file + rename) and serialised with a lock file, because the sidecar and the
+    CLI may record at the same time.
+    """
+
+    def __init__(self, state_dir: Path | None = None) -> None:
+        self.path = (state_dir or default_state_dir()) / CACHE_FILE_NAME
+
+    def get(self, cluster: str, job_id: str) -> dict[str, Any] | None:
+        entry = self._read().get(_key(cluster, job_id))
+        return entry if isinstance(entry, dict) else None
+
+    def put(self, cluster: str, job_id: str, fields: dict[str, Any]) -> None:
+        """Record (merge) fields for a job; unknown fields already stored are kept."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            entries = self._read()
+            key = _key(cluster, job_id)
+            previous = entries.get(key) if isinstance(entries.get(key), dict) else {}
+            entries[key] = {**previous, **fields, "recorded_at": time.time()}
+            if len(entries) > MAX_ENTRIES:
+                newest = sorted(entries.items(), key=lambda item: item[1].get("recorded_at", 0.0))[-MAX_ENTRIES:]
+                entries = dict(newest)
+            self._write(entries)
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}  # missing or damaged: start afresh rather than fail a status query
+        return data if isinstance(data, dict) else {}
+
+    def _write(self, entries: dict[str, Any]) -> None:
+        handle, temporary = tempfile.mkstemp(prefix=".final-states-", dir=self.path.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream:
+                json.dump(entries, stream, sort_keys=True)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(temporary, self.path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.path.with_suffix(".lock"), "a", encoding="utf-8") as lock_file:
+            fcntl.flock(lock_file, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _key(cluster: str, job_id: str) -> str:
+    return f"{cluster}:{job_id}"

@@ -1,0 +1,126 @@
+"""Parsers for the text Slurm's commands print. Slurm output is data: nothing here trusts its shape."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+# `scontrol -o show job` prints `Key=value` pairs separated by single spaces, but values may themselves hold
+# spaces (JobName, StdOut, Comment). A new pair starts at a space followed by a CamelCase key and `=`;
+# keys may contain `:` and `/` (AllocNode:Sid, CPUs/Task, ReqB:S:C:T).
+_KEY_START = re.compile(r"(?:^|(?<=\s))([A-Z][A-Za-z0-9_:/]*)=")
+
+# sbatch --test-only (stderr): "sbatch: Job 4 to start at 1796211990 using 1 processors on nodes ..."
+_TEST_ONLY = re.compile(r"\bJob\s+(\d+)\s+to start at\s+(\S+)")
+
+# Messages meaning "the controller did not answer" rather than "the request was wrong".
+_UNREACHABLE_MARKERS = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "zero bytes were transmitted",
+    "slurm backup controller in standby",
+    "communication connection failure",
+)
+
+_INVALID_JOB_MARKERS = ("invalid job id", "job/step already completing or completed")
+
+
+def parse_key_values(line: str) -> dict[str, str]:
+    """Split one `scontrol -o show ...` line into its fields (values keep their inner spaces)."""
+    starts = list(_KEY_START.finditer(line))
+    fields: dict[str, str] = {}
+    for index, match in enumerate(starts):
+        end = starts[index + 1].start() if index + 1 < len(starts) else len(line)
+        key = match.group(1)
+        if key not in fields:  # the first occurrence is Slurm's; later ones are inside a value
+            fields[key] = line[match.end() : end].rstrip()
+    return fields
+
+
+def parse_time_limit(text: str) -> int | None:
+    """Slurm time limit (`[days-]hours:minutes:seconds`, `minutes`, `UNLIMITED`) to seconds; None if unlimited/unknown."""
+    value = text.strip()
+    if not value or value.upper() in {"UNLIMITED", "INFINITE", "PARTITION_LIMIT", "N/A", "NONE"}:
+        return None
+    days = 0
+    if "-" in value:
+        day_text, _, value = value.partition("-")
+        if not day_text.isdigit():
+            return None
+        days = int(day_text)
+    parts = value.split(":")
+    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    numbers = [int(p) for p in parts]
+    if len(numbers) == 1:  # bare "M" means minutes; "D-H" means days-hours
+        seconds = numbers[0] * 3600 if days else numbers[0] * 60
+    elif len(numbers) == 2:  # "M:S", or "D-H:M"
+        seconds = numbers[0] * 3600 + numbers[1] * 60 if days else numbers[0] * 60 + numbers[1]
+    else:
+        seconds = numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
+    return days * 86400 + seconds
+
+
+def parse_timestamp(text: str) -> float | None:
+    """A Slurm time (epoch seconds under SLURM_TIME_FORMAT=%s, or ISO local time) to epoch seconds."""
+    value = text.strip()
+    if not value or value in {"Unknown", "None", "N/A", "0"}:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        return datetime.fromisoformat(value).timestamp()  # naive: the login node's local time, as Slurm prints
+    except ValueError:
+        return None
+
+
+def parse_exit_code(text: str) -> int | None:
+    """`exit:signal` (e.g. `0:0`, `1:0`, `0:15`) to the exit status; a signal gives 128 + signal."""
+    status, _, signal = text.strip().partition(":")
+    if not status.isdigit():
+        return None
+    if signal.isdigit() and int(signal) and not int(status):
+        return 128 + int(signal)
+    return int(status)
+
+
+def parse_user_name(user_id_field: str) -> str:
+    """`UserId=alice(1000)` value to `alice`."""
+    return user_id_field.split("(", 1)[0].strip()
+
+
+def parse_parsable_job_id(stdout: str) -> str | None:
+    """`sbatch --parsable` output (`123` or `123;cluster`) to the job id."""
+    for line in reversed(stdout.splitlines()):
+        candidate = line.strip().split(";", 1)[0]
+        if re.fullmatch(r"\d+(_\d+)?", candidate):
+            return candidate
+    return None
+
+
+def parse_test_only_start(stderr: str) -> float | None:
+    """Start time from `sbatch --test-only` stderr."""
+    match = _TEST_ONLY.search(stderr)
+    return parse_timestamp(match.group(2)) if match else None
+
+
+def is_unreachable(message: str) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in _UNREACHABLE_MARKERS)
+
+
+def is_unknown_job(message: str) -> bool:
+    lowered = message.lower()
+    return any(marker in lowered for marker in _INVALID_JOB_MARKERS)
+
+
+def error_lines(stderr: str, program: str) -> str:
+    """The lines a Slurm command printed about what went wrong, joined into one line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    chosen = [line for line in lines if "error" in line.lower()] or lines[:1]
+    unique: list[str] = []
+    for line in chosen:
+        if line not in unique:
+            unique.append(line)
+    return "; ".join(unique) or f"{program} printed no message"
