@@ -1,0 +1,104 @@
+"""`guarded-sbatch [sbatch options] script.sh [args]` and `guarded-sbatch check ...`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from guarded_sbatch.errors import BlockedError, ExitCode, GuardedError, UsageError
+
+BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
+
+
+def choose_backend(config: object, requested: str | None) -> str:
+    backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()  # type: ignore[attr-defined]
+    if backend not in ("slurm", "local"):
+        raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
+    return backend
+
+
+def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
+    from guarded_sbatch.config import load_config
+    from guarded_sbatch.launch.argv import split_sbatch_argv
+    from guarded_sbatch.launch.preflight import format_report, run_preflight
+    from guarded_sbatch.scheduler import get_scheduler
+
+    launch = split_sbatch_argv(argv)
+    guard = launch.guard_options
+    if launch.info_only and not check_only:
+        return _pass_through_to_sbatch(launch.sbatch_options)
+    if launch.script is None:
+        raise UsageError("no batch script given: guarded-sbatch needs `[options] script.sh [args]` (--wrap is not guarded)")
+    if not launch.script.is_file():
+        raise UsageError(f"batch script {launch.script} not found; check the path")
+    config = load_config()
+    backend = choose_backend(config, guard.backend)
+    scheduler = get_scheduler(backend)
+    report = run_preflight(launch, config, scheduler, restart=guard.restart)
+    print(format_report(report, color=color), file=sys.stderr)
+    if check_only:
+        if guard.json:
+            print(json.dumps(report.to_json(), default=str))
+        return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
+    if report.blocked:
+        raise BlockedError(
+            "launch blocked by the pre-flight: fix the failed checks above, or waive one with "
+            "--guard-waive CHECK=\"REASON\""
+        )
+    return _submit(launch, report, config, scheduler)
+
+
+def _submit(launch: object, report: object, config: object, scheduler: object) -> int:
+    from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
+    from guarded_sbatch.scheduler.base import SubmitRequest
+
+    guard = launch.guard_options  # type: ignore[attr-defined]
+    parsable = any(o.name == "parsable" for o in launch.parsed_options)  # type: ignore[attr-defined]
+    sidecar_config = config.sidecar  # type: ignore[attr-defined]
+    resources = SidecarResources(
+        cpus=sidecar_config.cpus, mem=sidecar_config.mem, partition=sidecar_config.partition or None,
+        account=sidecar_config.account or None, qos=sidecar_config.qos or None,
+        time_limit=sidecar_config.time or None, template=sidecar_config.template,
+        template_dirs=tuple(config.template_dirs),  # type: ignore[attr-defined]
+    )
+    cwd = Path.cwd()
+    sidecar = SidecarOptions(
+        tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
+        log_paths=tuple(_absolute(p, cwd) for p in guard.log), stop_command=guard.stop_command,
+        notes_path=_absolute(guard.notes, cwd) if guard.notes else None,
+        fast_interval_s=getattr(sidecar_config, "fast_interval_s", None),
+        full_interval_s=getattr(config, "check_interval_s", None),
+        job_poll_s=getattr(sidecar_config, "job_poll_s", None),
+    )
+    request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
+                            script_args=launch.script_args, workdir=cwd)  # type: ignore[attr-defined]
+
+    def announce(job_id: str) -> None:
+        print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
+
+    try:
+        submission = submit_guarded(
+            scheduler, request, run_name=report.run_name, sidecar=sidecar, resources=resources,  # type: ignore[attr-defined]
+            waivers=[w.to_json() for w in report.waivers], on_training_submitted=announce,  # type: ignore[attr-defined]
+        )
+    except GuardedError as exc:
+        raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
+                        "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
+    print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
+          f"run folder {submission.record.folder}", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def _absolute(path: Path, cwd: Path) -> Path:
+    return path if path.is_absolute() else cwd / path
+
+
+def _pass_through_to_sbatch(options: tuple[str, ...]) -> int:
+    from guarded_sbatch.runner import run_command
+
+    result = run_command(["sbatch", *options], timeout=30, check=False)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    return result.returncode

@@ -1,0 +1,84 @@
+"""`guarded-sbatch status`: the user's guarded runs at a glance."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from guarded_sbatch.errors import ExitCode, GuardedError
+from guarded_sbatch.fsutil import read_json
+from guarded_sbatch.registry import RunRecord, list_runs
+from guarded_sbatch.timefmt import local_timestamp
+
+
+def run_status(argv: list[str], *, color: bool) -> int:
+    from guarded_sbatch.cli_args import ArgumentParser
+
+    parser = ArgumentParser(prog="guarded-sbatch status", description="your guarded runs")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--all", action="store_true", help="include runs that were killed or restarted")
+    args = parser.parse_args(argv)
+    rows = [run_status_row(r) for r in list_runs() if args.all or not r.ended]
+    if args.json:
+        print(json.dumps({"runs": rows}, default=str))
+        return int(ExitCode.OK)
+    if not rows:
+        print("no guarded runs yet", file=sys.stderr)
+        return int(ExitCode.OK)
+    print(render_table(rows, color=color))
+    return int(ExitCode.OK)
+
+
+def run_status_row(record: RunRecord) -> dict[str, Any]:
+    from guarded_sbatch.scheduler import get_scheduler
+
+    state = "UNKNOWN"
+    try:
+        state = get_scheduler(record.backend).state(record.job_id).value
+    except GuardedError:
+        pass
+    sidecar = read_json(record.sidecar_state_file) or {}
+    eta = None
+    total = (record.tracker or {}).get("total_steps")
+    rate, last_step = sidecar.get("step_rate"), sidecar.get("last_step")
+    if total and rate and last_step is not None and rate > 0:
+        eta = time.time() + (int(total) - int(last_step)) / float(rate)
+    return {
+        "run": record.run_name, "run_id": record.run_id, "backend": record.backend, "job_id": record.job_id,
+        "sidecar_id": record.sidecar_id, "state": state,
+        "decision": sidecar.get("last_decision") or "-", "reason": sidecar.get("last_reason") or "-",
+        "message": sidecar.get("last_message") or "", "last_step": last_step,
+        "steps_per_s": rate, "eta": local_timestamp(eta) if eta else None,
+        "evidence": sidecar.get("evidence") or None, "data_source": sidecar.get("data_source"),
+        "ended": record.ended or None,
+    }
+
+
+def render_table(rows: list[dict[str, Any]], *, color: bool) -> str:
+    columns = [("RUN", "run"), ("JOB", "job_id"), ("STATE", "state"), ("DECISION", "decision"), ("REASON", "reason"),
+               ("STEP", "last_step"), ("ETA", "eta"), ("EVIDENCE", "evidence")]
+    cells = [[str(row.get(key) if row.get(key) is not None else "-") for _, key in columns] for row in rows]
+    widths = [max(len(title), *(len(c[i]) for c in cells)) for i, (title, _) in enumerate(columns)]
+    lines = ["  ".join(title.ljust(w) for (title, _), w in zip(columns, widths))]
+    for row_cells in cells:
+        line = "  ".join(c.ljust(w) for c, w in zip(row_cells, widths))
+        if color:
+            decision = row_cells[3]
+            code = {"STOP": "31", "WAIT": "33", "CONTINUE": "32"}.get(decision)
+            line = f"\x1b[{code}m{line}\x1b[0m" if code else line
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def run_kill(argv: list[str]) -> int:
+    from guarded_sbatch.lifecycle import kill_command
+
+    return kill_command(argv)
+
+
+def run_restart(argv: list[str]) -> int:
+    from guarded_sbatch.lifecycle import restart_command
+
+    return restart_command(argv)
