@@ -27,7 +27,17 @@ GUARD_OPTIONS: dict[str, bool] = {
     "--guard-epochs": True,
     "--guard-restart": False,  # a restart: the name and output folder may already exist
     "--guard-json": False,  # `check`: print the report as JSON on stdout
+    # for the sidecar and the run's lifecycle
+    "--guard-tb": True,  # TensorBoard folder the sidecar reads (repeatable)
+    "--guard-wandb": True,  # W&B run folder or .wandb file (repeatable)
+    "--guard-log": True,  # a text log of the run (repeatable)
+    "--guard-stop-command": True,  # how the sidecar stops the run instead of cancelling the job
+    "--guard-notes": True,  # project notes file appended on STOP
+    "--guard-backend": True,  # slurm | local
+    "--guard-checkpoint-dir": True,  # the run's local checkpoint folder (purged by kill/restart)
+    "--guard-artifact-dir": True,  # the run's remote artifact folder (purged by kill/restart)
 }
+REPEATABLE_GUARD_OPTIONS = frozenset({"--guard-tb", "--guard-wandb", "--guard-log"})
 JSON_ALIAS = "--json"  # sbatch 22.05 has no --json; accepted as --guard-json for `guarded-sbatch check --json`
 
 INFO_ONLY_OPTIONS = frozenset({"help", "usage", "version"})
@@ -52,6 +62,14 @@ class GuardOptions:
     epochs: int | None = None
     restart: bool = False
     json: bool = False
+    tb: tuple[Path, ...] = ()
+    wandb: tuple[Path, ...] = ()
+    log: tuple[Path, ...] = ()
+    stop_command: str | None = None
+    notes: Path | None = None
+    backend: str | None = None
+    checkpoint_dir: Path | None = None
+    artifact_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -258,14 +276,20 @@ def _take_guard_option(argv: list[str], index: int, out: list[tuple[str, str | N
 def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
     waivers: list[Waiver] = []
     values: dict[str, str] = {}
+    repeated: dict[str, list[Path]] = {name: [] for name in REPEATABLE_GUARD_OPTIONS}
     flags: set[str] = set()
     for name, value in words:
         if value is None:
             flags.add(name)
         elif name == "--guard-waive":
             waivers.append(_parse_waiver(value))
+        elif name in REPEATABLE_GUARD_OPTIONS:
+            repeated[name].append(Path(value))
         else:
             values[name] = value
+    backend = values.get("--guard-backend")
+    if backend is not None and backend not in ("slurm", "local"):
+        raise UsageError(f"--guard-backend must be slurm or local, not {backend!r}")
     return GuardOptions(
         waivers=tuple(waivers),
         reference=Path(values["--guard-reference"]) if "--guard-reference" in values else None,
@@ -275,6 +299,14 @@ def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
         epochs=_positive_number(values, "--guard-epochs", int),
         restart="--guard-restart" in flags,
         json="--guard-json" in flags,
+        tb=tuple(repeated["--guard-tb"]),
+        wandb=tuple(repeated["--guard-wandb"]),
+        log=tuple(repeated["--guard-log"]),
+        stop_command=values.get("--guard-stop-command"),
+        notes=Path(values["--guard-notes"]) if "--guard-notes" in values else None,
+        backend=backend,
+        checkpoint_dir=Path(values["--guard-checkpoint-dir"]) if "--guard-checkpoint-dir" in values else None,
+        artifact_dir=Path(values["--guard-artifact-dir"]) if "--guard-artifact-dir" in values else None,
     )
 
 
