@@ -82,6 +82,8 @@ def _submit(launch: object, report: object, config: object, scheduler: object) -
         submission = submit_guarded(
             scheduler, request, run_name=report.run_name, sidecar=sidecar, resources=resources,  # type: ignore[attr-defined]
             waivers=[w.to_json() for w in report.waivers], on_training_submitted=announce,  # type: ignore[attr-defined]
+            run_paths={key: str(_absolute(path, cwd)) for key, path in
+                       (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
         )
     except GuardedError as exc:
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
