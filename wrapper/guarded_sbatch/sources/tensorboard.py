@@ -1,0 +1,455 @@
+"""Incremental reader of TensorBoard event files, decoding the few Event fields it needs by hand.
+
+Unlike TensorBoard's own loader (files in name order, never going back) every event file under the
+folder keeps its own offset, so late writes to an older file (a restarted job whose first process is
+still flushing) are not lost. Files in subfolders are separate runs: their tags get the subfolder as a
+prefix (``validation/epoch_loss``), as TensorBoard shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from pathlib import Path
+
+from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.tfrecord import HEADER_SIZE, MAX_RECORD_SIZE, crc32c, find_next_header
+from guarded_sbatch.sources.wire import read_varint, skip_field, to_signed64
+
+EVENT_FILE_MARKER = "tfevents"
+DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 4
+
+_DOUBLE = struct.Struct("<d")
+_HEADER = struct.Struct("<QI")
+_UINT32 = struct.Struct("<I")
+_MASK_DELTA = 0xA282EAD8
+_set_step = MetricPoint.step.__set__  # type: ignore[attr-defined]
+_set_wall_time = MetricPoint.wall_time.__set__  # type: ignore[attr-defined]
+_set_key = MetricPoint.key.__set__  # type: ignore[attr-defined]
+_set_value = MetricPoint.value.__set__  # type: ignore[attr-defined]
+_FLOAT = struct.Struct("<f")
+_HALF = struct.Struct("<e")
+_UINT16 = struct.Struct("<H")
+
+# TensorFlow DataType enum values for the numeric scalars we accept.
+_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
+_CONTENT_FORMATS = {
+    _DT_FLOAT: struct.Struct("<f"),
+    _DT_DOUBLE: struct.Struct("<d"),
+    _DT_INT32: struct.Struct("<i"),
+    _DT_INT64: struct.Struct("<q"),
+    _DT_HALF: struct.Struct("<e"),
+}
+
+
+def _decode_tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
+    """The value of a one-element numeric TensorProto, or None for anything else."""
+    dtype = 0
+    elements = 1
+    content: bytes | None = None
+    values: list[float] = []
+    while pos < end:
+        key = buf[pos]
+        pos += 1
+        if key == 0x08:  # dtype
+            dtype, pos = read_varint(buf, pos)
+        elif key == 0x12:  # tensor_shape
+            length, pos = read_varint(buf, pos)
+            shape_end = pos + length
+            while pos < shape_end:
+                shape_key, pos = read_varint(buf, pos)
+                if shape_key == 0x12:  # dim
+                    dim_length, pos = read_varint(buf, pos)
+                    dim_end = pos + dim_length
+                    while pos < dim_end:
+                        dim_key, pos = read_varint(buf, pos)
+                        if dim_key == 0x08:
+                            size, pos = read_varint(buf, pos)
+                            elements *= to_signed64(size)
+                        else:
+                            pos = skip_field(buf, pos, dim_key & 7)
+                else:
+                    pos = skip_field(buf, pos, shape_key & 7)
+        elif key == 0x22:  # tensor_content
+            length, pos = read_varint(buf, pos)
+            content = buf[pos : pos + length]
+            pos += length
+        elif key == 0x2A:  # float_val, packed
+            length, pos = read_varint(buf, pos)
+            values.extend(v for (v,) in _FLOAT.iter_unpack(buf[pos : pos + length]))
+            pos += length
+        elif key == 0x2D:  # float_val, unpacked
+            values.append(_FLOAT.unpack_from(buf, pos)[0])
+            pos += 4
+        elif key == 0x32:  # double_val, packed
+            length, pos = read_varint(buf, pos)
+            values.extend(v for (v,) in _DOUBLE.iter_unpack(buf[pos : pos + length]))
+            pos += length
+        elif key == 0x31:  # double_val, unpacked
+            values.append(_DOUBLE.unpack_from(buf, pos)[0])
+            pos += 8
+        elif key in (0x3A, 0x52, 0x6A):  # int_val, int64_val, half_val (packed varints)
+            length, pos = read_varint(buf, pos)
+            packed_end = pos + length
+            while pos < packed_end:
+                raw, pos = read_varint(buf, pos)
+                if key == 0x6A:
+                    values.append(_HALF.unpack(_UINT16.pack(raw & 0xFFFF))[0])
+                else:
+                    values.append(float(to_signed64(raw)))
+        else:
+            pos = skip_field(buf, pos, key & 7)
+    if pos != end or elements != 1:
+        return None
+    if values:
+        return float(values[0]) if len(values) == 1 else None
+    if content is not None:
+        if dtype == _DT_BFLOAT16 and len(content) == 2:
+            return _FLOAT.unpack(b"\x00\x00" + content)[0]
+        fmt = _CONTENT_FORMATS.get(dtype)
+        if fmt is not None and len(content) == fmt.size:
+            return float(fmt.unpack(content)[0])
+    return None
+
+
+def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, list[tuple[str, float]]]:
+    """(wall_time, step, [(tag, value)]) of the scalars in one serialized Event.
+
+    tag_names caches decoded tag strings. Raises on malformed data.
+    """
+    wall_time = 0.0
+    step = 0
+    scalars: list[tuple[str, float]] = []
+    pos = 0
+    end = len(data)
+    while pos < end:
+        key = data[pos]
+        pos += 1
+        if key == 0x09:
+            wall_time = _DOUBLE.unpack_from(data, pos)[0]
+            pos += 8
+        elif key == 0x10:
+            step, pos = read_varint(data, pos)
+            step = to_signed64(step)
+        elif key == 0x2A:  # summary
+            length, pos = read_varint(data, pos)
+            summary_end = pos + length
+            if summary_end > end:
+                raise ValueError("summary past end of event")
+            while pos < summary_end:
+                if data[pos] != 0x0A:
+                    pos = skip_field(data, pos + 1, data[pos] & 7)
+                    continue
+                length, pos = read_varint(data, pos + 1)
+                value_end = pos + length
+                tag = b""
+                value: float | None = None
+                while pos < value_end:
+                    value_key = data[pos]
+                    pos += 1
+                    if value_key == 0x0A:
+                        length, pos = read_varint(data, pos)
+                        tag = data[pos : pos + length]
+                        pos += length
+                    elif value_key == 0x15:
+                        value = _FLOAT.unpack_from(data, pos)[0]
+                        pos += 4
+                    elif value_key == 0x42:
+                        length, pos = read_varint(data, pos)
+                        value = _decode_tensor_scalar(data, pos, pos + length)
+                        pos += length
+                    else:
+                        pos = skip_field(data, pos, value_key & 7) if value_key < 0x80 else _skip_long_key(
+                            data, pos - 1)
+                if pos != value_end:
+                    raise ValueError("summary value overruns")
+                if value is not None and tag:
+                    name = tag_names.get(tag)
+                    if name is None:
+                        name = tag_names[tag] = tag.decode("utf-8", "replace")
+                    scalars.append((name, value))
+            if pos != summary_end:
+                raise ValueError("summary overruns")
+        elif key < 0x80:
+            pos = skip_field(data, pos, key & 7)
+        else:
+            pos = _skip_long_key(data, pos - 1)
+    if pos != end:
+        raise ValueError("event overruns its record")
+    return wall_time, step, scalars
+
+
+def _fast_layout(length: int, at: int) -> tuple[bytes, Callable[[bytes], tuple[Any, ...]]]:
+    """For a fast-layout event of this length whose summary starts at `at`: the 6 bytes that must open
+    the summary (2A n-2 0A n-4 0A n-11, n = length - at), and an unpacker of (wall_time, simple_value)."""
+    remaining = length - at
+    if not 11 < remaining < 130:
+        return b"-", _DOUBLE.unpack  # never equal to a 6-byte slice: not the fast layout
+    opening = bytes([0x2A, remaining - 2, 0x0A, remaining - 4, 0x0A, remaining - 11])
+    return opening, struct.Struct(f"<xd{length - 13}xf").unpack
+
+
+def _skip_long_key(data: bytes, pos: int) -> int:
+    key, pos = read_varint(data, pos)
+    return skip_field(data, pos, key & 7)
+
+
+@dataclass
+class _EventFile:
+    path: Path
+    key_prefix: str
+    offset: int = 0
+    resyncing: bool = False
+
+
+def _sort_key(path: Path) -> tuple[str, int, str]:
+    # events.out.tfevents.<unix time>.<host>...: order by folder, then creation time.
+    parts = path.name.split(".")
+    created = int(parts[3]) if len(parts) > 3 and parts[3].isdigit() else 0
+    return str(path.parent), created, path.name
+
+
+def find_event_files(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
+    if root.is_file():
+        return [root]
+    found: list[Path] = []
+    stack = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth < max_depth:
+                        stack.append((Path(entry.path), depth + 1))
+                elif EVENT_FILE_MARKER in entry.name and entry.is_file():
+                    found.append(Path(entry.path))
+            except OSError:
+                continue
+    return sorted(found, key=_sort_key)
+
+
+class TensorBoardSource:
+    """Scalars from every event file under a folder (or one event file), read incrementally."""
+
+    kind = "tensorboard"
+
+    def __init__(self, path: str | os.PathLike[str], *, check_crc: bool = True,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+        self.path = Path(path)
+        self.check_crc = check_crc
+        self.chunk_bytes = chunk_bytes
+        self.bad_records = 0  # crc failures and undecodable events
+        self.skipped_bytes = 0  # bytes jumped over to find the next record after a corrupt length
+        self._files: dict[Path, _EventFile] = {}
+        self._last_step: dict[str, int] = {}
+        self._tag_names: dict[bytes, str] = {}
+        self._key_names: dict[str, dict[bytes, str]] = {}  # per key prefix: tag bytes -> key
+        self._fast_layouts: dict[int, tuple[bytes, Callable[[bytes], tuple[Any, ...]]]] = {}
+        self._known_length_crcs: dict[int, int] = {}  # record lengths repeat: check each length's crc once
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def files_inspected(self) -> list[str]:
+        return [str(p) for p in self._files]
+
+    def _refresh_files(self) -> list[_EventFile]:
+        root = self.path if self.path.is_dir() else self.path.parent
+        for file_path in find_event_files(self.path):
+            if file_path not in self._files:
+                relative = file_path.parent.relative_to(root).as_posix() if self.path.is_dir() else "."
+                prefix = "" if relative == "." else relative + "/"
+                self._files[file_path] = _EventFile(file_path, prefix)
+        return sorted(self._files.values(), key=lambda f: _sort_key(f.path))
+
+    def read_new(self, max_points: int | None = None) -> list[MetricPoint]:
+        """New points from all files; with max_points, stop after about that many (call again for more)."""
+        points: list[MetricPoint] = []
+        repeated = False
+        for event_file in self._refresh_files():
+            try:
+                size = event_file.path.stat().st_size
+            except OSError:
+                continue
+            if size < event_file.offset:  # truncated and rewritten: start over
+                event_file.offset = 0
+            if size == event_file.offset:
+                continue
+            repeated |= self._read_file(event_file, points, max_points)
+            if max_points is not None and len(points) >= max_points:
+                break
+        return newest_per_key_step(points) if repeated else points
+
+    def _read_file(self, event_file: _EventFile, points: list[MetricPoint], max_points: int | None) -> bool:
+        repeated = False
+        prefix = event_file.key_prefix
+        chunk_bytes = self.chunk_bytes
+        try:
+            handle = open(event_file.path, "rb")
+        except OSError:
+            return False
+        with handle:
+            while max_points is None or len(points) < max_points:
+                handle.seek(event_file.offset)
+                chunk = handle.read(chunk_bytes)
+                if len(chunk) < HEADER_SIZE:
+                    break
+                if event_file.resyncing:
+                    found = find_next_header(chunk, 0)
+                    if found is None:
+                        jump = len(chunk) - HEADER_SIZE + 1
+                        event_file.offset += jump
+                        self.skipped_bytes += jump
+                        if len(chunk) < chunk_bytes:
+                            break
+                        continue
+                    event_file.offset += found
+                    self.skipped_bytes += found
+                    event_file.resyncing = False
+                    continue
+                remaining = None if max_points is None else max_points - len(points)
+                framed = self._scan_chunk(chunk, prefix, points, remaining)
+                repeated |= framed.repeated
+                self.bad_records += framed.bad_records
+                event_file.offset += framed.consumed
+                if framed.resync:
+                    event_file.offset += 1
+                    self.skipped_bytes += 1
+                    event_file.resyncing = True
+                    continue
+                if framed.consumed == 0:
+                    # Either a half-written tail, or one record larger than the chunk.
+                    length = struct.unpack_from("<Q", chunk)[0]
+                    needed = HEADER_SIZE + length + 4
+                    if len(chunk) < chunk_bytes or needed <= len(chunk):
+                        break
+                    chunk_bytes = needed
+                    continue
+                if len(chunk) < chunk_bytes:
+                    break
+        return repeated
+
+    def _scan_chunk(self, buf: bytes, prefix: str, points: list[MetricPoint],
+                    max_records: int | None) -> _ChunkResult:
+        """Frame, crc-check and decode the complete records of buf, appending their scalars to points.
+
+        One fused loop with an inline fast path for the common simple_value event: the per-record
+        Python work is what a reader's speed is made of.
+        """
+        result = _ChunkResult()
+        append = points.append
+        last_step = self._last_step
+        tag_names = self._tag_names
+        known_length_crcs = self._known_length_crcs
+        key_names = self._key_names.setdefault(prefix, {})
+        fast_layouts = self._fast_layouts
+        new_point = MetricPoint.__new__
+        set_step, set_wall_time, set_key, set_value = _set_step, _set_wall_time, _set_key, _set_value
+        check_crc = self.check_crc
+        unpack_header = _HEADER.unpack_from
+        unpack_u32 = _UINT32.unpack_from
+        unpack_double = _DOUBLE.unpack_from
+        unpack_float = _FLOAT.unpack_from
+        crc = crc32c
+        end = len(buf)
+        pos = 0
+        records = 0
+        limit = -1 if max_records is None else max_records
+        while end - pos >= HEADER_SIZE and records != limit:
+            length, length_crc = unpack_header(buf, pos)
+            if known_length_crcs.get(length) != length_crc:
+                if check_crc:
+                    raw = crc(buf[pos : pos + 8])
+                    if (((raw >> 15) | (raw << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
+                        result.bad_records += 1
+                        result.resync = True
+                        break
+                if length > MAX_RECORD_SIZE:
+                    result.bad_records += 1
+                    result.resync = True
+                    break
+                if len(known_length_crcs) < 4096:
+                    known_length_crcs[length] = length_crc
+            data_end = pos + HEADER_SIZE + length
+            if data_end + 4 > end:
+                break  # half-written tail: retried on the next read
+            data = buf[pos + HEADER_SIZE : data_end]
+            record_end = data_end + 4
+            if check_crc:
+                raw = crc(data)
+                if (((raw >> 15) | (raw << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_u32(buf, data_end)[0]:
+                    result.bad_records += 1
+                    pos = record_end
+                    continue
+            pos = record_end
+            records += 1
+            # Fast path: wall_time, step, summary { value { tag, simple_value } } and nothing else.
+            # Layout: 09 <double> 10 <step varint> 2A n-2 0A n-4 0A n-11 <tag> 15 <float>, n = bytes from 2A.
+            at = 0
+            if data[0] == 0x09 and data[9] == 0x10 and length > 22:
+                step = data[10]
+                if step < 0x80:
+                    at = 11
+                elif data[11] < 0x80:
+                    step = (step & 0x7F) | (data[11] << 7)
+                    at = 12
+                elif data[12] < 0x80:
+                    step = (step & 0x7F) | ((data[11] & 0x7F) << 7) | (data[12] << 14)
+                    at = 13
+                if at:
+                    layout = fast_layouts.get(length << 4 | at)
+                    if layout is None:
+                        layout = fast_layouts[length << 4 | at] = _fast_layout(length, at)
+                    if data[length - 5] != 0x15 or data[at : at + 6] != layout[0]:
+                        at = 0
+            if at:
+                tag = data[at + 6 : length - 5]
+                key = key_names.get(tag)
+                if key is None:
+                    key = key_names[tag] = prefix + tag.decode("utf-8", "replace")
+                previous = last_step.get(key)
+                if previous is None or step > previous:
+                    last_step[key] = step
+                else:
+                    result.repeated = True
+                wall_time, value = layout[1](data)
+                # Same object MetricPoint(...) builds, without the frozen dataclass's slower __init__.
+                point = new_point(MetricPoint)
+                set_step(point, step)
+                set_wall_time(point, wall_time)
+                set_key(point, key)
+                set_value(point, value)
+                append(point)
+                continue
+            else:
+                try:
+                    wall_time, step, scalars = decode_event(data, tag_names)
+                except (ValueError, IndexError, struct.error):
+                    result.bad_records += 1
+                    continue
+            for tag_name, value in scalars:
+                key = prefix + tag_name if prefix else tag_name
+                previous = last_step.get(key)
+                if previous is None or step > previous:
+                    last_step[key] = step
+                else:
+                    result.repeated = True
+                append(MetricPoint(step, wall_time, key, value))
+        result.consumed = pos
+        return result
+
+
+@dataclass
+class _ChunkResult:
+    consumed: int = 0
+    bad_records: int = 0
+    resync: bool = False
+    repeated: bool = False
