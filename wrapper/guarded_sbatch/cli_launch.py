@@ -68,9 +68,9 @@ def _submit(launch: object, report: object, config: object, scheduler: object) -
         tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
         log_paths=tuple(_absolute(p, cwd) for p in guard.log), stop_command=guard.stop_command,
         notes_path=_absolute(guard.notes, cwd) if guard.notes else None,
-        fast_interval_s=getattr(sidecar_config, "fast_interval_s", None),
-        full_interval_s=getattr(config, "check_interval_s", None),
-        job_poll_s=getattr(sidecar_config, "job_poll_s", None),
+        fast_interval_s=sidecar_config.fast_interval_s,
+        full_interval_s=config.check_interval_s,
+        job_poll_s=sidecar_config.job_poll_s,
     )
     request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
                             script_args=launch.script_args, workdir=cwd)  # type: ignore[attr-defined]

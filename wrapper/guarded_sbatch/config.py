@@ -46,7 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "forbidden_names": list(DEFAULT_FORBIDDEN_NAMES),
     "quiet_hours": [],
     "checks": {"mandatory": [], "waivable": list(CHECK_NAMES)},
-    "sidecar": {"partition": "", "account": "", "qos": "", "cpus": 1, "mem": "1G", "time": "", "template": "sidecar.sbatch"},
+    "sidecar": {"partition": "", "account": "", "qos": "", "cpus": 1, "mem": "1G", "time": "", "template": "sidecar.sbatch",
+                "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0},
     "preflight": {
         "reference_dirs": ["configs", "recipes", "experiments"],
         "reference_max_depth": 3,
@@ -91,6 +92,8 @@ class SidecarSettings:
     mem: str = "1G"
     time: str = ""
     template: str = "sidecar.sbatch"
+    fast_interval_s: float = 60.0  # how often the sidecar reads new metrics
+    job_poll_s: float = 300.0  # how often it may ask the scheduler (≤ 12 calls an hour by default)
 
 
 @dataclass(frozen=True)
@@ -283,6 +286,8 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             mem=str(sidecar["mem"]),
             time=str(sidecar["time"]),
             template=str(sidecar["template"]),
+            fast_interval_s=float(number("sidecar.fast_interval_seconds", sidecar["fast_interval_seconds"], float)),
+            job_poll_s=float(number("sidecar.job_poll_seconds", sidecar["job_poll_seconds"], float)),
         ),
         template_dirs=tuple(_expand_path(p, env) for p in str_list("template_dirs", data["template_dirs"])),
         scheduler=scheduler,
