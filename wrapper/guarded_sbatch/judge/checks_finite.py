@@ -131,7 +131,7 @@ def check_nonfinite_loss(
         )
     onset_index = len(steps) - streak
     onset = int(steps[onset_index])
-    is_hidden = bool(np.all(hidden[onset_index:] | ~nonfinite[onset_index:]) and np.any(hidden[onset_index:]))
+    is_hidden = bool(hidden[-1])  # the newest bad point is a 0.0 beside a NaN grad norm
     reason = Reason.HIDDEN_NAN if is_hidden else Reason.NON_FINITE_LOSS
     what = (
         f"training loss logged as 0.0 beside a NaN/Inf grad norm (a NaN hidden by the trainer's log filter)"

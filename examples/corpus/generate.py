@@ -1,0 +1,220 @@
+"""The labelled corpus: real small training runs (see corpus_train.py), each written to TensorBoard,
+a text log in a real trainer's format, and optionally a W&B offline run, with the decision expected
+of the judge.
+
+    python examples/corpus/generate.py OUT_DIR [--wandb] [--only NAME ...]
+
+Labels: a healthy run must never be stopped; a broken run must be stopped no earlier than the
+labelled onset of its fault and no later than `stop_within_steps` after it, for one of `reasons`.
+The onset is taken from what really happened in the run (e.g. the first non-finite loss, the step
+of the best evaluation), not from a guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus_sinks import TensorBoardSink, TextFormat, TextLogSink, WandbSink  # noqa: E402
+from corpus_train import LogRecord, TrainSpec, train  # noqa: E402
+
+Onset = Literal["none", "start", "fault", "first_nonfinite_loss", "best_eval", "first_eval", "scale_floor"]
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    description: str
+    train: TrainSpec
+    text_format: TextFormat
+    healthy: bool
+    onset: Onset = "none"
+    stop_within_steps: int | None = None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    name: str
+    description: str
+    healthy: bool  # never STOP
+    onset_step: int | None  # the fault began here: no STOP before it
+    stop_within_steps: int | None  # STOP by onset_step + this
+    reasons: tuple[str, ...]  # acceptable Reason values of that STOP
+    last_step: int
+    tensorboard_dir: str
+    text_log: str
+    text_format: str
+    wandb_dir: str | None
+    seconds: float
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+NAN_REASONS = ("non_finite_loss", "hidden_nan", "non_finite_metric", "divergence", "loss_spike", "grad_explosion")
+DIVERGE_REASONS = ("divergence", "loss_spike", "grad_explosion")
+
+CORPUS: dict[str, CorpusSpec] = {
+    "healthy": CorpusSpec(
+        "Adam, warm-up + cosine decay, flattens at the end", TrainSpec(steps=1500), "megatron", healthy=True
+    ),
+    "noisy": CorpusSpec(
+        "batch of 4, 30% label noise, the loss of every single batch logged",
+        TrainSpec(steps=1200, batch_size=4, label_noise=0.3, log_every=1, lr=1e-3), "nanogpt", healthy=True,
+    ),
+    "warmup_spike": CorpusSpec(
+        "corrupted (x30) input batches at steps 60-66 of the warm-up: a loss spike that recovers",
+        TrainSpec(steps=1000, log_every=2, bad_inputs=(60, 66, 30.0), warmup_steps=100), "llmc", healthy=True,
+    ),
+    "fp16_overflow": CorpusSpec(
+        "fp16 with dynamic loss scaling: overflows, skipped steps and scale drops, all normal",
+        TrainSpec(steps=1500, fp16=True, log_every=1, fp16_growth_interval=40), "megatron", healthy=True,
+    ),
+    "scale_large": CorpusSpec(
+        "regression with targets x100: loss ~1e4, healthy",
+        TrainSpec(task="regress", steps=1200, target_scale=100.0, lr=1e-2), "llmc", healthy=True,
+    ),
+    "scale_small": CorpusSpec(
+        "regression with targets x0.03: loss ~1e-3, healthy",
+        TrainSpec(task="regress", steps=1200, target_scale=0.03, lr=1e-3), "hf", healthy=True,
+    ),
+    "nan_lr": CorpusSpec(
+        "SGD regression; an LR bug multiplies the LR by 300 at step 600: the loss explodes to NaN",
+        TrainSpec(task="regress", optimizer="sgd", lr=0.02, steps=1000, lr_multiplier_from=(600, 300.0)),
+        "megatron", healthy=False, onset="fault", stop_within_steps=80, reasons=NAN_REASONS,
+    ),
+    "hidden_nan": CorpusSpec(
+        "like nan_lr, logged through HF's NaN filter: loss 0.0 beside grad_norm nan",
+        TrainSpec(task="regress", optimizer="sgd", lr=0.02, steps=1000, lr_multiplier_from=(600, 300.0),
+                  hf_nan_filter=True, log_every=10),
+        "hf", healthy=False, onset="fault", stop_within_steps=120, reasons=NAN_REASONS,
+    ),
+    "diverge": CorpusSpec(
+        "gradient clipping at 1.0, LR x100 from step 700: the loss climbs and stays high, never NaN",
+        TrainSpec(steps=1400, optimizer="sgd", lr=0.05, grad_clip=1.0, lr_multiplier_from=(700, 100.0)),
+        "llmc", healthy=False, onset="fault", stop_within_steps=150, reasons=DIVERGE_REASONS,
+    ),
+    "spike_no_recover": CorpusSpec(
+        "unnormalised (x1000) input batches at steps 700-702 kill the ReLUs: the loss jumps to chance and stays",
+        TrainSpec(steps=1400, optimizer="sgd", lr=0.05, bad_inputs=(700, 702, 1000.0)),
+        "megatron", healthy=False, onset="fault", stop_within_steps=150, reasons=DIVERGE_REASONS,
+    ),
+    "plateau_dead_relu": CorpusSpec(
+        "every ReLU dead from the initialisation (bias -20): flat at chance from step 0",
+        TrainSpec(steps=1200, init_bias=-20.0), "nanogpt", healthy=False, onset="start",
+        stop_within_steps=600, reasons=("plateau_from_start",),
+    ),
+    "zero_lr": CorpusSpec(
+        "a schedule bug: the LR is 0 at every step",
+        TrainSpec(steps=1000, schedule="zero"), "llmc", healthy=False, onset="start",
+        stop_within_steps=600, reasons=("lr_schedule", "plateau_from_start"),
+    ),
+    "overfit": CorpusSpec(
+        "128 hidden units on 200 noisy training examples: train loss to ~0, eval loss regresses",
+        TrainSpec(steps=1500, n_train=200, hidden=128, label_noise=0.3, lr=1e-3, schedule="constant",
+                  eval_every=25, n_features=30),
+        "nanogpt", healthy=False, onset="best_eval", stop_within_steps=700, reasons=("eval_regressing",),
+    ),
+    "eval_nan": CorpusSpec(
+        "a corrupt row in the held-out file: every evaluation returns NaN, training is fine",
+        TrainSpec(steps=1000, eval_every=50, eval_set_has_nan=True), "hf", healthy=False, onset="first_eval",
+        stop_within_steps=150, reasons=("eval_failing",),
+    ),
+    "fp16_scale_collapse": CorpusSpec(
+        "fp16; the input pipeline stops normalising at step 600 (x1e4): every step overflows, the scale sits at 1",
+        TrainSpec(steps=1000, fp16=True, log_every=5, bad_inputs=(600, 10_000, 1e4)), "megatron",
+        healthy=False, onset="fault", stop_within_steps=200,
+        reasons=("loss_scale_collapse", "non_finite_loss", "non_finite_metric"),
+    ),
+}
+
+
+def _onset_step(spec: CorpusSpec, records: list[LogRecord]) -> int | None:
+    kind = spec.onset
+    if kind == "none":
+        return None
+    if kind == "start":
+        return 0
+    if kind == "fault":
+        fault = spec.train.lr_multiplier_from or spec.train.bad_inputs
+        return int(fault[0]) if fault else None
+    if kind == "first_nonfinite_loss":
+        return next(r.step for r in records if not r.is_eval and not math.isfinite(r.values["train/loss"]))
+    if kind == "first_eval":
+        return next(r.step for r in records if r.is_eval)
+    if kind == "best_eval":
+        evals = [r for r in records if r.is_eval]
+        return min(evals, key=lambda r: r.values["eval/loss"]).step
+    raise ValueError(f"unknown onset kind {kind}")
+
+
+def generate_run(name: str, out_dir: str | Path, seed: int = 0, *, wandb: bool = False) -> RunLabels:
+    """Train run `name` of CORPUS and write it under out_dir/name; return its labels."""
+    spec = CORPUS[name]
+    run_dir = Path(out_dir) / name
+    (run_dir / "tb").mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    records = list(train(spec.train, seed=seed))
+    text_log = run_dir / f"train-{spec.text_format}.log"
+    sinks: list[TensorBoardSink | TextLogSink | WandbSink] = [
+        TensorBoardSink(run_dir / "tb"),
+        TextLogSink(text_log, spec.text_format, spec.train.steps),
+    ]
+    if wandb:
+        sinks.append(WandbSink(run_dir, name))
+    for record in records:
+        for sink in sinks:
+            sink.write(record)
+    for sink in sinks:
+        sink.close()
+    labels = RunLabels(
+        name=name,
+        description=spec.description,
+        healthy=spec.healthy,
+        onset_step=_onset_step(spec, records),
+        stop_within_steps=spec.stop_within_steps,
+        reasons=spec.reasons,
+        last_step=max(r.step for r in records),
+        tensorboard_dir=str(run_dir / "tb"),
+        text_log=str(text_log),
+        text_format=spec.text_format,
+        wandb_dir=str(run_dir / "wandb") if wandb else None,
+        seconds=time.perf_counter() - started,
+    )
+    (run_dir / "labels.json").write_text(json.dumps(labels.to_json(), indent=2))
+    return labels
+
+
+def records_of(name: str, seed: int = 0) -> list[LogRecord]:
+    """The run's logged records without writing anything (for quick experiments)."""
+    return list(train(CORPUS[name].train, seed=seed))
+
+
+def with_train(name: str, **changes: object) -> CorpusSpec:
+    spec = CORPUS[name]
+    return replace(spec, train=replace(spec.train, **changes))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate the labelled corpus of training runs.")
+    parser.add_argument("out_dir")
+    parser.add_argument("--only", nargs="*", default=None, help="names of runs (default: all)")
+    parser.add_argument("--wandb", action="store_true", help="also write a W&B offline run (slow)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for name in args.only or list(CORPUS):
+        labels = generate_run(name, args.out_dir, args.seed, wandb=args.wandb)
+        print(f"{name:20s} {labels.seconds:5.2f}s last_step={labels.last_step} onset={labels.onset_step}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
