@@ -8,6 +8,7 @@ prefix (``validation/epoch_loss``), as TensorBoard shows them.
 
 from __future__ import annotations
 
+import gc
 import os
 import struct
 from collections.abc import Callable
@@ -183,16 +184,6 @@ def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, 
     return wall_time, step, scalars
 
 
-def _fast_layout(length: int, at: int) -> tuple[bytes, Callable[[bytes], tuple[Any, ...]]]:
-    """For a fast-layout event of this length whose summary starts at `at`: the 6 bytes that must open
-    the summary (2A n-2 0A n-4 0A n-11, n = length - at), and an unpacker of (wall_time, simple_value)."""
-    remaining = length - at
-    if not 11 < remaining < 130:
-        return b"-", _DOUBLE.unpack  # never equal to a 6-byte slice: not the fast layout
-    opening = bytes([0x2A, remaining - 2, 0x0A, remaining - 4, 0x0A, remaining - 11])
-    return opening, struct.Struct(f"<xd{length - 13}xf").unpack
-
-
 def _skip_long_key(data: bytes, pos: int) -> int:
     key, pos = read_varint(data, pos)
     return skip_field(data, pos, key & 7)
@@ -251,8 +242,9 @@ class TensorBoardSource:
         self._files: dict[Path, _EventFile] = {}
         self._last_step: dict[str, int] = {}
         self._tag_names: dict[bytes, str] = {}
-        self._key_names: dict[str, dict[bytes, str]] = {}  # per key prefix: tag bytes -> key
-        self._fast_layouts: dict[int, tuple[bytes, Callable[[bytes], tuple[Any, ...]]]] = {}
+        # Per key prefix: fast-path signature -> key ("" when the signature is not the fast layout).
+        self._fast_keys: dict[str, dict[bytes, str]] = {}
+        self._unpackers: dict[int, Callable[[bytes], tuple[Any, ...]]] = {}  # per record length
         self._known_length_crcs: dict[int, int] = {}  # record lengths repeat: check each length's crc once
 
     def describe(self) -> str:
@@ -283,7 +275,14 @@ class TensorBoardSource:
                 event_file.offset = 0
             if size == event_file.offset:
                 continue
-            repeated |= self._read_file(event_file, points, max_points)
+            # Millions of small acyclic objects would trigger collection after collection for nothing.
+            collector_was_enabled = gc.isenabled()
+            gc.disable()
+            try:
+                repeated |= self._read_file(event_file, points, max_points)
+            finally:
+                if collector_was_enabled:
+                    gc.enable()
             if max_points is not None and len(points) >= max_points:
                 break
         return newest_per_key_step(points) if repeated else points
@@ -337,6 +336,14 @@ class TensorBoardSource:
                     break
         return repeated
 
+    def _fast_key(self, signature: bytes, prefix: str) -> str:
+        """The key for a fast-layout signature (2A n-2 0A n-4 0A n-11 <tag> 15), or "" if it is not one."""
+        n = len(signature) + 4
+        if n < 12 or n > 129 or signature[:6] != bytes([0x2A, n - 2, 0x0A, n - 4, 0x0A, n - 11]) \
+                or signature[-1] != 0x15:
+            return ""
+        return prefix + signature[6:-1].decode("utf-8", "replace")
+
     def _scan_chunk(self, buf: bytes, prefix: str, points: list[MetricPoint],
                     max_records: int | None) -> _ChunkResult:
         """Frame, crc-check and decode the complete records of buf, appending their scalars to points.
@@ -349,8 +356,8 @@ class TensorBoardSource:
         last_step = self._last_step
         tag_names = self._tag_names
         known_length_crcs = self._known_length_crcs
-        key_names = self._key_names.setdefault(prefix, {})
-        fast_layouts = self._fast_layouts
+        fast_keys = self._fast_keys.setdefault(prefix, {})
+        unpackers = self._unpackers
         new_point = MetricPoint.__new__
         set_step, set_wall_time, set_key, set_value = _set_step, _set_wall_time, _set_key, _set_value
         check_crc = self.check_crc
@@ -404,37 +411,37 @@ class TensorBoardSource:
                 elif data[12] < 0x80:
                     step = (step & 0x7F) | ((data[11] & 0x7F) << 7) | (data[12] << 14)
                     at = 13
-                if at:
-                    layout = fast_layouts.get(length << 4 | at)
-                    if layout is None:
-                        layout = fast_layouts[length << 4 | at] = _fast_layout(length, at)
-                    if data[length - 5] != 0x15 or data[at : at + 6] != layout[0]:
-                        at = 0
             if at:
-                tag = data[at + 6 : length - 5]
-                key = key_names.get(tag)
+                # Opening bytes + tag + simple_value marker: one lookup validates the layout and names the key.
+                signature = data[at : length - 4]
+                key = fast_keys.get(signature)
                 if key is None:
-                    key = key_names[tag] = prefix + tag.decode("utf-8", "replace")
-                previous = last_step.get(key)
-                if previous is None or step > previous:
-                    last_step[key] = step
-                else:
-                    result.repeated = True
-                wall_time, value = layout[1](data)
-                # Same object MetricPoint(...) builds, without the frozen dataclass's slower __init__.
-                point = new_point(MetricPoint)
-                set_step(point, step)
-                set_wall_time(point, wall_time)
-                set_key(point, key)
-                set_value(point, value)
-                append(point)
-                continue
-            else:
-                try:
-                    wall_time, step, scalars = decode_event(data, tag_names)
-                except (ValueError, IndexError, struct.error):
-                    result.bad_records += 1
+                    key = self._fast_key(signature, prefix)
+                    if len(fast_keys) < 65536:
+                        fast_keys[signature] = key
+                if key:
+                    previous = last_step.get(key)
+                    if previous is None or step > previous:
+                        last_step[key] = step
+                    else:
+                        result.repeated = True
+                    unpack_wall_and_value = unpackers.get(length)
+                    if unpack_wall_and_value is None:
+                        unpack_wall_and_value = unpackers[length] = struct.Struct(f"<xd{length - 13}xf").unpack
+                    wall_time, value = unpack_wall_and_value(data)
+                    # Same object MetricPoint(...) builds, without the frozen dataclass's slower __init__.
+                    point = new_point(MetricPoint)
+                    set_step(point, step)
+                    set_wall_time(point, wall_time)
+                    set_key(point, key)
+                    set_value(point, value)
+                    append(point)
                     continue
+            try:
+                wall_time, step, scalars = decode_event(data, tag_names)
+            except (ValueError, IndexError, struct.error):
+                result.bad_records += 1
+                continue
             for tag_name, value in scalars:
                 key = prefix + tag_name if prefix else tag_name
                 previous = last_step.get(key)
