@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from guarded_sbatch.errors import ExitCode, GuardedError
+
 
 @dataclass(frozen=True, slots=True)
 class MetricPoint:
@@ -60,3 +62,9 @@ def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[
         previous = per_step.get(point.step)
         if previous is None or point.wall_time >= previous.wall_time:
             per_step[point.step] = point
+
+
+class SourceError(GuardedError):
+    """A metric source could not be opened or read (not: a half-written tail, which is retried)."""
+
+    exit_code = ExitCode.USAGE

@@ -1,0 +1,90 @@
+"""W&B online path: history rows of a run known only by its path or URL, via the public API.
+
+Kept thin over `wandb.Api().run(path).scan_history(...)`; the conversion of the client's rows (dicts
+with `_step`, `_timestamp` and metric keys) into points is the part that is ours, and tested.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from guarded_sbatch.sources.base import MetricPoint, SourceError
+
+_URL = re.compile(r"^(?:https?://[^/]+/)?(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?:runs/)?(?P<run>[^/?#\s]+)")
+_NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}
+
+
+def parse_run_path(text: str) -> str:
+    """'https://wandb.ai/ent/proj/runs/abc123?x' or 'ent/proj/runs/abc123' or 'ent/proj/abc123' -> 'ent/proj/abc123'."""
+    match = _URL.match(text.strip())
+    if match is None:
+        raise SourceError(f"not a W&B run path or URL: {text!r}; use entity/project/run_id or the run's URL")
+    return f"{match['entity']}/{match['project']}/{match['run']}"
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return _NON_FINITE.get(value.strip().lower())
+    return None
+
+
+def rows_to_points(rows: Iterable[Mapping[str, Any]]) -> list[MetricPoint]:
+    """Turn scan_history rows into points; rows without a usable _step are skipped, as are media,
+    histograms, strings and bools; NaN/Infinity (as floats or as the strings the API sends) are kept."""
+    points: list[MetricPoint] = []
+    for row in rows:
+        step = _number(row.get("_step"))
+        if step is None or not math.isfinite(step):
+            continue
+        wall_time = _number(row.get("_timestamp")) or 0.0
+        for key, raw in row.items():
+            if key.startswith("_"):
+                continue
+            value = _number(raw)
+            if value is not None:
+                points.append(MetricPoint(int(step), wall_time, key, value))
+    return points
+
+
+class WandbApiSource:
+    """History of an online W&B run, fetched incrementally by step (needs network and an API key)."""
+
+    kind = "wandb"
+
+    def __init__(self, run_path: str, *, keys: list[str] | None = None, page_size: int = 1000,
+                 timeout_s: float = 30.0) -> None:
+        self.run_path = parse_run_path(run_path)
+        self.keys = keys
+        self.page_size = page_size
+        self.timeout_s = timeout_s
+        self._next_step = 0
+
+    def describe(self) -> str:
+        return self.run_path
+
+    def files_inspected(self) -> list[str]:
+        entity_project, run_id = self.run_path.rsplit("/", 1)
+        return [f"https://wandb.ai/{entity_project}/runs/{run_id}"]
+
+    def read_new(self) -> list[MetricPoint]:
+        try:
+            import wandb
+
+            api = wandb.Api(timeout=int(self.timeout_s))
+            run = api.run(self.run_path)
+            rows = run.scan_history(keys=self.keys, page_size=self.page_size, min_step=self._next_step)
+            points = rows_to_points(rows)
+        except Exception as exc:  # the client raises many types (network, auth, not found)
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SourceError(f"W&B run {self.run_path} could not be read ({first_line}); "
+                              "check the network and WANDB_API_KEY, or read the local .wandb log") from None
+        if points:
+            self._next_step = max(p.step for p in points) + 1
+        return points
