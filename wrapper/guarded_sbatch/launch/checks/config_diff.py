@@ -1,0 +1,186 @@
+"""Check 1: the run's config against the most similar recent reference, key by key, naming silent regressors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guarded_sbatch.launch.checks import regressors as r
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.fsinfo import mount_of, timed_stat
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus, worst_status
+from guarded_sbatch.launch.runconfig import RunConfig, as_number
+from guarded_sbatch.launch.sbatch_options import EffectiveOptions
+
+NAME = CheckName.CONFIG_DIFF.value
+MAX_LISTED_DIFFS = 12
+
+
+def check_config_diff(context: PreflightContext) -> CheckResult:
+    intended = context.intended
+    if intended is None:
+        return CheckResult(NAME, CheckStatus.FAILED,
+                           f"cannot diff: {context.intended_problem or 'no config for this run'}; "
+                           "name it with --guard-config and the reference with --guard-reference")  # fmt: skip
+    reference = context.reference
+    if reference is None:
+        why = context.reference_problem or "no similar config under " + "/, ".join(context.config.reference_dirs) + "/"
+        return CheckResult(NAME, CheckStatus.FAILED,
+                           f"no reference run ({why}): point me at one with --guard-reference",
+                           (f"intended config: {intended.path or 'command-line overrides only'}",))  # fmt: skip
+    findings: list[tuple[CheckStatus, str]] = []
+    evidence: list[str] = [
+        f"intended: {intended.path or 'command-line overrides'}"
+        + (f" + overrides {', '.join(f'{k}={v}' for k, v in intended.overrides.items())}" if intended.overrides else ""),
+        f"reference: {reference.config.path}"
+        + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None else " (given)"),
+    ]  # fmt: skip
+    diffs = key_diff(intended, reference.config)
+    evidence.extend(diffs[:MAX_LISTED_DIFFS])
+    if len(diffs) > MAX_LISTED_DIFFS:
+        evidence.append(f"... and {len(diffs) - MAX_LISTED_DIFFS} more differing keys")
+    findings.extend(_batch_and_lr(context, intended, reference.config, evidence))
+    findings.extend(_precision(context, intended, reference.config))
+    findings.extend(_optimizer(intended, reference.config))
+    findings.extend(_seed(intended))
+    findings.extend(_workers(context, intended, evidence))
+    status = worst_status([status for status, _ in findings])
+    problems = [text for s, text in findings if s is not CheckStatus.PASSED]
+    if problems:
+        finding = "; ".join(problems)
+    else:
+        finding = f"{len(diffs)} key(s) differ from the reference, no silent regressor found"
+    details = {"reference": str(reference.config.path), "differences": len(diffs),
+               "regressors": [{"status": s.value, "finding": t} for s, t in findings if s is not CheckStatus.PASSED]}  # fmt: skip
+    return CheckResult(NAME, status, finding, tuple(evidence), details)
+
+
+def key_diff(intended: RunConfig, reference: RunConfig) -> list[str]:
+    lines: list[str] = []
+    for key in sorted(set(intended.values) | set(reference.values)):
+        mine, theirs = intended.values.get(key, _MISSING), reference.values.get(key, _MISSING)
+        if mine == theirs:
+            continue
+        if mine is _MISSING:
+            lines.append(f"- {key}: {theirs!r} in the reference, missing here")
+        elif theirs is _MISSING:
+            lines.append(f"+ {key}: {mine!r} (not in the reference)")
+        else:
+            lines.append(f"~ {key}: {theirs!r} -> {mine!r}")
+    return lines
+
+
+_MISSING: Any = object()
+
+
+def _batch_and_lr(
+    context: PreflightContext, intended: RunConfig, reference: RunConfig, evidence: list[str]
+) -> list[tuple[CheckStatus, str]]:
+    world, world_text = r.world_size(context.options, context.launcher, intended)
+    mine = r.batch_shape(intended, world, world_text, context.launcher)
+    ref_world, ref_world_text = r.world_size(_NO_OPTIONS, None, reference)
+    assumed = ref_world == 1 and ref_world_text.startswith("one process")
+    if assumed:
+        ref_world, ref_world_text = world, f"{world_text} (assumed the same as this run)"
+    theirs = r.batch_shape(reference, ref_world, ref_world_text)
+    evidence.append(f"batch here: {mine.explanation}")
+    evidence.append(f"batch in the reference: {theirs.explanation}")
+    out: list[tuple[CheckStatus, str]] = []
+    if mine.global_batch is None:
+        return [(CheckStatus.WARNED, "no batch size in the config: the framework default applies")]
+    if mine.per_device is not None and mine.per_device != int(mine.per_device):
+        out.append((CheckStatus.FAILED, f"global batch {mine.global_batch:g} does not divide over {world} process(es) × accumulation {mine.accumulation:g}"))  # fmt: skip
+    if mine.ambiguous and world > 1 and assumed:
+        out.append((CheckStatus.WARNED, f"batch size {mine.per_device:g} is per device under DDP: the global batch is {mine.global_batch:g} ({world} processes × accumulation {mine.accumulation:g})"))  # fmt: skip
+    if theirs.global_batch is None:
+        return out
+    if mine.accumulation != theirs.accumulation:
+        evidence.append(f"gradient accumulation {theirs.accumulation:g} -> {mine.accumulation:g}")
+    ratio = mine.global_batch / theirs.global_batch
+    lr_mine = _number(intended, r.LEARNING_RATE)
+    lr_theirs = _number(reference, r.LEARNING_RATE)
+    if abs(ratio - 1.0) < 1e-9:
+        if mine.accumulation != theirs.accumulation:
+            out.append((CheckStatus.WARNED, f"gradient accumulation changed {theirs.accumulation:g} -> {mine.accumulation:g} (global batch kept at {mine.global_batch:g})"))  # fmt: skip
+        return out
+    change = f"global batch {theirs.global_batch:g} -> {mine.global_batch:g} (×{ratio:g})"
+    if mine.accumulation != theirs.accumulation:
+        change += f", gradient accumulation {theirs.accumulation:g} -> {mine.accumulation:g}"
+    if lr_mine is None or lr_theirs is None:
+        out.append((CheckStatus.FAILED, f"{change} and no learning rate to compare: set it explicitly"))
+        return out
+    rule = r.lr_rescaled(ratio, lr_mine / lr_theirs)
+    if rule is None:
+        out.append((CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> {lr_mine:g}; linear rule: {lr_theirs * ratio:g})"))  # fmt: skip
+    else:
+        out.append((CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> {lr_mine:g})"))  # fmt: skip
+    return out
+
+
+def _precision(context: PreflightContext, intended: RunConfig, reference: RunConfig) -> list[tuple[CheckStatus, str]]:
+    mine = r.precision_of(intended, context.launcher)
+    theirs = r.precision_of(reference)
+    if theirs is None or (mine is not None and mine[0] == theirs[0]):
+        return []
+    if mine is None:
+        return [(CheckStatus.FAILED, f"precision not set here (framework default, usually fp32) but the reference uses {theirs[0]} ({theirs[1]})")]  # fmt: skip
+    return [(CheckStatus.FAILED, f"precision {theirs[0]} -> {mine[0]} ({mine[1]}): fp16 and bf16 train differently")]
+
+
+def _optimizer(intended: RunConfig, reference: RunConfig) -> list[tuple[CheckStatus, str]]:
+    out: list[tuple[CheckStatus, str]] = []
+    for label, aliases in (("optimizer betas", r.BETAS), ("weight decay", r.WEIGHT_DECAY)):
+        mine, theirs = r.values_of(intended, aliases), r.values_of(reference, aliases)
+        if not theirs or _normalized(mine) == _normalized(theirs):
+            continue
+        if not mine:
+            out.append((CheckStatus.WARNED, f"{label} missing here (framework default) but set in the reference: {_show(theirs)}"))  # fmt: skip
+        else:
+            out.append((CheckStatus.WARNED, f"{label} changed: {_show(theirs)} -> {_show(mine)}"))
+    return out
+
+
+def _seed(intended: RunConfig) -> list[tuple[CheckStatus, str]]:
+    found = intended.find(r.SEED)
+    if found is None or found[1] is None:
+        return [(CheckStatus.FAILED, "no seed set: the run cannot be reproduced; add seed=<n> to the config")]
+    return []
+
+
+def _workers(context: PreflightContext, intended: RunConfig, evidence: list[str]) -> list[tuple[CheckStatus, str]]:
+    data = intended.find(r.DATA_PATH)
+    if data is None or not isinstance(data[1], str) or "$" in data[1]:
+        return []
+    outcome = timed_stat(context.resolve(data[1]), context.config.stat_timeout_s)
+    where = outcome.resolved or context.resolve(data[1])
+    mount = mount_of(where, context.mounts)
+    if mount is None:
+        return []
+    evidence.append(f"data path {data[1]} is on {mount.fs_type} (mounted at {mount.mount_point} from {mount.source})")
+    if not mount.is_network:
+        return []
+    workers = intended.find(r.WORKERS)
+    limit = context.config.max_workers_on_network_fs
+    if outcome.timed_out:
+        return [(CheckStatus.FAILED, f"data path {data[1]} on {mount.fs_type} did not answer a stat in {context.config.stat_timeout_s:g} s")]  # fmt: skip
+    if workers is None:
+        return [(CheckStatus.WARNED, f"dataloader workers not set and the data is on {mount.fs_type}: set num_workers ≤ {limit}")]  # fmt: skip
+    count = as_number(workers[1])
+    if count is not None and count > limit:
+        return [(CheckStatus.FAILED, f"{workers[0]}={count:g} dataloader workers on a {mount.fs_type} data path ({data[1]}): use ≤ {limit} or stage the data to local disk")]  # fmt: skip
+    return []
+
+
+def _number(config: RunConfig, aliases: tuple[str, ...]) -> float | None:
+    found = config.find(aliases)
+    return as_number(found[1]) if found else None
+
+
+def _normalized(values: dict[str, Any]) -> list[Any]:
+    return sorted((str(v) for v in values.values()))
+
+
+def _show(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+_NO_OPTIONS = EffectiveOptions({})  # the reference's job shape is only known from its config

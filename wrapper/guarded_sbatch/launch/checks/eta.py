@@ -1,0 +1,146 @@
+"""Check 5: when the run will end, in local time — epochs × seconds per epoch plus the queue wait."""
+
+from __future__ import annotations
+
+import re
+import statistics
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+from guarded_sbatch.launch.runconfig import as_number
+from guarded_sbatch.launch.sbatch_options import format_duration
+from guarded_sbatch.scheduler.base import SubmitRequest
+
+NAME = CheckName.ETA.value
+EPOCH_KEYS = ("num_train_epochs", "epochs", "num_epochs", "max_epochs", "n_epochs", "train_epochs")
+LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
+EXPLICIT = re.compile(
+    r"(?:epoch[ _]time|time[ _]per[ _]epoch|seconds[ _]per[ _]epoch|epoch[ _]duration|sec/epoch)\D{0,5}(\d+(?:\.\d+)?)\s*(s|sec|seconds|min|m)?\b",
+    re.IGNORECASE,
+)
+STAMPED = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}).*?\bepoch\b\D{0,3}(\d+)", re.IGNORECASE)
+MAX_LOG_BYTES = 20 * 1024 * 1024
+
+
+def local_clock(moment: datetime, now: datetime) -> str:
+    """`14:32 CET`, with the day when it is not today: `Tue 03 Mar 14:32 CET`."""
+    local = moment.astimezone()
+    if local.date() == now.astimezone().date():
+        return local.strftime("%H:%M %Z")
+    return local.strftime("%a %d %b %H:%M %Z")
+
+
+def seconds_per_epoch_from_logs(folder: Path) -> tuple[float, str] | None:
+    """From a reference run's text logs: explicit epoch times, else timestamps of epoch lines."""
+    try:
+        logs = sorted(p for p in folder.rglob("*") if p.suffix in LOG_SUFFIXES and p.is_file() and len(p.relative_to(folder).parts) <= 3)
+    except OSError:
+        return None
+    for log in logs[:50]:
+        try:
+            if log.stat().st_size > MAX_LOG_BYTES:
+                continue
+            text = log.read_text(errors="replace")
+        except OSError:
+            continue
+        explicit = []
+        for match in EXPLICIT.finditer(text):
+            value = float(match.group(1)) * (60.0 if (match.group(2) or "").lower() in ("min", "m") else 1.0)
+            explicit.append(value)
+        if explicit:
+            return statistics.median(explicit), f"median of {len(explicit)} epoch time(s) in {log}"
+        first: tuple[datetime, int] | None = None
+        last: tuple[datetime, int] | None = None
+        for match in STAMPED.finditer(text):
+            try:
+                stamp = datetime.fromisoformat(match.group(1).replace("T", " "))
+            except ValueError:
+                continue
+            epoch = int(match.group(2))
+            if first is None:
+                first = (stamp, epoch)
+            last = (stamp, epoch)
+        if first and last and last[1] > first[1] and last[0] > first[0]:
+            seconds = (last[0] - first[0]).total_seconds() / (last[1] - first[1])
+            return seconds, f"epoch {first[1]}→{last[1]} timestamps in {log}"
+    return None
+
+
+def check_eta(context: PreflightContext) -> CheckResult:
+    evidence: list[str] = []
+    warnings: list[str] = []
+    epochs, epochs_from = _epochs(context)
+    seconds_per_epoch, speed_from = _speed(context)
+    if epochs is None or seconds_per_epoch is None:
+        missing = [m for m, v in (("the number of epochs (--guard-epochs)", epochs), ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch)) if v is None]
+        return CheckResult(NAME, CheckStatus.WARNED, f"cannot estimate the run time: give {' and '.join(missing)}")
+    run_seconds = epochs * seconds_per_epoch
+    evidence.append(f"{epochs:g} epochs ({epochs_from}) × {seconds_per_epoch:g} s per epoch ({speed_from}) = {format_duration(run_seconds)}")
+    now = context.now
+    start = now
+    if context.scheduler is None:
+        warnings.append("no scheduler: queue wait unknown, counted as zero")
+    else:
+        try:
+            estimate = context.scheduler.estimate_start(_request(context))
+        except GuardedError as exc:
+            estimate = None
+            warnings.append(f"queue wait unknown ({exc})")
+        else:
+            if estimate is None:
+                warnings.append("the scheduler gave no start estimate: queue wait counted as zero")
+        if estimate is not None:
+            start = max(now, datetime.fromtimestamp(estimate).astimezone())
+            evidence.append(f"expected start {local_clock(start, now)} ({context.scheduler.name} estimate, wait {format_duration((start - now).total_seconds())})")
+    end = start + timedelta(seconds=run_seconds)
+    eta_text = local_clock(end, now)
+    details: dict[str, object] = {"eta_epoch_s": end.timestamp(), "run_seconds": run_seconds, "start_epoch_s": start.timestamp()}
+    limit = context.options.time_limit_s
+    if limit is not None:
+        evidence.append(f"time limit {format_duration(limit)} ({context.options.source('time')})")
+        if run_seconds > limit:
+            return CheckResult(NAME, CheckStatus.FAILED,
+                               f"the run needs {format_duration(run_seconds)} but the time limit is {format_duration(limit)}: "
+                               "raise --time, lower the epochs, or plan a restart from checkpoints",
+                               tuple(evidence), details)  # fmt: skip
+    elif context.options.has("time"):
+        evidence.append("time limit UNLIMITED")
+    else:
+        warnings.append("no --time: the partition's default limit applies")
+    quiet = context.config.in_quiet_hours(end)
+    if quiet is not None:
+        warnings.append(f"it ends inside your quiet hours ({quiet.text})")
+    finding = f"ends about {eta_text} (runs {format_duration(run_seconds)})"
+    if warnings:
+        return CheckResult(NAME, CheckStatus.WARNED, f"{finding}; {'; '.join(warnings)}", tuple(evidence), details)
+    return CheckResult(NAME, CheckStatus.PASSED, finding, tuple(evidence), details)
+
+
+def _epochs(context: PreflightContext) -> tuple[float | None, str]:
+    if context.launch.guard_options.epochs is not None:
+        return float(context.launch.guard_options.epochs), "--guard-epochs"
+    if context.intended is not None:
+        found = context.intended.find(EPOCH_KEYS)
+        if found is not None:
+            number = as_number(found[1])
+            if number and number > 0:
+                return number, f"config key {found[0]}"
+    return None, ""
+
+
+def _speed(context: PreflightContext) -> tuple[float | None, str]:
+    if context.launch.guard_options.seconds_per_epoch is not None:
+        return context.launch.guard_options.seconds_per_epoch, "--guard-seconds-per-epoch"
+    if context.reference is not None:
+        found = seconds_per_epoch_from_logs(context.reference.folder)
+        if found is not None:
+            return found[0], f"reference logs: {found[1]}"
+    return None, ""
+
+
+def _request(context: PreflightContext) -> SubmitRequest:
+    script = context.launch.script or Path("--wrap")
+    return SubmitRequest(script=script, sbatch_options=context.launch.sbatch_options, script_args=context.launch.script_args)

@@ -1,0 +1,149 @@
+"""Check 4: which tracker the run reports to, and whether its project / entity / name / tags are set."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.fsinfo import timed_stats
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+
+NAME = CheckName.MONITORING.value
+MAX_SOURCE_BYTES = 1024 * 1024
+IMPORT = r"^\s*(?:import|from)\s+{}\b"
+
+
+@dataclass
+class Tracker:
+    kind: str  # "wandb" | "neptune" | "mlflow" | "tensorboard"
+    because: list[str] = field(default_factory=list)
+    settings: dict[str, str] = field(default_factory=dict)  # project, entity, name, tags, group, experiment, log_dir
+
+
+def program_source(context: PreflightContext) -> tuple[Path | None, str]:
+    launcher = context.launcher
+    if launcher is None:
+        return None, ""
+    if launcher.is_module:
+        path = context.workdir / (launcher.program.replace(".", "/") + ".py")
+    else:
+        path = context.resolve(launcher.program)
+    outcome = timed_stats([path], context.config.stat_timeout_s)[0]
+    if not outcome.exists or outcome.is_dir:
+        return path, ""
+    try:
+        with path.open("rb") as handle:
+            return path, handle.read(MAX_SOURCE_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return path, ""
+
+
+def detect_trackers(context: PreflightContext) -> list[Tracker]:
+    env = context.env
+    source_path, source = program_source(context)
+    values = context.intended.values if context.intended else {}
+    args = " ".join(w.text for w in context.launcher.program_args) if context.launcher else ""
+    report_to = " ".join(str(v) for k, v in values.items() if k.rsplit(".", 1)[-1] in ("report_to", "logger", "loggers", "tracker", "log_with"))
+    report_to += " " + (context.launcher.option("log_with") or "" if context.launcher else "")
+    where = f"{source_path.name}" if source_path else "the program"
+    trackers: list[Tracker] = []
+
+    wandb = Tracker("wandb")
+    if env.get("WANDB_API_KEY"):
+        wandb.because.append("WANDB_API_KEY is set")
+    if re.search(IMPORT.format("wandb"), source, re.MULTILINE) or "WandbLogger" in source:
+        wandb.because.append(f"{where} imports wandb")
+    if "wandb" in report_to.lower() or any(k.startswith("wandb.") or k.startswith("wandb_") for k in values):
+        wandb.because.append("the config reports to wandb")
+    if wandb.because:
+        wandb.settings = _wandb_settings(values, source, context)
+        trackers.append(wandb)
+
+    neptune = Tracker("neptune")
+    if env.get("NEPTUNE_API_TOKEN"):
+        neptune.because.append("NEPTUNE_API_TOKEN is set")
+    if re.search(IMPORT.format("neptune"), source, re.MULTILINE):
+        neptune.because.append(f"{where} imports neptune")
+    if neptune.because:
+        neptune.settings = {k: v for k, v in {"project": env.get("NEPTUNE_PROJECT", "")}.items() if v}
+        trackers.append(neptune)
+
+    mlflow = Tracker("mlflow")
+    if env.get("MLFLOW_TRACKING_URI"):
+        mlflow.because.append("MLFLOW_TRACKING_URI is set")
+    if re.search(IMPORT.format("mlflow"), source, re.MULTILINE) or "mlflow" in report_to.lower():
+        mlflow.because.append(f"{where} uses mlflow")
+    if mlflow.because:
+        experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?")
+        mlflow.settings = {k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v}
+        trackers.append(mlflow)
+
+    tensorboard = Tracker("tensorboard")
+    folders = [context.workdir / "runs", context.workdir / "lightning_logs"]
+    for outcome in timed_stats(folders, context.config.stat_timeout_s):
+        if outcome.exists and outcome.is_dir:
+            tensorboard.because.append(f"{outcome.path} exists")
+            tensorboard.settings.setdefault("log_dir", str(outcome.path))
+    if "SummaryWriter" in source or "TensorBoardLogger" in source or "tensorboard" in report_to.lower() or "tensorboard" in args:
+        tensorboard.because.append(f"{where} writes TensorBoard events")
+    if tensorboard.because:
+        trackers.append(tensorboard)
+    return trackers
+
+
+def _wandb_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
+    environ = context.env
+    settings: dict[str, str] = {}
+    for key, variable, config_keys in (
+        ("project", "WANDB_PROJECT", ("wandb.project", "wandb_project", "logger.project")),
+        ("entity", "WANDB_ENTITY", ("wandb.entity", "wandb_entity", "logger.entity")),
+        ("name", "WANDB_NAME", ("wandb.name", "wandb_name", "run_name", "logger.name")),
+        ("tags", "WANDB_TAGS", ("wandb.tags", "wandb_tags", "logger.tags")),
+        ("group", "WANDB_RUN_GROUP", ("wandb.group", "wandb_group", "logger.group")),
+    ):
+        value = environ.get(variable, "")
+        if not value:
+            value = next((str(values[k]) for k in config_keys if values.get(k) not in (None, "")), "")
+        if not value:
+            value = _call_argument(source, rf"wandb\.init\([^)]*?\b{key}\s*=\s*") or ""
+        if not value and key == "name" and re.search(r"wandb\.init\([^)]*\bname\s*=", source, re.DOTALL):
+            value = "(set in code)"
+        if value:
+            settings[key] = value
+    if environ.get("WANDB_MODE"):
+        settings["mode"] = environ["WANDB_MODE"]
+    return settings
+
+
+def _call_argument(source: str, prefix: str) -> str | None:
+    match = re.search(prefix + r"[\"']([^\"']+)[\"']", source, re.DOTALL)
+    return match.group(1) if match else None
+
+
+def check_monitoring(context: PreflightContext) -> CheckResult:
+    trackers = detect_trackers(context)
+    if not trackers:
+        return CheckResult(NAME, CheckStatus.FAILED,
+                           "no tracker found (no WANDB_API_KEY / import wandb, NEPTUNE_API_TOKEN, MLFLOW_TRACKING_URI, "
+                           "runs/ or lightning_logs/): the sidecar would have nothing to watch")  # fmt: skip
+    evidence = [f"{t.kind}: {'; '.join(t.because)}" + (f" — {', '.join(f'{k}={v}' for k, v in t.settings.items())}" if t.settings else "") for t in trackers]
+    main = trackers[0]
+    details = {"trackers": [{"kind": t.kind, "settings": t.settings} for t in trackers]}
+    if main.kind == "wandb":
+        if main.settings.get("mode") == "disabled":
+            return CheckResult(NAME, CheckStatus.FAILED, "WANDB_MODE=disabled: the run logs nothing; unset it or use offline", tuple(evidence), details)
+        if "project" not in main.settings:
+            return CheckResult(NAME, CheckStatus.FAILED, "W&B project not set: set WANDB_PROJECT or wandb.project in the config", tuple(evidence), details)
+        missing = [key for key in ("entity", "name") if key not in main.settings]
+        extras = [key for key in ("tags", "group") if key not in main.settings]
+        summary = f"W&B project {main.settings['project']}" + (f", entity {main.settings['entity']}" if "entity" in main.settings else "")
+        if missing:
+            return CheckResult(NAME, CheckStatus.WARNED,
+                               f"{summary}; not set: {', '.join(missing)} (W&B picks a default / random one)"
+                               + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)  # fmt: skip
+        return CheckResult(NAME, CheckStatus.PASSED, f"{summary}, name {main.settings['name']}" + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)
+    if main.kind == "mlflow" and "experiment" not in main.settings:
+        return CheckResult(NAME, CheckStatus.WARNED, "MLflow without an experiment name: set MLFLOW_EXPERIMENT_NAME", tuple(evidence), details)
+    return CheckResult(NAME, CheckStatus.PASSED, f"tracker {main.kind} found", tuple(evidence), details)

@@ -1,0 +1,155 @@
+"""Check 3: every path the run depends on exists — each stat under a deadline, so a hung mount cannot hang us."""
+
+from __future__ import annotations
+
+import getpass
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+
+NAME = CheckName.PATHS.value
+OUTPUT_WORDS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
+                "work_dir", "run_dir", "exp_dir", "results_dir")  # fmt: skip
+CHECKPOINT_WORDS = ("resume", "pretrain", "ckpt", "checkpoint", "weights", "init_from", "load_from", "model_name_or_path", "tokenizer")
+DATA_WORDS = ("data", "dataset", "root", "train_file", "validation_file", "val_file", "test_file", "corpus", "shards")
+FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".npz", ".npy", ".json", ".jsonl", ".yaml", ".yml",
+                 ".csv", ".parquet", ".arrow", ".tar", ".txt", ".model", ".py", ".toml")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PathRef:
+    role: str  # "config", "program", "data", "checkpoint", "output", "sbatch output", "chdir", "other"
+    label: str  # where it came from: "--data_dir", "config key data.root", "#SBATCH --output"
+    text: str  # as written
+    path: Path | None  # None when it needs a shell to know
+    must_be: str = "exists"  # "exists" | "parent exists" | "folder"
+
+
+def collect_path_refs(context: PreflightContext) -> list[PathRef]:
+    refs: list[PathRef] = []
+    launcher = context.launcher
+    if context.intended is not None:
+        for file in context.intended.files:
+            refs.append(PathRef("config", "run config", str(file), file))
+    elif launcher is not None and launcher.config_path:
+        refs.append(_ref(context, "config", "--config", launcher.config_path, launcher.config_unresolved))
+    if context.launch.guard_options.reference is not None:
+        text = str(context.launch.guard_options.reference)
+        refs.append(PathRef("config", "--guard-reference", text, context.resolve(text)))
+    program = context.program_path()
+    if program is not None and launcher is not None:
+        refs.append(_ref(context, "program", f"launcher line {launcher.line_number}", launcher.program, False))
+    values: dict[str, Any] = dict(context.intended.values) if context.intended else {}
+    if launcher is not None:
+        values.update({key: value for key, value in launcher.overrides.items()})
+    unresolved = set(launcher.unresolved_args) if launcher else set()
+    for key, value in values.items():
+        if not isinstance(value, str) or not value or "://" in value:
+            continue
+        role = _role(key, value)
+        if role is None:
+            continue
+        label = f"--{key}" if launcher and key in launcher.overrides else f"config key {key}"
+        refs.append(_ref(context, role, label, value, value in unresolved or "$" in value))
+    refs.extend(_sbatch_refs(context))
+    return refs
+
+
+def _role(key: str, value: str) -> str | None:
+    name = key.lower().rsplit(".", 1)[-1]
+    looks_like_path = value.startswith(("/", "./", "../", "~", "$")) or value.endswith(FILE_SUFFIXES)
+    if any(word in name for word in OUTPUT_WORDS):
+        return "output"
+    if any(word in name for word in CHECKPOINT_WORDS):
+        return "checkpoint" if looks_like_path else None
+    if any(word in name for word in DATA_WORDS):
+        return "data" if looks_like_path or "/" in value else None
+    return "other" if looks_like_path and value not in ("/", "~") else None
+
+
+def _ref(context: PreflightContext, role: str, label: str, text: str, unresolved: bool) -> PathRef:
+    must_be = "parent exists" if role in ("output", "sbatch output") else "exists"
+    return PathRef(role, label, text, None if unresolved else context.resolve(text), must_be)
+
+
+def _sbatch_refs(context: PreflightContext) -> list[PathRef]:
+    refs: list[PathRef] = []
+    options = context.options
+    chdir = options.get("chdir")
+    if chdir:
+        refs.append(PathRef("chdir", f"--chdir ({options.source('chdir')})", chdir, Path(chdir).expanduser(), "folder"))
+    name = options.job_name or (context.launch.script.name if context.launch.script else "wrap")
+    for option in ("output", "error", "input"):
+        pattern = options.get(option)
+        if not pattern:
+            continue
+        expanded = pattern.replace("%%", "\0").replace("%x", name).replace("%u", _user()).replace("\0", "%")
+        label = f"--{option} ({options.source(option)})"
+        folder_text = str(Path(expanded).parent)
+        if re.search(r"%\d*[AajJNnst]", folder_text if option != "input" else expanded):
+            refs.append(PathRef("sbatch output", label, pattern, None))
+            continue
+        if option == "input":
+            refs.append(PathRef("data", label, pattern, context.resolve(expanded)))
+        else:
+            refs.append(PathRef("sbatch output", label, pattern, context.resolve(expanded), "parent exists"))
+    return refs
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "%u"
+
+
+def check_paths(context: PreflightContext) -> CheckResult:
+    refs = collect_path_refs(context)
+    if not refs:
+        return CheckResult(NAME, CheckStatus.WARNED, "found no paths to verify on the launcher line or in the config")
+    targets = [_target(ref) for ref in refs if ref.path is not None]
+    outcomes = iter(timed_stats(targets, context.config.stat_timeout_s))
+    failed: list[str] = []
+    warned: list[str] = []
+    evidence: list[str] = []
+    for ref in refs:
+        if ref.path is None:
+            warned.append(f"{ref.role} path {ref.text!r} ({ref.label}) needs a shell to expand; cannot verify")
+            evidence.append(f"{ref.role}: {ref.text!r} ({ref.label}): not verifiable before the job runs")
+            continue
+        outcome = next(outcomes)
+        verdict = _verdict(ref, outcome, context.config.stat_timeout_s)
+        evidence.append(f"{ref.role}: {ref.path} ({ref.label}): {verdict or 'ok'}")
+        if verdict:
+            (warned if ref.role == "other" else failed).append(f"{ref.role} path {ref.path} ({ref.label}) {verdict}")
+    if failed:
+        return CheckResult(NAME, CheckStatus.FAILED, "; ".join(failed), tuple(evidence))
+    if warned:
+        return CheckResult(NAME, CheckStatus.WARNED, "; ".join(warned), tuple(evidence))
+    return CheckResult(NAME, CheckStatus.PASSED, f"all {len(refs)} path(s) the run depends on are there", tuple(evidence))
+
+
+def _target(ref: PathRef) -> Path:
+    assert ref.path is not None
+    return ref.path.parent if ref.must_be == "parent exists" else ref.path
+
+
+def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None:
+    if outcome.timed_out:
+        return f"did not answer a stat in {timeout_s:g} s (hung network mount?)"
+    if outcome.error:
+        return f"cannot be checked: {outcome.error}"
+    if ref.must_be == "parent exists":
+        if not outcome.exists:
+            return f"has no parent folder {outcome.path} (sbatch will not create it)" if ref.role == "sbatch output" else f"has no parent folder {outcome.path}"
+        return None if outcome.is_dir else f"has a parent {outcome.path} that is not a folder"
+    if not outcome.exists:
+        return "does not exist"
+    if ref.must_be == "folder" and not outcome.is_dir:
+        return "is not a folder"
+    return None

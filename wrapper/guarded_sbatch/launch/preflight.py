@@ -1,0 +1,225 @@
+"""Run the five pre-flight checks, apply waivers, and report (text for people, JSON for tools)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from guarded_sbatch.config import Config
+from guarded_sbatch.errors import UsageError
+from guarded_sbatch.launch.argv import LaunchArgs, Waiver
+from guarded_sbatch.launch.checks.config_diff import check_config_diff
+from guarded_sbatch.launch.checks.eta import check_eta
+from guarded_sbatch.launch.checks.monitoring import check_monitoring
+from guarded_sbatch.launch.checks.paths import check_paths
+from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
+from guarded_sbatch.launch.context import PreflightContext, load_intended_config
+from guarded_sbatch.launch.fsinfo import Mount
+from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
+from guarded_sbatch.launch.results import CheckResult, CheckStatus
+from guarded_sbatch.launch.sbatch_options import effective_options
+from guarded_sbatch.launch.script import parse_script, parse_wrap
+from guarded_sbatch.scheduler.base import Scheduler
+
+CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
+    check_config_diff, check_run_name, check_paths, check_monitoring, check_eta,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    results: tuple[CheckResult, ...]
+    waivers: tuple[Waiver, ...]  # applied to a failed check: record them with the run
+    refused_waivers: tuple[tuple[Waiver, str], ...] = ()  # (waiver, why it was refused)
+    unused_waivers: tuple[Waiver, ...] = ()  # for checks that did not fail
+    notes: tuple[str, ...] = ()  # e.g. #SBATCH lines sbatch will ignore
+    run_name: str | None = None
+    launch_command: str = ""  # ready to copy, shlex-quoted
+    details: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def blocked(self) -> bool:
+        waived = {w.check for w in self.waivers}
+        return any(r.status is CheckStatus.FAILED and r.name not in waived for r in self.results)
+
+    @property
+    def blocking_checks(self) -> list[str]:
+        waived = {w.check for w in self.waivers}
+        return [r.name for r in self.results if r.status is CheckStatus.FAILED and r.name not in waived]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "blocked": self.blocked,
+            "blocking_checks": self.blocking_checks,
+            "run_name": self.run_name,
+            "checks": [r.to_json() | {"waived": any(w.check == r.name for w in self.waivers)} for r in self.results],
+            "waivers": [w.to_json() for w in self.waivers],
+            "refused_waivers": [w.to_json() | {"why": why} for w, why in self.refused_waivers],
+            "unused_waivers": [w.to_json() for w in self.unused_waivers],
+            "notes": list(self.notes),
+            "launch_command": self.launch_command if not self.blocked else None,
+        }
+
+
+def run_preflight(
+    launch: LaunchArgs,
+    config: Config,
+    scheduler: Scheduler | None,
+    *,
+    restart: bool = False,
+    now: datetime | None = None,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    mounts: list[Mount] | None = None,
+) -> PreflightReport:
+    """Check a launch. Raises UsageError for input that cannot be checked at all (unreadable script, ...)."""
+    environ = dict(os.environ if env is None else env)
+    if launch.script is not None:
+        script_path = launch.script if launch.script.is_absolute() else (cwd or Path.cwd()) / launch.script
+        script = parse_script(script_path, environ)
+    elif launch.wrap is not None:
+        script = parse_wrap(launch.wrap, environ)
+    else:
+        raise UsageError("nothing to check: give a batch script (or --wrap)")
+    where = str(launch.script or "--wrap")
+    directive_options = [(f"{where} line {d.line_number}", o) for d in script.directives for o in d.options]
+    options = effective_options(launch.parsed_options, directive_options, environ)
+    chdir = options.get("chdir")
+    base = cwd or Path.cwd()
+    workdir = (base / Path(chdir).expanduser()) if chdir else base
+    context = PreflightContext(
+        launch=launch,
+        script=script,
+        options=options,
+        config=config,
+        scheduler=scheduler,
+        workdir=workdir,
+        env={**environ, **script.variables},
+        now=(now or datetime.now()).astimezone(),
+        restart=restart or launch.guard_options.restart,
+        mounts=mounts,
+    )
+    load_intended_config(context)
+    _find_reference(context, script_path=launch.script)
+    results = tuple(check(context) for check in CHECKS)
+    applied, refused, unused = _apply_waivers(results, launch.guard_options.waivers, config)
+    notes = [f"{script.path} line {d.line_number}: {d.text!r} — {d.why}" for d in script.ignored_directives]
+    if script.other_launchers:
+        notes.append(f"{len(script.other_launchers)} more launcher line(s) after line {script.launcher.line_number if script.launcher else '?'}; checked the first")
+    if script.launcher is None:
+        notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
+    name, _ = run_name_of(context)
+    return PreflightReport(
+        results=results,
+        waivers=tuple(applied),
+        refused_waivers=tuple(refused),
+        unused_waivers=tuple(unused),
+        notes=tuple(notes),
+        run_name=name,
+        launch_command=launch_command(launch),
+        details={"workdir": str(workdir), "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
+                 "reference": str(context.reference.config.path) if context.reference else None},  # fmt: skip
+    )
+
+
+def _find_reference(context: PreflightContext, script_path: Path | None) -> None:
+    given = context.launch.guard_options.reference
+    if given is not None:
+        path = context.resolve(str(given))
+        try:
+            config = reference_from_path(path)
+        except UsageError as exc:
+            context.reference_problem = str(exc)
+            return
+        context.reference = Reference(config, path if path.is_dir() else path.parent, None)
+        return
+    roots = [context.workdir]
+    if script_path is not None:
+        script_dir = (script_path if script_path.is_absolute() else context.workdir / script_path).parent
+        if script_dir not in roots:
+            roots.append(script_dir)
+    settings = context.config
+    context.reference = select_reference(
+        context.intended, roots, settings.reference_dirs, settings.reference_max_depth,
+        settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4),
+    )  # fmt: skip
+    if context.reference is None and context.intended is not None:
+        context.reference_problem = (
+            f"no config modified in the last {settings.reference_max_age_days:g} days under "
+            f"{', '.join(d + '/' for d in settings.reference_dirs)} looks like this run"
+        )
+
+
+def _apply_waivers(
+    results: tuple[CheckResult, ...], waivers: tuple[Waiver, ...], config: Config
+) -> tuple[list[Waiver], list[tuple[Waiver, str]], list[Waiver]]:
+    failed = {r.name for r in results if r.status is CheckStatus.FAILED}
+    applied: list[Waiver] = []
+    refused: list[tuple[Waiver, str]] = []
+    unused: list[Waiver] = []
+    for waiver in waivers:
+        if not config.can_waive(waiver.check):
+            refused.append((waiver, f"the site makes {waiver.check} mandatory"))
+        elif waiver.check in failed:
+            applied.append(waiver)
+        else:
+            unused.append(waiver)
+    return applied, refused, unused
+
+
+def launch_command(launch: LaunchArgs) -> str:
+    """The guarded-sbatch command that repeats this launch (with its waivers), shlex-quoted."""
+    guard = launch.guard_options
+    words = ["guarded-sbatch"]
+    for waiver in guard.waivers:
+        words.append(f"--guard-waive={waiver.check}={waiver.reason}")
+    for flag, value in (("--guard-reference", guard.reference), ("--guard-config", guard.config), ("--guard-run-name", guard.run_name),
+                        ("--guard-epochs", guard.epochs), ("--guard-seconds-per-epoch", guard.seconds_per_epoch)):  # fmt: skip
+        if value is not None:
+            words.append(f"{flag}={value}")
+    if guard.restart:
+        words.append("--guard-restart")
+    words.extend(launch.sbatch_options)
+    if launch.script is not None:
+        words.append(str(launch.script))
+        words.extend(launch.script_args)
+    return shlex.join(words)
+
+
+SYMBOLS = {CheckStatus.PASSED: "ok  ", CheckStatus.WARNED: "warn", CheckStatus.FAILED: "FAIL"}
+COLOURS = {CheckStatus.PASSED: "\033[32m", CheckStatus.WARNED: "\033[33m", CheckStatus.FAILED: "\033[31m"}
+
+
+def format_report(report: PreflightReport, *, color: bool) -> str:
+    def paint(text: str, status: CheckStatus) -> str:
+        return f"{COLOURS[status]}{text}\033[0m" if color else text
+
+    waived = {w.check: w.reason for w in report.waivers}
+    lines = ["## Pre-flight" + (f" — {report.run_name}" if report.run_name else ""), ""]
+    for result in report.results:
+        tag = paint(f"[{SYMBOLS[result.status]}]", result.status)
+        suffix = f" (waived: {waived[result.name]})" if result.name in waived else ""
+        lines.append(f"{tag} {result.name}: {result.finding}{suffix}")
+        lines.extend(f"         {item}" for item in result.evidence)
+    for waiver, why in report.refused_waivers:
+        lines.append(f"waiver refused: {waiver.check} ({why})")
+    for waiver in report.unused_waivers:
+        lines.append(f"waiver not needed: {waiver.check} did not fail")
+    lines.extend(f"note: {note}" for note in report.notes)
+    lines.append("")
+    if report.blocked:
+        names = ", ".join(report.blocking_checks)
+        lines.append(paint(f"BLOCKED by: {names}. Fix them, or waive one with --guard-waive NAME=\"reason\".", CheckStatus.FAILED))
+    else:
+        lines.append("Clear to launch:" if not report.waivers else "Clear to launch with waivers (recorded with the run):")
+        lines.extend(["```", report.launch_command, "```"])
+    return "\n".join(lines)
+
+
+def report_json_text(report: PreflightReport) -> str:
+    return json.dumps(report.to_json(), indent=2, sort_keys=False)

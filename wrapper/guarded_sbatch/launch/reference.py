@@ -1,0 +1,144 @@
+"""Find the reference run: the given --guard-reference, or the most similar recent config in the project."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.errors import UsageError
+from guarded_sbatch.launch.runconfig import CONFIG_SUFFIXES, RunConfig, load_run_config
+
+RUN_FOLDER_CONFIGS = (
+    "config.yaml", "config.yml", "config.json", "config.toml", ".hydra/config.yaml", "hparams.yaml",
+    "args.json", "training_args.json", "files/config.yaml", "params.yaml",
+)  # fmt: skip
+MODEL_KEYS = ("model.name", "model_name", "arch", "architecture", "model_type", "model", "backbone", "model_name_or_path")
+TASK_KEYS = ("task", "task_name", "dataset", "dataset_name", "data.name", "data.dataset", "dataset.name")
+MAX_CANDIDATES = 300
+
+
+@dataclass(frozen=True)
+class Reference:
+    config: RunConfig
+    folder: Path  # where its logs may be
+    score: float | None  # None when the user named it
+    candidates_seen: int = 0
+
+
+def reference_from_path(path: Path) -> RunConfig:
+    """--guard-reference: a config file, or a run folder holding one."""
+    if path.is_dir():
+        for name in RUN_FOLDER_CONFIGS:
+            if (path / name).is_file():
+                return load_run_config(path / name)
+        inside = sorted(p for p in path.iterdir() if p.suffix in CONFIG_SUFFIXES and p.is_file())
+        if len(inside) == 1:
+            return load_run_config(inside[0])
+        raise UsageError(f"reference folder {path} holds no single run config (config.yaml, hparams.yaml, ...); name the file")
+    if not path.is_file():
+        raise UsageError(f"reference {path} does not exist; give a config file or a run folder")
+    return load_run_config(path)
+
+
+def find_candidates(roots: list[Path], dirs: tuple[str, ...], max_depth: int, max_age_days: float, exclude: set[Path]) -> list[Path]:
+    cutoff = time.time() - max_age_days * 86400
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for root in roots:
+        for folder_name in dirs:
+            top = root / folder_name
+            if not top.is_dir():
+                continue
+            base_depth = len(top.parts)
+            for current, subdirs, files in os.walk(top):
+                depth = len(Path(current).parts) - base_depth
+                if depth >= max_depth:
+                    subdirs[:] = []
+                subdirs[:] = [d for d in subdirs if not d.startswith(".") or d == ".hydra"]
+                for name in files:
+                    path = Path(current) / name
+                    if path.suffix.lower() not in CONFIG_SUFFIXES:
+                        continue
+                    try:
+                        resolved = path.resolve()
+                        if resolved in exclude or resolved in seen or path.stat().st_mtime < cutoff:
+                            continue
+                    except OSError:
+                        continue
+                    seen.add(resolved)
+                    found.append(path)
+                    if len(found) >= MAX_CANDIDATES:
+                        return found
+    return found
+
+
+def similarity(intended: RunConfig, candidate: RunConfig) -> float:
+    keys_a, keys_b = set(intended.values), set(candidate.values)
+    shared = keys_a & keys_b
+    if not shared:
+        return 0.0
+    jaccard = len(shared) / len(keys_a | keys_b)
+    agree = sum(1 for k in shared if intended.values[k] == candidate.values[k]) / len(shared)
+    score = 0.35 * jaccard + 0.25 * agree
+    score += 0.15 * _same(intended, candidate, MODEL_KEYS) + 0.15 * _same(intended, candidate, TASK_KEYS)
+    if intended.path is not None and candidate.path is not None:
+        score += 0.10 * difflib.SequenceMatcher(None, intended.path.stem, candidate.path.stem).ratio()
+    return round(score, 4)
+
+
+def _same(a: RunConfig, b: RunConfig, keys: tuple[str, ...]) -> float:
+    found_a, found_b = a.find(keys), b.find(keys)
+    if found_a is None or found_b is None:
+        return 0.0
+    return 1.0 if _family(found_a[1]) == _family(found_b[1]) else 0.0
+
+
+def _family(value: Any) -> str:
+    """'resnet50' and 'resnet101' are one family; 'ViT-L/16' -> 'vit'."""
+    text = str(value).lower().rsplit("/", 1)[-1]
+    letters = "".join(ch if ch.isalpha() else " " for ch in text).split()
+    return letters[0] if letters else text
+
+
+def select_reference(
+    intended: RunConfig | None,
+    roots: list[Path],
+    dirs: tuple[str, ...],
+    max_depth: int,
+    max_age_days: float,
+    deadline_s: float,
+) -> Reference | None:
+    """The most similar recent candidate; the search gives up after deadline_s (a hung mount)."""
+    if intended is None:
+        return None
+    exclude = {p.resolve() for p in intended.files}
+    box: dict[str, Any] = {}
+
+    def search() -> None:
+        candidates = find_candidates(roots, dirs, max_depth, max_age_days, exclude)
+        best: tuple[float, RunConfig] | None = None
+        for path in candidates:
+            try:
+                loaded = load_run_config(path)
+            except UsageError:
+                continue
+            score = similarity(intended, loaded)
+            if score > 0 and (best is None or score > best[0]):
+                best = (score, loaded)
+        box["result"] = (best, len(candidates))
+
+    worker = threading.Thread(target=search, daemon=True, name="reference-search")
+    worker.start()
+    worker.join(deadline_s)
+    if "result" not in box:
+        return None
+    best, seen = box["result"]
+    if best is None:
+        return None
+    score, config = best
+    return Reference(config, config.path.parent if config.path else Path("."), score, seen)
