@@ -50,12 +50,25 @@ class RunRecord:
         return self.folder / "evidence"
 
     def save(self) -> None:
-        write_json_atomic(self.folder / "run.json", asdict(self))
+        """Write run.json; secrets (API keys, tokens in the script args or options) are redacted first."""
+        write_json_atomic(self.folder / "run.json", _redacted(asdict(self)))
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> "RunRecord":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def _redacted(value: Any) -> Any:
+    from guarded_sbatch.redact import redact
+
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _redacted(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redacted(item) for item in value]
+    return value
 
 
 def runs_root() -> Path:

@@ -1,0 +1,341 @@
+"""Kill/restart cleanup (DESIGN §8): the plan is a pure function of the run record and the run roots;
+executing it is separate. Fixed order: stop the live run → local checkpoint folder → remote artifact
+folder → the tracker's run → scheduler leftovers. Paths go through the path guard; jobs are cancelled
+only when they belong to the current user."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.actions.path_guard import (
+    GuardedPath, PathRefusedError, allowed_roots, check_deletable, delete_guarded,
+)
+from guarded_sbatch.errors import CommandError, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.redact import redact
+from guarded_sbatch.registry import RunRecord
+
+STEP_TITLES = {
+    "stop": "stop the live run",
+    "checkpoint": "local checkpoint folder",
+    "artifact": "remote artifact folder",
+    "tracker": "tracker run",
+    "scheduler": "scheduler leftovers",
+}
+_REMOTE_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://|^[^/\s:]+:(?!//)")  # s3://b/x, gs://..., host:/path
+
+
+@dataclass(frozen=True)
+class CleanupAction:
+    """One thing to do within a step."""
+
+    kind: str  # delete-path | wandb-api-delete | mlflow-sqlite | mlflow-file | cancel-jobs | manual
+    target: str
+    guarded: GuardedPath | None = None
+    refused: str = ""  # the guard's one-line reason; the action is skipped
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        if self.refused:
+            return f"REFUSED {self.target}: {self.refused}"
+        words = {
+            "delete-path": f"delete {self.target}",
+            "wandb-api-delete": f"delete W&B run {self.target} through the W&B API (when reachable)",
+            "mlflow-sqlite": f"mark MLflow run {self.extra.get('run_id')} deleted in {self.target}",
+            "mlflow-file": f"mark MLflow run {self.extra.get('run_id')} deleted in {self.target}",
+            "cancel-jobs": f"cancel job(s) {self.target} if still known to the scheduler, then check they are gone",
+            "stop-jobs": f"cancel job(s) {self.target} if still queued or running, and wait until they end",
+            "manual": f"{self.target}: {self.extra.get('why', 'cannot be done here')}",
+        }
+        return words.get(self.kind, f"{self.kind} {self.target}")
+
+
+@dataclass(frozen=True)
+class CleanupStep:
+    name: str  # a key of STEP_TITLES
+    actions: tuple[CleanupAction, ...]
+
+    @property
+    def title(self) -> str:
+        return STEP_TITLES[self.name]
+
+
+@dataclass(frozen=True)
+class CleanupPlan:
+    run_id: str
+    run_name: str
+    backend: str
+    steps: tuple[CleanupStep, ...]
+
+    @property
+    def refusals(self) -> list[CleanupAction]:
+        return [action for step in self.steps for action in step.actions if action.refused]
+
+    def render(self) -> str:
+        lines = [f"cleanup plan for run {self.run_name} ({self.run_id}, backend {self.backend}), in this order:"]
+        for number, step in enumerate(self.steps, start=1):
+            if not step.actions:
+                lines.append(f"  {number}. {step.title}: nothing recorded")
+                continue
+            lines.append(f"  {number}. {step.title}:")
+            lines.extend(f"       - {action.describe()}" for action in step.actions)
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    step: str
+    action: CleanupAction
+    ok: bool
+    detail: str
+
+
+def run_job_ids(record: RunRecord) -> list[str]:
+    return [job for job in (record.job_id, record.sidecar_id) if job]
+
+
+def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Path] | None = None) -> CleanupPlan:
+    """The cleanup of `record`, in order, with each path already judged by the path guard."""
+    roots = allowed_roots(run_roots, record.submit_dir)
+    jobs = ", ".join(run_job_ids(record))
+
+    def path_action(text: str, recorded: list[str]) -> CleanupAction:
+        try:
+            guarded = check_deletable(text, recorded_paths=recorded, roots=roots, base_dir=record.submit_dir or None,
+                                      homes=homes)
+        except PathRefusedError as exc:
+            return CleanupAction("delete-path", text, refused=str(exc))
+        return CleanupAction("delete-path", str(guarded.recorded), guarded=guarded)
+
+    checkpoint = (path_action(record.checkpoint_dir, [record.checkpoint_dir]),) if record.checkpoint_dir else ()
+    artifact: tuple[CleanupAction, ...] = ()
+    if record.artifact_dir:
+        if _REMOTE_URL.match(record.artifact_dir):
+            artifact = (CleanupAction("manual", record.artifact_dir, extra={
+                "why": "a remote URL; delete it with your storage tool (only mounted folders are deleted here)"}),)
+        else:
+            artifact = (path_action(record.artifact_dir, [record.artifact_dir]),)
+    tracker = tuple(_tracker_actions(record, path_action))
+    return CleanupPlan(
+        run_id=record.run_id, run_name=record.run_name, backend=record.backend,
+        steps=(
+            CleanupStep("stop", (CleanupAction("stop-jobs", jobs),) if jobs else ()),
+            CleanupStep("checkpoint", checkpoint),
+            CleanupStep("artifact", artifact),
+            CleanupStep("tracker", tracker),
+            CleanupStep("scheduler", (CleanupAction("cancel-jobs", jobs),) if jobs else ()),
+        ),
+    )
+
+
+def wandb_run_folder(path: str) -> str | None:
+    """The local W&B run folder (wandb/run-<date>-<id> or offline-run-...) a recorded W&B path names."""
+    candidate = Path(path)
+    if candidate.suffix == ".wandb":
+        candidate = candidate.parent
+    if candidate.name.startswith(("run-", "offline-run-")):
+        return str(candidate)
+    return None
+
+
+def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], CleanupAction]) -> list[CleanupAction]:
+    tracker = record.tracker or {}
+    kind = str(tracker.get("kind", "")).lower()
+    actions: list[CleanupAction] = []
+    run_path = str(tracker.get("run_path") or tracker.get("wandb_run_path") or "")
+    if run_path and kind in ("", "wandb"):
+        actions.append(CleanupAction("wandb-api-delete", run_path))
+    # The local run folder goes too: a leftover folder would re-create the run at the next `wandb sync`.
+    local_runs = [p for p in [*record.wandb_paths, str(tracker.get("run_dir") or "")] if p]
+    folders = []
+    for recorded in local_runs:
+        folder = wandb_run_folder(recorded)
+        if folder is None:
+            actions.append(CleanupAction("manual", recorded, extra={
+                "why": "not a W&B run folder (wandb/run-...); it may hold other runs, so it is left alone"}))
+        elif folder not in folders:
+            folders.append(folder)
+    for folder in folders:
+        actions.append(path_action(folder, [folder]))
+    if kind == "mlflow" and tracker.get("run_id"):
+        actions.append(_mlflow_action(record, str(tracker.get("tracking_uri") or ""), str(tracker["run_id"])))
+    elif kind and kind not in ("wandb", "mlflow", "tensorboard"):
+        actions.append(CleanupAction("manual", f"{kind} run", extra={"why": "delete it in the tracker's own interface"}))
+    return actions
+
+
+def _mlflow_action(record: RunRecord, uri: str, run_id: str) -> CleanupAction:
+    base = Path(record.submit_dir or ".")
+    if not uri:
+        uri = f"sqlite:///{base / 'mlflow.db'}" if (base / "mlflow.db").exists() else str(base / "mlruns")
+    if uri.startswith("sqlite:///"):
+        rest = uri[len("sqlite:///"):]
+        path = Path("/" + rest.lstrip("/")) if rest.startswith("/") else base / rest
+        return CleanupAction("mlflow-sqlite", str(path), extra={"run_id": run_id})
+    if uri.startswith("file://"):
+        uri = uri[len("file://"):]
+    if "://" in uri:
+        return CleanupAction("manual", uri, extra={"why": "a remote MLflow server; delete the run with `mlflow runs delete`"})
+    path = Path(uri) if Path(uri).is_absolute() else base / uri
+    return CleanupAction("mlflow-file", str(path), extra={"run_id": run_id})
+
+
+def execute_cleanup(
+    plan: CleanupPlan,
+    record: RunRecord,
+    scheduler: Any,
+    *,
+    on_outcome: Callable[[ActionOutcome], None] | None = None,
+    stop_timeout_s: float = 90.0,
+    poll_s: float = 1.0,
+    wandb_timeout_s: float = 20.0,
+) -> list[ActionOutcome]:
+    """Run the plan in order. If the live run cannot be stopped, nothing is deleted (SchedulerError)."""
+    outcomes: list[ActionOutcome] = []
+
+    def report(step: str, action: CleanupAction, ok: bool, detail: str) -> None:
+        outcome = ActionOutcome(step, action, ok, redact(detail))
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+
+    for step in plan.steps:
+        for action in step.actions:
+            if action.refused:
+                report(step.name, action, False, f"skipped: {action.refused}")
+                continue
+            try:
+                if action.kind in ("stop-jobs", "cancel-jobs"):
+                    detail = stop_jobs(scheduler, run_job_ids(record), timeout_s=stop_timeout_s, poll_s=poll_s,
+                                       check_gone=action.kind == "cancel-jobs")
+                elif action.kind == "delete-path":
+                    assert action.guarded is not None
+                    detail = f"{action.target}: {delete_guarded(action.guarded)}"
+                elif action.kind == "wandb-api-delete":
+                    detail = delete_wandb_run(action.target, timeout_s=wandb_timeout_s)
+                elif action.kind in ("mlflow-sqlite", "mlflow-file"):
+                    detail = delete_mlflow_run(action.kind, Path(action.target), action.extra["run_id"])
+                else:
+                    report(step.name, action, True, f"left alone: {action.describe()}")
+                    continue
+            except GuardedError as exc:
+                if step.name == "stop":
+                    report(step.name, action, False, str(exc))
+                    raise
+                report(step.name, action, False, str(exc))
+                continue
+            except OSError as exc:
+                report(step.name, action, False, f"{action.target}: {exc.strerror or exc}")
+                continue
+            report(step.name, action, True, detail)
+    return outcomes
+
+
+def executable(plan: CleanupPlan) -> bool:
+    """Anything in the plan that would change something."""
+    return any(not a.refused and a.kind != "manual" for step in plan.steps for a in step.actions)
+
+
+def stop_jobs(scheduler: Any, job_ids: Sequence[str], *, timeout_s: float, poll_s: float, check_gone: bool) -> str:
+    """Cancel each job that is still live (only the current user's: actions.stop checks the owner) and wait
+    until it has ended. Raises SchedulerError when a job cannot be stopped or its state cannot be told."""
+    from guarded_sbatch.actions.stop import stop_run
+    from guarded_sbatch.scheduler.slurm import SlurmUnreachableError
+
+    details = []
+    for job_id in job_ids:
+        try:
+            scheduler.info(job_id)
+        except SlurmUnreachableError:
+            raise
+        except SchedulerError as exc:
+            details.append(f"job {job_id}: not known to the scheduler any more ({exc})")
+            continue
+        outcome = stop_run(scheduler, job_id, confirm_timeout_s=timeout_s, poll_s=poll_s)
+        if not outcome.ok:
+            raise SchedulerError(f"{outcome.detail}; nothing was deleted")
+        if check_gone:
+            state = scheduler.state(job_id)
+            if not state.is_terminal:
+                raise SchedulerError(f"job {job_id} is still {state.value} after cancel; check `squeue -j {job_id}`")
+            details.append(f"job {job_id}: gone ({state.value})")
+        else:
+            details.append(outcome.detail)
+    return "; ".join(details)
+
+
+_WANDB_DELETE = """
+import os, socket, sys, urllib.parse
+url = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai")
+try:
+    socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=3).close()
+except OSError as exc:
+    print(f"unreachable: {exc}")
+    sys.exit(3)
+import wandb
+wandb.Api(timeout=15).run(sys.argv[1]).delete()
+"""
+
+
+def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
+    """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too)."""
+    import sys
+
+    from guarded_sbatch.runner import run_command
+
+    try:
+        result = run_command([sys.executable, "-c", _WANDB_DELETE, run_path], timeout=timeout_s, check=False)
+    except CommandError as exc:
+        if exc.timed_out:
+            return f"W&B did not answer within {timeout_s:.0f} s: online run {run_path} not deleted; delete it on the W&B site"
+        raise
+    if result.returncode == 3:
+        return f"W&B API unreachable: online run {run_path} not deleted (delete it on the W&B site); local run folder handled below"
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        raise SchedulerError(f"W&B refused to delete run {run_path}: {last}")
+    return f"W&B run {run_path} deleted"
+
+
+def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
+    """Mark the run deleted the way MLflow itself does (`mlflow gc` purges it; `mlflow runs restore` undoes it)."""
+    deleted_ms = int(time.time() * 1000)
+    if kind == "mlflow-sqlite":
+        import sqlite3
+
+        if not store.is_file():
+            raise UsageError(f"MLflow store {store} not found: run {run_id} not deleted")
+        try:
+            connection = sqlite3.connect(f"file:{store}?mode=rw", uri=True, timeout=10)
+            try:
+                columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
+                if "lifecycle_stage" not in columns:
+                    raise UsageError(f"{store} is not an MLflow store (no runs.lifecycle_stage): run {run_id} not deleted")
+                with connection:
+                    if "deleted_time" in columns:
+                        cursor = connection.execute(
+                            "UPDATE runs SET lifecycle_stage = 'deleted', deleted_time = ? WHERE run_uuid = ?",
+                            (deleted_ms, run_id))
+                    else:
+                        cursor = connection.execute(
+                            "UPDATE runs SET lifecycle_stage = 'deleted' WHERE run_uuid = ?", (run_id,))
+            finally:
+                connection.close()
+        except sqlite3.Error as exc:
+            raise UsageError(f"MLflow store {store}: {exc}; run {run_id} not deleted") from None
+        if cursor.rowcount == 0:
+            return f"MLflow run {run_id} not in {store} (already gone)"
+        return f"MLflow run {run_id} marked deleted in {store}"
+    metas = sorted(store.glob(f"*/{run_id}/meta.yaml"))
+    if not metas:
+        return f"MLflow run {run_id} not in {store} (already gone)"
+    for meta in metas:
+        lines = [line for line in meta.read_text(encoding="utf-8").splitlines() if not line.startswith("deleted_time:")]
+        lines = ["lifecycle_stage: deleted" if line.startswith("lifecycle_stage:") else line for line in lines]
+        lines.append(f"deleted_time: {deleted_ms}")
+        meta.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return f"MLflow run {run_id} marked deleted in {metas[0]}"

@@ -1,0 +1,195 @@
+"""`guarded-sbatch kill RUN [--yes]` and `guarded-sbatch restart RUN [--yes] [guard options]`.
+
+Both show the cleanup plan on stderr, ask for an interactive "yes" (or take --yes), stop the live run,
+then clean up in the fixed order of actions/cleanup.py. Restart then relaunches through the pre-flight
+from the run's submit folder and links the new run to the old one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TextIO
+
+from guarded_sbatch.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.registry import RunRecord, find_run, list_runs
+
+YES_FLAGS = ("--yes", "-y")
+
+
+@dataclass(frozen=True)
+class LifecycleArgs:
+    run: str
+    yes: bool
+    guard_options: tuple[str, ...]  # restart only: passed on to the launch
+
+
+def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: bool) -> LifecycleArgs:
+    from guarded_sbatch.launch.argv import GUARD_OPTIONS
+
+    run: str | None = None
+    yes = False
+    guard: list[str] = []
+    index = 0
+    while index < len(argv):
+        word = argv[index]
+        name = word.partition("=")[0]
+        if word in YES_FLAGS:
+            yes = True
+        elif word in ("-h", "--help"):
+            extra = " [guard options]" if allow_guard_options else ""
+            raise UsageError(f"usage: guarded-sbatch {command} RUN [--yes]{extra} (RUN: run id, job id or run name)",
+                             exit_code=ExitCode.USAGE)
+        elif allow_guard_options and name in GUARD_OPTIONS:
+            guard.append(word)
+            if GUARD_OPTIONS[name] and "=" not in word:
+                if index + 1 >= len(argv):
+                    raise UsageError(f"{name} needs a value, e.g. {name}=VALUE")
+                index += 1
+                guard.append(argv[index])
+        elif word.startswith("-"):
+            allowed = "--yes and --guard-* options" if allow_guard_options else "--yes"
+            raise UsageError(f"unknown option {word} for `guarded-sbatch {command}`: it takes RUN and {allowed}")
+        elif run is None:
+            run = word
+        else:
+            raise UsageError(f"`guarded-sbatch {command}` takes one run, got {run!r} and {word!r}")
+        index += 1
+    if run is None:
+        raise UsageError(f"name the run to {command}: `guarded-sbatch {command} RUN` (see `guarded-sbatch status`)")
+    return LifecycleArgs(run, yes, tuple(guard))
+
+
+def confirm(question: str, *, assume_yes: bool, stdin: TextIO | None = None, err: TextIO | None = None) -> None:
+    """Ask for a typed "yes" on a terminal; without a terminal only --yes will do."""
+    stdin = stdin or sys.stdin
+    err = err or sys.stderr
+    if assume_yes:
+        return
+    if stdin is None or stdin.closed or not stdin.isatty():
+        raise UsageError("nothing deleted: no terminal to confirm on; rerun with --yes to go ahead without asking")
+    err.write(f"{question} Type yes to go ahead: ")
+    err.flush()
+    answer = stdin.readline().strip().lower()
+    if answer != "yes":
+        raise UsageError("nothing deleted: not confirmed (type yes, or rerun with --yes)")
+
+
+def kill_command(argv: list[str]) -> int:
+    args = parse_lifecycle_args(argv, command="kill", allow_guard_options=False)
+    record = find_run(args.run)
+    failed = _clean_up(record, yes=args.yes, verb="kill")
+    record.ended = "killed"  # its jobs are stopped either way
+    record.save()
+    if failed:
+        raise UsageError(f"run killed but the cleanup is incomplete: {len(failed)} step(s) not done (see above), "
+                         f"first: {failed[0]}")
+    print(f"guarded-sbatch: run {record.run_name} (job {record.job_id}) killed and cleaned up", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None) -> int:
+    args = parse_lifecycle_args(argv, command="restart", allow_guard_options=True)
+    record = find_run(args.run)
+    if record.ended == "restarted":
+        newer = [r.run_id for r in list_runs() if r.restarted_from == record.run_id]
+        hint = f"; restart the newer run {newer[-1]} instead" if newer else ""
+        raise UsageError(f"run {record.run_id} was already restarted{hint}")
+    launch_argv = restart_launch_argv(record, args.guard_options)
+    run_launch = launch or _run_launch
+    # The pre-flight runs first, so a blocked relaunch deletes nothing.
+    print("guarded-sbatch: pre-flight for the restart (nothing deleted yet):", file=sys.stderr)
+    if _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=True, color=False)) != 0:
+        raise BlockedError("restart blocked by the pre-flight: nothing was stopped or deleted; fix the failed "
+                           "checks above or waive one with --guard-waive CHECK=\"REASON\"")
+    failed = _clean_up(record, yes=args.yes, verb="restart")
+    if failed:
+        raise UsageError(f"run stopped but not relaunched: {len(failed)} cleanup step(s) not done (see above), "
+                         f"first: {failed[0]}; fix that and run the restart again")
+    before = {r.run_id for r in list_runs()}
+    code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False))
+    new_runs = [r for r in list_runs() if r.run_id not in before]
+    record.ended = "restarted"
+    record.save()
+    if code != 0 or not new_runs:
+        raise SchedulerError(f"run {record.run_id} was cleaned up but the relaunch did not submit (exit {code}); "
+                             f"launch it again with `guarded-sbatch {' '.join(launch_argv)}`")
+    new_record = new_runs[-1]
+    new_record.restarted_from = record.run_id
+    new_record.save()
+    print(f"guarded-sbatch: run {record.run_name} restarted as job {new_record.job_id} ({new_record.run_id})",
+          file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> list[str]:
+    """The launch words of a restart: the run's recorded guard settings, then the user's, then the original
+    sbatch options, script and args. Later single-valued guard options win; a re-given waiver replaces the
+    recorded one for that check."""
+    if any("[redacted]" in word for word in [*record.sbatch_options, record.script, *record.script_args]):
+        raise UsageError(f"run {record.run_id} was launched with a secret on its command line, which was not recorded: "
+                         "relaunch it by hand, with the secret in an environment variable")
+    given = set()
+    for word in guard_options:
+        given.add(word.partition("=")[0])
+    rewaived = {w.partition("=")[2].partition("=")[0] for w in guard_options if w.startswith("--guard-waive=")}
+    rewaived |= {guard_options[i + 1].partition("=")[0] for i, w in enumerate(guard_options[:-1]) if w == "--guard-waive"}
+    recorded: list[str] = [f"--guard-backend={record.backend}", f"--guard-run-name={record.run_name}"]
+    for flag, value in (("--guard-checkpoint-dir", record.checkpoint_dir), ("--guard-artifact-dir", record.artifact_dir)):
+        if value and flag not in given:
+            recorded.append(f"{flag}={value}")
+    for flag, values in (("--guard-tb", record.tb_paths), ("--guard-wandb", record.wandb_paths),
+                         ("--guard-log", record.log_paths)):
+        if flag not in given:
+            recorded.extend(f"{flag}={value}" for value in values)
+    for waiver in record.waivers:
+        if waiver.get("check") and waiver["check"] not in rewaived:
+            recorded.append(f"--guard-waive={waiver['check']}={waiver.get('reason', '')}")
+    return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, record.script, *record.script_args]
+
+
+def _run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
+    from guarded_sbatch.cli_launch import run_launch
+
+    return run_launch(argv, check_only=check_only, color=color)
+
+
+def _in_folder(folder: str, action: Callable[[], int]) -> int:
+    if not folder:
+        return action()
+    previous = os.getcwd()
+    try:
+        os.chdir(folder)
+    except OSError as exc:
+        raise UsageError(f"the run's submit folder {folder} is gone ({exc.strerror}): cannot relaunch from it") from None
+    try:
+        return action()
+    finally:
+        os.chdir(previous)
+
+
+def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
+    """Show the plan, confirm, stop the run and clean up; return the details of the steps not done."""
+    from guarded_sbatch.actions.cleanup import ActionOutcome, execute_cleanup, plan_cleanup
+    from guarded_sbatch.config import load_config
+    from guarded_sbatch.scheduler import get_scheduler
+
+    config = load_config()
+    plan = plan_cleanup(record, config.run_roots)
+    print(f"guarded-sbatch: {verb} {plan.render()}", file=sys.stderr)
+    for refusal in plan.refusals:
+        print(f"guarded-sbatch: path guard: {refusal.refused}", file=sys.stderr)
+    confirm(f"Stop run {record.run_name} and delete the above?", assume_yes=yes)
+    scheduler = get_scheduler(record.backend)
+
+    def show(outcome: ActionOutcome) -> None:
+        mark = "done" if outcome.ok else "NOT DONE"
+        print(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}", file=sys.stderr)
+
+    try:
+        outcomes = execute_cleanup(plan, record, scheduler, on_outcome=show)
+    except GuardedError as exc:
+        raise type(exc)(f"{verb} stopped before deleting anything: {exc.message}", exit_code=exc.exit_code) from None
+    return [o.detail for o in outcomes if not o.ok]
