@@ -89,8 +89,8 @@ def _batch_and_lr(
         return [(CheckStatus.WARNED, "no batch size in the config: the framework default applies")]
     if mine.per_device is not None and mine.per_device != int(mine.per_device):
         out.append((CheckStatus.FAILED, f"global batch {mine.global_batch:g} does not divide over {world} process(es) × accumulation {mine.accumulation:g}"))  # fmt: skip
-    if mine.ambiguous and world > 1 and assumed:
-        out.append((CheckStatus.WARNED, f"batch size {mine.per_device:g} is per device under DDP: the global batch is {mine.global_batch:g} ({world} processes × accumulation {mine.accumulation:g})"))  # fmt: skip
+    if mine.ambiguous:
+        evidence.append(f"a plain batch size is per process under DDP: {world} processes make the global batch {mine.global_batch:g}")
     if theirs.global_batch is None:
         return out
     if mine.accumulation != theirs.accumulation:

@@ -108,7 +108,7 @@ def _wandb_settings(values: dict[str, object], source: str, context: PreflightCo
             value = next((str(values[k]) for k in config_keys if values.get(k) not in (None, "")), "")
         if not value:
             value = _call_argument(source, rf"wandb\.init\([^)]*?\b{key}\s*=\s*") or ""
-        if not value and key == "name" and re.search(r"wandb\.init\([^)]*\bname\s*=", source, re.DOTALL):
+        if not value and re.search(rf"wandb\.init\([^)]*?\b{key}\s*=", source, re.DOTALL):
             value = "(set in code)"
         if value:
             settings[key] = value

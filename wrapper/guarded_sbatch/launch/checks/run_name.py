@@ -13,7 +13,7 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import RunConfig
 
 NAME = CheckName.RUN_NAME.value
-CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name", "name")
+CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name")
 OUTPUT_KEYS = ("output_dir", "save_dir", "out_dir", "checkpoint_dir", "ckpt_dir", "log_dir", "logging_dir", "work_dir", "run_dir", "exp_dir")
 DATASET_KEYS = ("dataset", "dataset_name", "data.name", "task", "task_name")
 MODEL_KEYS = ("model.name", "model_name", "arch", "model", "backbone")
@@ -116,9 +116,17 @@ def suggest_name(config: RunConfig | None) -> str | None:
         parts.append(f"bs{batch[1]:g}")
     lr = config.find(r.LEARNING_RATE)
     if lr is not None and isinstance(lr[1], (int, float)):
-        parts.append(f"lr{lr[1]:g}".replace("e-0", "e-"))
+        parts.append(f"lr{_short_number(float(lr[1]))}")
     parts = [p for p in parts if p]
     return "-".join(parts) if len(parts) >= 3 else None
+
+
+def _short_number(value: float) -> str:
+    """3e-4 rather than 0.0003, as people write learning rates in names."""
+    if value != 0 and abs(value) < 0.01:
+        mantissa, exponent = f"{value:.2e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{value:g}"
 
 
 def _slug(text: str) -> str:

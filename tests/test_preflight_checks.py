@@ -1,0 +1,260 @@
+"""The five pre-flight checks on realistic project trees built in temporary folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from guarded_sbatch.config import Config, parse_quiet_hours
+from guarded_sbatch.launch.fsinfo import Mount
+from guarded_sbatch.launch.preflight import format_report
+from guarded_sbatch.launch.results import CheckStatus
+from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.local import LocalScheduler
+
+from preflight_tree import REFERENCE, TRAIN_SH, Tree, build_clean_tree, intended_config
+
+NFS_MOUNTS = [Mount("/", "ext4", "/dev/vda"), Mount("/", "nfs4", "filer:/export/home")]  # the project on NFS
+
+
+def result(report, name: str):
+    return next(r for r in report.results if r.name == name)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Tree:
+    return build_clean_tree(tmp_path)
+
+
+def test_clean_tree_passes_every_check_and_prints_the_launch_command(tree: Tree, tmp_path: Path) -> None:
+    scheduler = LocalScheduler(root=tmp_path / "jobs")
+    report = tree.run(["--guard-seconds-per-epoch=600", "-p", "gpu", "train.sh"], scheduler=scheduler)
+    statuses = {r.name: r.status for r in report.results}
+    assert statuses == {name: CheckStatus.PASSED for name in ("config-diff", "run-name", "paths", "monitoring", "eta")}, format_report(report, color=False)
+    assert not report.blocked
+    text = format_report(report, color=False)
+    assert text.rstrip().endswith("```")
+    command = text.split("```")[-2].strip()
+    assert shlex.split(command) == ["guarded-sbatch", "--guard-seconds-per-epoch=600.0", "-p", "gpu", "train.sh"]
+    assert "\033[" not in text and "\033[" in format_report(report, color=True)
+
+
+def test_no_reference_fails_and_says_how_to_fix(tmp_path: Path) -> None:
+    tree = build_clean_tree(tmp_path)
+    (tmp_path / "configs/coco_resnet50_base.yaml").unlink()
+    for folder in ("recipes", "experiments"):
+        for path in (tmp_path / folder).rglob("*.yaml"):
+            path.unlink()
+    report = tree.run()
+    check = result(report, "config-diff")
+    assert check.status is CheckStatus.FAILED and "--guard-reference" in check.finding
+    assert report.blocked
+
+
+def test_old_configs_are_not_references(tree: Tree, tmp_path: Path) -> None:
+    old = time.time() - 40 * 86400
+    for path in tmp_path.rglob("*.yaml"):
+        if path.name != "coco_resnet50.yaml":
+            os.utime(path, (old, old))
+    assert result(tree.run(), "config-diff").status is CheckStatus.FAILED
+
+
+def test_most_similar_reference_is_chosen(tree: Tree) -> None:
+    report = tree.run()
+    assert report.details["reference"].endswith("configs/coco_resnet50_base.yaml")
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"train.batch_size": 64}, ["global batch 256 -> 512", "learning rate was not rescaled"]),
+        ({"train.gradient_accumulation_steps": 4}, ["gradient accumulation 1 -> 4", "not rescaled"]),
+        ({"precision": "fp16"}, ["precision bf16 -> fp16"]),
+        ({"precision": None}, ["precision not set here"]),
+        ({"train.seed": None}, ["no seed set"]),
+    ],
+)
+def test_each_failing_silent_regressor_is_named(tree: Tree, changes: dict, words: list[str]) -> None:
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**changes))
+    check = result(tree.run(), "config-diff")
+    assert check.status is CheckStatus.FAILED
+    for word in words:
+        assert word in check.finding
+
+
+@pytest.mark.parametrize(
+    ("changes", "word"),
+    [
+        ({"optimizer.betas": [0.9, 0.95]}, "optimizer betas changed"),
+        ({"optimizer.weight_decay": None}, "weight decay missing here"),
+        ({"optimizer.weight_decay": 0.1}, "weight decay changed"),
+    ],
+)
+def test_optimizer_changes_warn(tree: Tree, changes: dict, word: str) -> None:
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**changes))
+    check = result(tree.run(), "config-diff")
+    assert check.status is CheckStatus.WARNED and word in check.finding
+
+
+def test_batch_change_with_linear_lr_rescale_only_warns(tree: Tree) -> None:
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.batch_size": 64, "optimizer.lr": 6e-4}))
+    check = result(tree.run(), "config-diff")
+    assert check.status is CheckStatus.WARNED and "linear rule" in check.finding
+
+
+def test_per_device_batch_against_a_single_gpu_reference(tree: Tree) -> None:
+    # the reference recipe ran on one GPU: its batch 32 was the global batch; 8 processes here make 256
+    tree.write_config("configs/coco_resnet50_base.yaml", {**REFERENCE, "world_size": 1, "devices": 1})
+    check = result(tree.run(), "config-diff")
+    assert check.status is CheckStatus.FAILED
+    assert "global batch 32 -> 256" in check.finding and "not rescaled" in check.finding
+
+
+def test_accumulation_change_that_keeps_the_global_batch_warns(tree: Tree) -> None:
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.batch_size": 16, "train.gradient_accumulation_steps": 2}))
+    check = result(tree.run(), "config-diff")
+    assert check.status is CheckStatus.WARNED and "gradient accumulation changed 1 -> 2" in check.finding
+
+
+def test_workers_on_network_file_system(tree: Tree) -> None:
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"data.num_workers": 8}))
+    tree.write_config("configs/coco_resnet50_base.yaml", {**REFERENCE, "data": {"root": "data/coco", "num_workers": 8}})
+    assert result(tree.run(), "config-diff").status is CheckStatus.PASSED  # local ext4: fine
+    check = result(tree.run(mounts=NFS_MOUNTS), "config-diff")
+    assert check.status is CheckStatus.FAILED and "8 dataloader workers on a nfs4 data path" in check.finding
+    assert any("nfs4" in line and "filer:/export/home" in line for line in check.evidence)
+
+
+def test_hydra_overrides_and_defaults_are_diffed(tree: Tree) -> None:
+    tree.write_config("configs/optimizer/adamw.yaml", {"lr": 3e-4, "betas": [0.9, 0.999], "weight_decay": 0.05})
+    main = intended_config()
+    main.pop("optimizer")
+    main["defaults"] = [{"optimizer": "adamw"}, "_self_"]
+    tree.write_config("configs/coco_resnet50.yaml", main)
+    script = TRAIN_SH.replace('train.py --config "$CONFIG"', 'train.py --config "$CONFIG" optimizer.lr=1e-3 ++precision=fp16')
+    tree.write("train.sh", script)
+    check = result(tree.run(), "config-diff")
+    assert "~ optimizer.lr: 0.0003 -> 0.001" in check.evidence
+    assert "precision bf16 -> fp16" in check.finding
+
+
+def test_run_name_rules(tree: Tree) -> None:
+    for bad in ["run-1", "wave-2", "cs-ad", "phase2-internal", "test", "tmp", "my run", "a;b"]:
+        check = result(tree.run(["-J", bad, "train.sh"]), "run-name")
+        assert check.status is CheckStatus.FAILED, bad
+        assert "coco-resnet50-bs32-lr3e-4" in check.finding  # a suggestion built from the config
+    good = result(tree.run(["--job-name=swin-t-imagenet-distill-from-vit-l", "train.sh"]), "run-name")
+    assert good.status is not CheckStatus.FAILED
+
+
+def test_run_name_missing(tree: Tree) -> None:
+    tree.write("train.sh", TRAIN_SH.replace("#SBATCH --job-name=coco-resnet50-bs256-lr3e-4\n", ""))
+    check = result(tree.run(), "run-name")
+    assert check.status is CheckStatus.FAILED and "'train.sh'" in check.finding
+
+
+def test_run_name_collides_with_existing_output_folder_unless_restart(tree: Tree, tmp_path: Path) -> None:
+    (tmp_path / "runs/coco-resnet50-bs256-lr3e-4").mkdir()
+    check = result(tree.run(), "run-name")
+    assert check.status is CheckStatus.FAILED and "already exists" in check.finding
+    assert result(tree.run(restart=True), "run-name").status is CheckStatus.PASSED
+    assert result(tree.run(["--guard-restart", "train.sh"]), "run-name").status is CheckStatus.PASSED
+
+
+def test_run_name_collides_with_a_running_job(tree: Tree, tmp_path: Path) -> None:
+    scheduler = LocalScheduler(root=tmp_path / "jobs")
+    sleeper = tree.write("sleep.sh", "#!/bin/bash\nsleep 30\n")
+    job = scheduler.submit(SubmitRequest(sleeper, ("--job-name=coco-resnet50-bs256-lr3e-4",), workdir=tmp_path))
+    try:
+        deadline = time.time() + 10
+        while "coco-resnet50-bs256-lr3e-4" not in scheduler.active_job_names() and time.time() < deadline:
+            time.sleep(0.1)
+        check = result(tree.run(scheduler=scheduler), "run-name")
+        assert check.status is CheckStatus.FAILED and "queued or running job" in check.finding
+    finally:
+        scheduler.cancel(job)
+
+
+def test_missing_paths_fail(tree: Tree, tmp_path: Path) -> None:
+    (tmp_path / "weights/r50.pth").unlink()
+    (tmp_path / "logs").rmdir()
+    check = result(tree.run(), "paths")
+    assert check.status is CheckStatus.FAILED
+    assert "checkpoint path" in check.finding and "r50.pth" in check.finding
+    assert "sbatch will not create it" in check.finding
+
+
+def test_paths_from_the_launcher_line_and_chdir(tree: Tree, tmp_path: Path) -> None:
+    script = TRAIN_SH.replace('--config "$CONFIG"', '--config "$CONFIG" --data_dir "/no such/data $(whoami)" --resume_from ./ckpt/last.pt')
+    tree.write("train.sh", script)
+    check = result(tree.run(["--chdir", str(tmp_path / "nowhere"), str(tmp_path / "train.sh")]), "paths")
+    assert check.status is CheckStatus.FAILED
+    assert "--chdir" in check.finding and "does not exist" in check.finding
+    assert any("needs a shell" in line or "not verifiable" in line for line in check.evidence)
+
+
+def test_monitoring_detection(tree: Tree) -> None:
+    tree.write("train.py", "print('no tracker')\n")
+    (tree.root / "runs").rmdir()
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.output_dir": "out"}))
+    (tree.root / "out").mkdir()
+    check = result(tree.run(), "monitoring")
+    assert check.status is CheckStatus.FAILED and "no tracker" in check.finding
+    env_only = result(tree.run(env={"MLFLOW_TRACKING_URI": "http://mlflow:5000"}), "monitoring")
+    assert env_only.status is CheckStatus.WARNED and "MLFLOW_EXPERIMENT_NAME" in env_only.finding
+    tree.write("train.sh", TRAIN_SH.replace("export WANDB_PROJECT=coco-detection\n", ""))
+    tree.write("train.py", "import wandb\nwandb.init()\n")
+    no_project = result(tree.run(), "monitoring")
+    assert no_project.status is CheckStatus.FAILED and "project not set" in no_project.finding
+
+
+def test_eta_past_time_limit_fails_and_quiet_hours_warn(tree: Tree, tmp_path: Path) -> None:
+    scheduler = LocalScheduler(root=tmp_path / "jobs")
+    too_long = result(tree.run(["--guard-seconds-per-epoch=1800", "train.sh"], scheduler=scheduler), "eta")
+    assert too_long.status is CheckStatus.FAILED and "time limit is 04:00:00" in too_long.finding
+    now = datetime(2026, 3, 2, 21, 0).astimezone()
+    config = Config(quiet_hours=(parse_quiet_hours("22:00-07:00"),))
+    quiet = result(tree.run(["--guard-seconds-per-epoch=600", "train.sh"], scheduler=scheduler, config=config, now=now), "eta")
+    # a local scheduler starts the job now: 21:00 + 2 h = 23:00, inside the quiet hours
+    if quiet.status is CheckStatus.WARNED:
+        assert "quiet hours (22:00-07:00)" in quiet.finding
+        assert quiet.finding.startswith("ends about ") and now.astimezone().strftime("%Z") in quiet.finding
+
+
+def test_eta_reads_seconds_per_epoch_from_reference_logs(tree: Tree) -> None:
+    tree.write("configs/train.log", "2026-03-01 10:00:00 epoch 1 done\n2026-03-01 10:10:00 epoch 2 done\n2026-03-01 10:20:00 epoch 3 done\n")
+    check = result(tree.run(["--guard-reference=configs/coco_resnet50_base.yaml", "train.sh"]), "eta")
+    assert "600 s per epoch" in check.evidence[0] and "train.log" in check.evidence[0]
+
+
+def test_waivers_unblock_and_are_recorded(tmp_path: Path) -> None:
+    tree = build_clean_tree(tmp_path)
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.seed": None}))
+    argv = ["--guard-waive", "config-diff=seed chosen at random on purpose", "--guard-seconds-per-epoch=600", "train.sh"]
+    report = tree.run(argv)
+    assert not report.blocked
+    assert [(w.check, w.reason) for w in report.waivers] == [("config-diff", "seed chosen at random on purpose")]
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["waivers"] == [{"check": "config-diff", "reason": "seed chosen at random on purpose"}]
+    assert "--guard-waive=config-diff=seed chosen at random on purpose" in shlex.split(data["launch_command"])
+    mandatory = Config(mandatory_checks=frozenset({"config-diff"}))
+    refused = tree.run(argv, config=mandatory)
+    assert refused.blocked and refused.refused_waivers[0][1] == "the site makes config-diff mandatory"
+
+
+def test_warnings_never_block(tree: Tree) -> None:
+    report = tree.run()  # no seconds per epoch: the ETA check warns
+    assert result(report, "eta").status is CheckStatus.WARNED
+    assert not report.blocked
+
+
+def test_json_report_shape(tree: Tree) -> None:
+    data = tree.run().to_json()
+    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "monitoring", "eta"]
+    assert all({"name", "status", "finding", "evidence"} <= set(c) for c in data["checks"])
