@@ -1,0 +1,126 @@
+"""scripts/dev-slurm: status reflects health, up is an idempotent no-op when healthy, site plugins hook in."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guarded_sbatch.errors import SchedulerError
+from guarded_sbatch.runner import CommandResult, run_command
+from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.slurm import SlurmScheduler
+
+pytestmark = pytest.mark.slurm
+
+REPO = Path(__file__).resolve().parents[1]
+DEV_SLURM = REPO / "scripts" / "dev-slurm"
+STATE_DIR = Path(os.environ.get("DEV_SLURM_STATE_DIR", "/var/lib/guarded-sbatch-dev-slurm"))
+REJECTING_JOB_SUBMIT_LUA = """
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.comment == "dev-slurm-reject-me" then
+    slurm.log_user("dev-slurm test plugin: this job is refused")
+    return slurm.ERROR
+  end
+  return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  return slurm.SUCCESS
+end
+"""
+
+
+def dev_slurm(*args: str, env: dict[str, str] | None = None) -> CommandResult:
+    return run_command([str(DEV_SLURM), *args], timeout=240, check=False, env=env)
+
+
+def daemon_pids(status_text: str) -> dict[str, str]:
+    return dict(re.findall(r"^(\w+): running \(pid (\d+)", status_text, flags=re.MULTILINE))
+
+
+def test_status_is_zero_and_names_mode_when_healthy(slurm_cluster: None) -> None:
+    status = dev_slurm("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "mode: accounting" in status.stdout
+    assert "usable: yes" in status.stdout
+    assert set(daemon_pids(status.stdout)) == {"munged", "mariadb", "slurmdbd", "slurmctld", "slurmd"}
+
+
+def test_up_again_is_fast_and_changes_nothing(slurm_cluster: None) -> None:
+    before = daemon_pids(dev_slurm("status").stdout)
+    started = time.monotonic()
+    again = dev_slurm("up")
+    elapsed = time.monotonic() - started
+    assert again.returncode == 0, again.stderr
+    assert "nothing to do" in again.stderr
+    assert elapsed < 5
+    assert daemon_pids(dev_slurm("status").stdout) == before
+
+
+def test_status_is_nonzero_while_slurmctld_is_down(slurm_cluster: None) -> None:
+    try:
+        assert dev_slurm("stop-ctld").returncode == 0
+        down = dev_slurm("status")
+        assert down.returncode != 0
+        assert "slurmctld: stopped" in down.stdout and "usable: no" in down.stdout
+    finally:
+        restarted = dev_slurm("start-ctld")
+    assert restarted.returncode == 0, restarted.stderr
+    assert dev_slurm("status").returncode == 0
+
+
+@pytest.fixture
+def restore_site_plugins() -> Iterator[None]:
+    """Put back whatever extra slurm.conf lines and job_submit.lua were there before (others may use them)."""
+    saved_extra = STATE_DIR / "extra.conf"
+    previous_extra = saved_extra.read_text() if saved_extra.is_file() else None
+    lua = Path("/etc/slurm/job_submit.lua")
+    previous_lua = lua.read_text() if lua.is_file() else None
+    yield
+    env = dict(os.environ)
+    backup_dir = STATE_DIR / "test-restore"
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    if previous_extra is None:
+        env["DEV_SLURM_EXTRA_CONF"] = ""
+    else:
+        (backup_dir / "extra.conf").write_text(previous_extra)
+        env["DEV_SLURM_EXTRA_CONF"] = str(backup_dir / "extra.conf")
+    if previous_lua is None:
+        lua.unlink(missing_ok=True)
+    else:
+        lua.write_text(previous_lua)
+    restored = dev_slurm("up", env=env)
+    shutil.rmtree(backup_dir, ignore_errors=True)
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_extra_conf_and_lua_dir_install_a_job_submit_plugin(
+    slurm_cluster: None, tmp_path: Path, restore_site_plugins: None
+) -> None:
+    lua_dir = tmp_path / "lua"
+    lua_dir.mkdir()
+    (lua_dir / "job_submit.lua").write_text(REJECTING_JOB_SUBMIT_LUA)
+    extra = tmp_path / "extra.conf"
+    extra.write_text("JobSubmitPlugins=lua\n")
+    env = {**os.environ, "DEV_SLURM_EXTRA_CONF": str(extra), "DEV_SLURM_LUA_DIR": str(lua_dir)}
+    up = dev_slurm("up", env=env)
+    assert up.returncode == 0, up.stderr
+    assert "JobSubmitPlugins=lua" in Path("/etc/slurm/slurm.conf").read_text()
+
+    slurm = SlurmScheduler(state_dir=tmp_path / "state")
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    with pytest.raises(SchedulerError, match="this job is refused"):
+        slurm.submit(SubmitRequest(script=script, sbatch_options=("--comment=dev-slurm-reject-me",), workdir=tmp_path))
+    accepted = slurm.submit(SubmitRequest(script=script, sbatch_options=("--output=/dev/null",), workdir=tmp_path))
+    assert accepted.isdigit()
+
+    # A later `up` without the variables keeps the plugin lines (they are remembered).
+    assert dev_slurm("up").returncode == 0
+    assert "JobSubmitPlugins=lua" in Path("/etc/slurm/slurm.conf").read_text()
