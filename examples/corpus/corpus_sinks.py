@@ -48,7 +48,7 @@ class WandbSink:
         self._run.log(dict(record.values), step=record.step)
 
     def close(self) -> None:
-        self._run.finish(quiet=True)
+        self._run.finish()
 
 
 class TextLogSink:

@@ -137,7 +137,8 @@ def train(spec: TrainSpec, seed: int = 0) -> Iterator[LogRecord]:
     rng = np.random.default_rng(seed)
     x_train, y_train, x_eval, y_eval = _data(spec, rng)
     model = MLP(spec, rng)
-    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in model.params.items()}
+    # float64 moments: float32 squares of tiny gradients turn subnormal, and subnormal maths is slow
+    moments = {k: (np.zeros(v.shape), np.zeros(v.shape)) for k, v in model.params.items()}
     loss_scale = 2.0**16 if spec.fp16 else 1.0
     good_steps = skipped_total = adam_t = 0
     hf_running = 0.0
@@ -191,17 +192,17 @@ def _apply_update(
     lr: float,
     t: int,
 ) -> None:
-    lr32 = np.float32(lr)
     for k in params:
         first, second = moments[k]
+        grad = grads[k].astype(np.float64)
         if optimizer == "adam":
-            first *= np.float32(0.9)
-            first += np.float32(0.1) * grads[k]
-            second *= np.float32(0.999)
-            second += np.float32(0.001) * grads[k] ** 2
-            corrected = np.float32(math.sqrt(1 - 0.999**t) / (1 - 0.9**t))
-            params[k] -= lr32 * corrected * first / (np.sqrt(second) + np.float32(1e-8))
+            first *= 0.9
+            first += 0.1 * grad
+            second *= 0.999
+            second += 0.001 * grad**2
+            corrected = math.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+            params[k] -= (lr * corrected * first / (np.sqrt(second) + 1e-8)).astype(np.float32)
         else:
-            first *= np.float32(0.9)
-            first += grads[k]
-            params[k] -= lr32 * first
+            first *= 0.9
+            first += grad
+            params[k] -= (lr * first).astype(np.float32)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -119,7 +120,7 @@ CORPUS: dict[str, CorpusSpec] = {
     ),
     "overfit": CorpusSpec(
         "128 hidden units on 200 noisy training examples: train loss to ~0, eval loss regresses",
-        TrainSpec(steps=1500, n_train=200, hidden=128, label_noise=0.3, lr=1e-3, schedule="constant",
+        TrainSpec(steps=1000, n_train=200, hidden=128, label_noise=0.3, lr=1e-3, schedule="constant",
                   eval_every=25, n_features=30),
         "nanogpt", healthy=False, onset="best_eval", stop_within_steps=700, reasons=("eval_regressing",),
     ),
@@ -160,6 +161,8 @@ def generate_run(name: str, out_dir: str | Path, seed: int = 0, *, wandb: bool =
     """Train run `name` of CORPUS and write it under out_dir/name; return its labels."""
     spec = CORPUS[name]
     run_dir = Path(out_dir) / name
+    if (run_dir / "labels.json").is_file():  # our own earlier output: start afresh, one event file
+        shutil.rmtree(run_dir)
     (run_dir / "tb").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     records = list(train(spec.train, seed=seed))

@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.findings import Finding, fmt
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
+
+_SMOOTH_EVALS = 3
 
 
 def eval_trend(steps: np.ndarray, values: np.ndarray, direction: str, policy: JudgePolicy) -> dict[str, Any]:
@@ -39,6 +42,9 @@ def eval_trend(steps: np.ndarray, values: np.ndarray, direction: str, policy: Ju
 
 
 def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """STOP when the key metric, smoothed over 3 evaluations (a lucky low is not a best), has been worse
+    than its best smoothed value by more than eval_regress_rel for eval_regress_patience_points
+    evaluations in a row and eval_regress_patience_steps steps."""
     key = keys.key_metric
     if key is None:
         return None
@@ -46,23 +52,27 @@ def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePo
     steps, values = history.series(key)
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
-    if len(values) < policy.eval_regress_patience_points + 1:
+    smooth = _SMOOTH_EVALS
+    if len(values) < policy.eval_regress_patience_points + smooth:
         return None
     oriented = values if direction == "min" else -values
-    best_index = int(np.argmin(oriented))
-    best = float(oriented[best_index])
-    worse = oriented - best > policy.eval_regress_rel * max(abs(best), 1e-12)
+    smoothed = np.median(sliding_window_view(oriented, smooth), axis=1)  # smoothed[j] ends at index j + 2
+    best_index = int(np.argmin(smoothed))
+    best = float(smoothed[best_index])
+    worse = smoothed - best > policy.eval_regress_rel * max(abs(best), 1e-12)
     good = np.nonzero(~worse)[0]
     streak = len(worse) - 1 - int(good[-1])
     if streak < policy.eval_regress_patience_points:
         return None
-    if int(steps[-1]) - int(steps[best_index]) < policy.eval_regress_patience_steps:
+    best_step = int(steps[best_index + smooth - 1])
+    if int(steps[-1]) - best_step < policy.eval_regress_patience_steps:
         return None
+    sign = 1.0 if direction == "min" else -1.0
     return Finding.stop(
         Reason.EVAL_REGRESSING,
-        f"{key} has regressed from its best {fmt(float(values[best_index]))} (step {int(steps[best_index])}) "
-        f"to {fmt(float(values[-1]))}, worse at each of the last {streak} evaluations: the run is overfitting "
-        f"or degrading",
+        f"{key} has regressed from its best {fmt(sign * best)} (3-eval median at step {best_step}) to "
+        f"{fmt(sign * float(smoothed[-1]))}, worse at each of the last {streak} evaluations: the run is "
+        "overfitting or degrading",
         Anomaly("eval_regressing", key, int(steps[len(steps) - streak]), float(values[-1])),
     )
 

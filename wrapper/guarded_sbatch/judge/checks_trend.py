@@ -5,8 +5,8 @@ Detector (documented choice): each finite value is compared with the median and 
 `baseline_window_steps` before it. A value is *elevated* when it is more than `spike_z` sigmas
 above that median (OLMo's 6 sigma, but robust) and at least `spike_min_ratio` x the median (when the
 median is positive). While elevated, the baseline is frozen at the value it had when the episode
-began, so a lasting jump cannot become its own baseline. An episode ends (recovered) after two
-consecutive values below the threshold. An episode that has lasted `spike_patience_steps` steps and
+began, so a lasting jump cannot become its own baseline. An episode ends (recovered) once the values
+have stayed within half that threshold (median + z/2 sigma) for 20 steps and at least 2 points. An episode that has lasted `spike_patience_steps` steps and
 `spike_patience_points` elevated points (llm-foundry: > 4 consecutive logged steps) and is still
 open is a STOP: DIVERGENCE when its recent median is >= `divergence_ratio` x the baseline median,
 else LOSS_SPIKE. Everything is a function of the history alone, counted in steps.
@@ -27,6 +27,7 @@ from guarded_sbatch.judge.verdict import Anomaly, Reason
 
 _MIN_BASELINE_POINTS = 8
 _RECOVERY_POINTS = 2
+_RECOVERY_STEPS = 20
 
 
 @dataclass
@@ -77,6 +78,7 @@ def scan_episodes(
     episodes: list[Episode] = []
     current: Episode | None = None
     calm_points = 0
+    calm_since = 0
     for i in range(len(values)):
         value = float(values[i])
         if current is None:
@@ -90,10 +92,13 @@ def scan_episodes(
         if is_elevated(value, current.base_median, current.base_sigma):
             current.elevated_points += 1
             current.peak = max(current.peak, value)
+        if value > current.base_median + 0.5 * z * current.base_sigma:
             calm_points = 0
         else:
+            if calm_points == 0:
+                calm_since = int(steps[i])
             calm_points += 1
-            if calm_points >= _RECOVERY_POINTS:
+            if calm_points >= _RECOVERY_POINTS and int(steps[i]) - calm_since >= _RECOVERY_STEPS:
                 current.end_step = int(steps[i])
                 episodes.append(current)
                 current = None
