@@ -1,0 +1,91 @@
+"""Lightning CSVLogger `metrics.csv`: one row per logging step, columns the sorted union of keys.
+
+When a new key appears Lightning rewrites the whole file with the wider header, so the header is
+re-checked on every poll: if it changed (or the file shrank), the file is read again from the top and
+the already-seen (key, step) pairs are not reported twice.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from pathlib import Path
+
+from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+
+_STEP_COLUMNS = ("step", "global_step", "trainer/global_step")
+
+
+class LightningCsvSource:
+    kind = "csv"
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._header_bytes = b""
+        self._offset = 0  # bytes consumed, at a line boundary
+        self._seen: dict[tuple[str, int], float] = {}
+        self._rows_before = 0  # data rows consumed, for files without a step column
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def files_inspected(self) -> list[str]:
+        return [str(self.path)]
+
+    def read_new(self) -> list[MetricPoint]:
+        try:
+            data = self.path.read_bytes()
+        except OSError:
+            return []
+        header_end = data.find(b"\n")
+        if header_end < 0:
+            return []
+        header_bytes = data[: header_end + 1]
+        if header_bytes != self._header_bytes or len(data) < self._offset:
+            self._header_bytes = header_bytes  # rewritten with new columns: read again from the top
+            self._offset = len(header_bytes)
+            self._rows_before = 0
+        body_end = data.rfind(b"\n") + 1
+        if body_end <= self._offset:
+            return []
+        header = next(csv.reader([header_bytes.decode("utf-8", "replace")]))
+        body = data[self._offset : body_end].decode("utf-8", "replace")
+        self._offset = body_end
+        try:
+            step_column = next(header.index(c) for c in _STEP_COLUMNS if c in header)
+        except StopIteration:
+            step_column = None
+        points: list[MetricPoint] = []
+        rows = list(csv.reader(io.StringIO(body)))
+        first_row = self._rows_before
+        self._rows_before += len(rows)
+        for row_number, row in enumerate(rows, start=first_row):
+            step = self._step(row, step_column, row_number)
+            if step is None:
+                continue
+            for column, cell in zip(header, row):
+                if column in _STEP_COLUMNS or not cell.strip():
+                    continue
+                try:
+                    value = float(cell)
+                except ValueError:
+                    continue
+                previous = self._seen.get((column, step))
+                if previous is not None and (previous == value or (math.isnan(previous) and math.isnan(value))):
+                    continue  # already reported before the file was rewritten
+                self._seen[(column, step)] = value
+                points.append(MetricPoint(step, 0.0, column, value))
+        return newest_per_key_step(points)
+
+    @staticmethod
+    def _step(row: list[str], step_column: int | None, row_number: int) -> int | None:
+        if step_column is None:
+            return row_number
+        if step_column >= len(row):
+            return None
+        try:
+            return int(float(row[step_column]))
+        except ValueError:
+            return None
