@@ -191,7 +191,11 @@ def read_toml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise UsageError(f"config {path} is not UTF-8 text; save it as UTF-8") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"config {path} is not valid TOML: {exc}; fix that line") from None
+        message = str(exc)
+        if "end of document" in message:  # tomllib names no line then: it is the last one
+            last_line = raw.count(b"\n") or 1
+            message = message.replace("end of document", f"end of document, line {last_line}")
+        raise UsageError(f"config {path} is not valid TOML: {message}; fix that line") from None
 
 
 def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: Path, prefix: str = "") -> None:

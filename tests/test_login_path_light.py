@@ -1,0 +1,61 @@
+"""The login node's path (CLI, launch, scheduler, config) must not import wandb, tensorboard, matplotlib or torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HEAVY = ("wandb", "tensorboard", "matplotlib", "torch", "tensorflow")
+LOGIN_MODULES = [
+    "guarded_sbatch.config",
+    "guarded_sbatch.launch.argv",
+    "guarded_sbatch.launch.script",
+    "guarded_sbatch.launch.preflight",
+    "guarded_sbatch.scheduler",
+]
+
+PROBE = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {heavy})))
+"""
+
+
+def loaded_heavy_modules(modules: list[str], code_extra: str = "") -> list[str]:
+    probe = PROBE.replace("{heavy}", repr(set(HEAVY))) + code_extra
+    out = subprocess.run([sys.executable, "-c", probe, *modules], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_launch_and_config_modules_stay_light() -> None:
+    assert loaded_heavy_modules(LOGIN_MODULES) == []
+
+
+def test_cli_module_stays_light() -> None:
+    cli = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch" / "cli.py"
+    if not cli.exists():
+        pytest.skip("cli.py not written yet (the integrator's file)")
+    assert loaded_heavy_modules(["guarded_sbatch.cli"]) == []
+
+
+def test_a_whole_preflight_run_stays_light(tmp_path: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from preflight_tree import build_clean_tree
+
+    build_clean_tree(tmp_path)
+    run = f"""
+from pathlib import Path
+from guarded_sbatch.config import Config
+from guarded_sbatch.launch.argv import split_sbatch_argv
+from guarded_sbatch.launch.preflight import run_preflight, format_report
+report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=Path({str(tmp_path)!r}), env={{}})
+format_report(report, color=False)
+print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))
+"""
+    assert loaded_heavy_modules([], run) == []
