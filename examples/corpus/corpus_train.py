@@ -150,7 +150,7 @@ def train(spec: TrainSpec, seed: int = 0) -> Iterator[LogRecord]:
             if spec.bad_inputs and spec.bad_inputs[0] <= step <= spec.bad_inputs[1]:
                 x = x * np.float32(spec.bad_inputs[2])
             lr = lr_at(spec, step)
-            dtype = np.float16 if spec.fp16 else np.float32
+            dtype = np.float16 if spec.fp16 else np.float64  # float64: no slow subnormals near loss 0
             loss, grads, _ = model.loss_and_grads(x, y, dtype, loss_scale)
             grad_norm = float(math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
             skipped = spec.fp16 and not math.isfinite(grad_norm)

@@ -77,7 +77,7 @@ CORPUS: dict[str, CorpusSpec] = {
     ),
     "fp16_overflow": CorpusSpec(
         "fp16 with dynamic loss scaling: overflows, skipped steps and scale drops, all normal",
-        TrainSpec(steps=1500, fp16=True, log_every=1, fp16_growth_interval=40), "megatron", healthy=True,
+        TrainSpec(steps=1200, fp16=True, log_every=1, fp16_growth_interval=40), "megatron", healthy=True,
     ),
     "scale_large": CorpusSpec(
         "regression with targets x100: loss ~1e4, healthy",

@@ -8,10 +8,8 @@ from dataclasses import dataclass, field
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import Direction, JudgePolicy
 
-try:  # written by the sources engineer; the fallback keeps the judge usable until it lands
-    from guarded_sbatch.sources.keys import MetricKind, classify_key
-except ImportError:  # pragma: no cover - depends on the state of the tree
-    from guarded_sbatch.judge._keys_fallback import MetricKind, classify_key  # type: ignore[assignment]
+from guarded_sbatch.sources.keys import Direction as KeyDirection
+from guarded_sbatch.sources.keys import KeyRole, Role, classify_key, key_words
 
 # most common training-loss names first: used to break ties between several loss keys
 _PREFERRED_LOSS_NAMES = ("loss", "train/loss", "train_loss", "loss/train", "lm loss", "lm_loss", "trl")
@@ -38,43 +36,51 @@ class RunKeys:
 
 def metric_direction(name: str) -> Direction:
     """'max' for accuracy-like names, else 'min' (losses, errors, perplexity)."""
+    found = classify_key(name).direction
+    if found is not None:
+        return "max" if found is KeyDirection.HIGHER_IS_BETTER else "min"
     lowered = name.lower()
     if "loss" in lowered or "err" in lowered or "ppl" in lowered or "perplexity" in lowered:
         return "min"
     return "max" if _HIGHER_IS_BETTER.search(lowered) else "min"
 
 
-def _kind_name(kind: object) -> str:
-    return str(getattr(kind, "name", kind))
-
-
 def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
-    by_kind: dict[str, list[str]] = {}
-    for key in history.keys():
-        by_kind.setdefault(_kind_name(classify_key(key)), []).append(key)
+    roles: dict[str, KeyRole] = {key: classify_key(key) for key in history.keys()}
+
+    def with_role(role: Role) -> list[str]:
+        return [k for k, r in roles.items() if r.role is role]
 
     def most_points(keys: list[str]) -> str | None:
         if not keys:
             return None
-        return max(keys, key=lambda k: (len(history.series(k)[0]), -_name_rank(k), k))
+        return max(keys, key=lambda k: (len(history.series(k)[0]), -_name_rank(k), -len(k), k))
 
-    train_loss = policy.train_loss_key or most_points(by_kind.get(MetricKind.TRAIN_LOSS.name, []))
-    eval_losses = by_kind.get(MetricKind.EVAL_LOSS.name, [])
-    eval_metrics = by_kind.get(MetricKind.EVAL_METRIC.name, [])
-    eval_keys = [k for k in eval_losses + eval_metrics if k != train_loss]
+    train_loss = policy.train_loss_key or most_points(with_role(Role.TRAIN_LOSS))
+    evals = [k for k in with_role(Role.EVAL_METRIC) if k != train_loss]
+    # eval losses before other eval metrics: the loss is what every run has and the judge knows best
+    evals.sort(key=lambda k: (not set(key_words(k)) & {"loss", "nll", "ce", "tel"}, k))
     if policy.key_metric:
-        eval_keys = [policy.key_metric] + [k for k in eval_keys if k != policy.key_metric]
-    directions: dict[str, Direction] = {k: metric_direction(k) for k in eval_keys}
+        evals = [policy.key_metric] + [k for k in evals if k != policy.key_metric]
+    directions: dict[str, Direction] = {}
+    for key in evals:
+        found = roles[key].direction if key in roles else None
+        if found is None:
+            directions[key] = metric_direction(key)
+        else:
+            directions[key] = "max" if found is KeyDirection.HIGHER_IS_BETTER else "min"
     if policy.key_metric and policy.key_metric_direction:
         directions[policy.key_metric] = policy.key_metric_direction
+    skipped = with_role(Role.SKIPPED_STEPS)
+    preferred_skipped = [k for k in skipped if "nan" not in key_words(k)] or skipped
     return RunKeys(
         train_loss=train_loss,
-        eval_keys=tuple(eval_keys),
+        eval_keys=tuple(evals),
         directions=directions,
-        lr=most_points(by_kind.get(MetricKind.LR.name, [])),
-        grad_norm=most_points(by_kind.get(MetricKind.GRAD_NORM.name, [])),
-        loss_scale=most_points(by_kind.get(MetricKind.LOSS_SCALE.name, [])),
-        skipped=most_points(by_kind.get(MetricKind.SKIPPED.name, [])),
+        lr=most_points(with_role(Role.LEARNING_RATE)),
+        grad_norm=most_points(with_role(Role.GRAD_NORM)),
+        loss_scale=most_points(with_role(Role.LOSS_SCALE)),
+        skipped=most_points(preferred_skipped),
     )
 
 
