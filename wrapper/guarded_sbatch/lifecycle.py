@@ -97,6 +97,9 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         newer = [r.run_id for r in list_runs() if r.restarted_from == record.run_id]
         hint = f"; restart the newer run {newer[-1]} instead" if newer else ""
         raise UsageError(f"run {record.run_id} was already restarted{hint}")
+    if record.launched_by == "submitit":
+        raise UsageError(f"run {record.run_id} was submitted from Python (GuardedExecutor): kill it here, then "
+                         "submit the function again from Python")
     launch_argv = restart_launch_argv(record, args.guard_options)
     run_launch = launch or _run_launch
     # The pre-flight runs first, so a blocked relaunch deletes nothing.

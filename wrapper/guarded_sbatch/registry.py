@@ -36,6 +36,7 @@ class RunRecord:
     waivers: list[dict[str, str]] = field(default_factory=list)
     restarted_from: str = ""
     ended: str = ""  # "killed", "restarted" once the lifecycle commands are done with it
+    launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
 
     @property
     def folder(self) -> Path:

@@ -161,6 +161,9 @@ def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], 
             folders.append(folder)
     for folder in folders:
         actions.append(path_action(folder, [folder]))
+    for folder in record.tb_paths:
+        actions.append(CleanupAction("manual", folder, extra={
+            "why": "TensorBoard folder left alone (it may hold other runs); the reader handles a restart's new files"}))
     if kind == "mlflow" and tracker.get("run_id"):
         actions.append(_mlflow_action(record, str(tracker.get("tracking_uri") or ""), str(tracker["run_id"])))
     elif kind and kind not in ("wandb", "mlflow", "tensorboard"):

@@ -1,0 +1,227 @@
+"""GuardedExecutor: submitit's AutoExecutor with the launch pre-flight and a sidecar for every job.
+
+    executor = GuardedExecutor(folder="logs/%j", run_name="cifar10-resnet18-bs128-lr0.1", tb_dir="runs/cifar")
+    executor.update_parameters(timeout_min=60, slurm_partition="gpu")
+    job = executor.submit(train, config)      # a submitit Job, as usual
+
+Before anything is submitted, the checks that make sense for a function job run: the run name, the paths the
+run depends on, and where the sidecar will read metrics (tb_dir / wandb_dir / log_path; by default the job's
+own stdout, submitit's `%j_0_log.out`). A failed check blocks with BlockedError unless waived through
+`waivers={"run-name": "why"}`. Each submitted job gets its sidecar (`--dependency=after:<job>`,
+`--kill-on-invalid-dep=yes`) and a record in the registry, so `guarded-sbatch status` and `kill` know it.
+"""
+
+from __future__ import annotations
+
+import os
+import typing as tp
+from collections.abc import Mapping
+from pathlib import Path
+
+import submitit
+from submitit.core.core import Job
+from submitit.core.utils import DelayedSubmission
+
+from guarded_sbatch.errors import BlockedError, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+
+FUNCTION_JOB_CHECKS = (CheckName.RUN_NAME.value, CheckName.PATHS.value, CheckName.MONITORING.value)
+StrPath = tp.Union[str, "os.PathLike[str]"]
+
+
+class GuardedExecutor(submitit.AutoExecutor):
+    """A submitit executor (Slurm) that runs the pre-flight and co-schedules a sidecar for each job."""
+
+    def __init__(
+        self,
+        folder: StrPath,
+        *,
+        run_name: str | None = None,
+        tb_dir: StrPath | None = None,
+        wandb_dir: StrPath | None = None,
+        log_path: StrPath | None = None,
+        checkpoint_dir: StrPath | None = None,
+        artifact_dir: StrPath | None = None,
+        waivers: Mapping[str, str] | None = None,
+        stop_command: str | None = None,
+        notes_path: StrPath | None = None,
+        restart: bool = False,
+        cluster: str | None = "slurm",
+        **kwargs: tp.Any,
+    ) -> None:
+        if cluster != "slurm":
+            raise UsageError(f"GuardedExecutor guards Slurm jobs only, not cluster={cluster!r}; use submitit's own "
+                             "executor for local or debug runs")
+        for check in waivers or {}:
+            if check not in FUNCTION_JOB_CHECKS:
+                raise UsageError(f"cannot waive {check!r} for a function job: the checks are {', '.join(FUNCTION_JOB_CHECKS)}")
+        super().__init__(folder, cluster=cluster, **kwargs)
+        cwd = Path.cwd()
+        self.guard_run_name = run_name
+        self.guard_tb_dir = _absolute(tb_dir, cwd)
+        self.guard_wandb_dir = _absolute(wandb_dir, cwd)
+        self.guard_log_path = _absolute(log_path, cwd)
+        self.guard_checkpoint_dir = _absolute(checkpoint_dir, cwd)
+        self.guard_artifact_dir = _absolute(artifact_dir, cwd)
+        self.guard_waivers = dict(waivers or {})
+        self.guard_stop_command = stop_command
+        self.guard_notes_path = _absolute(notes_path, cwd)
+        self.guard_restart = restart
+        self.submit_dir = cwd
+        self.last_preflight: list[CheckResult] = []
+        self.run_ids: list[str] = []  # registry ids of the runs this executor submitted
+        if run_name:
+            self.update_parameters(name=run_name)
+
+    # submit, map_array, submit_array and batch() all come through here
+    def _internal_process_submissions(self, delayed_submissions: list[DelayedSubmission]) -> list[Job[tp.Any]]:
+        from guarded_sbatch.config import load_config
+        from guarded_sbatch.scheduler.slurm import SlurmScheduler
+
+        config = load_config()
+        scheduler = SlurmScheduler()
+        run_name = self.run_name()
+        self.last_preflight = self.preflight(config, scheduler, run_name)
+        blocking = [r for r in self.last_preflight if r.status is CheckStatus.FAILED and not self._waived(r, config)]
+        if blocking:
+            raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in blocking)
+                               + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
+        jobs = super()._internal_process_submissions(delayed_submissions)
+        for job in jobs:
+            self._guard(job, run_name, config, scheduler)
+        return jobs
+
+    def run_name(self) -> str:
+        name = self.guard_run_name or str(self._executor.parameters.get("job_name") or "")
+        return name or "submitit"
+
+    def _waived(self, result: CheckResult, config: tp.Any) -> bool:
+        return result.name in self.guard_waivers and config.can_waive(result.name)
+
+    def preflight(self, config: tp.Any, scheduler: tp.Any, run_name: str) -> list[CheckResult]:
+        """The pre-flight checks that apply to a function job: run name, paths, monitoring."""
+        return [self._check_run_name(config, scheduler, run_name), self._check_paths(config), self._check_monitoring()]
+
+    def _check_run_name(self, config: tp.Any, scheduler: tp.Any, name: str) -> CheckResult:
+        from guarded_sbatch.launch.checks.run_name import name_problem
+        from guarded_sbatch.launch.fsinfo import timed_stats
+
+        check = CheckName.RUN_NAME.value
+        problem = name_problem(name, config.name_pattern, config.forbidden_names)
+        if problem:
+            return CheckResult(check, CheckStatus.FAILED, f"run name {name!r} {problem}; pass run_name=... like "
+                               "coco-resnet50-bs256-lr3e-4")
+        if self.guard_restart:
+            return CheckResult(check, CheckStatus.PASSED, f"run name {name!r} follows the pattern (restart)")
+        taken: list[str] = []
+        try:
+            if name in scheduler.active_job_names():
+                taken.append(f"a queued or running job is already called {name!r}")
+        except GuardedError as exc:
+            return CheckResult(check, CheckStatus.WARNED, f"run name {name!r} follows the pattern; could not list jobs: {exc}")
+        folders = [root / name for root in config.run_roots]
+        taken += [f"output folder {o.path} already exists" for o in timed_stats(folders, config.stat_timeout_s) if o.exists]
+        if taken:
+            return CheckResult(check, CheckStatus.FAILED, f"run name {name!r} is taken: {'; '.join(taken)}; pick a new "
+                               "name or pass restart=True")
+        return CheckResult(check, CheckStatus.PASSED, f"run name {name!r} follows the pattern and is free")
+
+    def _check_paths(self, config: tp.Any) -> CheckResult:
+        from guarded_sbatch.launch.fsinfo import timed_stats
+
+        check = CheckName.PATHS.value
+        # Each folder the run writes into must at least have an existing parent; submitit makes its own folder.
+        wanted = {
+            "submitit folder": _static_prefix(Path(self.folder)).parent,
+            "TensorBoard folder": self.guard_tb_dir.parent if self.guard_tb_dir else None,
+            "W&B folder": self.guard_wandb_dir.parent if self.guard_wandb_dir else None,
+            "log file": self.guard_log_path.parent if self.guard_log_path else None,
+            "checkpoint folder": self.guard_checkpoint_dir.parent if self.guard_checkpoint_dir else None,
+            "artifact folder": self.guard_artifact_dir.parent if self.guard_artifact_dir else None,
+        }
+        labels = [(label, path) for label, path in wanted.items() if path is not None]
+        outcomes = timed_stats([path for _, path in labels], config.stat_timeout_s)
+        problems = []
+        for (label, path), outcome in zip(labels, outcomes):
+            if outcome.timed_out:
+                problems.append(f"{label}: {path} did not answer in {config.stat_timeout_s:g} s")
+            elif not outcome.exists or not outcome.is_dir:
+                problems.append(f"{label}: {path} does not exist{f' ({outcome.error})' if outcome.error else ''}")
+        evidence = tuple(f"{label}: {path}" for label, path in labels)
+        if problems:
+            return CheckResult(check, CheckStatus.FAILED, "; ".join(problems) + "; create it or fix the path", evidence)
+        return CheckResult(check, CheckStatus.PASSED, f"all {len(labels)} folder(s) the run writes into are there", evidence)
+
+    def _check_monitoring(self) -> CheckResult:
+        check = CheckName.MONITORING.value
+        given = [str(p) for p in (self.guard_tb_dir, self.guard_wandb_dir, self.guard_log_path) if p]
+        if given:
+            return CheckResult(check, CheckStatus.PASSED, f"the sidecar reads {', '.join(given)}")
+        return CheckResult(check, CheckStatus.WARNED, "no tb_dir, wandb_dir or log_path: the sidecar reads only the "
+                           "job's stdout (%j_0_log.out) as a text log")
+
+    def _guard(self, job: Job[tp.Any], run_name: str, config: tp.Any, scheduler: tp.Any) -> None:
+        """Record the run and submit its sidecar; the job is already queued, so a failure says it runs unguarded."""
+        from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, render_sidecar_script
+        from guarded_sbatch.launch.templates import load_template
+        from guarded_sbatch.registry import create_run
+        from guarded_sbatch.scheduler.base import SubmitRequest
+
+        sidecar_settings = config.sidecar
+        resources = SidecarResources(
+            cpus=sidecar_settings.cpus, mem=sidecar_settings.mem, partition=sidecar_settings.partition or None,
+            account=sidecar_settings.account or None, qos=sidecar_settings.qos or None,
+            time_limit=sidecar_settings.time or None, template=sidecar_settings.template,
+            template_dirs=tuple(config.template_dirs),
+        )
+        stdout = Path(job.paths.stdout)
+        logs = (self.guard_log_path,) if self.guard_log_path else (stdout,)
+        options = SidecarOptions(
+            tb_paths=(self.guard_tb_dir,) if self.guard_tb_dir else (),
+            wandb_paths=(self.guard_wandb_dir,) if self.guard_wandb_dir else (),
+            log_paths=logs, stop_command=self.guard_stop_command, notes_path=self.guard_notes_path,
+            fast_interval_s=sidecar_settings.fast_interval_s, full_interval_s=config.check_interval_s,
+            job_poll_s=sidecar_settings.job_poll_s,
+        )
+        try:
+            template_text, _ = load_template(resources.template, list(resources.template_dirs))
+            submission_file = Path(job.paths.submission_file)
+            record = create_run(
+                run_name, "slurm", job.job_id, script=str(submission_file), submit_dir=str(self.submit_dir),
+                tb_paths=[str(p) for p in options.tb_paths], wandb_paths=[str(p) for p in options.wandb_paths],
+                log_paths=[str(p) for p in logs], checkpoint_dir=str(self.guard_checkpoint_dir or ""),
+                artifact_dir=str(self.guard_artifact_dir or ""), launched_by="submitit",
+                waivers=[{"check": c, "reason": r} for c, r in self.guard_waivers.items()],
+                tracker={"submitit_folder": str(job.paths.folder)},
+            )
+            script_path = record.folder / "sidecar.sbatch"
+            script_path.write_text(render_sidecar_script(template_text, record, options, resources), encoding="utf-8")
+            record.sidecar_id = scheduler.submit(SubmitRequest(
+                script=script_path, sbatch_options=(f"--dependency=after:{job.job_id}", "--kill-on-invalid-dep=yes"),
+                workdir=record.folder,
+            ))
+            record.save()
+        except GuardedError as exc:
+            raise type(exc)(f"job {job.job_id} was submitted but runs unguarded: {exc.message} (watch it with "
+                            f"`guarded-sbatch monitor --job {job.job_id}`)", exit_code=exc.exit_code) from None
+        except OSError as exc:
+            raise SchedulerError(f"job {job.job_id} was submitted but runs unguarded: cannot write its run record "
+                                 f"({exc.strerror or exc}); check GUARDED_SBATCH_STATE_DIR") from None
+        self.run_ids.append(record.run_id)
+
+
+def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
+    if path is None or os.fspath(path) == "":
+        return None
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else cwd / candidate
+
+
+def _static_prefix(folder: Path) -> Path:
+    """The part of a submitit folder before its first %-pattern (e.g. logs/%j → logs/x, whose parent is logs)."""
+    parts = []
+    for part in folder.parts:
+        if "%" in part:
+            return Path(*parts) / "pattern"
+        parts.append(part)
+    return folder
