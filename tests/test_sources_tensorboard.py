@@ -1,0 +1,144 @@
+"""TensorBoard reader against files written by tensorboard's own writer."""
+
+from __future__ import annotations
+
+import math
+import struct
+from pathlib import Path
+
+import pytest
+from source_writers import append_tb_events, tb_event, write_tb_events
+
+from guarded_sbatch.sources.base import MetricPoint, merge_into_history
+from guarded_sbatch.sources.tensorboard import TensorBoardSource, decode_event
+from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c, split_records
+
+
+def _values(points: list[MetricPoint]) -> dict[tuple[str, int], float]:
+    return {(p.key, p.step): p.value for p in points}
+
+
+@pytest.mark.parametrize("kind", ["simple", "float_val", "double_val", "tensor_content"])
+def test_each_scalar_encoding_is_read(tmp_path: Path, kind: str) -> None:
+    values = [0.5, math.nan, math.inf, -math.inf, 1e-8]
+    write_tb_events(tmp_path, [tb_event(step, "train/loss", v, kind) for step, v in enumerate(values)])
+    points = TensorBoardSource(tmp_path).read_new()
+    assert [p.step for p in points] == [0, 1, 2, 3, 4]
+    assert points[0].value == pytest.approx(0.5) and math.isnan(points[1].value)
+    assert points[2].value == math.inf and points[3].value == -math.inf
+    assert points[4].value == pytest.approx(1e-8, rel=1e-6)
+    assert all(p.wall_time == 1.7e9 + p.step for p in points)
+
+
+def test_matches_event_accumulator(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = [tb_event(step, tag, step * 0.25 + len(tag), "simple")
+              for step in (0, 1, 127, 128, 300, 16384, 2_100_000, 300_000_000) for tag in ("a", "b/long_tag")]
+    write_tb_events(tmp_path, events)
+    accumulator = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    accumulator.Reload()
+    expected = {(tag, e.step): e.value for tag in accumulator.Tags()["scalars"] for e in accumulator.Scalars(tag)}
+    assert _values(TensorBoardSource(tmp_path).read_new()) == expected
+
+
+def test_non_scalar_summaries_are_ignored(tmp_path: Path) -> None:
+    from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    vector = tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[1.0, 2.0], tensor_shape=tensor_shape_pb2.
+                                    TensorShapeProto(dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=2)]))
+    text = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[b"hi"])
+    events = [Event(step=1, summary=Summary(value=[Summary.Value(tag="hist", tensor=vector),
+                                                   Summary.Value(tag="text", tensor=text),
+                                                   Summary.Value(tag="loss", simple_value=3.0)]))]
+    write_tb_events(tmp_path, events)
+    assert _values(TensorBoardSource(tmp_path).read_new()) == {("loss", 1): 3.0}
+
+
+def test_incremental_reads_and_late_writes_to_an_older_file(tmp_path: Path) -> None:
+    first = write_tb_events(tmp_path, [tb_event(s, "loss", 1.0 / (s + 1)) for s in range(3)], ".a")
+    source = TensorBoardSource(tmp_path)
+    assert [p.step for p in source.read_new()] == [0, 1, 2]
+    assert source.read_new() == []
+    # A restart writes a newer file, then the old process flushes a late event into the older one.
+    write_tb_events(tmp_path, [tb_event(s, "loss", 0.1) for s in range(3, 5)], ".b")
+    append_tb_events(first, [tb_event(9, "eval/acc", 0.9)])
+    assert sorted((p.key, p.step) for p in source.read_new()) == [("eval/acc", 9), ("loss", 3), ("loss", 4)]
+    assert len(source.files_inspected()) == 2
+
+
+def test_subfolders_are_runs_and_prefix_their_keys(tmp_path: Path) -> None:
+    write_tb_events(tmp_path / "train", [tb_event(1, "epoch_loss", 2.0)])
+    write_tb_events(tmp_path / "validation", [tb_event(1, "epoch_loss", 3.0)])
+    assert _values(TensorBoardSource(tmp_path).read_new()) == {("train/epoch_loss", 1): 2.0,
+                                                              ("validation/epoch_loss", 1): 3.0}
+
+
+def test_resumed_job_repeats_steps_and_the_newest_value_wins(tmp_path: Path) -> None:
+    write_tb_events(tmp_path, [tb_event(s, "loss", 1.0, wall_time=100.0 + s) for s in range(5)], ".a")
+    write_tb_events(tmp_path, [tb_event(s, "loss", 2.0, wall_time=200.0 + s) for s in range(3, 7)], ".b")
+    points = TensorBoardSource(tmp_path).read_new()
+    assert _values(points) == {("loss", 0): 1.0, ("loss", 1): 1.0, ("loss", 2): 1.0, ("loss", 3): 2.0,
+                               ("loss", 4): 2.0, ("loss", 5): 2.0, ("loss", 6): 2.0}
+    assert len(points) == 7
+
+
+def test_repeat_in_a_later_read_replaces_the_value_in_history(tmp_path: Path) -> None:
+    first = write_tb_events(tmp_path, [tb_event(s, "loss", 1.0, wall_time=100.0 + s) for s in range(3)])
+    source = TensorBoardSource(tmp_path)
+    history: dict[str, dict[int, MetricPoint]] = {}
+    merge_into_history(history, source.read_new())
+    append_tb_events(first, [tb_event(1, "loss", 5.0, wall_time=500.0)])
+    merge_into_history(history, source.read_new())
+    assert {s: p.value for s, p in history["loss"].items()} == {0: 1.0, 1: 5.0, 2: 1.0}
+
+
+def test_bad_crc_record_is_skipped_and_counted(tmp_path: Path) -> None:
+    event_file = write_tb_events(tmp_path, [tb_event(s, "loss", float(s)) for s in range(4)])
+    data = bytearray(event_file.read_bytes())
+    records = split_records(bytes(data)).records
+    # Flip a byte inside the float of the third scalar record (file_version record comes first).
+    offset = sum(len(r) + 16 for r in records[:3]) + 12 + len(records[3]) - 1
+    data[offset] ^= 0x40
+    event_file.write_bytes(bytes(data))
+    source = TensorBoardSource(tmp_path)
+    assert _values(source.read_new()) == {("loss", 0): 0.0, ("loss", 1): 0.0 + 1, ("loss", 3): 3.0}
+    assert source.bad_records == 1
+    unchecked = TensorBoardSource(tmp_path, check_crc=False)
+    assert unchecked.read_new()[2].value != 2.0  # without the check the garbage value gets through
+
+
+def test_corrupt_length_resyncs_to_the_next_record(tmp_path: Path) -> None:
+    event_file = write_tb_events(tmp_path, [tb_event(s, "loss", float(s)) for s in range(4)])
+    data = bytearray(event_file.read_bytes())
+    first_len = struct.unpack_from("<Q", data)[0]
+    data[first_len + 16 + 2] ^= 0xFF  # the length field of the first scalar record
+    event_file.write_bytes(bytes(data))
+    source = TensorBoardSource(tmp_path)
+    assert _values(source.read_new()) == {("loss", 1): 1.0, ("loss", 2): 2.0, ("loss", 3): 3.0}
+    assert source.bad_records == 1
+
+
+def test_bounded_batches_cover_everything_once(tmp_path: Path) -> None:
+    write_tb_events(tmp_path, [tb_event(s, "loss", float(s)) for s in range(1000)])
+    source = TensorBoardSource(tmp_path, chunk_bytes=4096)
+    steps: list[int] = []
+    while batch := source.read_new(max_points=64):
+        assert len(batch) <= 64
+        steps += [p.step for p in batch]
+    assert steps == list(range(1000))
+
+
+def test_crc32c_implementations_agree() -> None:
+    for data in (b"", b"a", b"123456789", bytes(range(256)) * 3):
+        assert crc32c(data) == pure_python_crc32c(data)
+    assert pure_python_crc32c(b"123456789") == 0xE3069283  # the standard check value
+
+
+def test_decoder_handles_hand_framed_records() -> None:
+    event = tb_event(7, "x", 1.25, "float_val").SerializeToString()
+    framed = frame_record(event)
+    assert split_records(framed + framed[:10]).records == [event]
+    assert decode_event(event, {}) == (1.7e9 + 7, 7, [("x", 1.25)])
