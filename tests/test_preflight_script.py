@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,7 @@ def test_paths_and_names_with_shell_metacharacters(tmp_path: Path) -> None:
     assert "spaces or characters" in checks["run-name"].finding
     assert "out dir" in checks["paths"].finding
     assert report.blocked
+    assert shlex.split(report.launch_command) == ["guarded-sbatch", str(script)]  # quoted for bash, round-trips
 
 
 def test_wrap_is_checked_as_a_script(tmp_path: Path) -> None:

@@ -88,6 +88,7 @@ class LaunchArgs:
     script: Path | None  # None with --wrap, or for --help/--usage/--version
     script_args: tuple[str, ...] = ()
     parsed_options: tuple[ParsedOption, ...] = field(default=(), compare=False)
+    guard_words: tuple[str, ...] = ()  # our own options' words, exactly as given (to repeat the launch)
 
     @property
     def wrap(self) -> str | None:
@@ -203,6 +204,7 @@ def _restore_words(parsed: list[ParsedOption], word: str, separate_value: str | 
 def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     """Split `guarded-sbatch [guard options] [sbatch options] script [script args]`."""
     guard_words: list[tuple[str, str | None]] = []
+    guard_argv: list[str] = []
     sbatch_words: list[str] = []
     parsed: list[ParsedOption] = []
     index = 0
@@ -210,7 +212,9 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
         word = argv[index]
         guard_name, _, _ = word.partition("=")
         if guard_name in GUARD_OPTIONS or word == JSON_ALIAS:
+            start = index
             index = _take_guard_option(argv, index, guard_words)
+            guard_argv.extend(argv[start:index])
             continue
         if word.startswith("--guard-"):
             raise UsageError(
@@ -238,10 +242,10 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     if wrap is not None:
         if rest:
             raise UsageError("script arguments are not allowed with --wrap (sbatch refuses them too); drop them")
-        return LaunchArgs(guard, tuple(sbatch_words), None, (), tuple(parsed))
+        return LaunchArgs(guard, tuple(sbatch_words), None, (), tuple(parsed), tuple(guard_argv))
     if not rest:
         if info_only:
-            return LaunchArgs(guard, tuple(sbatch_words), None, (), tuple(parsed))
+            return LaunchArgs(guard, tuple(sbatch_words), None, (), tuple(parsed), tuple(guard_argv))
         raise UsageError(
             "no batch script given: name the script file after the sbatch options "
             "(guarded-sbatch cannot check a script read from stdin)"
@@ -249,7 +253,7 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     script_word = rest[0]
     if script_word == "":
         raise UsageError("the batch script name is empty; give the path to the script file")
-    return LaunchArgs(guard, tuple(sbatch_words), Path(script_word), tuple(rest[1:]), tuple(parsed))
+    return LaunchArgs(guard, tuple(sbatch_words), Path(script_word), tuple(rest[1:]), tuple(parsed), tuple(guard_argv))
 
 
 def _take_guard_option(argv: list[str], index: int, out: list[tuple[str, str | None]]) -> int:

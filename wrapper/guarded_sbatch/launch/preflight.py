@@ -173,18 +173,9 @@ def _apply_waivers(
 
 
 def launch_command(launch: LaunchArgs) -> str:
-    """The guarded-sbatch command that repeats this launch (with its waivers), shlex-quoted."""
-    guard = launch.guard_options
-    words = ["guarded-sbatch"]
-    for waiver in guard.waivers:
-        words.append(f"--guard-waive={waiver.check}={waiver.reason}")
-    for flag, value in (("--guard-reference", guard.reference), ("--guard-config", guard.config), ("--guard-run-name", guard.run_name),
-                        ("--guard-epochs", guard.epochs), ("--guard-seconds-per-epoch", guard.seconds_per_epoch)):  # fmt: skip
-        if value is not None:
-            words.append(f"{flag}={value}")
-    if guard.restart:
-        words.append("--guard-restart")
-    words.extend(launch.sbatch_options)
+    """The guarded-sbatch command that repeats this launch (waivers included), shlex-quoted for bash."""
+    guard_words = [w for w in launch.guard_words if w not in ("--guard-json", "--json")]
+    words = ["guarded-sbatch", *guard_words, *launch.sbatch_options]
     if launch.script is not None:
         words.append(str(launch.script))
         words.extend(launch.script_args)
