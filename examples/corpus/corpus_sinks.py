@@ -59,6 +59,7 @@ class TextLogSink:
         self._last_skipped = 0.0
         self._epoch_steps = 125
         self._last_train_loss = math.nan
+        self._last_train_step = 0
 
     def write(self, record: LogRecord) -> None:
         line = getattr(self, f"_{self._format}")(record)
@@ -79,6 +80,11 @@ class TextLogSink:
             )
         skipped_now = v.get("train/skipped_steps", 0.0) - self._last_skipped
         self._last_skipped = v.get("train/skipped_steps", 0.0)
+        # Megatron averages the loss over the interval and prints it only when > 0 (never NaN), but
+        # counts NaN iterations; the weights are NaN by then, so every step of the interval counts
+        interval = r.step - self._last_train_step
+        self._last_train_step = r.step
+        nan_now = interval if not math.isfinite(v["train/loss"]) and skipped_now == 0 else 0
         parts = [
             f"[2026-01-01 00:00:00] iteration {r.step:8d}/{self._total:8d}",
             f"consumed samples: {r.step * 32:12d}",
@@ -92,7 +98,7 @@ class TextLogSink:
         if math.isfinite(v["train/grad_norm"]):
             parts.append(f"grad norm: {v['train/grad_norm']:.6f}")
         parts.append(f"number of skipped iterations: {int(skipped_now):3d}")
-        parts.append("number of nan iterations:   0")
+        parts.append(f"number of nan iterations: {nan_now:3d}")
         return " | ".join(parts) + " |"
 
     def _nanogpt(self, r: LogRecord) -> str:

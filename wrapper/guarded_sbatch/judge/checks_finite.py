@@ -17,7 +17,7 @@ def fp16_skipped_steps(history: MetricHistory, keys: RunKeys) -> set[int]:
     skipped: set[int] = set()
     if keys.skipped:
         steps, values = history.series(keys.skipped)
-        cumulative = _looks_cumulative(values)
+        cumulative = _looks_cumulative(values, keys.skipped)
         previous = 0.0
         for step, value in zip(steps.tolist(), values.tolist()):
             if (cumulative and value > previous) or (not cumulative and value > 0):
@@ -30,9 +30,11 @@ def fp16_skipped_steps(history: MetricHistory, keys: RunKeys) -> set[int]:
     return skipped
 
 
-def _looks_cumulative(values: np.ndarray) -> bool:
-    """A running count (DeepSpeed `skipped=`) never decreases and moves; a per-interval count
-    (Megatron `number of skipped iterations`) goes up and down, or stays at one positive value."""
+def _looks_cumulative(values: np.ndarray, key: str = "") -> bool:
+    """A running count (DeepSpeed `skipped=`) never decreases and moves; a per-interval count goes up
+    and down. Megatron's `number of skipped/nan iterations` are per interval even when constant."""
+    if key.lower().startswith("number of"):
+        return False
     finite = values[np.isfinite(values)]
     if len(finite) < 2:
         return False
@@ -50,7 +52,7 @@ def skip_rate(history: MetricHistory, keys: RunKeys, first_step: int, last_step:
     inside = (steps > first_step) & (steps <= last_step)
     if not np.any(inside):
         return None
-    if _looks_cumulative(values):
+    if _looks_cumulative(values, keys.skipped):
         before = values[steps <= first_step]
         start = float(before[-1]) if len(before) else float(values[inside][0])
         count = float(values[inside][-1]) - start
@@ -144,6 +146,28 @@ def check_nonfinite_loss(
     return Finding.wait(
         reason, f"{what} at step {onset}; waiting for {policy.nonfinite_patience_points} logged steps", anomaly
     )
+
+
+def check_nan_counter(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """Megatron counts NaN iterations and then prints no loss at all: the counter is the evidence."""
+    if not keys.nan_counter:
+        return None
+    steps, values = history.series(keys.nan_counter)
+    counts = np.diff(values, prepend=0.0) if _looks_cumulative(values, keys.nan_counter) else values
+    bad = np.nan_to_num(counts, nan=1.0) > 0
+    streak = _trailing_streak(bad)
+    if streak == 0:
+        return None
+    onset = int(steps[len(steps) - streak])
+    anomaly = Anomaly("nan", keys.nan_counter, onset, None, f"{keys.nan_counter} > 0 since step {onset}")
+    if streak >= policy.nonfinite_patience_points:
+        return Finding.stop(
+            Reason.NON_FINITE_LOSS,
+            f"the trainer counted NaN iterations ({keys.nan_counter}) at each of the last {streak} logged "
+            f"steps, since step {onset}",
+            anomaly,
+        )
+    return Finding.wait(Reason.NON_FINITE_LOSS, f"NaN iterations counted at step {onset}", anomaly)
 
 
 def check_nonfinite_optimizer_metrics(

@@ -3,7 +3,8 @@
 Order (the first STOP in this order wins; else the first WAIT; else CONTINUE with every note):
   1. loss-scale collapse (fp16: scale stuck at its floor, steps skipped every time)
   2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`);
-     fp16 skipped steps (skip counter moved / loss scale dropped) are excused
+     fp16 skipped steps (skip counter moved / loss scale dropped) are excused; then a NaN-iteration
+     counter (Megatron prints no loss for those)
   3. non-finite grad norm or LR (outside skipped steps)
   4. evaluations failing (non-finite) every time
   5. training-loss spike that does not recover / sustained divergence
@@ -51,6 +52,7 @@ def decide(
     findings = [
         checks_finite.check_loss_scale_collapse(history, keys, policy),
         checks_finite.check_nonfinite_loss(history, keys, policy, excused),
+        checks_finite.check_nan_counter(history, keys, policy),
         checks_finite.check_nonfinite_optimizer_metrics(history, keys, policy, excused),
         checks_finite.check_eval_failing(history, keys, policy),
         checks_trend.check_loss_trend(history, keys, policy),

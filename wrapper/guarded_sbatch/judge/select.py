@@ -28,6 +28,7 @@ class RunKeys:
     grad_norm: str | None = None
     loss_scale: str | None = None
     skipped: str | None = None
+    nan_counter: str | None = None  # Megatron's `number of nan iterations`: it prints no loss then
 
     @property
     def key_metric(self) -> str | None:
@@ -72,7 +73,8 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
     if policy.key_metric and policy.key_metric_direction:
         directions[policy.key_metric] = policy.key_metric_direction
     skipped = with_role(Role.SKIPPED_STEPS)
-    preferred_skipped = [k for k in skipped if "nan" not in key_words(k)] or skipped
+    nan_counters = [k for k in skipped if "nan" in key_words(k)]
+    preferred_skipped = [k for k in skipped if k not in nan_counters]
     return RunKeys(
         train_loss=train_loss,
         eval_keys=tuple(evals),
@@ -81,6 +83,7 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         grad_norm=most_points(with_role(Role.GRAD_NORM)),
         loss_scale=most_points(with_role(Role.LOSS_SCALE)),
         skipped=most_points(preferred_skipped),
+        nan_counter=most_points(nan_counters),
     )
 
 
