@@ -2,8 +2,8 @@
 warm-up/cosine learning-rate schedule. It logs to TensorBoard (tensorboard's own event writer)
 and prints Hugging-Face-style dict lines to stdout.
 
-    python train.py --logdir runs/x                 # healthy
-    python train.py --logdir runs/x --diverge-at 120  # LR blown up at step 120: loss explodes to NaN
+    python train.py --config configs/synthetic-tanh-mlp.yaml                  # healthy
+    python train.py --config configs/synthetic-tanh-mlp.yaml --diverge-at 120  # LR x300 from step 120
 """
 
 from __future__ import annotations
@@ -32,15 +32,30 @@ def make_writer(logdir: str, flush_secs: float):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--logdir", required=True)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--step-seconds", type=float, default=0.05, help="pace of the run (sleep per step)")
+    parser.add_argument("--config", help="YAML config; flags below override it")
+    parser.add_argument("--logdir")
+    parser.add_argument("--steps", type=int, help="total steps (default: epochs x steps_per_epoch)")
+    parser.add_argument("--lr", type=float)
+    parser.add_argument("--batch-size", type=int)
+    parser.add_argument("--step-seconds", type=float, help="pace of the run (sleep per step)")
     parser.add_argument("--diverge-at", type=int, default=None, help="multiply the LR by 300 from this step")
     parser.add_argument("--flush-secs", type=float, default=5.0)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int)
     args = parser.parse_args(argv)
+    config = {"lr": 0.05, "batch_size": 64, "seed": 0, "epochs": 3, "steps_per_epoch": 200, "step_seconds": 0.05,
+              "logdir": "runs/synthetic-tanh-mlp-bs64-lr5e-2"}
+    if args.config:
+        import yaml
+
+        with open(args.config, encoding="utf-8") as handle:
+            config.update(yaml.safe_load(handle) or {})
+    for key in ("logdir", "lr", "batch_size", "step_seconds", "seed"):
+        if getattr(args, key) is not None:
+            config[key] = getattr(args, key)
+    args.logdir, args.lr, args.batch_size = config["logdir"], float(config["lr"]), int(config["batch_size"])
+    args.step_seconds, args.seed = float(config["step_seconds"]), int(config["seed"])
+    steps_per_epoch = int(config["steps_per_epoch"])
+    args.steps = args.steps or int(config["epochs"]) * steps_per_epoch
 
     rng = np.random.default_rng(args.seed)
     n_features, hidden = 16, 32
@@ -63,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         return h, h @ params["w2"] + params["b2"]
 
     np.seterr(all="ignore")  # a diverging run overflows: that is the point of the switch
+    epoch_started = time.time()
     for step in range(1, args.steps + 1):
         lr = args.lr * min(1.0, step / warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
         if args.diverge_at is not None and step >= args.diverge_at:
@@ -91,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
                 shown["eval_loss"] = metrics["eval/loss"]
             print(shown, flush=True)
         time.sleep(args.step_seconds)
+        if step % steps_per_epoch == 0:
+            print(f"epoch {step // steps_per_epoch} done, epoch_time {time.time() - epoch_started:.1f}s", flush=True)
+            epoch_started = time.time()
     writer.close()
     print(f"training finished after {args.steps} steps", flush=True)
     return 0
