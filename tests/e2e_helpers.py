@@ -49,7 +49,7 @@ class Project:
 
 def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0) -> Project:
     root = tmp_path / "project"
-    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("runs", "logs", "__pycache__"))
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
     config = tmp_path / "user-config.toml"
     config.write_text(
         f"[sidecar]\nfast_interval_seconds = {fast_interval}\njob_poll_seconds = {job_poll}\nmem = \"400M\"\n",

@@ -1,0 +1,87 @@
+"""The first vertical slice on the local backend: launch → sidecar → read → decide → cancel."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import make_project, submitted_job_id, wait_for
+from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.local import LocalScheduler
+
+TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
+
+
+def _scheduler(project) -> LocalScheduler:  # type: ignore[no-untyped-def]
+    return LocalScheduler(project.state_dir / "local-jobs")
+
+
+def test_diverging_run_is_cancelled_by_its_sidecar(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    notes = tmp_path / "NOTES.md"
+    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "--guard-notes", str(notes),
+                         "train.sh", "--steps", "3000", "--diverge-at", "60")
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+    assert result.stdout.strip() == f"Submitted batch job {job_id}"  # nothing else on stdout
+    scheduler = _scheduler(project)
+    record = project.run_record(job_id)
+    final = wait_for(lambda: (s := scheduler.state(job_id)).is_terminal and s, 120, what="training job to end")
+    assert final is JobState.CANCELLED
+    sidecar_state = wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal and scheduler.info(record["sidecar_id"]), 60,
+                             what="sidecar to exit")
+    assert sidecar_state.state is JobState.COMPLETED and sidecar_state.exit_code == 0
+    output = project.sidecar_output(job_id)
+    assert "FINAL_SUMMARY" in output and "- Decision: STOP" in output
+    evidence = json.loads((project.state_dir / "runs" / record["run_id"] / "evidence" / "evidence.json").read_text())
+    assert evidence["verdict"]["decision"] == "STOP"
+    assert evidence["verdict"]["reason"] in {"non_finite_loss", "divergence", "loss_spike", "grad_explosion"}
+    assert (project.state_dir / "runs" / record["run_id"] / "evidence" / "metrics.png").stat().st_size > 1000
+    assert "STOP" in notes.read_text()
+
+
+def test_healthy_run_completes_and_sidecar_exits_within_a_minute(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "200",
+                         "--step-seconds", "0.02")
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+    scheduler = _scheduler(project)
+    record = project.run_record(job_id)
+    assert wait_for(lambda: scheduler.state(job_id).is_terminal, 120, what="training to end")
+    info = scheduler.info(job_id)
+    assert info.state is JobState.COMPLETED
+    sidecar = wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal and scheduler.info(record["sidecar_id"]),
+                       60, what="sidecar to exit")
+    assert sidecar.end_time - info.end_time < 60
+    output = project.sidecar_output(job_id)
+    assert "FINAL_SUMMARY" not in output and "Decision: STOP" not in output
+    assert "ended COMPLETED" in output
+
+
+def test_parsable_prints_the_id_alone(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "--parsable", "train.sh", "--steps", "5",
+                         "--step-seconds", "0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().isdigit()
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["missing.sh"], "not found"),
+        (["--guard-backend", "nowhere", "train.sh"], "slurm or local"),
+        (["--guard-waive", "eta", "train.sh"], "needs a reason"),
+    ],
+)
+def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path: Path, args: list[str], fragment: str) -> None:
+    project = make_project(tmp_path)
+    result = project.cli(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr
