@@ -55,7 +55,8 @@ def test_mlflow_file_store(tmp_path: Path) -> None:
     values = {(p.key, p.step): p.value for p in source.read_new()}
     assert values[("train/loss", 1)] == 0.5 and math.isnan(values[("train/loss", 3)])
     assert values[("grad_norm", 4)] == math.inf
-    metric_file = next((tmp_path / "mlruns").glob("*/*/metrics/train/loss"))
+    assert isinstance(source, MlflowSource) and source.run_id
+    metric_file = next((tmp_path / "mlruns").glob(f"*/{source.run_id}/metrics/train/loss"))
     with open(metric_file, "a") as handle:
         handle.write("1700000000000 0.125 7\n1700000000001 0.1")  # second line still being written
     assert [(p.step, p.value) for p in source.read_new()] == [(7, 0.125)]
