@@ -36,6 +36,7 @@ class PreflightContext:
     reference: Reference | None = None
     reference_problem: str | None = None
     mounts: list[Mount] | None = None  # None: read the live mount table
+    submit_dir: Path | None = None  # where sbatch is run (the folder relative paths on its line are from)
 
     @property
     def launcher(self) -> LauncherLine | None:

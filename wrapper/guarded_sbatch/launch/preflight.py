@@ -103,6 +103,7 @@ def run_preflight(
         now=(now or datetime.now()).astimezone(),
         restart=restart or launch.guard_options.restart,
         mounts=mounts,
+        submit_dir=base,
     )
     load_intended_config(context)
     _find_reference(context, script_path=launch.script)

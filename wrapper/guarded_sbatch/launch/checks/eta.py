@@ -143,4 +143,9 @@ def _speed(context: PreflightContext) -> tuple[float | None, str]:
 
 def _request(context: PreflightContext) -> SubmitRequest:
     script = context.launch.script or Path("--wrap")
-    return SubmitRequest(script=script, sbatch_options=context.launch.sbatch_options, script_args=context.launch.script_args)
+    return SubmitRequest(
+        script=script,
+        sbatch_options=context.launch.sbatch_options,
+        script_args=context.launch.script_args,
+        workdir=context.submit_dir,
+    )
