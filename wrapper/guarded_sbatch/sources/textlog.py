@@ -82,6 +82,9 @@ class TextLogSource:
         if parsed.ordinal:
             if not parsed.is_eval and not any(k.startswith(("eval", "test")) for k in parsed.values):
                 self._ordinal += 1
+            else:
+                # An eval dict shares the last training dict's step; its epoch would overwrite that one.
+                parsed.values.pop("epoch", None)
             step = self._ordinal
         elif parsed.step is not None:
             step = parsed.step
