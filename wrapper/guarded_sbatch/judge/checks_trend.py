@@ -43,19 +43,38 @@ class Episode:
 
 
 def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: float) -> tuple[np.ndarray, np.ndarray]:
-    """Median and robust sigma of the `window_points` values before each index (NaN where too few)."""
+    """Median and robust sigma of the `window_points` values before each index (NaN where too few).
+
+    Sigma is the smaller of 1.4826 x MAD of the values and 1.4826 x MAD of their successive
+    differences / sqrt(2): the second ignores a slow trend inside the window (a loss still falling),
+    which would otherwise pass for noise and hide a real jump.
+    """
     n = len(values)
     medians = np.full(n, np.nan)
     sigmas = np.full(n, np.nan)
+    diffs = np.diff(values, prepend=values[0] if n else 0.0)
     for i in range(_MIN_BASELINE_POINTS, min(n, window_points + 1)):
-        medians[i], sigmas[i] = robust_center_scale(values[:i], relative_floor)
+        medians[i], sigma = robust_center_scale(values[:i], relative_floor)
+        sigmas[i] = max(min(sigma, _diff_sigma(diffs[1:i])), relative_floor * abs(medians[i]), 1e-12)
     if n > window_points:
         windows = sliding_window_view(values, window_points)[:-1]  # windows[j] = values[j : j + w]
         med = np.median(windows, axis=1)
         mad = np.median(np.abs(windows - med[:, None]), axis=1)
+        diff_windows = sliding_window_view(diffs, window_points - 1)[2:]  # diffs inside values[j : j + w]
+        diff_windows = diff_windows[: len(med)]
+        diff_med = np.median(diff_windows, axis=1)
+        diff_mad = np.median(np.abs(diff_windows - diff_med[:, None]), axis=1)
+        sigma = np.minimum(MAD_TO_SIGMA * mad, MAD_TO_SIGMA * diff_mad / np.sqrt(2))
         medians[window_points:] = med
-        sigmas[window_points:] = np.maximum(np.maximum(MAD_TO_SIGMA * mad, relative_floor * np.abs(med)), 1e-12)
+        sigmas[window_points:] = np.maximum(np.maximum(sigma, relative_floor * np.abs(med)), 1e-12)
     return medians, sigmas
+
+
+def _diff_sigma(diffs: np.ndarray) -> float:
+    if len(diffs) < 2:
+        return float("inf")
+    center = float(np.median(diffs))
+    return MAD_TO_SIGMA * float(np.median(np.abs(diffs - center))) / float(np.sqrt(2))
 
 
 def scan_episodes(
