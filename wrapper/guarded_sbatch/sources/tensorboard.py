@@ -401,7 +401,7 @@ class TensorBoardSource:
             # Fast path: wall_time, step, summary { value { tag, simple_value } } and nothing else.
             # Layout: 09 <double> 10 <step varint> 2A n-2 0A n-4 0A n-11 <tag> 15 <float>, n = bytes from 2A.
             at = 0
-            if data[0] == 0x09 and data[9] == 0x10 and length > 22:
+            if length > 22 and data[0] == 0x09 and data[9] == 0x10:
                 step = data[10]
                 if step < 0x80:
                     at = 11
