@@ -13,7 +13,6 @@ import argparse
 import json
 import resource
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
