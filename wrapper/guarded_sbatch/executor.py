@@ -218,10 +218,10 @@ def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
 
 
 def _static_prefix(folder: Path) -> Path:
-    """The part of a submitit folder before its first %-pattern (e.g. logs/%j → logs/x, whose parent is logs)."""
-    parts = []
+    """The part of a submitit folder before its first %-pattern (logs/%j → logs): the folder submitit creates."""
+    parts: list[str] = []
     for part in folder.parts:
         if "%" in part:
-            return Path(*parts) / "pattern"
+            return Path(*parts)
         parts.append(part)
     return folder
