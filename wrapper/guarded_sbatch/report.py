@@ -51,21 +51,23 @@ class CheckReport:
 
 def summarise_metrics(verdict: Verdict) -> str:
     summary = verdict.summary or {}
-    parts = []
-    if verdict.last_step is not None:
-        parts.append(f"step {verdict.last_step}")
-    for key, value in summary.items():
-        if isinstance(value, float):
-            parts.append(f"{key}={_fmt(value)}")
-        elif isinstance(value, (int, str)):
-            parts.append(f"{key}={value}")
-    return ", ".join(parts) or "no metrics yet"
+    keys = summary.get("keys") or {}
+    parts = [f"step {verdict.last_step}"] if verdict.last_step is not None else []
+    for label in ("train_loss", "lr", "grad_norm", "loss_scale"):
+        entry = summary.get(label)
+        if isinstance(entry, dict) and "value" in entry:
+            parts.append(f"{keys.get(label) or label}={_fmt(entry['value'])}")
+    metric = summary.get("key_metric")
+    if isinstance(metric, dict):
+        details = ", ".join(f"{k} {_fmt(v)}" for k, v in metric.items() if k != "key")
+        parts.append(f"{metric.get('key')}: {details}" if details else str(metric.get("key")))
+    return "; ".join(parts) or "no metrics yet"
 
 
-def _fmt(value: float) -> str:
-    if not math.isfinite(value):
-        return repr(value)
-    return f"{value:.4g}"
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else repr(value)
+    return str(value)
 
 
 def render_final_summary(

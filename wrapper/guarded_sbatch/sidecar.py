@@ -3,8 +3,10 @@
 Fast polls (default every 60 s) read new points and act at once on a STOP. A full report is
 printed every full interval (default 30 min; it grows while the run stays healthy and shrinks after
 an anomaly), when the decision changes, and at the end. The scheduler is asked about the job
-sparingly: every `job_poll_s` (default 300 s, so ≤ 12 calls an hour), or sooner when the run's
-files have gone quiet, which is how a finished job shows up within about a minute.
+sparingly: every `job_poll_s` (default 300 s, so ≤ 12 calls an hour). On Slurm an idle step
+inside the job (scheduler.slurm.JobEndWatch) ends with the job, so a finished job is noticed at
+the next fast poll without polling slurmctld; where that step cannot run, the run's files going
+quiet trigger the question instead.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from guarded_sbatch.errors import GuardedError
 from guarded_sbatch.judge.verdict import Decision, Verdict
@@ -63,6 +65,8 @@ class Sidecar:
         self.state = SidecarState.load(settings.state_file)
         self.sources = SourceSet(settings, scheduler)
         self.job_state: JobState = JobState.UNKNOWN
+        self._job_watch: Any = None  # scheduler.slurm.JobEndWatch while the job runs
+        self._watch_starts = 0
 
     def emit(self, text: str) -> None:
         self.out.write(text)
@@ -80,12 +84,16 @@ class Sidecar:
             self.state.started_at = now
             self.state.full_interval_s = self.settings.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
-        while True:
-            exit_code = self.poll_once()
-            self.state.save(self.settings.state_file)
-            if exit_code is not None:
-                return exit_code
-            self.sleep(self.settings.fast_interval_s)
+        try:
+            while True:
+                exit_code = self.poll_once()
+                self.state.save(self.settings.state_file)
+                if exit_code is not None:
+                    return exit_code
+                self.sleep(self.settings.fast_interval_s)
+        finally:
+            if self._job_watch is not None:
+                self._job_watch.close()
 
     # one fast poll; returns an exit code when the loop should end
     def poll_once(self) -> int | None:
@@ -94,7 +102,6 @@ class Sidecar:
         new_points = self.sources.read()
         if new_points:
             self.state.last_new_data_at = now
-            self.state.quiet_threshold_s = self.settings.min_quiet_poll_s
         self._maybe_poll_job(now, bool(new_points))
         verdict = self._judge(now)
         self.state.data_source = DATA_SOURCE_LABELS.get(self.sources.active_kind, "unreachable")
@@ -125,27 +132,33 @@ class Sidecar:
             return
         cheap = getattr(self.scheduler, "name", "") == "local"
         since_poll = now - self.state.last_job_poll_at
-        quiet_for = now - (self.state.last_new_data_at or self.state.started_at)
-        quiet = not had_new_points and not self.sources.stdout_grew()
-        due = (
-            cheap
-            or since_poll >= self.settings.job_poll_s
-            or (quiet and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s)
-            or not self.state.last_job_poll_at
-        )
+        due = cheap or not self.state.last_job_poll_at or since_poll >= self.settings.job_poll_s
+        watch = self._job_watch
+        if watch is not None and watch.ended():
+            due, self._job_watch = True, None  # the job (or its watch step) ended: ask which
+        elif watch is None and not cheap:
+            # no watch step: a finished job shows up as files that went quiet
+            quiet_for = now - (self.state.last_new_data_at or self.state.started_at)
+            quiet = not had_new_points and not self.sources.stdout_grew()
+            if quiet and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s:
+                due = True
+                self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.job_poll_s)
         if not due:
             return
         try:
             self.job_state = self.scheduler.state(self.settings.job_id)
         except GuardedError:
             self.job_state = JobState.UNKNOWN
-        if not cheap:
-            self.state.record_job_poll(now)
-            if quiet and self.job_state.is_active:
-                self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.job_poll_s)
-        else:
-            self.state.last_job_poll_at = now
         self.state.last_job_state = self.job_state.value
+        if cheap:
+            self.state.last_job_poll_at = now
+            return
+        self.state.record_job_poll(now)
+        start_watch = getattr(self.scheduler, "watch_job_end", None)
+        if self.job_state is JobState.RUNNING and self._job_watch is None and start_watch and self._watch_starts < 3:
+            self._job_watch = start_watch(self.settings.job_id)
+            self._watch_starts += 1
+            self.state.record_job_poll(now)  # creating the step is one call to slurmctld too
 
     def _full_report(self, verdict: Verdict, now: float, *, ending: bool) -> None:
         interval = self.state.full_interval_s

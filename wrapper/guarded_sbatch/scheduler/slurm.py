@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import time
 import pwd
 from pathlib import Path
 from typing import Any
@@ -135,8 +137,9 @@ class SlurmScheduler:
             "check the job's output file"
         )
 
-    def cancel(self, job_id: str, *, signal: str | None = None) -> None:
+    def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         """scancel the job; with a signal, send it instead (`B:SIG` to the batch shell only, else to all steps)."""
+        signal = signal_name
         argv = ["scancel"]
         if signal:
             batch_only = signal.upper().startswith("B:")
@@ -150,6 +153,11 @@ class SlurmScheduler:
 
     def current_user(self) -> str:
         return pwd.getpwuid(os.getuid()).pw_name
+
+    def watch_job_end(self, job_id: str) -> "JobEndWatch":
+        """Start an idle overlapping step in the job (one RPC); it ends when the job ends, so the
+        sidecar learns of the end within a poll without asking slurmctld again and again."""
+        return JobEndWatch(job_id)
 
     def active_job_names(self) -> set[str]:
         """Names of this user's pending/running jobs (squeue's text output: `squeue --json` ignores -u in 22.05)."""
@@ -303,3 +311,36 @@ def _info_from_fields(fields: dict[str, Any]) -> JobInfo:
     values["state"] = JobState.from_slurm(str(values.get("state", "")))
     values.setdefault("job_id", "")
     return JobInfo(**values)
+
+
+class JobEndWatch:
+    """`srun --jobid=J --overlap sleep` kept running in the background: Slurm kills the step when
+    job J ends. A long-lived process, so it is the one Slurm call not made through run_command."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.started_at = time.monotonic()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+        if "SLURM_CONF" in os.environ:
+            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
+                "--mem-per-cpu=1M", "--job-name=guarded-sbatch-watch", "--quiet", "sleep", "infinity"]
+        try:
+            self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError:
+            self.process = None
+
+    def ended(self) -> bool:
+        """True once the step is gone: the job ended (or the step could not start; ask the scheduler)."""
+        return self.process is None or self.process.poll() is not None
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
