@@ -7,6 +7,7 @@ import json
 import shutil
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from e2e_helpers import wait_for
 from guarded_sbatch.errors import BlockedError, UsageError
 
-RUN_NAME = "mnist-mlp-bs64-lr1e-2"
+RUN_NAME = f"mnist-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"  # the dev Slurm is shared: a name no other job has
 
 pytestmark = pytest.mark.skipif(shutil.which("srun") is None, reason="submitit's Slurm executor needs srun on PATH")
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,11 @@ from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.base import JobState
 
 RUN_NAME = "coco-resnet50-bs256-lr3e-4"
+
+
+def unique_run_name() -> str:
+    """The dev Slurm is shared with other tests: a name no other queued job has."""
+    return f"{RUN_NAME}-{uuid.uuid4().hex[:6]}"
 
 TRAIN_SCRIPT = """#!/bin/bash
 #SBATCH --job-name={name}
@@ -41,14 +47,17 @@ def backend_param(name: str) -> object:
 BACKENDS = [backend_param("local"), backend_param("slurm")]
 
 
-def make_run_project(tmp_path: Path, request: pytest.FixtureRequest, backend: str, *, fail: bool = False) -> tuple[Project, dict[str, Path]]:
+def make_run_project(
+    tmp_path: Path, request: pytest.FixtureRequest, backend: str, *, fail: bool = False
+) -> tuple[Project, dict[str, Path], str]:
     if backend == "slurm":
         request.getfixturevalue("slurm_cluster")
+    name = unique_run_name()
     scratch = tmp_path / "scratch"
     project = scratch / "project"
     paths = {
-        "ckpt": scratch / RUN_NAME / "ckpt",
-        "art": scratch / "artifacts" / RUN_NAME,
+        "ckpt": scratch / name / "ckpt",
+        "art": scratch / "artifacts" / name,
         "wandb": project / "wandb" / "offline-run-20260101_120000-abc123",
         "other_ckpt": scratch / "other-run" / "ckpt",
         "data": project / "data",
@@ -59,7 +68,7 @@ def make_run_project(tmp_path: Path, request: pytest.FixtureRequest, backend: st
         (paths[key] / "keep.bin").write_bytes(b"unrelated")
     (project / "runs").mkdir()  # a TensorBoard folder, so the monitoring check finds a tracker
     script = project / "train.sh"
-    script.write_text(TRAIN_SCRIPT.format(name=RUN_NAME, ckpt=paths["ckpt"], art=paths["art"], wandb=paths["wandb"],
+    script.write_text(TRAIN_SCRIPT.format(name=name, ckpt=paths["ckpt"], art=paths["art"], wandb=paths["wandb"],
                                           fail="[ $i -ge 3 ] && exit 1" if fail else ""))
     config = tmp_path / "user-config.toml"
     config.write_text(
@@ -70,7 +79,7 @@ def make_run_project(tmp_path: Path, request: pytest.FixtureRequest, backend: st
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
     }
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)
-    return Project(project, env), paths
+    return Project(project, env), paths, name
 
 
 def launch(project: Project, backend: str, paths: dict[str, Path]) -> str:
@@ -102,7 +111,7 @@ def step_order(stderr: str) -> list[str]:
 def test_kill_stops_a_live_run_and_purges_its_folders_in_order(
     tmp_path: Path, request: pytest.FixtureRequest, backend: str
 ) -> None:
-    project, paths = make_run_project(tmp_path, request, backend)
+    project, paths, name = make_run_project(tmp_path, request, backend)
     job_id = launch(project, backend, paths)
     record = project.run_record(job_id)
     sidecar_id = record["sidecar_id"]
@@ -110,12 +119,12 @@ def test_kill_stops_a_live_run_and_purges_its_folders_in_order(
     wait_for(lambda: (paths["ckpt"] / "step-2.pt").exists() and state_of(backend, project.env, sidecar_id).is_active,
              60, what="training writing checkpoints while its sidecar runs")
 
-    refused = project.cli("kill", RUN_NAME)  # no terminal, no --yes
+    refused = project.cli("kill", name)  # no terminal, no --yes
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert state_of(backend, project.env, job_id) is JobState.RUNNING and paths["ckpt"].is_dir()
 
     started = time.monotonic()
-    killed = project.cli("kill", RUN_NAME, "--yes", timeout=180)
+    killed = project.cli("kill", name, "--yes", timeout=180)
     assert killed.returncode == 0, killed.stderr
     assert killed.stdout == ""  # everything for people goes to stderr
     assert step_order(killed.stderr) == ["stop", "checkpoint", "artifact", "tracker", "scheduler"]
@@ -136,7 +145,7 @@ def test_kill_stops_a_live_run_and_purges_its_folders_in_order(
 def test_kill_refuses_a_path_outside_the_run_roots_but_does_the_rest(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    project, paths = make_run_project(tmp_path, request, "local")
+    project, paths, name = make_run_project(tmp_path, request, "local")
     paths["art"] = paths["outside"]  # the "artifact folder" recorded for the run lies outside the run roots
     job_id = launch(project, "local", paths)
     wait_for(lambda: (paths["ckpt"] / "step-1.pt").exists(), 30, what="training started")
@@ -152,13 +161,14 @@ def test_kill_refuses_a_path_outside_the_run_roots_but_does_the_rest(
 def test_restart_of_a_failed_run_cleans_up_and_relaunches_through_the_preflight(
     tmp_path: Path, request: pytest.FixtureRequest, backend: str
 ) -> None:
-    project, paths = make_run_project(tmp_path, request, backend, fail=True)
+    project, paths, name = make_run_project(tmp_path, request, backend, fail=True)
     job_id = launch(project, backend, paths)
     wait_for(lambda: state_of(backend, project.env, job_id) is JobState.FAILED, 90, what="the training job to fail")
     assert (paths["ckpt"] / "step-3.pt").exists()
     old_files = set(paths["ckpt"].iterdir())
+    (paths["ckpt"] / "stale-optimizer-state.pt").write_bytes(b"from the failed attempt")
 
-    restarted = project.cli("restart", RUN_NAME, "--yes", timeout=180)
+    restarted = project.cli("restart", name, "--yes", timeout=180)
     assert restarted.returncode == 0, restarted.stderr
     new_job = submitted_job_id(restarted.stdout)
     assert new_job != job_id
@@ -168,13 +178,13 @@ def test_restart_of_a_failed_run_cleans_up_and_relaunches_through_the_preflight(
     new = project.run_record(new_job)
     assert old["ended"] == "restarted"
     assert new["restarted_from"] == old["run_id"]
-    assert new["run_name"] == RUN_NAME and new["sidecar_id"]
+    assert new["run_name"] == name and new["sidecar_id"]
     assert new["checkpoint_dir"] == str(paths["ckpt"]) and new["artifact_dir"] == str(paths["art"])
     assert [w["check"] for w in new["waivers"]] == ["config-diff"]
     # the old checkpoints were purged before the new job started writing its own
     wait_for(lambda: (paths["ckpt"] / "step-1.pt").exists(), 60, what="the restarted job to write")
     wait_for(lambda: state_of(backend, project.env, new_job) is JobState.FAILED, 90, what="the restarted job to end")
-    assert {p.name for p in paths["ckpt"].iterdir()} == {p.name for p in old_files}
+    assert {p.name for p in paths["ckpt"].iterdir()} == {p.name for p in old_files}  # no stale file survived
     assert (paths["other_ckpt"] / "keep.bin").exists()
 
     again = project.cli("restart", job_id, "--yes")
@@ -182,11 +192,11 @@ def test_restart_of_a_failed_run_cleans_up_and_relaunches_through_the_preflight(
 
 
 def test_restart_blocked_by_the_preflight_deletes_nothing(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    project, paths = make_run_project(tmp_path, request, "local", fail=True)
+    project, paths, name = make_run_project(tmp_path, request, "local", fail=True)
     job_id = launch(project, "local", paths)
     wait_for(lambda: state_of("local", project.env, job_id) is JobState.FAILED, 60, what="the job to fail")
     (project.root / "runs").rmdir()  # no tracker any more: the monitoring check fails
-    blocked = project.cli("restart", RUN_NAME, "--yes", timeout=120)
+    blocked = project.cli("restart", name, "--yes", timeout=120)
     assert blocked.returncode == 3, blocked.stderr
     assert "nothing was stopped or deleted" in blocked.stderr
     assert (paths["ckpt"] / "step-3.pt").exists()
@@ -194,7 +204,7 @@ def test_restart_blocked_by_the_preflight_deletes_nothing(tmp_path: Path, reques
 
 
 def test_kill_needs_a_known_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    project, _ = make_run_project(tmp_path, request, "local")
+    project, _, _ = make_run_project(tmp_path, request, "local")
     result = project.cli("kill", "no-such-run", "--yes")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith("guarded-sbatch: error: no guarded run called 'no-such-run'")
@@ -202,7 +212,7 @@ def test_kill_needs_a_known_run(tmp_path: Path, request: pytest.FixtureRequest) 
 
 def test_kill_never_cancels_another_users_job_local(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """The local backend records the owner of each job: a job recorded for someone else is left alone."""
-    project, paths = make_run_project(tmp_path, request, "local")
+    project, paths, name = make_run_project(tmp_path, request, "local")
     job_id = launch(project, "local", paths)
     wait_for(lambda: (paths["ckpt"] / "step-1.pt").exists(), 30, what="training started")
     spec_file = Path(project.env["GUARDED_SBATCH_STATE_DIR"]) / "local-jobs" / job_id / "spec.json"
@@ -210,7 +220,7 @@ def test_kill_never_cancels_another_users_job_local(tmp_path: Path, request: pyt
     spec["owner"] = "somebody-else"
     spec_file.write_text(json.dumps(spec))
     try:
-        result = project.cli("kill", RUN_NAME, "--yes", timeout=60)
+        result = project.cli("kill", name, "--yes", timeout=60)
         assert result.returncode == 4, result.stderr
         assert "belongs to somebody-else" in result.stderr and "nothing was deleted" in result.stderr
         assert state_of("local", project.env, job_id) is JobState.RUNNING
@@ -218,7 +228,7 @@ def test_kill_never_cancels_another_users_job_local(tmp_path: Path, request: pyt
     finally:
         spec["owner"] = os.environ.get("USER") or __import__("getpass").getuser()
         spec_file.write_text(json.dumps(spec))
-        project.cli("kill", RUN_NAME, "--yes", timeout=60)
+        project.cli("kill", name, "--yes", timeout=60)
 
 
 @pytest.mark.slurm
@@ -226,14 +236,15 @@ def test_kill_never_cancels_another_users_job_on_slurm(tmp_path: Path, slurm_clu
     if os.geteuid() != 0:
         pytest.skip("needs root to create a throwaway user and submit as that user")
     user = "gsb-other"
+    name = unique_run_name()
     if subprocess.run(["id", user], capture_output=True, timeout=10).returncode != 0:
         subprocess.run(["useradd", "-M", "-s", "/bin/bash", user], check=True, timeout=30)
     submitted = subprocess.run(["runuser", "-u", user, "--", "sbatch", "--parsable", "-o", "/dev/null",
-                                "--job-name", RUN_NAME, "--wrap", "sleep 120"],
+                                "--job-name", name, "--wrap", "sleep 120"],
                                capture_output=True, text=True, cwd="/tmp", timeout=30, check=True)
     job_id = submitted.stdout.strip().split(";")[0]
     scratch = tmp_path / "scratch"
-    ckpt = scratch / RUN_NAME / "ckpt"
+    ckpt = scratch / name / "ckpt"
     ckpt.mkdir(parents=True)
     (ckpt / "step-1.pt").write_bytes(b"theirs")
     config = tmp_path / "user-config.toml"
@@ -241,10 +252,10 @@ def test_kill_never_cancels_another_users_job_on_slurm(tmp_path: Path, slurm_clu
     env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(config)}
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)
     project = Project(tmp_path, env)
-    run_dir = tmp_path / "state" / "runs" / f"{RUN_NAME}-{job_id}"
+    run_dir = tmp_path / "state" / "runs" / f"{name}-{job_id}"
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({
-        "run_id": run_dir.name, "run_name": RUN_NAME, "backend": "slurm", "job_id": job_id,
+        "run_id": run_dir.name, "run_name": name, "backend": "slurm", "job_id": job_id,
         "submit_dir": str(tmp_path), "checkpoint_dir": str(ckpt), "submitted_at": time.time(),
     }))
     try:
