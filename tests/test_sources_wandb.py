@@ -41,7 +41,7 @@ def test_points_match_wandbs_own_decoder(wandb_dir: Path) -> None:
     assert ours[("nested.inner", 5)] == 5.0 and ("eval/accuracy", 9) in ours
     assert all(p.wall_time > 1.6e9 for p in points)
     assert source.bad_records == 0 and source.version in (0, 1)
-    assert "sources-test" in source.describe() and source.run.display_name == "cifar10-resnet18-bs128-lr0.1"
+    assert "sources-test" in source.run_label() and source.run.display_name == "cifar10-resnet18-bs128-lr0.1"
 
 
 def test_accepts_run_folder_wandb_folder_parent_and_file(wandb_dir: Path) -> None:

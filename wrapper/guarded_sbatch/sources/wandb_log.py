@@ -142,7 +142,6 @@ class WandbLogSource:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.log_path: Path | None = None
         self.run = RunInfo()
         self.bad_records = 0  # chunks with a bad checksum, broken fragment sequences, undecodable records
         self.header_error = ""
@@ -150,12 +149,18 @@ class WandbLogSource:
         self._offset = 0
         self._fragments: list[bytes] = []
         self._last_step: dict[str, int] = {}
+        self.log_path: Path | None = find_wandb_file(self.path)
 
     def describe(self) -> str:
+        """The log file (stable across reads, so callers can use it to tell sources apart)."""
+        return str(self.log_path or self.path)
+
+    def run_label(self) -> str:
+        """entity/project/run_id (display name) once the run record has been read, else the log path."""
         if self.run.run_id:
             parts = [p for p in (self.run.entity, self.run.project, self.run.run_id) if p]
             return "/".join(parts) + (f" ({self.run.display_name})" if self.run.display_name else "")
-        return str(self.log_path or self.path)
+        return self.describe()
 
     def files_inspected(self) -> list[str]:
         return [str(self.log_path)] if self.log_path else []
