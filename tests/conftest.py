@@ -24,7 +24,7 @@ def _slurm_up() -> tuple[bool, str]:
     if out.returncode != 0:
         return False, f"sinfo failed: {out.stderr.strip()}"
     states = out.stdout.split()
-    if not any(s.startswith(("idle", "mix", "alloc")) for s in states):
+    if not any(s.rstrip("*~#!%$@^-+").startswith(("idle", "mix", "alloc", "comp", "planned")) for s in states):
         return False, f"no usable node (states: {states})"
     return True, ""
 
