@@ -239,9 +239,7 @@ def test_lr_decayed_to_zero_at_the_end_is_healthy_and_restart_is_a_note() -> Non
 
 
 def test_plateau_from_start_at_chance_is_stop() -> None:
-    noise = healthy_loss(noise=0.0)
     flat = lambda s: math.log(4) * (1 + 0.01 * math.sin(s * 1.7))  # noqa: E731
-    del noise
     early = decide(history(series("loss", range(0, 200, 5), flat)))
     assert early.decision is Decision.CONTINUE  # not enough steps to call it yet
     verdict = decide(history(series("loss", range(0, 600, 5), flat)), JudgePolicy(chance_loss=math.log(4)))

@@ -136,7 +136,7 @@ def check_nonfinite_loss(
     is_hidden = bool(hidden[-1])  # the newest bad point is a 0.0 beside a NaN grad norm
     reason = Reason.HIDDEN_NAN if is_hidden else Reason.NON_FINITE_LOSS
     what = (
-        f"training loss logged as 0.0 beside a NaN/Inf grad norm (a NaN hidden by the trainer's log filter)"
+        "training loss logged as 0.0 beside a NaN/Inf grad norm (a NaN hidden by the trainer's log filter)"
         if is_hidden
         else f"training loss is {values[-1]}"
     )

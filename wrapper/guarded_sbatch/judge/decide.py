@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from guarded_sbatch.judge import checks_eval, checks_finite, checks_trend
-from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys, select_keys
@@ -136,4 +136,4 @@ def describe(verdict: Verdict) -> str:
     return f"{verdict.decision.value} ({verdict.reason.value}) at step {verdict.last_step}: {verdict.message}"
 
 
-__all__ = ["decide", "describe", "JudgePolicy", "RunContext", "Anomaly", "fmt"]
+__all__ = ["decide", "describe", "JudgePolicy", "RunContext"]
