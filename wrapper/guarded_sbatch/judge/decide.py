@@ -28,7 +28,7 @@ from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys, select_keys
-from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 
 
 def decide(
