@@ -78,8 +78,6 @@ def test_no_token_in_anything_the_tool_wrote(tmp_path: Path) -> None:
     assert HF_TOKEN not in launched.stdout and WANDB_KEY not in launched.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="launch/preflight.py prints the launch command unredacted in its report; "
-                   "format_report should pass its text through guarded_sbatch.redact.redact")
 def test_the_preflight_report_shows_no_token(tmp_path: Path) -> None:
     project_dir = tmp_path / "project"
     (project_dir / "runs").mkdir(parents=True)

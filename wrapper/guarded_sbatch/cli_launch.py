@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from guarded_sbatch.errors import BlockedError, ExitCode, GuardedError, UsageError
+from guarded_sbatch.redact import redact
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
@@ -37,10 +38,10 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
     backend = choose_backend(config, guard.backend)
     scheduler = get_scheduler(backend)
     report = run_preflight(launch, config, scheduler, restart=guard.restart)
-    print(format_report(report, color=color), file=sys.stderr)
+    print(redact(format_report(report, color=color)), file=sys.stderr)
     if check_only:
         if guard.json:
-            print(json.dumps(report.to_json(), default=str))
+            print(redact(json.dumps(report.to_json(), default=str)))
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
     if report.blocked:
         raise BlockedError(

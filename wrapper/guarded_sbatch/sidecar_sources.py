@@ -113,9 +113,11 @@ class SourceSet:
 
     def describe(self) -> str:
         index = self._active_index()
-        if index is not None:
-            return self.sources[index].describe()
-        return "no metrics found yet"
+        if index is None:
+            return "no metrics found yet"
+        source = self.sources[index]
+        run_label = getattr(source, "run_label", None)  # W&B: entity/project/run id
+        return run_label() if callable(run_label) else source.describe()
 
     def files_inspected(self) -> list[str]:
         files: list[str] = []
