@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -19,18 +18,6 @@ from pathlib import Path
 from guarded_sbatch.errors import SchedulerError, UsageError
 from guarded_sbatch.fsutil import read_json, state_dir, write_json_atomic
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
-
-# sbatch options the local backend honours; every other option is accepted and ignored.
-_VALUE_OPTIONS = {
-    "-J": "job-name", "--job-name": "job-name",
-    "-o": "output", "--output": "output",
-    "-e": "error", "--error": "error",
-    "-D": "chdir", "--chdir": "chdir",
-    "-t": "time", "--time": "time",
-    "-d": "dependency", "--dependency": "dependency",
-}
-_FLAG_OPTIONS = {"--kill-on-invalid-dep": "kill-on-invalid-dep"}
-
 
 @dataclass(frozen=True)
 class LocalOptions:
@@ -43,82 +30,33 @@ class LocalOptions:
     kill_on_invalid_dep: bool
 
 
-def parse_local_options(options: tuple[str, ...], script_text: str) -> LocalOptions:
-    """Collect the honoured options: #SBATCH lines first, the command line overrides them."""
-    found: dict[str, str] = {}
-    for line in script_text.splitlines():
-        if not line.startswith("#SBATCH"):
-            if line.strip() and not line.startswith("#"):
-                break  # sbatch stops reading #SBATCH lines at the first command
-            continue
-        try:
-            words = shlex.split(line[len("#SBATCH"):], comments=True)
-        except ValueError:
-            continue
-        found.update(_collect(words))
-    found.update(_collect(list(options)))
-    dependency = found.get("dependency", "")
+def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, str]) -> LocalOptions:
+    """The options the local backend honours, with sbatch's precedence (command line > SBATCH_* >
+    #SBATCH lines); every other option is accepted and ignored."""
+    from guarded_sbatch.launch.argv import parse_sbatch_words
+    from guarded_sbatch.launch.sbatch_options import effective_options
+    from guarded_sbatch.launch.script import parse_script
+
+    parsed, _ = parse_sbatch_words(list(options))
+    directives = [(f"{script} line {d.line_number}", o) for d in parse_script(script, env).directives for o in d.options]
+    effective = effective_options(parsed, directives, env)
+    dependency = effective.get("dependency") or ""
     after_job = None
     if dependency:
         kind, _, job = dependency.partition(":")
         if kind != "after" or not job:
             raise UsageError(f"the local backend understands only --dependency=after:ID, not {dependency!r}")
         after_job = job.split(":")[0]
-    kill_flag = found.get("kill-on-invalid-dep", "no").lower() in {"yes", "true", "1", ""}
+    kill_flag = (effective.get("kill-on-invalid-dep") or "yes").lower() in {"yes", "true", "1"}
     return LocalOptions(
-        job_name=found.get("job-name", ""),
-        output=found.get("output", "guarded-local-%j.out"),
-        error=found.get("error"),
-        chdir=found.get("chdir"),
-        time_limit_s=parse_time_limit(found["time"]) if "time" in found else None,
+        job_name=effective.job_name or "",
+        output=effective.get("output") or "guarded-local-%j.out",
+        error=effective.get("error"),
+        chdir=effective.get("chdir"),
+        time_limit_s=effective.time_limit_s,
         after_job=after_job,
-        kill_on_invalid_dep=kill_flag if "kill-on-invalid-dep" in found else False,
+        kill_on_invalid_dep=kill_flag if effective.has("kill-on-invalid-dep") else False,
     )
-
-
-def _collect(words: list[str]) -> dict[str, str]:
-    found: dict[str, str] = {}
-    i = 0
-    while i < len(words):
-        word = words[i]
-        name, eq, value = word.partition("=")
-        if name in _FLAG_OPTIONS:
-            found[_FLAG_OPTIONS[name]] = value if eq else "yes"
-        elif name in _VALUE_OPTIONS:
-            if not eq:
-                if i + 1 >= len(words):
-                    raise UsageError(f"option {name} needs a value")
-                i += 1
-                value = words[i]
-            found[_VALUE_OPTIONS[name]] = value
-        elif len(word) > 2 and word[:2] in _VALUE_OPTIONS and not word.startswith("--"):
-            found[_VALUE_OPTIONS[word[:2]]] = word[2:]  # -Jname, -o/path
-        i += 1
-    return found
-
-
-def parse_time_limit(text: str) -> int | None:
-    """Slurm's time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; UNLIMITED → None."""
-    text = text.strip()
-    if text.upper() in {"UNLIMITED", "INFINITE", "-1"}:
-        return None
-    days = 0
-    if "-" in text:
-        day_text, text = text.split("-", 1)
-        days = int(day_text)
-        parts = [int(p) for p in text.split(":")] + [0, 0]
-        hours, minutes, seconds = parts[0], parts[1], parts[2]
-    else:
-        parts = [int(p) for p in text.split(":")]
-        if len(parts) == 1:
-            hours, minutes, seconds = 0, parts[0], 0
-        elif len(parts) == 2:
-            hours, minutes, seconds = 0, parts[0], parts[1]
-        elif len(parts) == 3:
-            hours, minutes, seconds = parts
-        else:
-            raise UsageError(f"cannot read time limit {text!r}: use minutes, HH:MM:SS or D-HH:MM:SS")
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def expand_output_pattern(pattern: str, job_id: str, job_name: str, user: str) -> str:
@@ -163,13 +101,9 @@ class LocalScheduler:
         return str(current + 1)
 
     def submit(self, request: SubmitRequest) -> str:
-        script = request.script
-        try:
-            text = script.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise UsageError(f"cannot read script {script}: {exc.strerror}; check the path") from None
-        options = parse_local_options(request.sbatch_options, text)
         base = Path(request.workdir or os.getcwd())
+        script = request.script if request.script.is_absolute() else base / request.script
+        options = parse_local_options(request.sbatch_options, script, {**os.environ, **request.env})
         workdir = (base / options.chdir) if options.chdir else base
         if not workdir.is_dir():
             raise UsageError(f"working folder {workdir} does not exist; create it or fix --chdir")
