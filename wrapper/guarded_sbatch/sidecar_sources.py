@@ -23,13 +23,13 @@ class SourceSet:
         self.settings = settings
         self.scheduler = scheduler
         self.sources: list[MetricSource] = []
-        self.histories: dict[int, MetricHistory] = {}
+        self.histories: dict[int, MetricHistory] = {}  # by id(source): the list is re-sorted
         self.read_error = ""
         self._stdout: Path | None = None
         self._work_dir: Path | None = None
         self._stdout_size = -1
         self._job_info_loaded = False
-        self._explicit_opened = False
+        self._opened: set[tuple[str, str]] = set()
 
     def _load_job_info(self) -> None:
         if self._job_info_loaded or self.scheduler is None or self.settings.job_id is None:
@@ -45,16 +45,18 @@ class SourceSet:
     def _ensure_sources(self) -> None:
         from guarded_sbatch.sources.discovery import discover_sources, open_source
 
-        if not self._explicit_opened:
-            self._explicit_opened = True
-            for kind, paths in (("wandb", self.settings.wandb_paths), ("tensorboard", self.settings.tb_paths),
-                                ("textlog", self.settings.log_paths)):
-                for path in paths:
+        # explicit paths may not exist yet (the trainer creates them): retried at every poll
+        for kind, paths in (("wandb", self.settings.wandb_paths), ("tensorboard", self.settings.tb_paths),
+                            ("textlog", self.settings.log_paths)):
+            for path in paths:
+                if (kind, str(path)) not in self._opened:
                     self.sources.append(open_source(kind, path))
-            if self.settings.wandb_run:
-                from guarded_sbatch.sources.wandb_api import WandbApiSource
+                    self._opened.add((kind, str(path)))
+        if self.settings.wandb_run and ("wandb_api", self.settings.wandb_run) not in self._opened:
+            from guarded_sbatch.sources.wandb_api import WandbApiSource
 
-                self.sources.append(WandbApiSource(self.settings.wandb_run))
+            self.sources.append(WandbApiSource(self.settings.wandb_run))
+            self._opened.add(("wandb_api", self.settings.wandb_run))
         explicit = bool(self.settings.tb_paths or self.settings.wandb_paths or self.settings.log_paths
                         or self.settings.wandb_run)
         if explicit and not self.settings.search_dirs:
@@ -78,44 +80,44 @@ class SourceSet:
             self._ensure_sources()
         except (GuardedError, OSError) as exc:
             self.read_error = str(exc)
-        before = self._active_index()
+        before = self._active()
         added: dict[int, int] = {}
-        for index, source in enumerate(self.sources):
+        for source in self.sources:
             try:
                 points = source.read_new()
             except (GuardedError, OSError) as exc:
                 self.read_error = f"{source.describe()}: {exc}"
                 continue
-            history = self.histories.setdefault(index, MetricHistory())
-            added[index] = history.add(points) if points else 0
-        active = self._active_index()
+            history = self.histories.setdefault(id(source), MetricHistory())
+            added[id(source)] = history.add(points) if points else 0
+        active = self._active()
         if active is None:
             return 0
-        return added.get(active, 0) if active == before else len(self.histories[active])
+        return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
 
-    def _active_index(self) -> int | None:
-        for index, _ in enumerate(self.sources):
-            history = self.histories.get(index)
+    def _active(self) -> "MetricSource | None":
+        """The highest-priority source that has produced points."""
+        for source in self.sources:
+            history = self.histories.get(id(source))
             if history is not None and len(history):
-                return index
+                return source
         return None
 
     @property
     def active_kind(self) -> str | None:
-        index = self._active_index()
-        return self.sources[index].kind if index is not None else None
+        active = self._active()
+        return active.kind if active is not None else None
 
     def history(self) -> "MetricHistory":
         from guarded_sbatch.judge.history import MetricHistory
 
-        index = self._active_index()
-        return self.histories[index] if index is not None else MetricHistory()
+        active = self._active()
+        return self.histories[id(active)] if active is not None else MetricHistory()
 
     def describe(self) -> str:
-        index = self._active_index()
-        if index is None:
+        source = self._active()
+        if source is None:
             return "no metrics found yet"
-        source = self.sources[index]
         run_label = getattr(source, "run_label", None)  # W&B: entity/project/run id
         return run_label() if callable(run_label) else source.describe()
 
