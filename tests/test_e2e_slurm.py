@@ -68,3 +68,21 @@ def test_rejected_option_shows_sbatchs_own_message(slurm: SlurmScheduler, tmp_pa
     assert result.stdout == ""
     errors = [line for line in result.stderr.splitlines() if line.startswith("guarded-sbatch: error")]
     assert len(errors) == 1 and "invalid partition" in errors[0].lower() and "Traceback" not in result.stderr
+
+
+def test_slurmctld_down_gives_one_clear_line(slurm: SlurmScheduler, tmp_path: Path) -> None:
+    import subprocess
+
+    from e2e_helpers import REPO
+
+    project = make_project(tmp_path)
+    subprocess.run([str(REPO / "scripts" / "dev-slurm"), "stop-ctld"], check=True, timeout=60, capture_output=True)
+    try:
+        result = project.cli("--guard-backend", "slurm", "train.sh", timeout=180)
+    finally:
+        subprocess.run([str(REPO / "scripts" / "dev-slurm"), "start-ctld"], check=True, timeout=120, capture_output=True)
+    assert result.returncode == 4, result.stderr
+    assert result.stdout == ""
+    errors = [line for line in result.stderr.splitlines() if line.startswith("guarded-sbatch: error")]
+    assert len(errors) == 1 and "slurmctld is not answering" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
