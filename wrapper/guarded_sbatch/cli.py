@@ -59,6 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return int(ExitCode.OK)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line for people, the traceback on request
+        if os.environ.get("GUARDED_SBATCH_DEBUG"):
+            raise
+        print(f"guarded-sbatch: internal error: {type(exc).__name__}: {exc} "
+              "(a bug: rerun with GUARDED_SBATCH_DEBUG=1 for the traceback and report it)", file=sys.stderr)
+        return int(ExitCode.INTERNAL)
 
 
 def dispatch(args: list[str]) -> int:

@@ -18,7 +18,8 @@ def _add_source_flags(parser: ArgumentParser) -> None:
     parser.add_argument("--train-loss-key", help="the metric to judge as training loss")
     parser.add_argument("--eval-key", help="the key eval metric")
     parser.add_argument("--baseline", type=float, help="the key metric of a reference run")
-    parser.add_argument("--target", type=float, help="the key metric that would count as success")
+    parser.add_argument("--target", dest="target_value", type=float,
+                        help="the key metric that would count as success")
 
 
 def _policy(args: object) -> object:
@@ -28,7 +29,7 @@ def _policy(args: object) -> object:
         train_loss_key=getattr(args, "train_loss_key", None),
         key_metric=getattr(args, "eval_key", None),
         baseline=getattr(args, "baseline", None),
-        target=getattr(args, "target", None),
+        target=getattr(args, "target_value", None),
     )
 
 
