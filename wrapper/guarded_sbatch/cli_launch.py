@@ -37,6 +37,10 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
     config = load_config()
     backend = choose_backend(config, guard.backend)
     scheduler = get_scheduler(backend)
+    if backend == "slurm":  # the marker Slurm's site plugins look for (site/marker.py)
+        from guarded_sbatch.site.marker import MarkingScheduler
+
+        scheduler = MarkingScheduler(scheduler, launch.script, launch.parsed_options)
     report = run_preflight(launch, config, scheduler, restart=guard.restart)
     print(redact(format_report(report, color=color)), file=sys.stderr)
     if check_only:

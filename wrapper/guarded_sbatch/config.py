@@ -48,6 +48,18 @@ DEFAULTS: dict[str, Any] = {
     "checks": {"mandatory": [], "waivable": list(CHECK_NAMES)},
     "sidecar": {"partition": "", "account": "", "qos": "", "cpus": 1, "mem": "1G", "time": "", "template": "sidecar.sbatch",
                 "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0},
+    # read by guarded_sbatch.site.policy (the shim and, rendered to Lua, Slurm's plugins); site config only
+    "enforcement": {
+        "unguarded_training": "tag",  # reject | tag | allow
+        "launchers": ["python", "torchrun", "accelerate", "deepspeed"],
+        "training_commands": [],
+        "exempt_programs": ["guarded_sbatch", "submitit.core._submit", "pip"],
+        "tag": "guarded-sbatch:unguarded",
+        "tag_field": "admin_comment",
+    },
+    # jobs built from a launcher command (guarded-sbatch torchrun train.py ...): USR1 this long before the
+    # time limit, then checkpoint and requeue up to max_requeues times
+    "launcher": {"signal_margin_seconds": 300, "max_requeues": 3},
     "preflight": {
         "reference_dirs": ["configs", "recipes", "experiments"],
         "reference_max_depth": 3,
@@ -97,6 +109,12 @@ class SidecarSettings:
 
 
 @dataclass(frozen=True)
+class LauncherSettings:
+    signal_margin_s: int = 300  # `#SBATCH --signal=B:USR1@<this>` in jobs built from a launcher command
+    max_requeues: int = 3  # how often such a job requeues itself after checkpointing
+
+
+@dataclass(frozen=True)
 class Config:
     mandatory_checks: frozenset[str] = frozenset()
     waivable_checks: frozenset[str] = frozenset(CHECK_NAMES)
@@ -105,6 +123,7 @@ class Config:
     forbidden_names: tuple[str, ...] = DEFAULT_FORBIDDEN_NAMES
     quiet_hours: tuple[QuietWindow, ...] = ()
     sidecar: SidecarSettings = SidecarSettings()
+    launcher: LauncherSettings = LauncherSettings()
     template_dirs: tuple[Path, ...] = ()
     scheduler: str = "auto"  # "slurm" | "local" | "auto"
     check_interval_s: float = 1800.0
@@ -275,6 +294,10 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             raise fail(key, f"is not a valid regular expression ({pattern!r}: {exc})") from None
     sidecar = data["sidecar"]
     preflight = data["preflight"]
+    launcher = data["launcher"]
+    max_requeues = launcher["max_requeues"]
+    if isinstance(max_requeues, bool) or not isinstance(max_requeues, int) or max_requeues < 0:
+        raise fail("launcher.max_requeues", "must be a whole number ≥ 0")
     return Config(
         mandatory_checks=frozenset(mandatory),
         waivable_checks=frozenset(waivable) - frozenset(mandatory),
@@ -292,6 +315,10 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             template=str(sidecar["template"]),
             fast_interval_s=float(number("sidecar.fast_interval_seconds", sidecar["fast_interval_seconds"], float)),
             job_poll_s=float(number("sidecar.job_poll_seconds", sidecar["job_poll_seconds"], float)),
+        ),
+        launcher=LauncherSettings(
+            signal_margin_s=int(number("launcher.signal_margin_seconds", launcher["signal_margin_seconds"], int)),
+            max_requeues=max_requeues,
         ),
         template_dirs=tuple(_expand_path(p, env) for p in str_list("template_dirs", data["template_dirs"])),
         scheduler=scheduler,

@@ -1,0 +1,163 @@
+"""The site's enforcement policy: what counts as a training job, and what Slurm's plugins do with an
+unguarded one ("reject", "tag" or "allow"). Read from the site config's [enforcement] table only (a user
+config cannot loosen it), and rendered as a small Lua file the plugins load:
+
+    python -m guarded_sbatch.site.policy /etc/guarded-sbatch/site.toml /etc/slurm/guarded_sbatch_policy.lua
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.config import DEFAULTS, SITE_CONFIG_ENV, read_toml
+from guarded_sbatch.errors import GuardedError, UsageError
+from guarded_sbatch.launch.launcher import LauncherLine
+from guarded_sbatch.launch.script import ParsedScript
+
+MODES = ("reject", "tag", "allow")
+LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")
+TAG_FIELDS = ("admin_comment", "comment")
+HOW_TO_SUBMIT = "module load guarded-sbatch; guarded-sbatch [options] script.sh"
+
+
+@dataclass(frozen=True)
+class EnforcementPolicy:
+    unguarded_training: str = "tag"
+    launchers: tuple[str, ...] = LAUNCHER_KINDS
+    training_commands: tuple[str, ...] = ()
+    exempt_programs: tuple[str, ...] = ("guarded_sbatch", "submitit.core._submit", "pip")
+    tag: str = "guarded-sbatch:unguarded"
+    tag_field: str = "admin_comment"
+    source: str = "<defaults>"
+
+
+def policy_from_table(table: Mapping[str, Any], source: str) -> EnforcementPolicy:
+    defaults = DEFAULTS["enforcement"]
+    merged = {**defaults, **table}
+
+    def fail(key: str, what: str) -> UsageError:
+        return UsageError(f"{source}: 'enforcement.{key}' {what}")
+
+    def strings(key: str) -> tuple[str, ...]:
+        value = merged[key]
+        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+            raise fail(key, "must be a list of non-empty strings")
+        return tuple(value)
+
+    for key in table:
+        if key not in defaults:
+            raise UsageError(f"{source}: unknown key 'enforcement.{key}'; known: {', '.join(defaults)}")
+    mode = merged["unguarded_training"]
+    if mode not in MODES:
+        raise fail("unguarded_training", f"must be one of {', '.join(MODES)}, not {mode!r}")
+    launchers = strings("launchers")
+    for kind in launchers:
+        if kind not in LAUNCHER_KINDS:
+            raise fail("launchers", f"names an unknown launcher {kind!r}; known: {', '.join(LAUNCHER_KINDS)}")
+    if merged["tag_field"] not in TAG_FIELDS:
+        raise fail("tag_field", f"must be one of {', '.join(TAG_FIELDS)}")
+    if not isinstance(merged["tag"], str) or not merged["tag"].strip():
+        raise fail("tag", "must be a non-empty string")
+    return EnforcementPolicy(
+        unguarded_training=mode, launchers=launchers, training_commands=strings("training_commands"),
+        exempt_programs=strings("exempt_programs"), tag=merged["tag"].strip(), tag_field=merged["tag_field"],
+        source=source,
+    )
+
+
+def load_policy(site_path: Path | None = None, env: Mapping[str, str] | None = None) -> EnforcementPolicy:
+    """The [enforcement] table of the site config (GUARDED_SBATCH_SITE_CONFIG), else the defaults."""
+    environ = os.environ if env is None else env
+    if site_path is None and environ.get(SITE_CONFIG_ENV):
+        site_path = Path(environ[SITE_CONFIG_ENV]).expanduser()
+    if site_path is None:
+        return EnforcementPolicy()
+    if not site_path.is_file():
+        raise UsageError(f"site config {site_path} is not a file; ask your site admin (or fix {SITE_CONFIG_ENV})")
+    table = read_toml(site_path).get("enforcement", {})
+    if not isinstance(table, dict):
+        raise UsageError(f"{site_path}: 'enforcement' must be a table ([enforcement])")
+    return policy_from_table(table, str(site_path))
+
+
+def is_exempt(program: str, policy: EnforcementPolicy) -> bool:
+    """`guarded_sbatch` exempts guarded_sbatch and guarded_sbatch.x; `prep.py` exempts any .../prep.py."""
+    base = program.rsplit("/", 1)[-1]
+    return any(program == entry or program.startswith(entry + ".") or base == entry for entry in policy.exempt_programs)
+
+
+def training_reason(script: ParsedScript, policy: EnforcementPolicy) -> str | None:
+    """Why this script is a training job (its line), or None when it is not one."""
+    launchers: list[LauncherLine] = [x for x in (script.launcher, *script.other_launchers) if x is not None]
+    for launcher in launchers:
+        if launcher.kind in policy.launchers and not is_exempt(launcher.program, policy):
+            return f"line {launcher.line_number}: {launcher.text}"
+    for command in script.commands:
+        for needle in policy.training_commands:
+            if needle in command.text:
+                return f"line {command.line_number}: {command.text}"
+    return None
+
+
+def lua_string(text: str) -> str:
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 32 <= byte < 127:
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03d}")
+    return '"' + "".join(out) + '"'
+
+
+def render_lua_policy(policy: EnforcementPolicy) -> str:
+    def items(values: Sequence[str]) -> str:
+        return "{" + ", ".join(lua_string(v) for v in values) + "}"
+
+    return "\n".join([
+        f"-- guarded-sbatch enforcement policy, written from {policy.source} by",
+        "-- `python -m guarded_sbatch.site.policy SITE.toml OUT.lua`. Edit the site config and render again;",
+        "-- cli_filter.lua and job_submit.lua read this file on every submission (no reconfigure needed).",
+        "return {",
+        f"  unguarded_training = {lua_string(policy.unguarded_training)},  -- reject | tag | allow",
+        f"  launchers = {items(policy.launchers)},",
+        f"  training_commands = {items(policy.training_commands)},",
+        f"  exempt_programs = {items(policy.exempt_programs)},",
+        f"  tag = {lua_string(policy.tag)},",
+        f"  tag_field = {lua_string(policy.tag_field)},  -- admin_comment | comment",
+        f"  how_to_submit = {lua_string(HOW_TO_SUBMIT)},",
+        "}",
+        "",
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or len(args) > 2 or args[0] in ("-h", "--help"):
+        print("usage: python -m guarded_sbatch.site.policy SITE.toml [OUT.lua]  (prints to stdout without OUT)",
+              file=sys.stderr)
+        return 2
+    try:
+        text = render_lua_policy(load_policy(Path(args[0])))
+        if len(args) == 2:
+            target = Path(args[1])
+            temporary = target.with_name(target.name + ".tmp")
+            temporary.write_text(text, encoding="utf-8")
+            temporary.replace(target)  # slurmctld never reads a half-written policy
+        else:
+            sys.stdout.write(text)
+    except (GuardedError, OSError) as exc:
+        print(f"guarded-sbatch: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
