@@ -43,10 +43,16 @@ class CheckReport:
             f"- Anomalies: {anomalies}",
             f"- Evidence: {', '.join(self.evidence) or 'none'}",
             f"- Decision: {self.verdict.decision.value}",
-            f"- Reason: {self.verdict.reason.value}: {self.verdict.message}",
+            f"- Reason: {_reason(self.verdict)}",
             f"- Next check: {local_timestamp(self.next_check) if self.next_check else 'none (ending)'}",
         ]
         return redact("\n".join(lines)) + "\n"
+
+
+def _reason(verdict: Verdict) -> str:
+    if verdict.message == verdict.reason.value or not verdict.message:
+        return verdict.reason.value
+    return f"{verdict.reason.value}: {verdict.message}"
 
 
 def summarise_metrics(verdict: Verdict) -> str:

@@ -11,6 +11,7 @@ quiet trigger the question instead.
 
 from __future__ import annotations
 
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,15 +59,19 @@ class Sidecar:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
-        self.scheduler = scheduler
         self.out = out
         self.clock = clock
         self.sleep = sleep
         self.state = SidecarState.load(settings.state_file)
-        self.sources = SourceSet(settings, scheduler)
+        self.calls = CountedScheduler(scheduler) if scheduler is not None else None
+        self.scheduler: Any = self.calls  # every scheduler call the sidecar makes goes through the count
+        self.sources = SourceSet(settings, self.scheduler)
         self.job_state: JobState = JobState.UNKNOWN
         self._job_watch: Any = None  # scheduler.slurm.JobEndWatch while the job runs
         self._watch_starts = 0
+        self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
+        self._cpu_at_start = _cpu_seconds()
+        self._checks_at_start = self.state.checks
 
     def emit(self, text: str) -> None:
         self.out.write(text)
@@ -75,7 +80,9 @@ class Sidecar:
     def run(self) -> int:
         now = self.clock()
         if self.state.finished:
-            self.emit("sidecar: this run was already finished by an earlier sidecar\n" + self.state.final_summary)
+            # a requeue after the end: say so in one line; the FINAL_SUMMARY was printed once already
+            self.emit(f"sidecar: this run was already finished by an earlier sidecar ({self.state.last_decision} "
+                      f"{self.state.last_reason} at step {self.state.last_step}); nothing to do\n")
             return 0
         if self.state.started_at:
             self.state.restarts += 1
@@ -94,6 +101,7 @@ class Sidecar:
         finally:
             if self._job_watch is not None:
                 self._job_watch.close()
+            self._record_resources()
 
     # one fast poll; returns an exit code when the loop should end
     def poll_once(self) -> int | None:
@@ -132,7 +140,7 @@ class Sidecar:
             return
         cheap = getattr(self.scheduler, "name", "") == "local"
         since_poll = now - self.state.last_job_poll_at
-        due = cheap or not self.state.last_job_poll_at or since_poll >= self.settings.job_poll_s
+        due = cheap or not self._asked_since_start or since_poll >= self.settings.job_poll_s
         watch = self._job_watch
         if watch is not None and watch.ended():
             due, self._job_watch = True, None  # the job (or its watch step) ended: ask which
@@ -145,10 +153,16 @@ class Sidecar:
                 self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.job_poll_s)
         if not due:
             return
+        self._asked_since_start = True
         try:
             self.job_state = self.scheduler.state(self.settings.job_id)
         except GuardedError:
             self.job_state = JobState.UNKNOWN
+        if self.job_state is JobState.UNKNOWN and self.state.last_job_state != JobState.UNKNOWN.value:
+            self.emit(f"sidecar: the scheduler could not tell the state of job {self.settings.job_id} "
+                      "(controller down or restarting?); carrying on, nothing is stopped for that\n")
+        elif self.job_state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
+            self.emit(f"sidecar: the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
         self.state.last_job_state = self.job_state.value
         if cheap:
             self.state.last_job_poll_at = now
@@ -193,6 +207,21 @@ class Sidecar:
         if rate is not None:
             self.state.step_rate = rate
         del previous_step
+
+    def _record_resources(self) -> None:
+        """Peak RSS, CPU time per poll and scheduler calls of this sidecar process, in its state and output."""
+        polls = max(1, self.state.checks - self._checks_at_start)
+        cpu = _cpu_seconds() - self._cpu_at_start
+        self.state.peak_rss_mb = round(_peak_rss_mb(), 1)
+        self.state.cpu_seconds = round(self.state.cpu_seconds + cpu, 3)
+        self.state.scheduler_calls += self.calls.count if self.calls is not None else 0
+        self.emit(f"sidecar: resources: peak RSS {self.state.peak_rss_mb:.1f} MB, CPU {cpu:.2f} s over {polls} "
+                  f"polls ({1000 * cpu / polls:.1f} ms/poll), {self.calls.count if self.calls else 0} scheduler "
+                  "calls by this process\n")
+        try:
+            self.state.save(self.settings.state_file)
+        except OSError:
+            pass  # the figures are in the output already
 
     @staticmethod
     def _anomaly_id(anomaly: object) -> str:
@@ -248,7 +277,8 @@ class Sidecar:
 
 
 def judge_sources(sources: SourceSet, policy: object | None, context: object) -> Verdict:
-    """The verdict on the sources' history; with nothing readable, WAIT and say why."""
+    """The verdict on the sources' history; with nothing readable, or the judged source unreadable
+    now, WAIT and say why (what was read before still stops a run that is clearly broken)."""
     from guarded_sbatch.judge.decide import decide
     from guarded_sbatch.judge.policy import JudgePolicy
     from guarded_sbatch.judge.verdict import Reason
@@ -257,7 +287,53 @@ def judge_sources(sources: SourceSet, policy: object | None, context: object) ->
     verdict = decide(history, policy if policy is not None else JudgePolicy(), context)  # type: ignore[arg-type]
     if not len(history) and sources.read_error:
         return Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"no metrics could be read: {sources.read_error}")
+    active_error = sources.active_error
+    if active_error and verdict.decision is not Decision.STOP:
+        return Verdict(
+            Decision.WAIT, Reason.SOURCE_UNREADABLE,
+            f"cannot read the metrics now ({active_error}); judged up to step {verdict.last_step}, "
+            "waiting for the source to come back",
+            verdict.anomalies, verdict.last_step, verdict.summary,
+        )
     return verdict
+
+
+class CountedScheduler:
+    """The scheduler with a count of the calls made through it (each one at least one Slurm RPC)."""
+
+    COUNTED = frozenset({"state", "info", "cancel", "watch_job_end", "submit"})
+
+    def __init__(self, inner: Scheduler) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if name not in self.COUNTED or not callable(value):
+            return value
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return value(*args, **kwargs)
+
+        return counted
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _peak_rss_mb() -> float:
+    """VmHWM of this process (the peak resident set), in MB; ru_maxrss where /proc is missing."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:

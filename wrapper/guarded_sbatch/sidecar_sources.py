@@ -25,6 +25,7 @@ class SourceSet:
         self.sources: list[MetricSource] = []
         self.histories: dict[int, MetricHistory] = {}  # by id(source): the list is re-sorted
         self.read_error = ""
+        self.errors: dict[int, str] = {}  # by id(source): why it could not be read at the last poll
         self._stdout: Path | None = None
         self._work_dir: Path | None = None
         self._stdout_size = -1
@@ -76,6 +77,7 @@ class SourceSet:
         from guarded_sbatch.judge.history import MetricHistory
 
         self.read_error = ""
+        self.errors = {}
         try:
             self._ensure_sources()
         except (GuardedError, OSError) as exc:
@@ -86,9 +88,12 @@ class SourceSet:
             try:
                 points = source.read_new()
             except (GuardedError, OSError) as exc:
-                self.read_error = f"{source.describe()}: {exc}"
+                self.read_error = self.errors[id(source)] = f"{source.describe()}: {exc}"
                 continue
             history = self.histories.setdefault(id(source), MetricHistory())
+            missing = _unreachable_path(source, had_data=bool(len(history)))
+            if missing:  # readers skip a vanished folder silently; the judge must know it is blind
+                self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
             added[id(source)] = history.add(points) if points else 0
         active = self._active()
         if active is None:
@@ -102,6 +107,12 @@ class SourceSet:
             if history is not None and len(history):
                 return source
         return None
+
+    @property
+    def active_error(self) -> str:
+        """Why the judged source could not be read at the last poll ("" when it could)."""
+        active = self._active()
+        return self.errors.get(id(active), "") if active is not None else ""
 
     @property
     def active_kind(self) -> str | None:
@@ -166,3 +177,17 @@ class SourceSet:
         if not wall_first or not wall_last or wall_last <= wall_first:
             return None
         return (last_step - first_step) / (wall_last - wall_first)
+
+
+def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
+    """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
+    A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
+    path = getattr(source, "path", None)
+    if not isinstance(path, Path):
+        return ""
+    if not os.path.lexists(path):
+        return "path not found (moved or deleted?)" if had_data else ""
+    mode = os.R_OK | (os.X_OK if path.is_dir() else 0)
+    if not os.access(path, mode):
+        return "permission denied"
+    return ""

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.errors import CommandError
 from guarded_sbatch.fsutil import write_json_atomic
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.redact import redact
 
 SNIPPET_BYTES = 16 * 1024
+PLOT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -64,13 +67,13 @@ def write_evidence(
             snippet_path = folder / "log-snippet.txt"
             snippet_path.write_text(snippet, encoding="utf-8")
     recent = {
-        key: {"steps": list(steps[-recent_points:]), "values": [_finite_or_text(v) for v in values[-recent_points:]]}
+        key: {"steps": [int(step) for step in steps[-recent_points:]], "values": [_finite_or_text(v) for v in values[-recent_points:]]}
         for key, (steps, values) in series.items()
     }
     plot_path: Path | None = folder / "metrics.png"
     plot_error = ""
     try:
-        plot_metrics(plot_path, series, verdict)
+        plot_in_subprocess(folder, plot_path, series, verdict)
     except Exception as exc:  # noqa: BLE001 - a broken plot must never lose the rest of the evidence
         plot_path, plot_error = None, f"{type(exc).__name__}: {exc}"
     payload = {
@@ -87,6 +90,26 @@ def write_evidence(
     text = redact(json.dumps(payload, indent=2, sort_keys=True, default=str))
     write_json_atomic(json_path, json.loads(text))
     return EvidenceBundle(folder, json_path, plot_path, snippet_path)
+
+
+def plot_in_subprocess(
+    folder: Path, path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict
+) -> None:
+    """Draw the plot in a child process (matplotlib's memory never enters the sidecar); raise on failure."""
+    from guarded_sbatch.actions.evidence_plot import plot_input
+    from guarded_sbatch.runner import run_command
+
+    input_path = folder / ".plot-input.json"
+    input_path.write_text(json.dumps(plot_input(series, verdict)), encoding="utf-8")
+    try:
+        run_command([sys.executable, "-m", "guarded_sbatch.actions.evidence_plot", str(input_path), str(path)],
+                    timeout=PLOT_TIMEOUT_S)
+    except CommandError as exc:
+        raise RuntimeError(f"plotting failed: {(exc.stderr.strip().splitlines() or [str(exc)])[-1]}") from None
+    finally:
+        input_path.unlink(missing_ok=True)
+    if not path.is_file():
+        raise RuntimeError("plotting process wrote no file")
 
 
 def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> None:

@@ -26,8 +26,11 @@ def stop_run(
     *,
     confirm_timeout_s: float = 60.0,
     poll_s: float = 2.0,
+    unreachable_retry_s: float = 300.0,
 ) -> StopOutcome:
-    """Run stop_command if given, else cancel job_id; then wait until the job is gone."""
+    """Run stop_command if given, else cancel job_id; then wait until the job is gone.
+    A scheduler that does not answer (slurmctld restarting) is asked again for up to
+    unreachable_retry_s: a STOP must not be lost to a controller hiccup."""
     if stop_command:
         try:
             run_command(shlex.split(stop_command), timeout=confirm_timeout_s)
@@ -41,6 +44,20 @@ def stop_run(
                            final.value if final else None)
     if scheduler is None or job_id is None:
         return StopOutcome("none", True, "no job or stop command to act on: STOP reported, nothing killed")
+    deadline = time.monotonic() + unreachable_retry_s
+    while True:
+        outcome = _cancel_once(scheduler, job_id, confirm_timeout_s, poll_s)
+        if outcome is not None or time.monotonic() > deadline:
+            return outcome or StopOutcome(
+                "cancel", False, f"cancel of job {job_id} failed: the scheduler did not answer for "
+                f"{unreachable_retry_s:.0f} s; cancel it by hand (scancel {job_id})")
+        time.sleep(poll_s)
+
+
+def _cancel_once(scheduler: Scheduler, job_id: str, confirm_timeout_s: float, poll_s: float) -> StopOutcome | None:
+    """One attempt; None when the scheduler could not be reached (worth another try)."""
+    from guarded_sbatch.scheduler.slurm import SlurmUnreachableError
+
     try:
         info = scheduler.info(job_id)
         me = scheduler.current_user()
@@ -49,11 +66,15 @@ def stop_run(
         if info.state.is_terminal:
             return StopOutcome("cancel", True, f"job {job_id} had already ended ({info.state.value})", info.state.value)
         scheduler.cancel(job_id)
+    except SlurmUnreachableError:
+        return None
     except GuardedError as exc:
         return StopOutcome("cancel", False, f"cancel of job {job_id} failed: {exc}")
     final = _wait_terminal(scheduler, job_id, confirm_timeout_s, poll_s)
     if final is not None and final.is_terminal:
         return StopOutcome("cancel", True, f"job {job_id} cancelled, now {final.value}", final.value)
+    if final is JobState.UNKNOWN:
+        return None  # cancelled, but nobody could confirm it: ask again (a second scancel is harmless)
     return StopOutcome("cancel", False, f"job {job_id} still {final.value if final else 'unknown'} after cancel")
 
 

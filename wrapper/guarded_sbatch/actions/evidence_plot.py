@@ -1,0 +1,57 @@
+"""Draw the evidence plot in a short-lived process: `python -m guarded_sbatch.actions.evidence_plot IN OUT`.
+
+matplotlib costs ~40 MB of resident memory once imported; drawn here, after the cancel, the
+sidecar's own peak RSS stays at what reading and judging need.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
+
+MAX_PLOT_POINTS = 5000  # per key; the most recent points are always kept in full
+
+
+def plot_input(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> dict[str, object]:
+    """What the plotting process needs, thinned to MAX_PLOT_POINTS per key (non-finite as text)."""
+    thinned: dict[str, dict[str, list[object]]] = {}
+    for key, (steps, values) in series.items():
+        indices = list(range(len(steps)))
+        if len(indices) > MAX_PLOT_POINTS:
+            recent = MAX_PLOT_POINTS // 5
+            stride = max(1, (len(indices) - recent) // (MAX_PLOT_POINTS - recent))
+            indices = indices[: len(indices) - recent : stride] + indices[len(indices) - recent:]
+        thinned[key] = {
+            "steps": [int(steps[i]) for i in indices],
+            "values": [float(values[i]) if math.isfinite(values[i]) else repr(float(values[i])) for i in indices],
+        }
+    return {"series": thinned, "verdict": verdict.to_json()}
+
+
+def _from_input(raw: dict) -> tuple[dict[str, tuple[list[int], list[float]]], Verdict]:  # type: ignore[type-arg]
+    series = {key: (entry["steps"], [float(v) for v in entry["values"]]) for key, entry in raw["series"].items()}
+    v = raw["verdict"]
+    anomalies = tuple(Anomaly(a["kind"], a["metric"], a["step"], a.get("value"), a.get("message", ""))
+                      for a in v.get("anomalies", []))
+    verdict = Verdict(Decision(v["decision"]), Reason(v["reason"]), v.get("message", ""), anomalies, v.get("last_step"))
+    return series, verdict
+
+
+def main(argv: list[str]) -> int:
+    from guarded_sbatch.actions.evidence import plot_metrics
+
+    if len(argv) != 2:
+        print("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png", file=sys.stderr)
+        return 2
+    series, verdict = _from_input(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
+    plot_metrics(Path(argv[1]), series, verdict)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
