@@ -59,7 +59,7 @@ def decide(argv: list[str], env: Mapping[str, str]) -> tuple[bool, str]:
         launch = split_sbatch_argv(argv)
     except UsageError as exc:
         return False, f"not a command line guarded-sbatch reads ({exc.message}): sbatch decides"
-    if launch.guard_argv:
+    if launch.guard_words:
         return True, "--guard-* options given"
     names = {option.name for option in launch.parsed_options}
     if launch.info_only or "test-only" in names:
@@ -94,6 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GuardedError as exc:
         print(f"sbatch (guarded-sbatch shim): error: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
+    except Exception as exc:  # a bug here must not stop every submission: sbatch (and job_submit) still judge it
+        print(f"sbatch (guarded-sbatch shim): internal error ({type(exc).__name__}: {exc}); the job goes to sbatch "
+              "unchecked; please report this to your site admin", file=sys.stderr)
+        guard, why = False, "shim error"
     if os.environ.get("GUARDED_SBATCH_SHIM_DEBUG"):
         print(f"guarded-sbatch shim: {'pre-flight' if guard else 'real sbatch'}: {why}", file=sys.stderr)
     if not guard:
