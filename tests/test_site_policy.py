@@ -18,7 +18,7 @@ from guarded_sbatch.launch.script import parse_script
 from guarded_sbatch.scheduler.base import SubmitRequest
 from guarded_sbatch.site.marker import MarkingScheduler, comment_with_marker, is_guarded, marker_in, script_digest
 from guarded_sbatch.site.policy import EnforcementPolicy, load_policy, policy_from_table, render_lua_policy, training_reason
-from site_helpers import PLUGINS, REPO, lua_interpreter, site_config
+from test_site_helpers import PLUGINS, REPO, lua_interpreter, site_config
 
 # (script body after the #! line, is it training under the default policy?)
 SCRIPTS = {

@@ -1,4 +1,4 @@
-"""Shared set-up for the site-enforcement tests: Lmod in a bash subprocess, a copy of the modulefile as a
+"""Helpers (no tests) for the site-enforcement tests: Lmod in a bash subprocess, a copy of the modulefile as a
 site admin would set it, the Lua interpreter for the plugins' shared library."""
 
 from __future__ import annotations
