@@ -50,8 +50,8 @@ class CheckReport:
 
 
 def _reason(verdict: Verdict) -> str:
-    if verdict.message == verdict.reason.value or not verdict.message:
-        return verdict.reason.value
+    if not verdict.message or verdict.message.startswith(verdict.reason.value):
+        return verdict.message or verdict.reason.value  # "healthy (...)", not "healthy: healthy (...)"
     return f"{verdict.reason.value}: {verdict.message}"
 
 
