@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ def choose_backend(config: object, requested: str | None) -> str:
 def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
     from guarded_sbatch.config import load_config
     from guarded_sbatch.launch.argv import split_sbatch_argv
-    from guarded_sbatch.launch.preflight import format_report, run_preflight
+    from guarded_sbatch.launch.preflight import format_report, launch_command, run_preflight
     from guarded_sbatch.scheduler import get_scheduler
 
     launch = split_sbatch_argv(argv)
@@ -32,16 +33,31 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
         return _pass_through_to_sbatch(launch.sbatch_options)
     if launch.script is None:
         raise UsageError("no batch script given: guarded-sbatch needs `[options] script.sh [args]` (--wrap is not guarded)")
-    if not launch.script.is_file():
-        raise UsageError(f"batch script {launch.script} not found; check the path")
     config = load_config()
+    # `guarded-sbatch [options] torchrun train.py ...`: a batch script is rendered from the launcher's template
+    # and then checked and submitted like the user's own (launch/launcher_job.py)
+    launcher_job = launcher_job_of(launch, config)
+    if guard.print_script:
+        sys.stdout.write(launcher_job.text if launcher_job else _script_text(launch.script))
+        return int(ExitCode.OK)
+    if launcher_job is None and not launch.script.is_file():
+        raise UsageError(f"batch script {launch.script} not found; check the path")
     backend = choose_backend(config, guard.backend)
     scheduler = get_scheduler(backend)
+    command_line = launch
+    if launcher_job is not None:
+        launch = _use_rendered_script(launch, launcher_job, backend)
     if backend == "slurm":  # the marker Slurm's site plugins look for (site/marker.py)
         from guarded_sbatch.site.marker import MarkingScheduler
 
         scheduler = MarkingScheduler(scheduler, launch.script, launch.parsed_options)
-    report = run_preflight(launch, config, scheduler, restart=guard.restart)
+    try:
+        report = run_preflight(launch, config, scheduler, restart=guard.restart)
+    finally:
+        if launcher_job is not None and check_only:
+            launch.script.unlink(missing_ok=True)  # type: ignore[union-attr]
+    if launcher_job is not None:
+        report = dataclasses.replace(report, launch_command=launch_command(command_line))
     print(redact(format_report(report, color=color)), file=sys.stderr)
     if check_only:
         if guard.json:
@@ -52,10 +68,32 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
             "launch blocked by the pre-flight: fix the failed checks above, or waive one with "
             "--guard-waive CHECK=\"REASON\""
         )
-    return _submit(launch, report, config, scheduler)
+    return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
 
 
-def _submit(launch: object, report: object, config: object, scheduler: object) -> int:
+def launcher_job_of(launch: object, config: object) -> object | None:
+    from guarded_sbatch.launch.launcher_job import build_launcher_job, launcher_command_of
+
+    command = launcher_command_of(launch)  # type: ignore[arg-type]
+    return build_launcher_job(launch, command, config) if command else None  # type: ignore[arg-type]
+
+
+def _use_rendered_script(launch: object, launcher_job: object, backend: str) -> object:
+    from guarded_sbatch.launch.launcher_job import as_script_launch, staging_folder, write_job_script
+
+    if backend != "slurm" and launcher_job.command.kind != "python":  # type: ignore[attr-defined]
+        raise UsageError(f"a {launcher_job.command.kind} job needs Slurm (srun, scontrol); "  # type: ignore[attr-defined]
+                         "use --guard-backend slurm, or give a python command for the local backend")
+    return as_script_launch(launch, write_job_script(launcher_job, staging_folder()))  # type: ignore[arg-type]
+
+
+def _script_text(script: Path) -> str:
+    from guarded_sbatch.launch.script import read_script_text
+
+    return read_script_text(script)
+
+
+def _submit(launch: object, report: object, config: object, scheduler: object, *, keep_script: bool = False) -> int:
     from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
     from guarded_sbatch.scheduler.base import SubmitRequest
 
@@ -93,6 +131,13 @@ def _submit(launch: object, report: object, config: object, scheduler: object) -
     except GuardedError as exc:
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
                         "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
+    if keep_script:  # a script rendered from a launcher command: keep it with the run as job.sbatch
+        from guarded_sbatch.launch.launcher_job import keep_with_run
+
+        kept = keep_with_run(launch.script, submission.record.folder,  # type: ignore[attr-defined]
+                             remove_original=submission.record.backend == "slurm")
+        submission.record.script, submission.record.script_args = str(kept), []
+        submission.record.save()
     print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
     return int(ExitCode.OK)

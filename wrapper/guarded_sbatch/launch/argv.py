@@ -36,9 +36,14 @@ GUARD_OPTIONS: dict[str, bool] = {
     "--guard-backend": True,  # slurm | local
     "--guard-checkpoint-dir": True,  # the run's local checkpoint folder (purged by kill/restart)
     "--guard-artifact-dir": True,  # the run's remote artifact folder (purged by kill/restart)
+    # jobs built from a launcher command (`guarded-sbatch [options] torchrun train.py ...`)
+    "--guard-print-script": False,  # print the rendered batch script on stdout; submit nothing
+    "--guard-signal-margin": True,  # seconds before the time limit when USR1 asks the trainer to checkpoint
+    "--guard-max-requeues": True,  # how often the job may requeue itself after checkpointing
 }
 REPEATABLE_GUARD_OPTIONS = frozenset({"--guard-tb", "--guard-wandb", "--guard-log"})
 JSON_ALIAS = "--json"  # sbatch 22.05 has no --json; accepted as --guard-json for `guarded-sbatch check --json`
+PRINT_SCRIPT_ALIAS = "--print-script"  # sbatch has no --print-script; accepted as --guard-print-script
 
 INFO_ONLY_OPTIONS = frozenset({"help", "usage", "version"})
 
@@ -70,6 +75,9 @@ class GuardOptions:
     backend: str | None = None
     checkpoint_dir: Path | None = None
     artifact_dir: Path | None = None
+    print_script: bool = False
+    signal_margin_s: int | None = None
+    max_requeues: int | None = None
 
 
 @dataclass(frozen=True)
@@ -211,7 +219,7 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     while index < len(argv):
         word = argv[index]
         guard_name, _, _ = word.partition("=")
-        if guard_name in GUARD_OPTIONS or word == JSON_ALIAS:
+        if guard_name in GUARD_OPTIONS or word in (JSON_ALIAS, PRINT_SCRIPT_ALIAS):
             start = index
             index = _take_guard_option(argv, index, guard_words)
             guard_argv.extend(argv[start:index])
@@ -260,6 +268,9 @@ def _take_guard_option(argv: list[str], index: int, out: list[tuple[str, str | N
     word = argv[index]
     if word == JSON_ALIAS:
         out.append(("--guard-json", None))
+        return index + 1
+    if word == PRINT_SCRIPT_ALIAS:
+        out.append(("--guard-print-script", None))
         return index + 1
     name, has_value, attached = word.partition("=")
     takes_value = GUARD_OPTIONS[name]
@@ -311,7 +322,19 @@ def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
         backend=backend,
         checkpoint_dir=Path(values["--guard-checkpoint-dir"]) if "--guard-checkpoint-dir" in values else None,
         artifact_dir=Path(values["--guard-artifact-dir"]) if "--guard-artifact-dir" in values else None,
+        print_script="--guard-print-script" in flags,
+        signal_margin_s=_positive_number(values, "--guard-signal-margin", int),  # type: ignore[arg-type]
+        max_requeues=_count(values, "--guard-max-requeues"),
     )
+
+
+def _count(values: dict[str, str], name: str) -> int | None:
+    if name not in values:
+        return None
+    text = values[name]
+    if not text.isdigit():
+        raise UsageError(f"{name} needs a whole number ≥ 0, got {text!r}")
+    return int(text)
 
 
 def _parse_waiver(text: str) -> Waiver:
