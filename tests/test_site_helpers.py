@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -83,3 +84,8 @@ def cancel(*job_ids: str) -> None:
     ids = [j for j in job_ids if j]
     if ids:
         subprocess.run(["scancel", *ids], capture_output=True, text=True, timeout=30)
+
+
+def unique_name() -> str:
+    """A run name the pre-flight accepts and no other test on the shared cluster uses."""
+    return f"synthetic-tanh-mlp-site{uuid.uuid4().hex[:8]}"
