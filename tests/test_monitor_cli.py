@@ -1,0 +1,88 @@
+"""`guarded-sbatch monitor`: the one-shot JSON of DESIGN §5, and the watch loop in a terminal."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import EXAMPLE, make_project, wait_for
+from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.local import LocalScheduler
+
+
+def _train(folder: Path, *extra: str) -> Path:
+    log = folder / "train.log"
+    with open(log, "w", encoding="utf-8") as handle:
+        subprocess.run(
+            [sys.executable, str(EXAMPLE / "train.py"), "--config", str(EXAMPLE / "configs" / "synthetic-tanh-mlp.yaml"),
+             "--logdir", str(folder / "runs" / "a"), "--step-seconds", "0", *extra],
+            stdout=handle, check=True, timeout=120,
+        )
+    return log
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    healthy = tmp_path_factory.mktemp("healthy")
+    broken = tmp_path_factory.mktemp("broken")
+    _train(healthy, "--steps", "400")
+    _train(broken, "--steps", "300", "--diverge-at", "100")
+    return {"healthy": healthy, "broken": broken}
+
+
+def _once(*args: str, cwd: Path) -> dict:
+    result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", *args],
+                            cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("how", ["tb", "log", "folder"])
+def test_one_shot_json_on_a_broken_run(runs: dict[str, Path], how: str) -> None:
+    folder = runs["broken"]
+    args = {"tb": ["--tb", "runs/a"], "log": ["--log", "train.log"], "folder": ["."]}[how]
+    payload = _once(*args, cwd=folder)
+    assert payload["decision"] == "STOP"
+    assert payload["reason"] in {"non_finite_loss", "divergence", "hidden_nan"}
+    assert payload["data_source"] == ("log_fallback" if how == "log" else "tensorboard_ok")
+    assert isinstance(payload["last_step"], int) and payload["last_step"] >= 100
+    assert payload["anomalies"] and {"kind", "metric", "step"} <= set(payload["anomalies"][0])
+
+
+def test_one_shot_json_on_a_healthy_run(runs: dict[str, Path]) -> None:
+    payload = _once("--tb", "runs/a", "--log", "train.log", cwd=runs["healthy"])
+    assert payload["decision"] == "CONTINUE" and payload["data_source"] == "tensorboard_ok"
+    assert payload["last_step"] == 400
+
+
+def test_no_data_is_wait_never_stop(tmp_path: Path) -> None:
+    (tmp_path / "empty.log").write_text("", encoding="utf-8")
+    payload = _once("--log", "empty.log", "--tb", "runs/not-yet", cwd=tmp_path)
+    assert payload["decision"] == "WAIT" and payload["data_source"] == "unreachable"
+
+
+def test_monitor_watches_a_local_job_and_stops_it(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    import os
+
+    old = os.environ.get("GUARDED_SBATCH_STATE_DIR")
+    job_id = scheduler.submit(SubmitRequest(Path("train.sh"), script_args=("--steps", "3000", "--diverge-at", "40"),
+                                            workdir=project.root, env={"PATH": project.env["PATH"]}))
+    assert old == os.environ.get("GUARDED_SBATCH_STATE_DIR")
+    result = project.cli("monitor", "--job", job_id, "--backend", "local", "--tb",
+                         "runs/synthetic-tanh-mlp-bs64-lr5e-2", "--fast-interval", "1", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "FINAL_SUMMARY" in result.stdout and "Decision: STOP" in result.stdout
+    assert wait_for(lambda: scheduler.state(job_id).is_terminal, 30) and scheduler.state(job_id) is JobState.CANCELLED
+
+
+def test_monitor_without_anything_to_read_is_bad_usage(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "monitor needs something to read" in result.stderr
+    assert "Traceback" not in result.stderr
