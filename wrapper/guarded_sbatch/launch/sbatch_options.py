@@ -141,10 +141,9 @@ def format_duration(seconds: float) -> str:
     total = int(round(seconds))
     days, rest = divmod(total, 86400)
     hours, rest = divmod(rest, 3600)
-    minutes = rest // 60
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:00 ({seconds / 3600:.1f} h)"
-    return f"{hours:02d}:{minutes:02d}:00 ({seconds / 3600:.1f} h)"
+    minutes, secs = divmod(rest, 60)
+    clock = f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}" if days else f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{clock} ({seconds / 3600:.1f} h)" if total >= 360 else f"{clock} ({total} s)"
 
 
 def gpu_count(text: str, *, gres: bool = False) -> int | None:

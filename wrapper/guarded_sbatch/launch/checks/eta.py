@@ -16,6 +16,7 @@ from guarded_sbatch.scheduler.base import SubmitRequest
 
 NAME = CheckName.ETA.value
 EPOCH_KEYS = ("num_train_epochs", "epochs", "num_epochs", "max_epochs", "n_epochs", "train_epochs")
+MAX_PLAUSIBLE_WAIT_S = 365 * 24 * 3600.0
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
 EXPLICIT = re.compile(
     r"(?:epoch[ _]time|time[ _]per[ _]epoch|seconds[ _]per[ _]epoch|epoch[ _]duration|sec/epoch)\D{0,5}(\d+(?:\.\d+)?)\s*(s|sec|seconds|min|m)?\b",
@@ -92,6 +93,11 @@ def check_eta(context: PreflightContext) -> CheckResult:
         else:
             if estimate is None:
                 warnings.append("the scheduler gave no start estimate: queue wait counted as zero")
+            elif estimate - now.timestamp() > MAX_PLAUSIBLE_WAIT_S:
+                # a held job (--hold) or a partition that is down: Slurm answers with a date far in the future
+                warnings.append("the scheduler cannot say when the job would start (held, or no usable node): "
+                                "queue wait counted as zero")
+                estimate = None
         if estimate is not None:
             start = max(now, datetime.fromtimestamp(estimate).astimezone())
             evidence.append(f"expected start {local_clock(start, now)} ({context.scheduler.name} estimate, wait {format_duration((start - now).total_seconds())})")
