@@ -44,18 +44,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    args = parse_args(argv)
     stop_requested = False
 
     def on_usr1(signum: int, frame: object) -> None:
         nonlocal stop_requested
         stop_requested = True
 
-    signal.signal(signal.SIGUSR1, on_usr1)
+    signal.signal(signal.SIGUSR1, on_usr1)  # before importing torch: a signal during start-up is kept too
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    args = parse_args(argv)
     distributed = "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1
     if distributed:
         dist.init_process_group("gloo")
