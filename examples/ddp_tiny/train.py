@@ -5,7 +5,7 @@ script before the time limit) every rank agrees at the next step, rank 0 saves a
 0; started again, the run resumes from that checkpoint. Rank 0 writes TensorBoard scalars (loss, lr) and
 prints Hugging-Face-style dict lines.
 
-    guarded-sbatch --ntasks 1 --cpus-per-task 1 --mem 2G --time 00:10:00 --job-name synthetic-regression-linear-ddp-bs16 \\
+    guarded-sbatch --ntasks 1 --cpus-per-task 1 --mem 2G --time 00:10:00 --job-name synthetic-regression-linear-ddp-bs128 \\
         torchrun --nproc-per-node 2 train.py --config configs/synthetic-regression-linear-ddp.yaml
 """
 
@@ -28,7 +28,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--logdir")
     parser.add_argument("--checkpoint-dir")
     args = parser.parse_args(argv)
-    config = {"lr": 0.05, "per_device_train_batch_size": 16, "seed": 0, "epochs": 2, "steps_per_epoch": 100,
+    config = {"lr": 0.05, "per_device_train_batch_size": 64, "seed": 0, "epochs": 2, "steps_per_epoch": 100,
               "step_seconds": 0.05, "features": 16, "momentum": 0.9,
               "logdir": "runs/synthetic-regression-linear-ddp", "checkpoint_dir": "checkpoints/synthetic-regression-linear-ddp"}
     if args.config:
