@@ -14,6 +14,7 @@ from guarded_sbatch.errors import ExitCode, GuardedError
 
 USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
+       guarded-sbatch [guard options] [sbatch options] torchrun|accelerate|deepspeed|python ARGS...
        guarded-sbatch check [guard options] [sbatch options] script.sh [script args] [--json]
        guarded-sbatch monitor [--once] [--json] [--tb PATH] [--wandb PATH] [--log PATH] [--job ID] [PATH]
        guarded-sbatch status [--json]
@@ -37,6 +38,15 @@ guard options (before the script; sbatch has none of these):
   --guard-stop-command CMD      how the sidecar stops the run (default: cancel the job)
   --guard-notes PATH            the project notes file the sidecar appends to on STOP
   --guard-backend slurm|local   where jobs run (default: slurm when sbatch answers, else local)
+  --guard-checkpoint-dir PATH, --guard-artifact-dir PATH   the run's folders (kill/restart purge them)
+  --guard-print-script          with a launcher command: print the batch script it renders; submit nothing
+  --guard-signal-margin S, --guard-max-requeues N   USR1 S seconds before the time limit, then the job
+                                checkpoints and requeues itself up to N times (launcher commands)
+
+With a launcher command instead of a script, guarded-sbatch writes the batch script itself from
+sbatch_templates/ (rendezvous, one task per node, signal before the limit, requeue), checks it
+with the same pre-flight, and submits it; e.g.
+  guarded-sbatch --nodes 2 --gpus-per-node 8 --time 12:00:00 torchrun train.py --config configs/x.yaml
 
 environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
   GUARDED_SBATCH_USER_CONFIG, GUARDED_SBATCH_BACKEND, GUARDED_SBATCH_STATE_DIR, NO_COLOR
