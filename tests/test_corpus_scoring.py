@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.judge import Decision, MetricHistory, Verdict, decide
-from guarded_sbatch.sources.base import MetricPoint
+from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
 import generate as corpus  # noqa: E402
+from corpus_replay import replay  # noqa: E402
 
 CHECK_EVERY_STEPS = 20
 HEALTHY = [name for name, spec in corpus.CORPUS.items() if spec.healthy]
@@ -26,22 +26,6 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.RunL
     return {name: corpus.generate_run(name, out) for name in corpus.CORPUS}
 
 
-def replay(points: list[MetricPoint], every: int = CHECK_EVERY_STEPS) -> tuple[int | None, Verdict]:
-    """Judge the history as it grew, every `every` steps; the first STOP ends the watch."""
-    ordered = sorted(points, key=lambda p: p.step)
-    history = MetricHistory()
-    index = 0
-    verdict = decide(history)
-    for cut in range(every, ordered[-1].step + every, every):
-        chunk = []
-        while index < len(ordered) and ordered[index].step <= cut:
-            chunk.append(ordered[index])
-            index += 1
-        history.add(chunk)
-        verdict = decide(history)
-        if verdict.decision is Decision.STOP:
-            return cut, verdict
-    return None, verdict
 
 
 def test_every_run_is_generated_quickly_with_its_files(generated: dict[str, corpus.RunLabels]) -> None:

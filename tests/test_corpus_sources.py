@@ -8,33 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.judge import Decision, MetricHistory, Verdict, decide
-from guarded_sbatch.sources.base import MetricPoint
+from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
 import generate as corpus  # noqa: E402
+from corpus_replay import replay  # noqa: E402
 
 
 
-def replay(points: list[MetricPoint], every: int = 20) -> tuple[int | None, Verdict]:
-    """First step at which a check every `every` steps says STOP (None: never)."""
-    ordered = sorted(points, key=lambda p: p.step)
-    history = MetricHistory()
-    index = 0
-    verdict = decide(history)
-    for cut in range(every, ordered[-1].step + every, every):
-        chunk = []
-        while index < len(ordered) and ordered[index].step <= cut:
-            chunk.append(ordered[index])
-            index += 1
-        history.add(chunk)
-        verdict = decide(history)
-        if verdict.decision is Decision.STOP:
-            return cut, verdict
-    return None, verdict
 
 
 WITH_WANDB = ("healthy", "nan_lr", "fp16_scale_collapse")  # wandb is slow to start: only a few
