@@ -94,9 +94,10 @@ def test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan(
     before = SidecarState.load(run_dir / "sidecar-state.json")
     assert before.checks > 0 and before.restarts == 0
     subprocess.run(["scontrol", "requeue", sidecar_id], check=True, timeout=30)
-    # Slurm holds a requeued batch job for ~2 min (BeginTime); release it now, as an admin could
+    # Slurm holds a requeued batch job for ~2 min (BeginTime); release it sooner, as an admin could.
+    # Not at once: a start in the same second as the requeue is refused ("Job credential revoked")
     wait_for(lambda: slurm.state(sidecar_id) in (JobState.PENDING, JobState.REQUEUED), 30, 0.5, "requeue")
-    subprocess.run(["scontrol", "update", f"jobid={sidecar_id}", "StartTime=now"], check=True, timeout=30)
+    subprocess.run(["scontrol", "update", f"jobid={sidecar_id}", "StartTime=now+5"], check=True, timeout=30)
     assert wait_for(lambda: slurm.state(job_id).is_terminal, 150, 1, "training job to end")
     assert slurm.state(job_id) is JobState.CANCELLED
     assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "sidecar to end")
