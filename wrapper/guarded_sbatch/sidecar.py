@@ -69,6 +69,7 @@ class Sidecar:
         self.job_state: JobState = JobState.UNKNOWN
         self._job_watch: Any = None  # scheduler.slurm.JobEndWatch while the job runs
         self._watch_starts = 0
+        self._tracker_recorded = False
         self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
@@ -111,6 +112,8 @@ class Sidecar:
         if new_points:
             self.state.last_new_data_at = now
         self._maybe_poll_job(now, bool(new_points))
+        if new_points and not self._tracker_recorded:
+            self._record_tracker_run()
         verdict = self._judge(now)
         self.state.data_source = DATA_SOURCE_LABELS.get(self.sources.active_kind, "unreachable")
         if verdict.decision is Decision.STOP:
@@ -127,6 +130,26 @@ class Sidecar:
             self.emit(self.state.final_summary)
             return 0
         return None
+
+    def _record_tracker_run(self) -> None:
+        """Once the W&B run behind the metrics is known, note it in the run's record (kill/restart
+        delete it there). Only for sidecars of a guarded run: they live in the run's folder."""
+        run = self.sources.wandb_run_info()
+        if run is None:
+            return
+        self._tracker_recorded = True
+        from guarded_sbatch.fsutil import read_json, write_json_atomic
+        from guarded_sbatch.redact import redact
+
+        run_json = self.settings.state_file.parent / "run.json"
+        record = read_json(run_json)
+        if not isinstance(record, dict) or record.get("tracker", {}).get("run_path"):
+            return
+        record["tracker"] = {"kind": "wandb", **{k: redact(v) for k, v in run.items()}}
+        try:
+            write_json_atomic(run_json, record)
+        except OSError as exc:
+            self.emit(f"sidecar: could not record the W&B run in {run_json}: {exc}\n")
 
     def _judge(self, now: float) -> Verdict:
         from guarded_sbatch.judge.policy import RunContext

@@ -179,6 +179,17 @@ class SourceSet:
         return (last_step - first_step) / (wall_last - wall_first)
 
 
+    def wandb_run_info(self) -> dict[str, str] | None:
+        """run_path (entity/project/id) and run_dir of the W&B run being judged, once its log says."""
+        source = self._active()
+        run = getattr(source, "run", None)
+        if source is None or source.kind != "wandb" or not getattr(run, "run_id", ""):
+            return None
+        path_parts = [p for p in (run.entity, run.project, run.run_id) if p]
+        log_path = getattr(source, "log_path", None)
+        return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
+
+
 def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
     """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
     A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
