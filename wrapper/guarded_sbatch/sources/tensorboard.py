@@ -27,10 +27,7 @@ MAX_DEPTH = 4
 _HEADER = struct.Struct("<QI")
 _UINT32 = struct.Struct("<I")
 _MASK_DELTA = 0xA282EAD8
-_set_step = MetricPoint.step.__set__  # type: ignore[attr-defined]
-_set_wall_time = MetricPoint.wall_time.__set__  # type: ignore[attr-defined]
-_set_key = MetricPoint.key.__set__  # type: ignore[attr-defined]
-_set_value = MetricPoint.value.__set__  # type: ignore[attr-defined]
+_make_tuple = tuple.__new__
 
 
 @dataclass
@@ -202,8 +199,7 @@ class TensorBoardSource:
         known_length_crcs = self._known_length_crcs
         fast_keys = self._fast_keys.setdefault(prefix, {})
         unpackers = self._unpackers
-        new_point = MetricPoint.__new__
-        set_step, set_wall_time, set_key, set_value = _set_step, _set_wall_time, _set_key, _set_value
+        make = _make_tuple
         check_crc = self.check_crc
         unpack_header = _HEADER.unpack_from
         unpack_u32 = _UINT32.unpack_from
@@ -271,13 +267,8 @@ class TensorBoardSource:
                     if unpack_wall_and_value is None:
                         unpack_wall_and_value = unpackers[length] = struct.Struct(f"<xd{length - 13}xf").unpack
                     wall_time, value = unpack_wall_and_value(data)
-                    # Same object MetricPoint(...) builds, without the frozen dataclass's slower __init__.
-                    point = new_point(MetricPoint)
-                    set_step(point, step)
-                    set_wall_time(point, wall_time)
-                    set_key(point, key)
-                    set_value(point, value)
-                    append(point)
+                    # Same object MetricPoint(...) builds, without the named tuple's Python-level __new__.
+                    append(make(MetricPoint, (step, wall_time, key, value)))
                     continue
             try:
                 wall_time, step, scalars = decode_event(data, tag_names)
