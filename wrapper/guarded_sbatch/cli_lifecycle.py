@@ -61,7 +61,7 @@ def render_table(rows: list[dict[str, Any]], *, color: bool) -> str:
                ("STEP", "last_step"), ("ETA", "eta"), ("EVIDENCE", "evidence")]
     cells = [[str(row.get(key) if row.get(key) is not None else "-") for _, key in columns] for row in rows]
     widths = [max(len(title), *(len(c[i]) for c in cells)) for i, (title, _) in enumerate(columns)]
-    lines = ["  ".join(title.ljust(w) for (title, _), w in zip(columns, widths))]
+    lines = ["  ".join(title.ljust(w) for (title, _), w in zip(columns, widths)).rstrip()]
     for row_cells in cells:
         line = "  ".join(c.ljust(w) for c, w in zip(row_cells, widths))
         if color:
