@@ -106,7 +106,7 @@ def test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows(
     assert wait_for(requeued, 150, 1, "the job to requeue itself")
     assert slurm.state(sidecar_id) is JobState.RUNNING  # the sidecar keeps watching the pending job
     # Slurm holds a requeued batch job for ~2 minutes (EligibleTime); release it so the test stays short
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True, timeout=30)
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+5"], capture_output=True, timeout=30)
     assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")
     info = slurm.info(job_id)
     assert info.state is JobState.COMPLETED and info.exit_code == 0, info

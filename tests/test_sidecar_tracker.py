@@ -8,29 +8,22 @@ import os
 from pathlib import Path
 
 from guarded_sbatch.sidecar import Sidecar, SidecarSettings
+from source_writers import write_wandb_offline_run
 
 
-def test_wandb_run_is_recorded_for_the_cleanup(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    import wandb
-
-    run = wandb.init(project="synthetic-regression", name="tanh-mlp-bs64")
-    for step in range(20):
-        run.log({"train/loss": 1.0 / (step + 1)}, step=step)
-    run_id = run.id
-    run.finish()
+def test_wandb_run_is_recorded_for_the_cleanup(tmp_path: Path) -> None:
+    wandb_dir = write_wandb_offline_run(tmp_path / "work")  # a real offline run, in its own process
+    run_id = next(wandb_dir.glob("offline-run-*/run-*.wandb")).stem.removeprefix("run-")
     run_dir = tmp_path / "state" / "runs" / "tanh-mlp-bs64-7"
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"run_id": "tanh-mlp-bs64-7", "run_name": "tanh-mlp-bs64",
                                                   "backend": "local", "job_id": "7"}))
     settings = SidecarSettings(run_name="tanh-mlp-bs64", job_id=None, state_file=run_dir / "sidecar-state.json",
-                               evidence_dir=run_dir / "evidence", wandb_paths=[tmp_path / "wandb"])
+                               evidence_dir=run_dir / "evidence", wandb_paths=[wandb_dir])
     out = io.StringIO()
     Sidecar(settings, None, out).poll_once()
     tracker = json.loads((run_dir / "run.json").read_text())["tracker"]
-    assert tracker["kind"] == "wandb" and tracker["run_path"].endswith(f"synthetic-regression/{run_id}")
+    assert tracker["kind"] == "wandb" and tracker["run_path"].endswith(f"sources-test/{run_id}")
     assert Path(tracker["run_dir"]).is_dir() and not os.path.islink(tracker["run_dir"])
     assert any(p.name == f"run-{run_id}.wandb" for p in Path(tracker["run_dir"]).iterdir())
     assert "Data source: wandb_ok" in out.getvalue()
