@@ -85,3 +85,22 @@ def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path: Path, args: list[st
     assert result.stdout == ""
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in result.stderr
+
+
+def test_status_shows_a_live_eta_from_the_observed_step_rate(tmp_path: Path) -> None:
+    project = make_project(tmp_path, fast_interval=1.0)
+    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh")  # 3 epochs x 200 steps
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+
+    def live_row() -> dict | None:
+        status = project.cli("status", "--json", check=True)
+        rows = [r for r in json.loads(status.stdout)["runs"] if r["job_id"] == job_id]
+        return rows[0] if rows and rows[0]["eta_kind"] == "live" else None
+
+    row = wait_for(live_row, 60, 1, "a live ETA")
+    assert row["state"] == "RUNNING" and row["total_steps"] == 600 and row["steps_per_s"] > 0
+    assert row["decision"] in {"CONTINUE", "WAIT"} and isinstance(row["last_step"], int)
+    table = project.cli("status", check=True).stdout
+    assert job_id in table and row["eta"] in table
+    _scheduler(project).cancel(job_id)

@@ -125,8 +125,12 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         submission = submit_guarded(
             scheduler, request, run_name=report.run_name, sidecar=sidecar, resources=resources,  # type: ignore[attr-defined]
             waivers=[w.to_json() for w in report.waivers], on_training_submitted=announce,  # type: ignore[attr-defined]
-            run_paths={key: str(_absolute(path, cwd)) for key, path in
-                       (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
+            record_fields={
+                **{key: str(_absolute(path, cwd)) for key, path in
+                   (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
+                "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
+                "planned_end": _planned_end(report),
+            },
         )
     except GuardedError as exc:
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
@@ -141,6 +145,13 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
     print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
+
+
+def _planned_end(report: object) -> float | None:
+    for result in report.results:  # type: ignore[attr-defined]
+        if result.name == "eta" and isinstance(result.details.get("eta_epoch_s"), (int, float)):
+            return float(result.details["eta_epoch_s"])
+    return None
 
 
 def _absolute(path: Path, cwd: Path) -> Path:

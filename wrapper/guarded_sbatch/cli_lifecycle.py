@@ -40,17 +40,20 @@ def run_status_row(record: RunRecord) -> dict[str, Any]:
     except GuardedError:
         pass
     sidecar = read_json(record.sidecar_state_file) or {}
-    eta = None
-    total = (record.tracker or {}).get("total_steps")
+    eta, eta_kind = None, None
+    total = record.total_steps
     rate, last_step = sidecar.get("step_rate"), sidecar.get("last_step")
-    if total and rate and last_step is not None and rate > 0:
-        eta = time.time() + (int(total) - int(last_step)) / float(rate)
+    if total and rate and last_step is not None and rate > 0 and state in ("RUNNING", "PENDING", "REQUEUED"):
+        eta, eta_kind = time.time() + max(0, int(total) - int(last_step)) / float(rate), "live"
+    elif record.planned_end and state in ("RUNNING", "PENDING", "REQUEUED", "UNKNOWN"):
+        eta, eta_kind = record.planned_end, "planned"
     return {
         "run": record.run_name, "run_id": record.run_id, "backend": record.backend, "job_id": record.job_id,
         "sidecar_id": record.sidecar_id, "state": state,
         "decision": sidecar.get("last_decision") or "-", "reason": sidecar.get("last_reason") or "-",
         "message": sidecar.get("last_message") or "", "last_step": last_step,
-        "steps_per_s": rate, "eta": local_timestamp(eta) if eta else None,
+        "steps_per_s": rate, "total_steps": total, "eta": local_timestamp(eta) if eta else None,
+        "eta_kind": eta_kind,
         "evidence": sidecar.get("evidence") or None, "data_source": sidecar.get("data_source"),
         "ended": record.ended or None,
     }

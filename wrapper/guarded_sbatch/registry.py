@@ -35,6 +35,8 @@ class RunRecord:
     tracker: dict[str, Any] = field(default_factory=dict)
     waivers: list[dict[str, str]] = field(default_factory=list)
     restarted_from: str = ""
+    total_steps: int | None = None  # from the run's config, for the live ETA
+    planned_end: float | None = None  # the pre-flight's ETA (epoch seconds)
     ended: str = ""  # "killed", "restarted" once the lifecycle commands are done with it
     launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
 

@@ -226,9 +226,7 @@ class Sidecar:
             if ident not in self.state.reported_anomalies:
                 self.state.reported_anomalies.append(ident)
         self.state.reported_anomalies = self.state.reported_anomalies[-200:]
-        rate = self.sources.step_rate()
-        if rate is not None:
-            self.state.step_rate = rate
+        self._observe_step_rate(verdict.last_step)
         del previous_step
 
     def _record_resources(self) -> None:
@@ -245,6 +243,17 @@ class Sidecar:
             self.state.save(self.settings.state_file)
         except OSError:
             pass  # the figures are in the output already
+
+    def _observe_step_rate(self, last_step: int | None) -> None:
+        """Steps per second as the sidecar sees them arrive (for status's live ETA)."""
+        if last_step is None or not self.state.last_new_data_at:
+            return
+        if self.state.first_step_seen is None:
+            self.state.first_step_seen, self.state.first_step_seen_at = last_step, self.state.last_new_data_at
+            return
+        elapsed = self.state.last_new_data_at - self.state.first_step_seen_at
+        if elapsed > 0 and last_step > self.state.first_step_seen:
+            self.state.step_rate = (last_step - self.state.first_step_seen) / elapsed
 
     @staticmethod
     def _anomaly_id(anomaly: object) -> str:

@@ -158,27 +158,6 @@ class SourceSet:
         self._stdout_size = size
         return grew
 
-    def step_rate(self) -> float | None:
-        history = self.history()
-        if not len(history):
-            return None
-        first_step, first_time, last_step, last_time = None, None, None, None
-        for key in history.keys():
-            steps, _ = history.series(key)
-            if len(steps):
-                first_step, last_step = int(steps[0]), int(steps[-1])
-                break
-        wall_first, wall_last = getattr(history, "first_wall_time", None), history.last_wall_time
-        if first_step is None or last_step is None or wall_last is None:
-            return None
-        del first_time, last_time
-        if callable(wall_first):
-            wall_first = wall_first()
-        if not wall_first or not wall_last or wall_last <= wall_first:
-            return None
-        return (last_step - first_step) / (wall_last - wall_first)
-
-
     def wandb_run_info(self) -> dict[str, str] | None:
         """run_path (entity/project/id) and run_dir of the W&B run being judged, once its log says."""
         source = self._active()

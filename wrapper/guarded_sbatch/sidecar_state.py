@@ -32,6 +32,8 @@ class SidecarState:
     final_summary: str = ""
     evidence: str = ""
     step_rate: float | None = None  # steps per second, for the live ETA
+    first_step_seen: int | None = None
+    first_step_seen_at: float = 0.0
     peak_rss_mb: float = 0.0  # of the last sidecar process, read at its exit
     cpu_seconds: float = 0.0  # all sidecar processes of this run together
     scheduler_calls: int = 0  # state/info/cancel/watch calls, all sidecar processes together

@@ -124,8 +124,34 @@ def run_preflight(
         run_name=name,
         launch_command=launch_command(launch),
         details={"workdir": str(workdir), "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
-                 "reference": str(context.reference.config.path) if context.reference else None},  # fmt: skip
+                 "reference": str(context.reference.config.path) if context.reference else None,
+                 "total_steps": _total_steps(context)},  # fmt: skip
     )
+
+
+TOTAL_STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters")
+
+
+def _total_steps(context: PreflightContext) -> int | None:
+    """The run's planned number of steps, when its config says (for status's live ETA)."""
+    config = context.intended
+    if config is None:
+        return None
+    found = config.find(TOTAL_STEP_KEYS)
+    if found is None:
+        epochs, per_epoch = config.find(("epochs", "num_epochs", "max_epochs")), config.find(("steps_per_epoch",))
+        if epochs is None or per_epoch is None:
+            return None
+        found = ("", _as_int(epochs[1]) * _as_int(per_epoch[1]) if _as_int(epochs[1]) and _as_int(per_epoch[1]) else None)
+    total = _as_int(found[1])
+    return total if total and total > 0 else None
+
+
+def _as_int(value: object) -> int | None:
+    try:
+        return int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
 
 
 def _find_reference(context: PreflightContext, script_path: Path | None) -> None:

@@ -92,7 +92,7 @@ def submit_guarded(
     resources: SidecarResources,
     waivers: list[dict[str, str]] | None = None,
     on_training_submitted: object | None = None,
-    run_paths: dict[str, str] | None = None,
+    record_fields: dict[str, object] | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail."""
@@ -105,7 +105,7 @@ def submit_guarded(
         script=str(request.script), sbatch_options=list(request.sbatch_options),
         script_args=list(request.script_args), submit_dir=str(request.workdir or Path.cwd()),
         tb_paths=[str(p) for p in sidecar.tb_paths], wandb_paths=[str(p) for p in sidecar.wandb_paths],
-        log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(run_paths or {}),
+        log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(record_fields or {}),
     )
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"
