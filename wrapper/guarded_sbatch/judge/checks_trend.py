@@ -42,6 +42,9 @@ class Episode:
     recent: list[float] | None = None
 
 
+_BLOCK_VALUES = 1 << 18  # values per block of windows: 2 MB of float64 per temporary copy
+
+
 def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: float) -> tuple[np.ndarray, np.ndarray]:
     """Median and robust sigma of the `window_points` values before each index (NaN where too few).
 
@@ -57,16 +60,21 @@ def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: f
         medians[i], sigma = robust_center_scale(values[:i], relative_floor)
         sigmas[i] = max(min(sigma, _diff_sigma(diffs[1:i])), relative_floor * abs(medians[i]), 1e-12)
     if n > window_points:
-        windows = sliding_window_view(values, window_points)[:-1]  # windows[j] = values[j : j + w]
-        med = np.median(windows, axis=1)
-        mad = np.median(np.abs(windows - med[:, None]), axis=1)
+        windows = sliding_window_view(values, window_points)[:-1]  # windows[j] = values[j : j + w] (a view)
         diff_windows = sliding_window_view(diffs, window_points - 1)[2:]  # diffs inside values[j : j + w]
-        diff_windows = diff_windows[: len(med)]
-        diff_med = np.median(diff_windows, axis=1)
-        diff_mad = np.median(np.abs(diff_windows - diff_med[:, None]), axis=1)
-        sigma = np.minimum(MAD_TO_SIGMA * mad, MAD_TO_SIGMA * diff_mad / np.sqrt(2))
-        medians[window_points:] = med
-        sigmas[window_points:] = np.maximum(np.maximum(sigma, relative_floor * np.abs(med)), 1e-12)
+        # np.median copies what it sorts: rows in blocks keep the copies small whatever the history's length
+        block = max(1, _BLOCK_VALUES // window_points)
+        for start in range(0, len(windows), block):
+            rows = windows[start : start + block]
+            med = np.median(rows, axis=1)
+            mad = np.median(np.abs(rows - med[:, None]), axis=1)
+            diff_rows = diff_windows[start : start + len(rows)]
+            diff_med = np.median(diff_rows, axis=1)
+            diff_mad = np.median(np.abs(diff_rows - diff_med[:, None]), axis=1)
+            sigma = np.minimum(MAD_TO_SIGMA * mad, MAD_TO_SIGMA * diff_mad / np.sqrt(2))
+            at = window_points + start
+            medians[at : at + len(rows)] = med
+            sigmas[at : at + len(rows)] = np.maximum(np.maximum(sigma, relative_floor * np.abs(med)), 1e-12)
     return medians, sigmas
 
 
