@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from guarded_sbatch.errors import UsageError
+from guarded_sbatch.launch.sbatch_options import parse_time_limit as sbatch_time_limit
+
 # `scontrol -o show job` prints `Key=value` pairs separated by single spaces, but values may themselves hold
 # spaces (JobName, StdOut, Comment). A new pair starts at a space followed by a CamelCase key and `=`;
 # keys may contain `:` and `/` (AllocNode:Sid, CPUs/Task, ReqB:S:C:T).
@@ -39,27 +42,15 @@ def parse_key_values(line: str) -> dict[str, str]:
 
 
 def parse_time_limit(text: str) -> int | None:
-    """Slurm time limit (`[days-]hours:minutes:seconds`, `minutes`, `UNLIMITED`) to seconds; None if unlimited/unknown."""
+    """A time limit as Slurm prints it, to seconds; None if unlimited or unknown. The grammar is
+    sbatch's --time grammar (launch/sbatch_options.py); Slurm's output adds a few words for "none"."""
     value = text.strip()
-    if not value or value.upper() in {"UNLIMITED", "INFINITE", "PARTITION_LIMIT", "N/A", "NONE"}:
+    if not value or value.upper() in {"PARTITION_LIMIT", "N/A", "NONE"}:
         return None
-    days = 0
-    if "-" in value:
-        day_text, _, value = value.partition("-")
-        if not day_text.isdigit():
-            return None
-        days = int(day_text)
-    parts = value.split(":")
-    if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+    try:
+        return sbatch_time_limit(value)
+    except UsageError:
         return None
-    numbers = [int(p) for p in parts]
-    if len(numbers) == 1:  # bare "M" means minutes; "D-H" means days-hours
-        seconds = numbers[0] * 3600 if days else numbers[0] * 60
-    elif len(numbers) == 2:  # "M:S", or "D-H:M"
-        seconds = numbers[0] * 3600 + numbers[1] * 60 if days else numbers[0] * 60 + numbers[1]
-    else:
-        seconds = numbers[0] * 3600 + numbers[1] * 60 + numbers[2]
-    return days * 86400 + seconds
 
 
 def parse_timestamp(text: str) -> float | None:
