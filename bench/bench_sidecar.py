@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from e2e_helpers import Project, make_project, submitted_job_id  # noqa: E402
 from guarded_sbatch.scheduler.slurm import SlurmScheduler  # noqa: E402
-from guarded_sbatch.sidecar_state import SidecarState  # noqa: E402
+from guarded_sbatch.sidecar.state import SidecarState  # noqa: E402
 from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: E402
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"

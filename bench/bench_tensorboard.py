@@ -143,7 +143,7 @@ def run_child(name: str, folder: Path, scalars: int, as_tensor: bool) -> dict[st
     if as_tensor:
         argv.append("--tensor")
     # The bench measures other programs on purpose; runner.run_command's text capture is fine here.
-    from guarded_sbatch.runner import run_command
+    from guarded_sbatch.core.runner import run_command
 
     out = run_command(argv, timeout=1800)
     return json.loads(out.stdout.strip().splitlines()[-1])

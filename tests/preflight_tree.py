@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from guarded_sbatch.config import Config
-from guarded_sbatch.launch.argv import split_sbatch_argv
+from guarded_sbatch.core.config import Config
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.fsinfo import Mount
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 

@@ -89,7 +89,7 @@ def write_wandb_offline_run(work: Path) -> Path:
                WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off")
     script = work / "train.py"
     script.write_text(WANDB_SCRIPT)
-    from guarded_sbatch.runner import run_command
+    from guarded_sbatch.core.runner import run_command
 
     run_command([sys.executable, str(script)], env=env, cwd=work, timeout=120)
     return work / "wandb"

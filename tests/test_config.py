@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.config import Config, load_config, parse_quiet_hours
-from guarded_sbatch.errors import UsageError
+from guarded_sbatch.core.config import Config, load_config, parse_quiet_hours
+from guarded_sbatch.core.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_SITE = REPO / "site_configs" / "example-site.toml"

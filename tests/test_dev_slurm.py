@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.errors import SchedulerError
-from guarded_sbatch.runner import CommandResult, run_command
+from guarded_sbatch.core.errors import SchedulerError
+from guarded_sbatch.core.runner import CommandResult, run_command
 from guarded_sbatch.scheduler.base import SubmitRequest
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import wait_for
-from guarded_sbatch.errors import BlockedError, UsageError
+from guarded_sbatch.core.errors import BlockedError, UsageError
 
 RUN_NAME = f"mnist-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"  # the dev Slurm is shared: a name no other job has
 
@@ -52,7 +52,7 @@ def guarded_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_a_session_label_blocks_the_submission(guarded_env: Path) -> None:
-    from guarded_sbatch.executor import GuardedExecutor
+    from guarded_sbatch.launch.executor import GuardedExecutor
 
     (guarded_env / "runs").mkdir()
     executor = GuardedExecutor(guarded_env / "logs", run_name="run-1", tb_dir="runs/x")
@@ -63,7 +63,7 @@ def test_a_session_label_blocks_the_submission(guarded_env: Path) -> None:
 
 
 def test_a_missing_folder_blocks_and_the_checks_are_waivable_by_name(guarded_env: Path) -> None:
-    from guarded_sbatch.executor import GuardedExecutor
+    from guarded_sbatch.launch.executor import GuardedExecutor
 
     executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb")
     with pytest.raises(BlockedError, match="paths: TensorBoard folder: .*missing/parent does not exist"):
@@ -75,7 +75,7 @@ def test_a_missing_folder_blocks_and_the_checks_are_waivable_by_name(guarded_env
 
 
 def test_monitoring_defaults_to_the_jobs_stdout(guarded_env: Path) -> None:
-    from guarded_sbatch.executor import GuardedExecutor
+    from guarded_sbatch.launch.executor import GuardedExecutor
 
     executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME)
     result = executor._check_monitoring()
@@ -87,8 +87,8 @@ def test_the_sidecar_stops_a_diverging_function(guarded_env: Path, slurm_cluster
     import cloudpickle
     import submitit
 
-    from guarded_sbatch.executor import GuardedExecutor
-    from guarded_sbatch.registry import find_run
+    from guarded_sbatch.launch.executor import GuardedExecutor
+    from guarded_sbatch.core.registry import find_run
     from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job cannot import this test module

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.config import Config
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import split_sbatch_argv
+from guarded_sbatch.core.config import Config
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import run_preflight
-from guarded_sbatch.launch.sbatch_options import effective_options, parse_time_limit
-from guarded_sbatch.launch.script import parse_script, parse_script_text
-from guarded_sbatch.launch.shell_words import split_commands
+from guarded_sbatch.core.sbatch.options import effective_options, parse_time_limit
+from guarded_sbatch.core.sbatch.script import parse_script, parse_script_text
+from guarded_sbatch.core.sbatch.shell_words import split_commands
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "train.sh") -> Path:

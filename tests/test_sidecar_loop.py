@@ -16,8 +16,9 @@ import pytest
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.scheduler.base import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
-from guarded_sbatch.sidecar import Sidecar, SidecarSettings
-from guarded_sbatch.sidecar_state import SidecarState
+from guarded_sbatch.sidecar.loop import Sidecar
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.state import SidecarState
 
 FAST_S, FULL_S = 60.0, 1800.0
 BASE = 1_796_000_000.0  # the fake clock starts here (a date in 2026)

@@ -7,7 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from guarded_sbatch.sidecar import Sidecar, SidecarSettings
+from guarded_sbatch.sidecar.loop import Sidecar
+from guarded_sbatch.sidecar.settings import SidecarSettings
 from source_writers import write_wandb_offline_run
 
 

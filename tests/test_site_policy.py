@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import split_sbatch_argv
-from guarded_sbatch.launch.script import parse_script
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.core.sbatch.script import parse_script
 from guarded_sbatch.scheduler.base import SubmitRequest
 from guarded_sbatch.site.marker import MarkingScheduler, comment_with_marker, is_guarded, marker_in, script_digest
 from guarded_sbatch.site.policy import EnforcementPolicy, load_policy, policy_from_table, render_lua_policy, training_reason

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.errors import SchedulerError, UsageError
-from guarded_sbatch.runner import run_command
+from guarded_sbatch.core.errors import SchedulerError, UsageError
+from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.scheduler.base import JobState, SubmitRequest
 from guarded_sbatch.scheduler.slurm import SlurmScheduler, SlurmUnreachableError
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from source_writers import tb_event, write_tb_events
 
-from guarded_sbatch.runner import run_command
+from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.csvlog import LightningCsvSource
 from guarded_sbatch.sources.discovery import discover_sources, open_source

@@ -1,5 +1,5 @@
 import sys
 
-from guarded_sbatch.cli import main
+from guarded_sbatch.cli.main import main
 
 sys.exit(main())

@@ -15,9 +15,10 @@ from typing import Any
 from guarded_sbatch.actions.path_guard import (
     GuardedPath, PathRefusedError, allowed_roots, check_deletable, delete_guarded,
 )
-from guarded_sbatch.errors import CommandError, GuardedError, SchedulerError, UsageError
-from guarded_sbatch.redact import redact
-from guarded_sbatch.registry import RunRecord
+from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.scheduler.base import SchedulerUnreachableError
 
 STEP_TITLES = {
     "stop": "stop the live run",
@@ -247,13 +248,12 @@ def stop_jobs(scheduler: Any, job_ids: Sequence[str], *, timeout_s: float, poll_
     """Cancel each job that is still live (only the current user's: actions.stop checks the owner) and wait
     until it has ended. Raises SchedulerError when a job cannot be stopped or its state cannot be told."""
     from guarded_sbatch.actions.stop import stop_run
-    from guarded_sbatch.scheduler.slurm import SlurmUnreachableError
 
     details = []
     for job_id in job_ids:
         try:
             scheduler.info(job_id)
-        except SlurmUnreachableError:
+        except SchedulerUnreachableError:
             raise
         except SchedulerError as exc:
             details.append(f"job {job_id}: not known to the scheduler any more ({exc})")
@@ -288,7 +288,7 @@ def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
     """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too)."""
     import sys
 
-    from guarded_sbatch.runner import run_command
+    from guarded_sbatch.core.runner import run_command
 
     try:
         result = run_command([sys.executable, "-c", _WANDB_DELETE, run_path], timeout=timeout_s, check=False)

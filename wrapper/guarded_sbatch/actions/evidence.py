@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.errors import CommandError
-from guarded_sbatch.fsutil import write_json_atomic
+from guarded_sbatch.actions.evidence_plot import plot_input
+from guarded_sbatch.core.errors import CommandError
+from guarded_sbatch.core.fsutil import write_json_atomic
 from guarded_sbatch.judge.verdict import Verdict
-from guarded_sbatch.redact import redact
+from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.runner import run_command
 
 SNIPPET_BYTES = 16 * 1024
 PLOT_TIMEOUT_S = 120.0
@@ -96,9 +98,6 @@ def plot_in_subprocess(
     folder: Path, path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict
 ) -> None:
     """Draw the plot in a child process (matplotlib's memory never enters the sidecar); raise on failure."""
-    from guarded_sbatch.actions.evidence_plot import plot_input
-    from guarded_sbatch.runner import run_command
-
     input_path = folder / ".plot-input.json"
     input_path.write_text(json.dumps(plot_input(series, verdict)), encoding="utf-8")
     try:
@@ -112,31 +111,3 @@ def plot_in_subprocess(
         raise RuntimeError("plotting process wrote no file")
 
 
-def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [k for k in series if "loss" in k.lower() or "eval" in k.lower() or "val" in k.lower()][:4] or list(series)[:2]
-    fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(8, 2.6 * max(1, len(keys))), squeeze=False)
-    for ax, key in zip(axes[:, 0], keys):
-        steps, values = series[key]
-        finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
-        if finite:
-            ax.plot([s for s, _ in finite], [v for _, v in finite], lw=1, label=key)
-            positive = all(v > 0 for _, v in finite)
-            spread = max(v for _, v in finite) / max(min(v for _, v in finite), 1e-300) if positive else 0
-            if positive and spread > 100:
-                ax.set_yscale("log")
-        for anomaly in verdict.anomalies:
-            if anomaly.metric == key or len(keys) == 1:
-                ax.axvline(anomaly.step, color="red", ls="--", lw=1)
-                ax.annotate(anomaly.kind, (anomaly.step, 0.95), xycoords=("data", "axes fraction"),
-                            color="red", fontsize=8, ha="right")
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
-    fig.suptitle(f"{verdict.decision.value}: {verdict.reason.value}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)

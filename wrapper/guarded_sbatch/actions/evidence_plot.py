@@ -42,9 +42,37 @@ def _from_input(raw: dict) -> tuple[dict[str, tuple[list[int], list[float]]], Ve
     return series, verdict
 
 
-def main(argv: list[str]) -> int:
-    from guarded_sbatch.actions.evidence import plot_metrics
+def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> None:
+    import matplotlib  # lazy: ~40 MB, only ever in this child process
 
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in series if "loss" in k.lower() or "eval" in k.lower() or "val" in k.lower()][:4] or list(series)[:2]
+    fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(8, 2.6 * max(1, len(keys))), squeeze=False)
+    for ax, key in zip(axes[:, 0], keys):
+        steps, values = series[key]
+        finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
+        if finite:
+            ax.plot([s for s, _ in finite], [v for _, v in finite], lw=1, label=key)
+            positive = all(v > 0 for _, v in finite)
+            spread = max(v for _, v in finite) / max(min(v for _, v in finite), 1e-300) if positive else 0
+            if positive and spread > 100:
+                ax.set_yscale("log")
+        for anomaly in verdict.anomalies:
+            if anomaly.metric == key or len(keys) == 1:
+                ax.axvline(anomaly.step, color="red", ls="--", lw=1)
+                ax.annotate(anomaly.kind, (anomaly.step, 0.95), xycoords=("data", "axes fraction"),
+                            color="red", fontsize=8, ha="right")
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+    fig.suptitle(f"{verdict.decision.value}: {verdict.reason.value}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png", file=sys.stderr)
         return 2

@@ -7,7 +7,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.core.errors import GuardedError
 
 
 class NotesError(GuardedError):

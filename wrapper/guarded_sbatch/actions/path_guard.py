@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.errors import UsageError
+from guarded_sbatch.core.errors import UsageError
 
 
 class PathRefusedError(UsageError):

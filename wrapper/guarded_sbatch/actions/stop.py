@@ -6,9 +6,9 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from guarded_sbatch.errors import CommandError, GuardedError, SchedulerError
-from guarded_sbatch.runner import run_command
-from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError
+from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.scheduler.base import JobState, Scheduler, SchedulerUnreachableError
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,6 @@ def stop_run(
 
 def _cancel_once(scheduler: Scheduler, job_id: str, confirm_timeout_s: float, poll_s: float) -> StopOutcome | None:
     """One attempt; None when the scheduler could not be reached (worth another try)."""
-    from guarded_sbatch.scheduler.slurm import SlurmUnreachableError
 
     try:
         info = scheduler.info(job_id)
@@ -66,7 +65,7 @@ def _cancel_once(scheduler: Scheduler, job_id: str, confirm_timeout_s: float, po
         if info.state.is_terminal:
             return StopOutcome("cancel", True, f"job {job_id} had already ended ({info.state.value})", info.state.value)
         scheduler.cancel(job_id)
-    except SlurmUnreachableError:
+    except SchedulerUnreachableError:
         return None
     except GuardedError as exc:
         return StopOutcome("cancel", False, f"cancel of job {job_id} failed: {exc}")

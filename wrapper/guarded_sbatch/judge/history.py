@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from guarded_sbatch.sources.base import MetricPoint
+from guarded_sbatch.core.points import MetricPoint
 
 DEFAULT_MAX_POINTS_PER_KEY = 50_000
 DEFAULT_FULL_RESOLUTION_STEPS = 20_000

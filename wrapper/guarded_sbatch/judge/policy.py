@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from guarded_sbatch.core.keys import Direction
 
-Direction = Literal["min", "max"]
+__all__ = ["Direction", "JudgePolicy"]
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.judge.policy import Direction, JudgePolicy
-
-from guarded_sbatch.sources.keys import Direction as KeyDirection
-from guarded_sbatch.sources.keys import KeyRole, Role, classify_key, key_words
+from guarded_sbatch.core.keys import Direction, KeyRole, Role, classify_key, key_words
+from guarded_sbatch.judge.policy import JudgePolicy
 
 # most common training-loss names first: used to break ties between several loss keys
 _PREFERRED_LOSS_NAMES = ("loss", "train/loss", "train_loss", "loss/train", "lm loss", "lm_loss", "trl")
@@ -39,11 +37,11 @@ def metric_direction(name: str) -> Direction:
     """'max' for accuracy-like names, else 'min' (losses, errors, perplexity)."""
     found = classify_key(name).direction
     if found is not None:
-        return "max" if found is KeyDirection.HIGHER_IS_BETTER else "min"
+        return found
     lowered = name.lower()
     if "loss" in lowered or "err" in lowered or "ppl" in lowered or "perplexity" in lowered:
-        return "min"
-    return "max" if _HIGHER_IS_BETTER.search(lowered) else "min"
+        return Direction.LOWER_IS_BETTER
+    return Direction.HIGHER_IS_BETTER if _HIGHER_IS_BETTER.search(lowered) else Direction.LOWER_IS_BETTER
 
 
 def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
@@ -69,7 +67,7 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         if found is None:
             directions[key] = metric_direction(key)
         else:
-            directions[key] = "max" if found is KeyDirection.HIGHER_IS_BETTER else "min"
+            directions[key] = found
     if policy.key_metric and policy.key_metric_direction:
         directions[policy.key_metric] = policy.key_metric_direction
     skipped = with_role(Role.SKIPPED_STEPS)

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from guarded_sbatch.config import Config
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import LaunchArgs
+from guarded_sbatch.core.config import Config
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import LaunchArgs
 from guarded_sbatch.launch.fsinfo import Mount
-from guarded_sbatch.launch.launcher import LauncherLine
+from guarded_sbatch.core.sbatch.launcher import LauncherLine
 from guarded_sbatch.launch.reference import Reference
 from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, load_run_config
-from guarded_sbatch.launch.sbatch_options import EffectiveOptions
-from guarded_sbatch.launch.script import ParsedScript
+from guarded_sbatch.core.sbatch.options import EffectiveOptions
+from guarded_sbatch.core.sbatch.script import ParsedScript
 from guarded_sbatch.scheduler.base import Scheduler
 
 

@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import LaunchArgs
-from guarded_sbatch.launch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
-from guarded_sbatch.launch.sbatch_options import EffectiveOptions, effective_options
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import LaunchArgs
+from guarded_sbatch.core.sbatch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
+from guarded_sbatch.core.sbatch.options import EffectiveOptions, effective_options
 from guarded_sbatch.launch.templates import load_template, render_template
 
 TEMPLATES = {"torchrun": "torchrun.sbatch", "accelerate": "accelerate.sbatch",
@@ -227,7 +227,7 @@ def write_job_script(job: LauncherJob, folder: Path) -> Path:
 
 
 def staging_folder() -> Path:
-    from guarded_sbatch.fsutil import state_dir
+    from guarded_sbatch.core.fsutil import state_dir
 
     return state_dir() / "launcher-scripts"
 

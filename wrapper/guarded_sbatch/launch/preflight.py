@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from guarded_sbatch.config import Config
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import LaunchArgs, Waiver
+from guarded_sbatch.core.config import Config
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import LaunchArgs, Waiver
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
 from guarded_sbatch.launch.checks.monitoring import check_monitoring
@@ -22,8 +22,8 @@ from guarded_sbatch.launch.context import PreflightContext, load_intended_config
 from guarded_sbatch.launch.fsinfo import Mount
 from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
-from guarded_sbatch.launch.sbatch_options import effective_options
-from guarded_sbatch.launch.script import parse_script, parse_wrap
+from guarded_sbatch.core.sbatch.options import effective_options
+from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
 from guarded_sbatch.scheduler.base import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.errors import UsageError
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.launch.runconfig import CONFIG_SUFFIXES, RunConfig, load_run_config
 
 RUN_FOLDER_CONFIGS = (

@@ -5,16 +5,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from guarded_sbatch.core.check_names import CHECK_NAMES, CheckName
 
-class CheckName(str, enum.Enum):
-    CONFIG_DIFF = "config-diff"
-    RUN_NAME = "run-name"
-    PATHS = "paths"
-    MONITORING = "monitoring"
-    ETA = "eta"
-
-
-CHECK_NAMES: tuple[str, ...] = tuple(name.value for name in CheckName)
+__all__ = ["CHECK_NAMES", "CheckName", "CheckResult", "CheckStatus", "worst_status"]
 
 
 class CheckStatus(str, enum.Enum):

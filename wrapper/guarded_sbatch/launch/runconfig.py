@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.errors import UsageError
+from guarded_sbatch.core.errors import UsageError
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 MAX_CONFIG_BYTES = 2 * 1024 * 1024

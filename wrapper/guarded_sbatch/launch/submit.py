@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.launch.templates import load_template, render_template
-from guarded_sbatch.registry import RunRecord, create_run
+from guarded_sbatch.core.registry import RunRecord, create_run
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
 
 

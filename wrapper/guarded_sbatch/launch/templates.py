@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
-from guarded_sbatch.errors import UsageError
+from guarded_sbatch.core.errors import UsageError
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 

@@ -15,6 +15,6 @@ def get_scheduler(name: str, **kwargs: object) -> Scheduler:
         from guarded_sbatch.scheduler.local import LocalScheduler
 
         return LocalScheduler(**kwargs)  # type: ignore[arg-type]
-    from guarded_sbatch.errors import UsageError
+    from guarded_sbatch.core.errors import UsageError
 
     raise UsageError(f"unknown scheduler backend {name!r}: use 'slurm' or 'local'")

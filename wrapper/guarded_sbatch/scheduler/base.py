@@ -7,6 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from guarded_sbatch.core.errors import SchedulerError
+
+
+class SchedulerUnreachableError(SchedulerError):
+    """The scheduler did not answer (slurmctld or slurmdbd down, timed out): retry later, never a final state."""
+
 
 class JobState(enum.Enum):
     PENDING = "PENDING"

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.errors import SchedulerError, UsageError
-from guarded_sbatch.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.errors import SchedulerError, UsageError
+from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ class LocalOptions:
 def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, str]) -> LocalOptions:
     """The options the local backend honours, with sbatch's precedence (command line > SBATCH_* >
     #SBATCH lines); every other option is accepted and ignored."""
-    from guarded_sbatch.launch.argv import parse_sbatch_words
-    from guarded_sbatch.launch.sbatch_options import effective_options
-    from guarded_sbatch.launch.script import parse_script
+    from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
+    from guarded_sbatch.core.sbatch.options import effective_options
+    from guarded_sbatch.core.sbatch.script import parse_script
 
     parsed, _ = parse_sbatch_words(list(options))
     directives = [(f"{script} line {d.line_number}", o) for d in parse_script(script, env).directives for o in d.options]

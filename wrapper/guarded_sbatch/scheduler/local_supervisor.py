@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from guarded_sbatch.fsutil import read_json, write_json_atomic
+from guarded_sbatch.core.fsutil import read_json, write_json_atomic
 from guarded_sbatch.scheduler.base import JobState
 
 POLL_S = 0.25

@@ -14,9 +14,9 @@ import pwd
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.errors import CommandError, SchedulerError, UsageError
-from guarded_sbatch.runner import CommandResult, run_command
-from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
+from guarded_sbatch.core.runner import CommandResult, run_command
+from guarded_sbatch.scheduler.base import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
 from guarded_sbatch.scheduler.slurm_parse import (
     error_lines,
@@ -36,7 +36,7 @@ _ACTIVE_STATES_FILTER = "pending,running,suspended,completing,configuring,requeu
 _SACCT_FIELDS = ("JobID", "JobName", "User", "WorkDir", "Timelimit", "Start", "End", "ExitCode", "State")
 
 
-class SlurmUnreachableError(SchedulerError):
+class SlurmUnreachableError(SchedulerUnreachableError):
     """slurmctld (or slurmdbd) did not answer."""
 
 

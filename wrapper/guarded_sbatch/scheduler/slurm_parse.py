@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.sbatch_options import parse_time_limit as sbatch_time_limit
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.options import parse_time_limit as sbatch_time_limit
 
 # `scontrol -o show job` prints `Key=value` pairs separated by single spaces, but values may themselves hold
 # spaces (JobName, StdOut, Comment). A new pair starts at a space followed by a CamelCase key and `=`;

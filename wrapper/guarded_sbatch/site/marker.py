@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.launch.argv import ParsedOption
+from guarded_sbatch.core.sbatch.argv import ParsedOption
 from guarded_sbatch.scheduler.base import SubmitRequest
 
 MARKER_PREFIX = "guarded-sbatch"
@@ -64,7 +64,7 @@ def user_comment(command_line: tuple[ParsedOption, ...], script_text: str, scrip
     for option in reversed(command_line):
         if option.name == "comment":
             return option.value
-    from guarded_sbatch.launch.script import parse_script_text
+    from guarded_sbatch.core.sbatch.script import parse_script_text
 
     directives = parse_script_text(script_text, script_path).directive_options
     return next((option.value for option in reversed(directives) if option.name == "comment"), None)
@@ -91,7 +91,7 @@ class MarkingScheduler:
         if script.resolve() == self._training_script:
             kind, command_line = PREFLIGHT, self._command_line
         else:
-            from guarded_sbatch.launch.argv import split_sbatch_argv
+            from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 
             kind, command_line = SIDECAR, split_sbatch_argv([*request.sbatch_options, str(script)]).parsed_options
         comment = user_comment(command_line, raw.decode("utf-8", errors="replace"), script)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.config import DEFAULTS, SITE_CONFIG_ENV, read_toml
-from guarded_sbatch.errors import GuardedError, UsageError
-from guarded_sbatch.launch.launcher import LauncherLine
-from guarded_sbatch.launch.script import ParsedScript
+from guarded_sbatch.core.config import DEFAULTS, SITE_CONFIG_ENV, read_toml
+from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.sbatch.launcher import LauncherLine
+from guarded_sbatch.core.sbatch.script import ParsedScript
 
 MODES = ("reject", "tag", "allow")
 LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")

@@ -1,4 +1,4 @@
-"""`sbatch` as the guarded-sbatch module puts it first on PATH (shims/sbatch runs this).
+"""The decision of the `sbatch` shim (cli/shim.py runs it; shims/sbatch starts that).
 
 A training job (a launcher line the site's policy counts, see site/policy.py) goes through guarded-sbatch:
 pre-flight report on stderr, blocked → exit 3, else `Submitted batch job N` on stdout as sbatch prints it.
@@ -14,11 +14,10 @@ GUARDED_SBATCH_REAL_SBATCH (set by the module), else the first `sbatch` on PATH 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.errors import GuardedError, UsageError
+from guarded_sbatch.core.errors import GuardedError, UsageError
 
 REAL_SBATCH_ENV = "GUARDED_SBATCH_REAL_SBATCH"
 SHIM_ACTIVE_ENV = "GUARDED_SBATCH_SHIM_ACTIVE"
@@ -50,8 +49,8 @@ def find_real_sbatch(env: Mapping[str, str], shim: Path | None) -> Path:
 
 def decide(argv: list[str], env: Mapping[str, str]) -> tuple[bool, str]:
     """(guard?, why): whether this sbatch command line is an unguarded training job to pre-flight."""
-    from guarded_sbatch.launch.argv import split_sbatch_argv
-    from guarded_sbatch.launch.script import parse_script, parse_wrap, read_script_text
+    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap, read_script_text
     from guarded_sbatch.site.marker import is_guarded, user_comment
     from guarded_sbatch.site.policy import load_policy, training_reason
 
@@ -83,33 +82,3 @@ def decide(argv: list[str], env: Mapping[str, str]) -> tuple[bool, str]:
         return False, "already carries guarded-sbatch's marker for this script"
     reason = training_reason(parsed, policy)
     return (True, f"training job ({reason})") if reason else (False, "no training launcher line")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    shim = Path(os.environ[SHIM_PATH_ENV]) if os.environ.get(SHIM_PATH_ENV) else None
-    try:
-        real = find_real_sbatch(os.environ, shim)
-        guard, why = decide(args, os.environ)
-    except GuardedError as exc:
-        print(f"sbatch (guarded-sbatch shim): error: {exc.message}", file=sys.stderr)
-        return int(exc.exit_code)
-    except Exception as exc:  # a bug here must not stop every submission: sbatch (and job_submit) still judge it
-        print(f"sbatch (guarded-sbatch shim): internal error ({type(exc).__name__}: {exc}); the job goes to sbatch "
-              "unchecked; please report this to your site admin", file=sys.stderr)
-        guard, why = False, "shim error"
-    if os.environ.get("GUARDED_SBATCH_SHIM_DEBUG"):
-        print(f"guarded-sbatch shim: {'pre-flight' if guard else 'real sbatch'}: {why}", file=sys.stderr)
-    if not guard:
-        sys.stdout.flush()
-        # exec, not a subprocess: the script may come on stdin, and stdout / exit code must be sbatch's own
-        os.execv(str(real), [str(real), *args])
-    os.environ[SHIM_ACTIVE_ENV] = str(os.getpid())
-    os.environ[REAL_SBATCH_ENV] = str(real)
-    from guarded_sbatch.cli import main as guarded_sbatch_main
-
-    return guarded_sbatch_main(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,7 +13,7 @@ import math
 import os
 from pathlib import Path
 
-from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 
 _STEP_COLUMNS = ("step", "global_step", "trainer/global_step")
 

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 
 _DBL_MAX = 1.7976931348623157e308
 ROWS_PER_READ = 200_000

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.tb_event import decode_event
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, MAX_RECORD_SIZE, crc32c, find_next_header
 

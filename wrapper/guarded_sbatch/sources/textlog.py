@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.textlog_formats import parse_line
 
 READ_BYTES = 16 * 1024 * 1024

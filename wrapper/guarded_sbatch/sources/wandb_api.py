@@ -11,7 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from guarded_sbatch.sources.base import MetricPoint, SourceError
+from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.base import SourceError
 
 _URL = re.compile(r"^(?:https?://[^/]+/)?(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?:runs/)?(?P<run>[^/?#\s]+)")
 _NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.sources.base import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.wire import iter_fields, read_double, read_varint
 
 FILE_MAGIC = b":W&B\xe1\xbe"

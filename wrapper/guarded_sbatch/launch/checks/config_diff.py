@@ -9,7 +9,7 @@ from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import mount_of, timed_stat
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus, worst_status
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
-from guarded_sbatch.launch.sbatch_options import EffectiveOptions
+from guarded_sbatch.core.sbatch.options import EffectiveOptions
 
 NAME = CheckName.CONFIG_DIFF.value
 MAX_LISTED_DIFFS = 12

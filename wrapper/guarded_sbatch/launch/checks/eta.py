@@ -7,11 +7,11 @@ import statistics
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
-from guarded_sbatch.launch.sbatch_options import format_duration
+from guarded_sbatch.core.sbatch.options import format_duration
 from guarded_sbatch.scheduler.base import SubmitRequest
 
 NAME = CheckName.ETA.value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats

@@ -6,9 +6,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import ParsedOption
-from guarded_sbatch.launch.sbatch_spec import SBATCH_ENV_VARS, SBATCH_OPTIONS, ArgKind
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import ParsedOption
+from guarded_sbatch.core.sbatch.spec import SBATCH_ENV_VARS, SBATCH_OPTIONS, ArgKind
 
 TIME_FORMATS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from guarded_sbatch.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
-from guarded_sbatch.registry import RunRecord, find_run, list_runs
+from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.core.registry import RunRecord, find_run, list_runs
 
 YES_FLAGS = ("--yes", "-y")
 
@@ -27,7 +27,7 @@ class LifecycleArgs:
 
 
 def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: bool) -> LifecycleArgs:
-    from guarded_sbatch.launch.argv import GUARD_OPTIONS
+    from guarded_sbatch.core.sbatch.argv import GUARD_OPTIONS
 
     run: str | None = None
     yes = False
@@ -154,7 +154,7 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
 
 
 def _run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
-    from guarded_sbatch.cli_launch import run_launch
+    from guarded_sbatch.cli.launch import run_launch
 
     return run_launch(argv, check_only=check_only, color=color)
 
@@ -176,7 +176,7 @@ def _in_folder(folder: str, action: Callable[[], int]) -> int:
 def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     """Show the plan, confirm, stop the run and clean up; return the details of the steps not done."""
     from guarded_sbatch.actions.cleanup import ActionOutcome, execute_cleanup, plan_cleanup
-    from guarded_sbatch.config import load_config
+    from guarded_sbatch.core.config import load_config
     from guarded_sbatch.scheduler import get_scheduler
 
     config = load_config()

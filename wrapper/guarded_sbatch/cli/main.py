@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from guarded_sbatch import __version__
-from guarded_sbatch.errors import ExitCode, GuardedError
+from guarded_sbatch.core.errors import ExitCode, GuardedError
 
 USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
@@ -102,36 +102,36 @@ def use_color(stream: object) -> bool:
 
 
 def _launch(args: list[str], *, check_only: bool) -> int:
-    from guarded_sbatch.cli_launch import run_launch
+    from guarded_sbatch.cli.launch import run_launch
 
     return run_launch(args, check_only=check_only, color=use_color(sys.stderr))
 
 
 def _monitor(args: list[str]) -> int:
-    from guarded_sbatch.cli_monitor import run_monitor
+    from guarded_sbatch.cli.monitor import run_monitor
 
     return run_monitor(args)
 
 
 def _sidecar(args: list[str]) -> int:
-    from guarded_sbatch.cli_monitor import run_sidecar_command
+    from guarded_sbatch.cli.monitor import run_sidecar_command
 
     return run_sidecar_command(args)
 
 
 def _status(args: list[str]) -> int:
-    from guarded_sbatch.cli_lifecycle import run_status
+    from guarded_sbatch.cli.lifecycle import run_status
 
     return run_status(args, color=use_color(sys.stdout))
 
 
 def _kill(args: list[str]) -> int:
-    from guarded_sbatch.cli_lifecycle import run_kill
+    from guarded_sbatch.cli.lifecycle import run_kill
 
     return run_kill(args)
 
 
 def _restart(args: list[str]) -> int:
-    from guarded_sbatch.cli_lifecycle import run_restart
+    from guarded_sbatch.cli.lifecycle import run_restart
 
     return run_restart(args)

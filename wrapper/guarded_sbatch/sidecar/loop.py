@@ -18,34 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.judge.verdict import Decision, Verdict
-from guarded_sbatch.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
+from guarded_sbatch.sidecar.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
 from guarded_sbatch.scheduler.base import JobState, Scheduler
-from guarded_sbatch.sidecar_state import SidecarState
-from guarded_sbatch.sidecar_sources import SourceSet
+from guarded_sbatch.sidecar.state import SidecarState
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.source_set import SourceSet
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
-
-
-@dataclass
-class SidecarSettings:
-    run_name: str
-    job_id: str | None
-    state_file: Path
-    evidence_dir: Path
-    notes_path: Path | None = None
-    stop_command: str | None = None
-    tb_paths: list[Path] = field(default_factory=list)
-    wandb_paths: list[Path] = field(default_factory=list)
-    log_paths: list[Path] = field(default_factory=list)
-    search_dirs: list[Path] = field(default_factory=list)
-    wandb_run: str | None = None  # a W&B run path or URL, read through the online API
-    fast_interval_s: float = 60.0
-    full_interval_s: float = 1800.0
-    job_poll_s: float = 300.0
-    min_quiet_poll_s: float = 45.0
-    policy: object | None = None  # judge.policy.JudgePolicy
 
 
 class Sidecar:
@@ -138,8 +119,8 @@ class Sidecar:
         if run is None:
             return
         self._tracker_recorded = True
-        from guarded_sbatch.fsutil import read_json, write_json_atomic
-        from guarded_sbatch.redact import redact
+        from guarded_sbatch.core.fsutil import read_json, write_json_atomic
+        from guarded_sbatch.core.redact import redact
 
         run_json = self.settings.state_file.parent / "run.json"
         record = read_json(run_json)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from guarded_sbatch.fsutil import read_json, write_json_atomic
+from guarded_sbatch.core.fsutil import read_json, write_json_atomic
 
 
 @dataclass

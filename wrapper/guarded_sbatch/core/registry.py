@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -63,7 +63,7 @@ class RunRecord:
 
 
 def _redacted(value: Any) -> Any:
-    from guarded_sbatch.redact import redact
+    from guarded_sbatch.core.redact import redact
 
     if isinstance(value, str):
         return redact(value)

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from guarded_sbatch.errors import BlockedError, ExitCode, GuardedError, UsageError
-from guarded_sbatch.redact import redact
+from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, UsageError
+from guarded_sbatch.core.redact import redact
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
@@ -22,8 +22,8 @@ def choose_backend(config: object, requested: str | None) -> str:
 
 
 def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
-    from guarded_sbatch.config import load_config
-    from guarded_sbatch.launch.argv import split_sbatch_argv
+    from guarded_sbatch.core.config import load_config
+    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import format_report, launch_command, run_preflight
     from guarded_sbatch.scheduler import get_scheduler
 
@@ -88,7 +88,7 @@ def _use_rendered_script(launch: object, launcher_job: object, backend: str) -> 
 
 
 def _script_text(script: Path) -> str:
-    from guarded_sbatch.launch.script import read_script_text
+    from guarded_sbatch.core.sbatch.script import read_script_text
 
     return read_script_text(script)
 
@@ -159,7 +159,7 @@ def _absolute(path: Path, cwd: Path) -> Path:
 
 
 def _pass_through_to_sbatch(options: tuple[str, ...]) -> int:
-    from guarded_sbatch.runner import run_command
+    from guarded_sbatch.core.runner import run_command
 
     result = run_command(["sbatch", *options], timeout=30, check=False)
     sys.stdout.write(result.stdout)

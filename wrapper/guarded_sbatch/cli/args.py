@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from guarded_sbatch.errors import UsageError
+from guarded_sbatch.core.errors import UsageError
 
 
 class ArgumentParser(argparse.ArgumentParser):

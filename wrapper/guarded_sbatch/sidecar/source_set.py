@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from guarded_sbatch.errors import GuardedError
+from guarded_sbatch.core.errors import GuardedError
 
 if TYPE_CHECKING:
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.scheduler.base import Scheduler
-    from guarded_sbatch.sidecar import SidecarSettings
+    from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sources.base import MetricSource
 
 PRIORITY = {"wandb": 0, "tensorboard": 1, "mlflow": 2, "csv": 2, "textlog": 3}

@@ -18,8 +18,8 @@ from datetime import datetime, time
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.errors import CommandError, UsageError
-from guarded_sbatch.launch.results import CHECK_NAMES
+from guarded_sbatch.core.errors import CommandError, UsageError
+from guarded_sbatch.core.check_names import CHECK_NAMES
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
 USER_CONFIG_ENV = "GUARDED_SBATCH_USER_CONFIG"
@@ -96,7 +96,7 @@ class QuietWindow:
 
 
 @dataclass(frozen=True)
-class SidecarSettings:
+class SidecarJobSettings:
     partition: str = ""
     account: str = ""
     qos: str = ""
@@ -122,7 +122,7 @@ class Config:
     name_pattern: str = DEFAULT_NAME_PATTERN
     forbidden_names: tuple[str, ...] = DEFAULT_FORBIDDEN_NAMES
     quiet_hours: tuple[QuietWindow, ...] = ()
-    sidecar: SidecarSettings = SidecarSettings()
+    sidecar: SidecarJobSettings = SidecarJobSettings()
     launcher: LauncherSettings = LauncherSettings()
     template_dirs: tuple[Path, ...] = ()
     scheduler: str = "auto"  # "slurm" | "local" | "auto"
@@ -151,7 +151,7 @@ class Config:
 def sbatch_answers(timeout_s: float = 10.0) -> bool:
     if shutil.which("sbatch") is None:
         return False
-    from guarded_sbatch.runner import run_command
+    from guarded_sbatch.core.runner import run_command
 
     try:
         result = run_command(["sbatch", "--version"], timeout=timeout_s, check=False)
@@ -305,7 +305,7 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
         name_pattern=name_pattern,
         forbidden_names=tuple(forbidden),
         quiet_hours=tuple(parse_quiet_hours(entry, sources) for entry in str_list("quiet_hours", data["quiet_hours"])),
-        sidecar=SidecarSettings(
+        sidecar=SidecarJobSettings(
             partition=str(sidecar["partition"]),
             account=str(sidecar["account"]),
             qos=str(sidecar["qos"]),

@@ -7,7 +7,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from guarded_sbatch.errors import CommandError
+from guarded_sbatch.core.errors import CommandError
 
 DEFAULT_TIMEOUT_S = 30.0
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.results import CHECK_NAMES
-from guarded_sbatch.launch.sbatch_spec import SBATCH_OPTIONS, SHORT_TO_LONG, ArgKind, resolve_long_name
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.check_names import CHECK_NAMES
+from guarded_sbatch.core.sbatch.spec import SBATCH_OPTIONS, SHORT_TO_LONG, ArgKind, resolve_long_name
 
 # our option -> takes a value?
 GUARD_OPTIONS: dict[str, bool] = {

@@ -22,7 +22,7 @@ import submitit
 from submitit.core.core import Job
 from submitit.core.utils import DelayedSubmission
 
-from guarded_sbatch.errors import BlockedError, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.core.errors import BlockedError, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 
 FUNCTION_JOB_CHECKS = (CheckName.RUN_NAME.value, CheckName.PATHS.value, CheckName.MONITORING.value)
@@ -75,7 +75,7 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     # submit, map_array, submit_array and batch() all come through here
     def _internal_process_submissions(self, delayed_submissions: list[DelayedSubmission]) -> list[Job[tp.Any]]:
-        from guarded_sbatch.config import load_config
+        from guarded_sbatch.core.config import load_config
         from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
         config = load_config()
@@ -164,7 +164,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         """Record the run and submit its sidecar; the job is already queued, so a failure says it runs unguarded."""
         from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, render_sidecar_script
         from guarded_sbatch.launch.templates import load_template
-        from guarded_sbatch.registry import create_run
+        from guarded_sbatch.core.registry import create_run
         from guarded_sbatch.scheduler.base import SubmitRequest
 
         sidecar_settings = config.sidecar

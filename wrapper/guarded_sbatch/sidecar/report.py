@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from guarded_sbatch.judge.verdict import Verdict
-from guarded_sbatch.redact import redact
-from guarded_sbatch.timefmt import local_timestamp
+from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.timefmt import local_timestamp
 
 DATA_SOURCE_LABELS = {
     "wandb": "wandb_ok",

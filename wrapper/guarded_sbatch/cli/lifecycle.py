@@ -7,14 +7,14 @@ import sys
 import time
 from typing import Any
 
-from guarded_sbatch.errors import ExitCode, GuardedError
-from guarded_sbatch.fsutil import read_json
-from guarded_sbatch.registry import RunRecord, list_runs
-from guarded_sbatch.timefmt import local_timestamp
+from guarded_sbatch.core.errors import ExitCode, GuardedError
+from guarded_sbatch.core.fsutil import read_json
+from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.core.timefmt import local_timestamp
 
 
 def run_status(argv: list[str], *, color: bool) -> int:
-    from guarded_sbatch.cli_args import ArgumentParser
+    from guarded_sbatch.cli.args import ArgumentParser
 
     parser = ArgumentParser(prog="guarded-sbatch status", description="your guarded runs")
     parser.add_argument("--json", action="store_true")
@@ -76,12 +76,12 @@ def render_table(rows: list[dict[str, Any]], *, color: bool) -> str:
 
 
 def run_kill(argv: list[str]) -> int:
-    from guarded_sbatch.lifecycle import kill_command
+    from guarded_sbatch.cli.kill_restart import kill_command
 
     return kill_command(argv)
 
 
 def run_restart(argv: list[str]) -> int:
-    from guarded_sbatch.lifecycle import restart_command
+    from guarded_sbatch.cli.kill_restart import restart_command
 
     return restart_command(argv)

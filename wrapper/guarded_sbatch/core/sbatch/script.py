@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.errors import UsageError
-from guarded_sbatch.launch.argv import ParsedOption, parse_sbatch_words
-from guarded_sbatch.launch.launcher import LauncherLine, detect_launcher
-from guarded_sbatch.launch.shell_words import ShellSyntaxError, Word, split_commands
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import ParsedOption, parse_sbatch_words
+from guarded_sbatch.core.sbatch.launcher import LauncherLine, detect_launcher
+from guarded_sbatch.core.sbatch.shell_words import ShellSyntaxError, Word, split_commands
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # sbatch itself refuses scripts over 4 MB
 DIRECTIVE = re.compile(r"^#SBATCH(?:\s|$)")

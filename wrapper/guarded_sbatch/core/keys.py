@@ -12,6 +12,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from guarded_sbatch.core.errors import UsageError
+
 
 class Role(enum.Enum):
     TRAIN_LOSS = "train_loss"
@@ -23,9 +25,15 @@ class Role(enum.Enum):
     OTHER = "other"
 
 
-class Direction(enum.Enum):
-    LOWER_IS_BETTER = "lower"
-    HIGHER_IS_BETTER = "higher"
+class Direction(str, enum.Enum):
+    """Which way a metric improves. A str enum: "min" / "max" compare equal to the members."""
+
+    LOWER_IS_BETTER = "min"
+    HIGHER_IS_BETTER = "max"
+
+
+_DIRECTION_WORDS = {"higher": Direction.HIGHER_IS_BETTER, "max": Direction.HIGHER_IS_BETTER,
+                    "lower": Direction.LOWER_IS_BETTER, "min": Direction.LOWER_IS_BETTER}
 
 
 @dataclass(frozen=True)
@@ -121,8 +129,6 @@ class KeyClassifier:
 
 def parse_role(text: str) -> KeyRole:
     """'train_loss', 'eval_metric:higher', 'eval_metric:lower', 'learning_rate', ... -> KeyRole."""
-    from guarded_sbatch.errors import UsageError
-
     name, _, direction = text.strip().lower().partition(":")
     try:
         role = Role(name)
@@ -130,10 +136,9 @@ def parse_role(text: str) -> KeyRole:
         choices = ", ".join(r.value for r in Role)
         raise UsageError(f"unknown metric role {text!r}: use one of {choices} (eval_metric:higher|lower)") from None
     if direction:
-        try:
-            return KeyRole(role, Direction(direction))
-        except ValueError:
-            raise UsageError(f"unknown direction in {text!r}: use higher or lower") from None
+        if direction not in _DIRECTION_WORDS:
+            raise UsageError(f"unknown direction in {text!r}: use higher or lower")
+        return KeyRole(role, _DIRECTION_WORDS[direction])
     if role is Role.TRAIN_LOSS:
         return KeyRole(role, Direction.LOWER_IS_BETTER)
     if role is Role.EVAL_METRIC:

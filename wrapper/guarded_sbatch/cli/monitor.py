@@ -6,9 +6,10 @@ import json
 import sys
 from pathlib import Path
 
-from guarded_sbatch.cli_args import ArgumentParser, positive_float
-from guarded_sbatch.errors import ExitCode, UsageError
-from guarded_sbatch.sidecar import Sidecar, SidecarSettings, check_once
+from guarded_sbatch.cli.args import ArgumentParser, positive_float
+from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.sidecar.loop import Sidecar, check_once
+from guarded_sbatch.sidecar.settings import SidecarSettings
 
 
 def _add_source_flags(parser: ArgumentParser) -> None:
@@ -65,7 +66,7 @@ def run_sidecar_command(argv: list[str]) -> int:
 
 
 def _run_name_from(run_dir: Path) -> str | None:
-    from guarded_sbatch.fsutil import read_json
+    from guarded_sbatch.core.fsutil import read_json
 
     raw = read_json(run_dir / "run.json")
     return raw.get("run_name") if isinstance(raw, dict) else None
@@ -106,7 +107,7 @@ def run_monitor(argv: list[str]) -> int:
         return int(ExitCode.OK)
     scheduler = None
     if args.job:
-        from guarded_sbatch.config import load_config
+        from guarded_sbatch.core.config import load_config
         from guarded_sbatch.scheduler import get_scheduler
 
         scheduler = get_scheduler(args.backend or load_config().scheduler_backend())
@@ -131,7 +132,7 @@ def _classify_target(target: str | None, args: object) -> tuple[list[Path], str 
 def _monitor_state_dir(args: object) -> Path:
     import hashlib
 
-    from guarded_sbatch.fsutil import state_dir
+    from guarded_sbatch.core.fsutil import state_dir
 
     key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "tb", "wandb", "log")])
     return state_dir() / "monitor" / hashlib.sha1(key.encode()).hexdigest()[:12]

@@ -1,0 +1,16 @@
+"""The names of the pre-flight checks (config and argv validate waivers against them)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class CheckName(str, enum.Enum):
+    CONFIG_DIFF = "config-diff"
+    RUN_NAME = "run-name"
+    PATHS = "paths"
+    MONITORING = "monitoring"
+    ETA = "eta"
+
+
+CHECK_NAMES: tuple[str, ...] = tuple(name.value for name in CheckName)
