@@ -65,7 +65,8 @@ MailProg=/bin/true
 MessageTimeout=10
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
-NodeName=localhost NodeHostname=$(hostname) CPUs=$(nproc) RealMemory=$(real_memory_mb) State=UNKNOWN
+# more CPUs than the machine has (config_overrides): 20+ small jobs and their sidecars run side by side
+NodeName=localhost NodeHostname=$(hostname) CPUs=${DEV_SLURM_CPUS:-32} RealMemory=$(real_memory_mb) State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
     extra_conf_lines
