@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
-PLUGINS = REPO / "slurm_plugins"
+PLUGINS = REPO / "wrapper" / "guarded_sbatch" / "site" / "lua"
 LUA_CANDIDATES = ("lua5.1", "lua5.3", "lua")
 
 
