@@ -43,7 +43,7 @@ def _intervals(parser: ArgumentParser) -> None:
 def run_sidecar_command(argv: list[str]) -> int:
     parser = ArgumentParser(prog="guarded-sbatch sidecar", description="watch one training job (run by the sidecar job)")
     parser.add_argument("--job", required=True)
-    parser.add_argument("--backend", choices=["slurm", "local"], required=True)
+    parser.add_argument("--backend", choices=["slurm", "local", "process"], required=True)
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--run-name")
     parser.add_argument("--stop-command")
@@ -78,7 +78,7 @@ def run_monitor(argv: list[str]) -> int:
     parser.add_argument("--once", action="store_true", help="read what is there now, judge once, exit")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--job", help="a job id to watch (and stop on STOP)")
-    parser.add_argument("--backend", choices=["slurm", "local"])
+    parser.add_argument("--backend", choices=["slurm", "local", "process"])
     parser.add_argument("--stop-command")
     parser.add_argument("--notes", type=Path)
     parser.add_argument("--state-dir", type=Path, help="where the watcher keeps state and evidence")
