@@ -48,6 +48,7 @@ class SbatchResult:
     stderr: str
     parsed: bool
     job_id: str | None
+    folder: str = ""
     options: dict[str, str] = field(default_factory=dict)  # sbatch's -v "defined options"
     stored: dict[str, str] = field(default_factory=dict)  # scontrol -o show job
 
@@ -93,7 +94,7 @@ def _run_sbatch(case: Case, folder: Path) -> SbatchResult:
             options[match.group(1)] = match.group(2)
     parsed = done.returncode == 0 or "end of defined options" in stderr or "Batch job submission failed" in stderr
     job = next((m.group(1) for m in re.finditer(r"^(\d+)(?:;\S+)?$", stdout, re.M)), None)
-    return SbatchResult(done.returncode, stdout, stderr, parsed, job, options)
+    return SbatchResult(done.returncode, stdout, stderr, parsed, job, str(folder), options)
 
 
 def _read_stored(results: dict[str, SbatchResult]) -> None:
@@ -197,8 +198,11 @@ def _sbatch_fields(result: SbatchResult, case: Case, script_name: str) -> dict[s
         name = "wrap" if any(a.startswith("--wr") for a in case.args) else script_name
     raw = {key: opts.get(key) for key in RAW_FIELDS}
     for key in ("output", "error"):
-        if raw[key] is not None and raw[key].lower() == "none":
+        value = raw[key]
+        if value is not None and value.lower() == "none":
             raw[key] = "/dev/null"
+        elif value is not None and value.startswith(result.folder + "/"):  # sbatch makes it absolute; we keep it
+            raw[key] = value[len(result.folder) + 1 :]
     if raw["gres"]:
         raw["gres"] = ",".join(item.removeprefix("gres:") for item in raw["gres"].split(","))
     return {"time_s": time_s, "nodes": nodes, "tasks_per_node": per_node or 1, "name": name, **raw}
@@ -225,9 +229,9 @@ def compare(case: Case, result: SbatchResult, folder: Path) -> dict[str, object]
         script_name = _script_path(case, folder).name
         expected = _sbatch_fields(result, case, script_name)
         got = _normalise_guarded(fields)
-        if case.verbose:
+        if case.verbose and not case.het:
             row["diffs"] = {k: {"sbatch": expected[k], "guarded": got.get(k)} for k in expected if expected[k] != got.get(k)}
-        else:  # no -v: only what Slurm stored
+        else:  # no -v, or -v shows a later het component: only what Slurm stored
             row["diffs"] = {k: {"sbatch": expected[k], "guarded": got.get(k)} for k in ("time_s", "name")
                             if result.stored and expected[k] != got.get(k)}  # fmt: skip
     verdict_agrees = ok == result.parsed and not why.startswith("CRASH")

@@ -28,6 +28,7 @@ class Case:
     verbose: bool = True  # run real sbatch with -v to read its parsed options (off with -Q: -v and -Q conflict)
     intended: str = ""  # why guarded-sbatch answers differently on purpose
     intended_verdict: bool | None = None  # guarded's accept (True) / reject (False) when intended
+    het: bool = False  # a heterogeneous job: sbatch's -v list shows the last component; compare what Slurm stored
 
     def script_text(self) -> str:
         if self.script is not None:
@@ -43,6 +44,18 @@ def _d(id: str, *lines: str, **kw: object) -> Case:
     return Case(id, (), tuple(lines), **kw)  # type: ignore[arg-type]
 
 
+NEGATIVE = (
+    "sbatch reads '-5' as minus five days and stores a wrapped limit of about 8000 years; guarded-sbatch refuses "
+    "a negative limit with one line"
+)
+SBATCH_CHECKS_IT = (
+    "sbatch checks this option's value itself; the pre-flight does not read the option, so guarded-sbatch hands "
+    "it on unchanged and sbatch refuses the job with its own message"
+)
+UNKNOWN_PASSES = (
+    "an unknown --name=VALUE is handed on to sbatch, which judges it (a newer sbatch may know it); sbatch 22.05 "
+    "refuses it with its own message"
+)
 OVERFLOW = (
     "Slurm stores this count in a C int and wraps it silently (or reads undefined values); guarded-sbatch "
     "refuses it with one line instead of judging the job on a wrapped number"
@@ -230,7 +243,7 @@ SPECIAL_CASES: list[Case] = [
     _c("flag-with-value", "--hold=yes"),
     _c("missing-value-end", "--time", no_script=True),
     _c("unknown-long", "--no-such-option"),
-    _c("unknown-long-value", "--no-such-option=1"),
+    _c("unknown-long-value", "--no-such-option=1", intended=UNKNOWN_PASSES, intended_verdict=True),
     _c("double-dash", "--", ),
     _c("double-dash-then-option", "--time=10", "--"),
     _c("exclusive-space-takes-script", "--exclusive", "user"),
@@ -269,11 +282,13 @@ SPECIAL_CASES: list[Case] = [
         for value in (
             "0", "UNLIMITED", "unlimited", "INFINITE", "Infinite", "-1", "1", "59", "90", "1:30", "0:30", "0:59",
             "1:00:00", "2:3:4", "1-0", "2-12", "1-1:30", "1-1:30:15", "0-0", "0-0:0:1", "00:00:00", "1-",
-            "100000", "35791394", "1::", ":5", "5:", "1:2:3:4", "1-2-3", "1:2-3", "-5", "-0", "abc", "1h", "1.5",
+            "100000", "35791393", "1::", ":5", "5:", "1:2:3:4", "1-2-3", "1:2-3", "-0", "-00", "abc", "1h", "1.5",
             " 5", "5 ", "+5", "1-:30", "²", "١٢", "1e3", "NONE",
         )
     ],
     _c("time:empty", "--time="),
+    _c("time:negative-days", "--time=-5", intended=NEGATIVE, intended_verdict=False),
+    _c("time:minutes-round-overflow", "--time=35791394", intended=OVERFLOW, intended_verdict=False),
     _c("time:5000-digits", "--time=" + "9" * 5000, intended=OVERFLOW, intended_verdict=False),
     _c("time:int-overflow", "--time=99999999999", intended=OVERFLOW, intended_verdict=False),
     _c("time:seconds-overflow", "--time=35791395", intended=OVERFLOW, intended_verdict=False),
@@ -289,19 +304,19 @@ SPECIAL_CASES: list[Case] = [
     *[_c(f"ntasks-per-node:{value}", f"--ntasks-per-node={value}") for value in ("0", "-2", "x", "1")],
     _c("nodes-and-ntasks", "-N", "1", "-n", "2"),
     _c("cpus-per-task:bad", "--cpus-per-task=x"),
-    _c("mem:bad", "--mem=lots"),
-    _c("mail-type:bad", "--mail-type=BOGUS"),
-    _c("signal:bad", "--signal=NOSUCH"),
-    _c("begin:bad", "--begin=notatime"),
+    _c("mem:bad", "--mem=lots", intended=SBATCH_CHECKS_IT, intended_verdict=True),
+    _c("mail-type:bad", "--mail-type=BOGUS", intended=SBATCH_CHECKS_IT, intended_verdict=True),
+    _c("signal:bad", "--signal=NOSUCH", intended=SBATCH_CHECKS_IT, intended_verdict=True),
+    _c("begin:bad", "--begin=notatime", intended=SBATCH_CHECKS_IT, intended_verdict=True),
     _c("dependency:bad", "--dependency=bogus"),
-    _c("open-mode:bad", "--open-mode=sideways"),
-    _c("distribution:bad", "--distribution=random"),
-    _c("exclusive:bad", "--exclusive=nobody"),
+    _c("open-mode:bad", "--open-mode=sideways", intended=SBATCH_CHECKS_IT, intended_verdict=True),
+    _c("distribution:bad", "--distribution=random", intended=SBATCH_CHECKS_IT, intended_verdict=True),
+    _c("exclusive:bad", "--exclusive=nobody", intended=SBATCH_CHECKS_IT, intended_verdict=True),
     _c("gres:help-like", "--gres=gpu:x:y:z"),
     # --- hetjob on the command line ------------------------------------------------------------------------
-    _c("het-cli", "-t", "5", ":", "-t", "10"),
-    _c("het-cli-name", "-J", "first", ":", "-J", "second"),
-    _c("het-cli-trailing", "-t", "5", ":"),
+    _c("het-cli", "-t", "5", ":", "-t", "10", het=True),
+    _c("het-cli-name", "-J", "first", ":", "-J", "second", het=True),
+    _c("het-cli-trailing", "-t", "5", ":", het=True),
 ]
 
 SCRIPT_CASES: list[Case] = [
@@ -345,7 +360,7 @@ SCRIPT_CASES: list[Case] = [
     _d("dir:help-inside", "#SBATCH --help", "#SBATCH --time=15"),
     _d("dir:verbose-inside", "#SBATCH -v"),
     _d("dir:quiet-inside", "#SBATCH -Q"),
-    _d("dir:unknown-option", "#SBATCH --bogus=1"),
+    _d("dir:unknown-option", "#SBATCH --bogus=1", intended=UNKNOWN_PASSES, intended_verdict=True),
     _d("dir:bad-time", "#SBATCH --time=soon"),
     _d("dir:last-wins", "#SBATCH --time=15", "#SBATCH --time=25"),
     _d("dir:constraint-or", "#SBATCH --constraint=a100|h100"),
@@ -425,7 +440,7 @@ ENV_CASES: list[Case] = [
     Case("env:cluster-constraint", env={"SBATCH_CLUSTER_CONSTRAINT": "x"}),
     Case("env:burst-buffer", env={"SBATCH_BURST_BUFFER": "x"}),
     Case("env:mem-per-node", env={"SBATCH_MEM_PER_NODE": "100M"}),
-    Case("env:mem-bad", env={"SBATCH_MEM_PER_NODE": "lots"}),
+    Case("env:mem-bad", env={"SBATCH_MEM_PER_NODE": "lots"}, intended=SBATCH_CHECKS_IT, intended_verdict=True),
     Case("env:hint-both", env={"SLURM_HINT": "multithread", "SBATCH_HINT": "nomultithread"}),
     Case("env:ignore-pbs", env={"SBATCH_IGNORE_PBS": "1"}),
     Case("env:unknown-var-ignored", env={"SBATCH_NOT_AN_OPTION": "x"}),

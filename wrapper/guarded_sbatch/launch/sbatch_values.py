@@ -19,6 +19,11 @@ _STRTOL = re.compile(r"([+-]?)([0-9]+)")  # after leading C whitespace; ASCII di
 _DIGITS = frozenset("0123456789")
 
 
+def shown(text: str) -> str:
+    """A value for a message: quoted, and cut when it is long (a 5000-digit number stays one short line)."""
+    return repr(text) if len(text) <= 40 else repr(text[:30]) + f"… ({len(text)} characters)"
+
+
 def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     """sbatch's --time value to the limit Slurm stores, in seconds (whole minutes, rounded up); None = no limit.
 
@@ -29,7 +34,7 @@ def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     if text.lower() in ("-1", "infinite", "unlimited"):
         return None
     if not _valid_timespec(text):
-        raise UsageError(f"time limit {text!r} ({where}) is not a Slurm time: use {TIME_FORMATS}")
+        raise UsageError(f"time limit {shown(text)} ({where}) is not a Slurm time: use {TIME_FORMATS}")
     days = hours = minutes = seconds = 0
     if "-" in text:
         day_text, _, clock = text.partition("-")
@@ -47,11 +52,11 @@ def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     total = sum(products) + seconds
     if any(abs(p) > INT_MAX for p in products) or total + 59 > INT_MAX:
         raise UsageError(
-            f"time limit {text!r} ({where}) is too large for Slurm (it would wrap around); "
+            f"time limit {shown(text)} ({where}) is too large for Slurm (it would wrap around); "
             "use UNLIMITED for no limit, or a limit under 68 years"
         )
     if total < 0:
-        raise UsageError(f"time limit {text!r} ({where}) is negative; use UNLIMITED (or 0) for no limit")
+        raise UsageError(f"time limit {shown(text)} ({where}) is negative; use UNLIMITED (or 0) for no limit")
     if total == 0:
         return None
     return (total + 59) // 60 * 60
@@ -85,7 +90,7 @@ def _valid_timespec(text: str) -> bool:
 def _time_part(part: str, text: str, where: str) -> int:
     if len(part) > 12 or int(part) > INT_MAX:  # sscanf("%d") would overflow
         raise UsageError(
-            f"time limit {text!r} ({where}) is too large for Slurm (it would wrap around); "
+            f"time limit {shown(text)} ({where}) is too large for Slurm (it would wrap around); "
             "use UNLIMITED for no limit, or a limit under 68 years"
         )
     return int(part)
@@ -107,9 +112,9 @@ def parse_positive_int(text: str, option: str, *, where: str) -> int:
     """parse_int(option, text, positive=true): a whole number > 0, nothing after it."""
     value, rest = strtol_prefix(text)
     if value is None or rest or value <= 0:
-        raise UsageError(f"--{option}={text!r} ({where}) is not a whole number > 0; sbatch refuses it too")
+        raise UsageError(f"--{option}={shown(text)} ({where}) is not a whole number > 0; sbatch refuses it too")
     if value > INT_MAX:
-        raise UsageError(f"--{option}={text!r} ({where}) is too large; Slurm keeps it in a C int (at most {INT_MAX})")
+        raise UsageError(f"--{option}={shown(text)} ({where}) is too large; Slurm keeps it in a C int (at most {INT_MAX})")
     return value
 
 
@@ -125,7 +130,7 @@ def parse_node_count(text: str, *, where: str) -> tuple[int, int]:
         if low < 0:
             raise _bad_nodes(text, where)
     if high != 0 and high < low:
-        raise UsageError(f"--nodes={text!r} ({where}): the maximum node count is below the minimum; write MIN-MAX")
+        raise UsageError(f"--nodes={shown(text)} ({where}): the maximum node count is below the minimum; write MIN-MAX")
     if low < 0 or high < 0:
         raise _bad_nodes(text, where)
     return low, high
@@ -144,9 +149,9 @@ def _node_number(part: str, text: str, where: str, *, allow_empty: bool) -> int:
     if rest.strip(_C_SPACE):
         raise _bad_nodes(text, where)
     if abs(value) > INT_MAX:
-        raise UsageError(f"--nodes={text!r} ({where}) is too large; Slurm keeps node counts in a C int")
+        raise UsageError(f"--nodes={shown(text)} ({where}) is too large; Slurm keeps node counts in a C int")
     return value
 
 
 def _bad_nodes(text: str, where: str) -> UsageError:
-    return UsageError(f"--nodes={text!r} ({where}) is not a valid node count; write N or MIN-MAX (e.g. 2 or 2-4)")
+    return UsageError(f"--nodes={shown(text)} ({where}) is not a valid node count; write N or MIN-MAX (e.g. 2 or 2-4)")

@@ -106,7 +106,7 @@ def parse_script_text(text: str, path: Path, env: Mapping[str, str] | None = Non
         line = text[: text.index("\r\n")].count("\n") + 1
         raise UsageError(
             f"{path} has DOS line breaks (\\r\\n, first on line {line}); sbatch refuses it: convert it with "
-            f"`dos2unix {path}` (or `sed -i 's/\\r$//' {path}`)"
+            f"`dos2unix {path}`"
         )
     lines = text.split("\n")
     scan = scan_directives(text, path)
