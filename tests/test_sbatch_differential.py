@@ -97,32 +97,35 @@ def _run_sbatch(case: Case, folder: Path) -> SbatchResult:
     return SbatchResult(done.returncode, stdout, stderr, parsed, job, str(folder), options)
 
 
-def _read_stored(results: dict[str, SbatchResult]) -> None:
+def _read_stored(results: dict[str, SbatchResult], folder: Path) -> list[str]:
+    """Fill in what Slurm stored; return every job submitted from `folder` (with -Q sbatch prints no id)."""
     from guarded_sbatch.scheduler.slurm_parse import parse_key_values
 
-    ids = [r.job_id for r in results.values() if r.job_id]
-    if not ids:
-        return
     done = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True, timeout=60)
     by_id = {}
+    ours = []
     for line in done.stdout.splitlines():
         fields = parse_key_values(line)
         by_id[fields.get("JobId", "")] = fields
+        if fields.get("WorkDir") == str(folder):
+            ours.append(fields.get("JobId", ""))
     for result in results.values():
         if result.job_id:
             result.stored = by_id.get(result.job_id, {})
+    return [job for job in ours if job]
 
 
 @pytest.fixture(scope="module")
 def sbatch_results(slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str, SbatchResult]:
     folder = tmp_path_factory.mktemp("sbatchdiff")
     results: dict[str, SbatchResult] = {}
+    ours: list[str] = []
     try:
         for case in CASES:
             results[case.id] = _run_sbatch(case, folder)
-        _read_stored(results)
+        ours = _read_stored(results, folder)
     finally:
-        ids = [r.job_id for r in results.values() if r.job_id]
+        ids = sorted({*(r.job_id for r in results.values() if r.job_id), *ours})
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True, timeout=60)
     return results
