@@ -46,6 +46,7 @@ class TextLogSource:
         self._hf = _HFSteps()
         self._crashes = CrashTracker()
         self._crash_point: MetricPoint | None = None
+        self._overflow_step: int | None = None
 
     def describe(self) -> str:
         return str(self.path)
@@ -97,8 +98,9 @@ class TextLogSource:
             return False
         if parsed.bar is not None:
             self._hf.see_bar(*parsed.bar)
-        if parsed.kind in ("hf_header", "hf_summary"):
+        if parsed.kind in ("hf_header", "hf_summary", "overflow"):
             self._hf.header.update(parsed.header)
+            self._overflow_step = parsed.step  # `Grad overflow on iteration N`: the scale line follows
             return False
         own_step = parsed.step is not None or (parsed.kind == "hf_dict" and not parsed.is_eval)
         if self._crashes.crash is not None:
@@ -139,6 +141,9 @@ class TextLogSource:
             if not parsed.is_eval:
                 self._last_step = step
             return step
+        if parsed.kind == "loss_scale" and parsed.step is None and self._overflow_step is not None:
+            step, self._overflow_step = self._overflow_step, None
+            return step
         if parsed.kind == "loss_scale" and parsed.step is None:
             completed = self._hf.bar_step if self._hf.bar_step is not None else self._last_step
             return completed + 1 if completed is not None else self._next_ordinal()
@@ -158,15 +163,17 @@ class TextLogSource:
         """Emit the crash point when a crash is found, and its 0.0 twin when training went on after it."""
         crash = self._crashes.crash
         current = self._crash_point
-        if crash is not None and current is None:
-            step = crash.step if crash.step is not None else (self._last_step or 0)
-            self._crash_point = MetricPoint(step, 0.0, crash_key(crash.exception, crash.evidence), 1.0)
-            points.append(self._crash_point)
-        elif crash is None and current is not None:
+        key = crash_key(crash.exception, crash.evidence) if crash is not None else None
+        if current is not None and current.key == key:
+            return False
+        if current is not None:  # gone (training went on) or replaced (a chained exception)
             points.append(current._replace(value=0.0))
             self._crash_point = None
-            return True
-        return False
+        if crash is not None and key is not None:
+            step = crash.step if crash.step is not None else (self._last_step or 0)
+            self._crash_point = MetricPoint(step, 0.0, key, 1.0)
+            points.append(self._crash_point)
+        return current is not None
 
 
 class _HFSteps:
@@ -192,9 +199,12 @@ class _HFSteps:
 
     def step_of(self, parsed: ParsedLine, carried: int | None) -> int:
         if parsed.is_eval:
-            parsed.values.pop("epoch", None)  # the eval shares the last training dict's step
-            found = self._last if self._last is not None else (self.bar_step or carried)
-            return found if found is not None else self._count
+            # at the training bar's step, else at its epoch's, else at the last training dict's
+            epoch_step = self._from_epoch(parsed.values.pop("epoch", None), snap=False)
+            for found in (self.bar_step, epoch_step, self._last, carried):
+                if found is not None:
+                    return found
+            return self._count
         self._count += 1
         step = self._from_epoch(parsed.values.get("epoch"))
         if self.bar_step:
@@ -202,11 +212,13 @@ class _HFSteps:
         self._last = step if step is not None else self._count
         return self._last
 
-    def _from_epoch(self, epoch: float | None) -> int | None:
+    def _from_epoch(self, epoch: float | None, snap: bool = True) -> int | None:
         epochs, total = self.header.get("Num Epochs"), self.header.get("Total optimization steps")
         if epoch is None or not math.isfinite(epoch) or not epochs or not total:
             return None
         raw = epoch * total / epochs
+        if not snap:
+            return round(raw)
         if self._first_raw is None:
             self._first_raw = raw
         elif self._interval is None and raw > self._first_raw:

@@ -52,6 +52,7 @@ class CrashTracker:
         self._in_traceback = False
         self._ignored_traceback = False  # `Exception ignored in ...`: Python goes on
         self._saw_frame = False
+        self._chained = False  # `During handling of the above exception...`: the next one is the crash
 
     def clear(self) -> None:
         """A training record came after the crash: the run is alive again (requeued, resumed)."""
@@ -67,6 +68,9 @@ class CrashTracker:
             return True
         if self._in_traceback:
             return self._traceback_line(line, stripped, step)
+        if stripped.startswith(_CHAIN):
+            self._chained = self.crash is not None
+            return True
         if stripped.startswith("Exception ignored in"):
             self._ignored_traceback = True
             return True
@@ -96,8 +100,10 @@ class CrashTracker:
         return True
 
     def _record(self, label: str, line: str, step: int | None) -> None:
-        if self.crash is not None:
+        if self.crash is not None and not self._chained:
             return  # the first fatal line is the cause; what follows is its aftermath
+        step = self.crash.step if self.crash is not None else step
+        self._chained = False
         exception = _clip(line, 160)
         if label and label.lower() not in line.lower():
             exception = f"{label}: {exception}"

@@ -44,7 +44,7 @@ _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test",
                  "iter(val)", "epoch(test)", "update"}
 _EVAL_LINE = re.compile(
     r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
-    r"\bend of epoch\b|^Eval |^Epoch\(val\)|^Epoch\(test\)|\| INFO \| valid \|", re.IGNORECASE)
+    r"\bend of epoch\b|^Eval |^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
 _EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel|dev)(?:$|[\W_])", re.IGNORECASE)
 _LOSS_SCALE_EVENTS = [
     re.compile(rf"[Rr]educing dynamic loss scale from {_N} to (?P<value>{_N})"),
@@ -75,7 +75,7 @@ class ParsedLine:
     values: dict[str, float] = field(default_factory=dict)
     step: int | None = None  # the line's own step; None: the reader carries one
     is_eval: bool = False
-    kind: str = ""  # "", "hf_dict", "hf_summary", "hf_header", "loss_scale", "epoch_header", "bar"
+    kind: str = ""  # "", "hf_dict", "hf_summary", "hf_header", "loss_scale", "overflow", "epoch_header", "bar"
     wall_time: float = 0.0
     bar: tuple[int, int, bool] | None = None  # tqdm (n, total, has a description)
     header: dict[str, int] = field(default_factory=dict)  # HF's `Num Epochs = 3`...
@@ -114,7 +114,8 @@ def _dict_line(message: str, found: tuple[dict[str, float], int, int], wall: flo
             parsed.kind = "hf_dict"
             parsed.is_eval = any(k.startswith(("eval_", "test_")) for k in pairs)
         elif epoch is not None and math.isfinite(epoch):
-            parsed.step = int(epoch)
+            parsed.step = int(epoch)  # DeiT-style epoch records: the epoch is the axis
+            pairs = {k: v for k, v in pairs.items() if k != "epoch"}
         elif pairs.keys() & _HF_MARKERS:
             parsed.kind = "hf_dict"
     parsed.values = {_with_eval_prefix(k, parsed.is_eval and parsed.kind != "hf_dict"): v for k, v in pairs.items()}
@@ -141,6 +142,10 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
         match = pattern.search(message)
         if match is not None:
             return int(match.group(1))
+    lowered = {k.lower(): v for k, v in found.items()}
+    for key, value in lowered.items():
+        if key.endswith(("global_step", "num_updates")) and math.isfinite(value):
+            return int(value)
     for pattern, base in _EPOCH_BATCH:
         match = pattern.search(message)
         if match is not None:
@@ -148,10 +153,6 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
     counter = _ITER_COUNTER.search(message)
     if counter is not None:
         return int(counter.group(1))
-    lowered = {k.lower(): v for k, v in found.items()}
-    for key, value in lowered.items():
-        if key.endswith(("global_step", "num_updates")) and math.isfinite(value):
-            return int(value)
     for step_key in _STEP_KEYS:
         value = lowered.get(step_key)
         if value is not None and math.isfinite(value):
@@ -235,6 +236,9 @@ def parse_line(line: str) -> ParsedLine | None:
     if not message:
         return None
     wall = parse_timestamp(line) if line[:1] in "[0123456789" or "[titan]" in line[:20] else 0.0
+    overflow = _OVERFLOW_ITERATION.search(message) if "verflow" in message else None
+    if overflow is not None and "scale" not in message:
+        return ParsedLine(step=int(overflow.group(1)), kind="overflow", wall_time=wall)  # its scale comes next
     event = _loss_scale_event(message, wall)
     if event is not None:
         return event

@@ -22,10 +22,10 @@ _FINITE = (
     r"[-+]?(?>\d{1,3}(?:,\d{3})++(?!\d)(?:\.\d++)?|\d++(?:\.\d*+)?|\.\d++)"
     r"(?:[eE][-+]?\d++)?(?![\d.]\d)(?!\.\d)"
 )
-NUMBER = re.compile(rf"(?<![\w.\-+])(?:{_NONFINITE}|{_FINITE})")
+NUMBER = re.compile(rf"(?<![\w.\-+@])(?:{_NONFINITE}|{_FINITE})")
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)")
 _WORD = re.compile(r"[A-Za-z_][\w./@\-]*+(?:\([\w/%]{1,16}\))?")
-_ATTACHED_KEY = re.compile(r"(?<=[=,(\[{|;/])[A-Za-z_][\w.@\-]{0,63}$")
+_ATTACHED_KEY = re.compile(r"(?<=[=,(\[{|;/])[A-Za-z_][\w.@\-]{1,63}$")
 _NONFINITE_WORD = re.compile(r"[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
 _OPENER = re.compile(r"(?:np\.float\d{0,3}|tensor|float|Decimal)?\($|\[$")
 _TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[,.](\d{1,9}))?")
@@ -43,7 +43,7 @@ _HEADER = re.compile(
     r"|\d{1,4}:(?=\s)"
     r")"
 )
-_RANK_ONLY = re.compile(r"\s*+\[(?:rank ?\d{1,6}|default\d{1,6})\]:")
+_RANK_ONLY = re.compile(r"\s*+\[(?:rank ?\d{1,6}|default\d{1,6})\]: ?")
 _BAR = re.compile(r"(?:(?<=\s)|^)(\d{1,3})%\|[^|\n]{0,200}\|\s{0,8}(\d{1,12})/(\d{1,12})\s{0,4}\[([^\]]{0,400})\]?")
 _QUOTED_PAIR = re.compile(
     r"""(['"])(?P<key>[^'"\n]{1,120}?)\1\s{0,8}:\s{0,8}(?:np\.float\d{0,3}\(|tensor\()?['"]?"""
@@ -153,6 +153,8 @@ def find_pairs(text: str, lower_bound: int = 0, upper_bound: int | None = None) 
     for count, match in enumerate(NUMBER.finditer(text, lower_bound, end)):
         if count >= MAX_NUMBERS_PER_LINE:
             break
+        if text[match.end() : match.end() + 1] == ":" and text[match.end() + 1 : match.end() + 2].isdigit():
+            continue  # a clock time (`eta: 0:39:15`)
         key = _key_before(text, match.start(), lower_bound)
         if key is not None:
             found.append((key, parse_number(match.group()), match.start()))
@@ -176,9 +178,16 @@ def find_dict(text: str) -> tuple[dict[str, float], int, int] | None:
 def cell_pairs(cell: str) -> list[tuple[str, float]]:
     """One `|`-separated cell: `lm loss: 2.1E+00`, `elapsed time per iteration (ms): 270.4`,
     `loss   nan`, `12.34 ms` (value first: the unit is the key), or several `k=v` pairs."""
-    numbers = list(NUMBER.finditer(cell, 0, len(cell)))
+    numbers = [m for m in NUMBER.finditer(cell, 0, len(cell))
+               if not (cell[m.end() : m.end() + 1] == ":" and cell[m.end() + 1 : m.end() + 2].isdigit())]
     if not numbers:
         return []
+    key, colon, value = cell.rpartition(":")
+    after = [m for m in numbers if m.start() > len(key)]
+    if colon and len(after) == 1 and not cell[len(key) + 1 : after[0].start()].strip():
+        name = " ".join(key.split())
+        if name and len(name) <= 64 and name[0].isalpha():
+            return [(name, parse_number(after[0].group()))]  # `number of nan iterations:   0`
     first = numbers[0]
     head = " ".join(cell[: first.start()].split()).rstrip(":= ").strip()
     pairs: list[tuple[str, float]] = []
