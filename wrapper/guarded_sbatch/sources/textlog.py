@@ -25,6 +25,7 @@ from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
 
 READ_BYTES = 16 * 1024 * 1024
+MAX_RECORD_CHARS = 64 * 1024
 MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
 
 
@@ -87,7 +88,8 @@ class TextLogSource:
         return chunk
 
     def _parse(self, line: str, points: list[MetricPoint]) -> bool:
-        cleaned = clean_line(line)
+        # no trainer prints a record this long; a longer one is a dump, read over its first part
+        cleaned = clean_line(line[:MAX_RECORD_CHARS])
         if not cleaned.strip():
             return False
         self.lines_read += 1

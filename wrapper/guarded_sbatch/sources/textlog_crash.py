@@ -15,17 +15,24 @@ from guarded_sbatch.sources.textlog_tokens import strip_rank_prefix
 
 MAX_EVIDENCE = 400
 
-# (label, pattern): searched in lines outside tracebacks too (launchers and C++ print these bare)
-_FATAL_LINES: list[tuple[str, re.Pattern[str]]] = [
-    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|watchdog)"
-                                r".{0,80}(?:timeout|timed out|aborted)", re.IGNORECASE)),
-    ("loss scale at minimum", re.compile(r"Current loss scale already at minimum|Minimum loss scale reached")),
-    ("CUDA out of memory", re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")),
-    ("NaN loss", re.compile(r"Invalid loss, terminating training|Loss became infinite or NaN at iteration")),
-    ("aborted", re.compile(r"terminate called after throwing an instance of|^Fatal Python error:"
-                           r"|Segmentation fault|^Bus error|^Killed$")),
-    ("launcher failure", re.compile(r"ChildFailedError|^srun: error: .{0,200}Exited with exit code [1-9]")),
-    ("Slurm", re.compile(r"slurmstepd: error: .{0,200}(?:CANCELLED|oom[-_]kill)")),
+# (label, needles, pattern): a needle (a plain substring test, fast on any line) before the regex;
+# searched in lines outside tracebacks too (launchers and C++ print these bare)
+_FATAL_LINES: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
+    ("NCCL timeout", ("Watchdog caught", "NCCL"),
+     re.compile(r"Watchdog caught collective operation timeout|NCCL (?:communicator|watchdog)"
+                r".{0,80}(?:timeout|timed out|aborted)", re.IGNORECASE)),
+    ("loss scale at minimum", ("loss scale",),
+     re.compile(r"Current loss scale already at minimum|Minimum loss scale reached")),
+    ("CUDA out of memory", ("out of memory", "OutOfMemory", "ALLOC_FAILED"),
+     re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")),
+    ("NaN loss", ("Invalid loss", "Loss became"),
+     re.compile(r"Invalid loss, terminating training|Loss became infinite or NaN at iteration")),
+    ("aborted", ("terminate called", "Fatal Python", "Segmentation fault", "Bus error", "Killed"),
+     re.compile(r"terminate called after throwing an instance of|^Fatal Python error:"
+                r"|Segmentation fault|^Bus error|^Killed$")),
+    ("launcher failure", ("ChildFailedError", "srun: error"),
+     re.compile(r"ChildFailedError|^srun: error: .{0,200}Exited with exit code [1-9]")),
+    ("Slurm", ("slurmstepd: error",), re.compile(r"slurmstepd: error: .{0,200}(?:CANCELLED|oom[-_]kill)")),
 ]
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Fault))(?::\s?(.*))?$")
@@ -76,9 +83,12 @@ class CrashTracker:
             return True
         if _FRAME.match(line):
             return True  # a frame printed outside a traceback (warnings, logging): never metrics
-        for label, pattern in _FATAL_LINES:
-            if pattern.search(stripped):
-                self._record(label, stripped, step)
+        for label, needles, pattern in _FATAL_LINES:
+            if not any(needle in stripped for needle in needles):
+                continue
+            match = pattern.search(stripped[:4096])
+            if match is not None:
+                self._record(label, stripped, step, stripped[match.start() :])
                 return True
         if self.crash is not None and _EXCEPTION.match(stripped):
             return True  # a second rank's exception line
@@ -99,12 +109,12 @@ class CrashTracker:
             self._record("", stripped, step)
         return True
 
-    def _record(self, label: str, line: str, step: int | None) -> None:
+    def _record(self, label: str, line: str, step: int | None, cause: str = "") -> None:
         if self.crash is not None and not self._chained:
             return  # the first fatal line is the cause; what follows is its aftermath
         step = self.crash.step if self.crash is not None else step
         self._chained = False
-        exception = _clip(line, 160)
-        if label and label.lower() not in line.lower():
+        exception = _clip(cause or line, 160)
+        if label and label.lower() not in exception.lower():
             exception = f"{label}: {exception}"
         self.crash = Crash(exception=exception, evidence=_clip(line, MAX_EVIDENCE), step=step)

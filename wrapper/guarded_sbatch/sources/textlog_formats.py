@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from guarded_sbatch.sources.textlog_tokens import (
-    NUMBER, cell_pairs, clean_line, find_bar, find_dict, find_pairs, parse_number, parse_timestamp, strip_headers,
+    HEAD, NUMBER, cell_pairs, clean_line, find_bar, find_dict, find_pairs, parse_number, parse_timestamp, strip_headers,
 )
 
 _N = NUMBER.pattern
@@ -172,10 +172,11 @@ def _keep(key: str, message: str, position: int) -> bool:
 
 def parse_text(message: str, wall: float) -> ParsedLine | None:
     """Any non-dict line: key/number pairs (pipe cells when the line is a `|` table) and a step."""
-    parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(message)), wall_time=wall)
+    head = message[:HEAD]
+    parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
     found: dict[str, float] = {}
-    if message.count("|") >= 2:
-        for cell in message.split("|"):
+    if message.count("|", 0, HEAD) >= 2:
+        for cell in message.split("|", 128):
             for key, value in cell_pairs(cell):
                 found.setdefault(key, value)
         candidates = [(k, v, message.find(k) + len(k) + 1) for k, v in found.items()]
@@ -183,8 +184,8 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
         candidates = find_pairs(message)
         for key, value, _ in candidates:
             found.setdefault(key, value)
-    special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(message)}
-    parsed.step = _step_from(message, found)
+    special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(head)}
+    parsed.step = _step_from(head, found)
     if special:  # Lightning callbacks: the rest of the sentence is prose
         found = special
     else:
@@ -236,16 +237,17 @@ def parse_line(line: str) -> ParsedLine | None:
     if not message:
         return None
     wall = parse_timestamp(line) if line[:1] in "[0123456789" or "[titan]" in line[:20] else 0.0
-    overflow = _OVERFLOW_ITERATION.search(message) if "verflow" in message else None
-    if overflow is not None and "scale" not in message:
-        return ParsedLine(step=int(overflow.group(1)), kind="overflow", wall_time=wall)  # its scale comes next
-    event = _loss_scale_event(message, wall)
-    if event is not None:
-        return event
+    head = message[:HEAD]
     bar = find_bar(message)
     if bar is not None:
         return _bar_line(message, bar, wall)
-    header = _HF_HEADER.match(message)
+    overflow = _OVERFLOW_ITERATION.search(head) if "verflow" in head else None
+    if overflow is not None and "scale" not in head:
+        return ParsedLine(step=int(overflow.group(1)), kind="overflow", wall_time=wall)  # its scale comes next
+    event = _loss_scale_event(head, wall)
+    if event is not None:
+        return event
+    header = _HF_HEADER.match(head)
     if header is not None:
         return ParsedLine(kind="hf_header", header={header.group(1): int(header.group(2).replace(",", ""))})
     keras = _KERAS_EPOCH.match(message)

@@ -19,10 +19,14 @@ MAX_KEY_WORDS = 4
 
 _NONFINITE = r"[-+]?(?>nan|NaN|NAN|Infinity|infinity|INFINITY|inf|Inf|INF)(?![\w])"
 _FINITE = (
-    r"[-+]?(?>\d{1,3}(?:,\d{3})++(?!\d)(?:\.\d++)?|\d++(?:\.\d*+)?|\.\d++)"
-    r"(?:[eE][-+]?\d++)?(?![\d.]\d)(?!\.\d)"
+    r"[-+]?(?>\d{1,3}(?:,\d{3}){1,8}+(?!\d)(?:\.\d{1,40}+)?|\d{1,40}+(?:\.\d{0,40}+)?|\.\d{1,40}+)"
+    r"(?:[eE][-+]?\d{1,4}+)?(?![\d.]\d)(?!\.\d)(?!\d)"
 )
 NUMBER = re.compile(rf"(?<![\w.\-+@])(?:{_NONFINITE}|{_FINITE})")
+# Where a number may start: one character class first, so the regex engine scans for it in C.
+_NUMBER_START = re.compile(r"[-+0-9.nNiI](?<![\w.+\-@].)")
+MAX_CANDIDATES_PER_LINE = 4 * MAX_NUMBERS_PER_LINE
+HEAD = 1024  # markers (step fields, eval words, events) are looked for in a line's first characters
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)")
 _WORD = re.compile(r"[A-Za-z_][\w./@\-]*+(?:\([\w/%]{1,16}\))?")
 _ATTACHED_KEY = re.compile(r"(?<=[=,(\[{|;/])[A-Za-z_][\w.@\-]{1,63}$")
@@ -102,9 +106,15 @@ def parse_timestamp(line: str) -> float:
 
 def find_bar(line: str) -> re.Match[str] | None:
     """A tqdm bar (`42%|████ | 40/95 [00:03<01:37, 10.84it/s, loss=2.3]`); None when there is none."""
-    if "%|" not in line:
-        return None
-    return _BAR.search(line)
+    position = line.find("%|")
+    for _ in range(4):
+        if position < 0:
+            return None
+        match = _BAR.search(line, max(0, position - 4), position + 1024)
+        if match is not None:
+            return match
+        position = line.find("%|", position + 2)
+    return None
 
 
 def _key_before(text: str, end: int, lower_bound: int) -> str | None:
@@ -143,6 +153,19 @@ def _key_before(text: str, end: int, lower_bound: int) -> str | None:
     return " ".join(reversed(key_words))
 
 
+def numbers_in(text: str, start: int = 0, end: int | None = None) -> list[re.Match[str]]:
+    """The number tokens of text[start:end], at most MAX_NUMBERS_PER_LINE of them."""
+    end = len(text) if end is None else end
+    found: list[re.Match[str]] = []
+    for count, candidate in enumerate(_NUMBER_START.finditer(text, start, end)):
+        if count >= MAX_CANDIDATES_PER_LINE or len(found) >= MAX_NUMBERS_PER_LINE:
+            break
+        match = NUMBER.match(text, candidate.start(), end)
+        if match is not None:
+            found.append(match)
+    return found
+
+
 def find_pairs(text: str, lower_bound: int = 0, upper_bound: int | None = None) -> list[tuple[str, float, int]]:
     """Every `key <sep> number` in text[lower_bound:upper_bound] as (key, value, start of the number).
 
@@ -150,9 +173,7 @@ def find_pairs(text: str, lower_bound: int = 0, upper_bound: int | None = None) 
     """
     found: list[tuple[str, float, int]] = []
     end = len(text) if upper_bound is None else upper_bound
-    for count, match in enumerate(NUMBER.finditer(text, lower_bound, end)):
-        if count >= MAX_NUMBERS_PER_LINE:
-            break
+    for match in numbers_in(text, lower_bound, end):
         if text[match.end() : match.end() + 1] == ":" and text[match.end() + 1 : match.end() + 2].isdigit():
             continue  # a clock time (`eta: 0:39:15`)
         key = _key_before(text, match.start(), lower_bound)
@@ -165,7 +186,9 @@ def find_dict(text: str) -> tuple[dict[str, float], int, int] | None:
     """The first `{...}` with quoted keys and numeric (or numeric-string) values, and its span."""
     if "{" not in text:
         return None
-    for match in _DICT.finditer(text):
+    for count, match in enumerate(_DICT.finditer(text)):
+        if count >= 16:
+            break
         body = match.group()
         if ":" not in body:
             continue
@@ -178,7 +201,7 @@ def find_dict(text: str) -> tuple[dict[str, float], int, int] | None:
 def cell_pairs(cell: str) -> list[tuple[str, float]]:
     """One `|`-separated cell: `lm loss: 2.1E+00`, `elapsed time per iteration (ms): 270.4`,
     `loss   nan`, `12.34 ms` (value first: the unit is the key), or several `k=v` pairs."""
-    numbers = [m for m in NUMBER.finditer(cell, 0, len(cell))
+    numbers = [m for m in numbers_in(cell)
                if not (cell[m.end() : m.end() + 1] == ":" and cell[m.end() + 1 : m.end() + 2].isdigit())]
     if not numbers:
         return []
