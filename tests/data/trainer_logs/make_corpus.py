@@ -103,7 +103,10 @@ def write(name: str, case: str, log: Log, expect: str) -> None:
         "crash": log.crash,
         "triples": [[s, k, "nan" if math.isnan(v) else v] for s, k, v in log.triples],
     }
-    stem.with_suffix(".expected.json").write_text(json.dumps(expected, indent=0) + "\n", encoding="utf-8")
+    triples = expected.pop("triples")
+    head = json.dumps(expected)[:-1]
+    body = ",\n".join(json.dumps(t) for t in triples)
+    stem.with_suffix(".expected.json").write_text(f'{head}, "triples": [\n{body}\n]}}\n', encoding="utf-8")
 
 
 def expected_decision(case: str) -> str:
