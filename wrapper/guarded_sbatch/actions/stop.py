@@ -27,10 +27,20 @@ def stop_run(
     confirm_timeout_s: float = 60.0,
     poll_s: float = 2.0,
     unreachable_retry_s: float = 300.0,
+    stop_target: str | None = None,
+    grace_s: float = 30.0,
 ) -> StopOutcome:
-    """Run stop_command if given, else cancel job_id; then wait until the job is gone.
+    """Stop stop_target (tmux:, pid:, ssh:; actions/stop_targets.py) if given, else run stop_command if
+    given, else cancel job_id; then wait until the job is gone.
     A scheduler that does not answer (slurmctld restarting) is asked again for up to
     unreachable_retry_s: a STOP must not be lost to a controller hiccup."""
+    if stop_target:
+        from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target as stop_it
+
+        try:
+            return stop_it(parse_stop_target(stop_target), grace_s=grace_s)
+        except GuardedError as exc:
+            return StopOutcome("target", False, f"stop of {stop_target} failed: {exc}")
     if stop_command:
         try:
             run_command(shlex.split(stop_command), timeout=confirm_timeout_s)

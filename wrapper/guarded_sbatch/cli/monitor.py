@@ -16,6 +16,11 @@ def _add_source_flags(parser: ArgumentParser) -> None:
     parser.add_argument("--tb", action="append", type=Path, default=[], help="TensorBoard event folder or file")
     parser.add_argument("--wandb", action="append", type=Path, default=[], help="W&B run folder or .wandb file")
     parser.add_argument("--log", action="append", type=Path, default=[], help="a text log of the run")
+    parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
+                        help="a command whose stdout is the run's recent log, run at each poll "
+                             "(e.g. \"ssh gpu07 tail -c 2000000 /scratch/run/train.log\"); failure means WAIT")
+    parser.add_argument("--log-command-timeout", type=positive_float, default=30.0, metavar="S",
+                        help="seconds the log command may take (default 30)")
     parser.add_argument("--train-loss-key", help="the metric to judge as training loss")
     parser.add_argument("--eval-key", help="the key eval metric")
     parser.add_argument("--baseline", type=float, help="the key metric of a reference run")
@@ -47,10 +52,12 @@ def run_sidecar_command(argv: list[str]) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--run-name")
     parser.add_argument("--stop-command")
+    _stop_flags(parser)
     parser.add_argument("--notes", type=Path)
     _add_source_flags(parser)
     _intervals(parser)
     args = parser.parse_args(argv)
+    _check_stop_target(args)
     from guarded_sbatch.scheduler import get_scheduler
 
     run_dir: Path = args.run_dir
@@ -60,7 +67,7 @@ def run_sidecar_command(argv: list[str]) -> int:
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args),
+        policy=_policy(args), **_anywhere_settings(args),
     )
     return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
 
@@ -80,14 +87,17 @@ def run_monitor(argv: list[str]) -> int:
     parser.add_argument("--job", help="a job id to watch (and stop on STOP)")
     parser.add_argument("--backend", choices=["slurm", "local"])
     parser.add_argument("--stop-command")
+    _stop_flags(parser)
     parser.add_argument("--notes", type=Path)
     parser.add_argument("--state-dir", type=Path, help="where the watcher keeps state and evidence")
     _add_source_flags(parser)
     _intervals(parser)
     args = parser.parse_args(argv)
+    _check_stop_target(args)
     search_dirs, wandb_run = _classify_target(args.target, args)
-    if not (args.tb or args.wandb or args.log or search_dirs or wandb_run or args.job):
-        raise UsageError("monitor needs something to read: --tb, --wandb, --log, a folder, a W&B run path, or --job")
+    if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job):
+        raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
+                         "a W&B run path, or --job")
     state_dir = args.state_dir or _monitor_state_dir(args)
     settings = SidecarSettings(
         run_name=args.target or args.job or "monitored run", job_id=args.job,
@@ -95,7 +105,7 @@ def run_monitor(argv: list[str]) -> int:
         notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
         log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args),
+        policy=_policy(args), **_anywhere_settings(args),
     )
     if args.once:
         verdict, data_source = check_once(settings)
@@ -134,5 +144,41 @@ def _monitor_state_dir(args: object) -> Path:
 
     from guarded_sbatch.core.fsutil import state_dir
 
-    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "tb", "wandb", "log")])
+    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "tb", "wandb", "log", "log_command")])
     return state_dir() / "monitor" / hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def _stop_flags(parser: ArgumentParser) -> None:
+    parser.add_argument("--stop", dest="stop_target", metavar="TARGET",
+                        help="how to stop the run on STOP: tmux:SESSION, pid:PID (its process group), "
+                             "ssh:[USER@]HOST[:PORT]:PID, slurm:JOBID")
+    parser.add_argument("--stop-grace", type=positive_float, default=30.0, metavar="S",
+                        help="seconds between interrupt, terminate and kill (default 30)")
+
+
+def _check_stop_target(args: object) -> None:
+    """Bad targets fail now, not at the STOP; slurm:JOBID is the job to watch and cancel."""
+    text = getattr(args, "stop_target", None)
+    if not text:
+        return
+    from guarded_sbatch.actions.stop_targets import parse_stop_target
+
+    target = parse_stop_target(text)
+    if target.kind == "slurm":
+        job = getattr(args, "job", None)
+        if job and job != target.value:
+            raise UsageError(f"--stop {text} and --job {job} name different jobs")
+        setattr(args, "job", target.value)
+        setattr(args, "backend", "slurm")
+        setattr(args, "stop_target", None)
+    elif getattr(args, "stop_command", None):
+        raise UsageError("give --stop or --stop-command, not both")
+
+
+def _anywhere_settings(args: object) -> dict[str, object]:
+    return {
+        "log_commands": list(getattr(args, "log_command", [])),
+        "log_command_timeout_s": getattr(args, "log_command_timeout", 30.0),
+        "stop_target": getattr(args, "stop_target", None),
+        "stop_grace_s": getattr(args, "stop_grace", 30.0),
+    }

@@ -1,0 +1,249 @@
+"""Watch a run wherever it was launched and stop it the way it was launched, with real components:
+a tmux session, an sshd on a local port with a generated key, a process group with a stubborn child."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import wait_for
+from guarded_sbatch.actions.stop_targets import parse_stop_target, process_table
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.sources.command_log import byte_limit_of, complete_lines, new_lines
+
+TRAINER = Path(__file__).with_name("anywhere_trainer.py")
+
+
+# --- the overlap of successive windows (pure) ------------------------------------------------------
+
+def test_new_lines_follow_the_overlap_and_survive_rotation() -> None:
+    first = [f"step={i} loss=1" for i in range(1, 51)]
+    assert new_lines([], first) == (first, False)
+    second = first[10:] + ["step=51 loss=1", "step=52 loss=1"]  # the window moved on
+    assert new_lines(first[-32:], second) == (["step=51 loss=1", "step=52 loss=1"], True)
+    assert new_lines(second[-32:], second) == ([], True)  # nothing new
+    rotated = ["starting", "step=1 loss=2"]  # truncated / rotated / restarted log
+    assert new_lines(second[-32:], rotated) == (rotated, False)
+
+
+def test_window_edges_a_cut_first_line_and_an_unfinished_last_line() -> None:
+    assert complete_lines("a\nb\nc", byte_limit=None) == ["a", "b"]
+    assert complete_lines("p=1\nb\n", byte_limit=6) == ["b"]  # cut by tail -c at its start
+    assert byte_limit_of(["ssh", "gpu07", "tail", "-c", "2000000", "/x"]) == 2_000_000
+    assert byte_limit_of(["ssh", "gpu07", "tail -c 2M /x"]) == 2 * 1024**2
+    assert byte_limit_of(["tail", "-n", "100", "/x"]) is None
+
+
+def test_stop_targets_parse_and_bad_ones_are_usage_errors() -> None:
+    assert parse_stop_target("ssh:alice@gpu07:2222:4242").port == 2222
+    assert parse_stop_target("ssh:gpu07:4242").value == "gpu07"
+    assert parse_stop_target("tmux:train-a").value == "train-a"
+    for bad in ("pid:abc", "tmux:", "ssh:4242", "nohup:1", "slurm:x"):
+        with pytest.raises(UsageError):
+            parse_stop_target(bad)
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "TMUX_TMPDIR": str(tmp_path),
+            "NO_COLOR": "1"}
+
+
+def _monitor(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], Path, Path]:
+    state_dir = tmp_path / "watch"
+    out = tmp_path / "monitor.out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "guarded_sbatch", "monitor", "--fast-interval", "1", "--state-dir", str(state_dir),
+         "--stop-grace", "2", *args],
+        env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+    )
+    return proc, state_dir, out
+
+
+def _state(state_dir: Path) -> dict:
+    try:
+        return json.loads((state_dir / "monitor-state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _wait_healthy(state_dir: Path, proc: subprocess.Popen[str], out: Path) -> int:
+    def healthy() -> int | None:
+        assert proc.poll() is None, out.read_text()
+        state = _state(state_dir)
+        return state["checks"] if state.get("last_decision") == "CONTINUE" and state.get("checks", 0) >= 2 else None
+    return wait_for(healthy, 60, 0.2, "the watcher to judge the run healthy")
+
+
+def _group_alive(pgid: int) -> set[int]:
+    return {p.pid for p in process_table().values() if p.pgid == pgid and not p.zombie}
+
+
+def _end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        proc.wait()
+
+
+# --- tmux ------------------------------------------------------------------------------------------
+
+def test_tmux_run_going_nan_is_stopped_within_two_polls_and_the_session_is_gone(tmp_path: Path) -> None:
+    assert shutil.which("tmux"), "tmux is needed (scripts/test installs it)"
+    env = _env(tmp_path)
+    log, nan_file, session = tmp_path / "train.log", tmp_path / "go-nan", "gs-anywhere-test"
+    trainer = f"{sys.executable} {TRAINER} --log {log} --nan-file {nan_file}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, trainer], env=env, check=True, timeout=30)
+    monitor = None
+    try:
+        wait_for(log.exists, 30, what="the trainer's log")
+        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"tail -c 2000000 {log}",
+                                           "--stop", f"tmux:{session}")
+        checks_before = _wait_healthy(state_dir, monitor, out)
+        nan_file.touch()
+        assert monitor.wait(timeout=120) == 0, out.read_text()
+        state = _state(state_dir)
+        output = out.read_text()
+        assert state["last_decision"] == "STOP" and state["finished"], output
+        assert state["checks"] - checks_before <= 2, output  # the poll that saw NaN, or the next one
+        assert "sidecar: stop done" in output and "FINAL_SUMMARY" in output
+        has = subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=env, timeout=30)
+        assert has.returncode != 0  # the session is gone
+        evidence = json.loads(Path(state["evidence"]).read_text())
+        assert evidence["stop"].startswith(f"tmux:{session}: C-c sent")
+        assert "session gone, no process of it left" in evidence["stop"]
+        assert f"command: tail -c 2000000 {log}" in evidence["files_inspected"]
+        assert "loss=nan" in Path(evidence["log_snippet"]).read_text()  # our copy of what the command printed
+    finally:
+        if monitor is not None:
+            _end(monitor)
+        subprocess.run(["tmux", "kill-server"], env=env, timeout=30, capture_output=True)
+
+
+# --- process group ---------------------------------------------------------------------------------
+
+def test_pid_stop_of_a_group_with_a_child_that_ignores_sigint_ends_with_sigkill(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    log, nan_file = tmp_path / "train.log", tmp_path / "go-nan"
+    leader = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(log), "--nan-file", str(nan_file), "--child"],
+                              start_new_session=True, stdin=subprocess.DEVNULL)
+    monitor = None
+    try:
+        wait_for(lambda: len(_group_alive(leader.pid)) >= 2, 30, what="the trainer and its child")
+        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"cat {log}", "--stop", f"pid:{leader.pid}")
+        _wait_healthy(state_dir, monitor, out)
+        nan_file.touch()
+        assert monitor.wait(timeout=120) == 0, out.read_text()
+        leader.wait(timeout=10)  # died at SIGINT; reaped here
+        assert not _group_alive(leader.pid)
+        evidence = json.loads(Path(_state(state_dir)["evidence"]).read_text())
+        stop = evidence["stop"]
+        # the leader went at SIGINT, the child ignores SIGINT and SIGTERM: after both graces, SIGKILL ended it
+        assert "SIGINT to process group" in stop and "SIGTERM to process group" in stop, stop
+        assert stop.rstrip().endswith("after SIGKILL") and "gone" in stop.rsplit(";", 1)[-1], stop
+    finally:
+        if monitor is not None:
+            _end(monitor)
+        _end(leader)
+
+
+# --- sshd ------------------------------------------------------------------------------------------
+
+class Sshd:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.binary = shutil.which("sshd") or "/usr/sbin/sshd"
+        assert os.path.exists(self.binary), "openssh-server is needed (scripts/test installs it)"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ("host_key", "id"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True,
+                           timeout=30)
+        authorized = folder / "authorized_keys"
+        authorized.write_text((folder / "id.pub").read_text())
+        authorized.chmod(0o600)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.config = folder / "sshd_config"
+        self.config.write_text("\n".join([
+            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {folder / 'host_key'}",
+            f"AuthorizedKeysFile {authorized}", f"PidFile {folder / 'sshd.pid'}", "StrictModes no", "UsePAM no",
+            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
+            "LogLevel ERROR", "",
+        ]))
+        if os.getuid() == 0:
+            os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation folder
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client_options = ["-F", "/dev/null", "-i", str(folder / "id"), "-o", "StrictHostKeyChecking=no",
+                               "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+                               "-o", "ConnectTimeout=5"]
+
+    def ssh_words(self) -> list[str]:
+        return ["ssh", *self.client_options, "-p", str(self.port), "127.0.0.1"]
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([self.binary, "-D", "-e", "-f", str(self.config)],
+                                     stderr=open(self.folder / "sshd.log", "ab"), stdin=subprocess.DEVNULL)
+        wait_for(lambda: subprocess.run([*self.ssh_words(), "true"], capture_output=True, timeout=30).returncode == 0,
+                 30, 0.2, f"sshd on port {self.port} ({(self.folder / 'sshd.log')})")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def sshd(tmp_path: Path):  # type: ignore[no-untyped-def]
+    server = Sshd(tmp_path / "sshd")
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_log_served_by_sshd_waits_while_sshd_is_down_and_stops_when_it_is_back(tmp_path: Path, sshd: Sshd) -> None:
+    import shlex
+
+    env = {**_env(tmp_path), "GUARDED_SBATCH_SSH_OPTIONS": shlex.join(sshd.client_options)}
+    log, nan_file = tmp_path / "train.log", tmp_path / "go-nan"
+    trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(log), "--nan-file", str(nan_file),
+                                "--step-seconds", "0.1"], start_new_session=True, stdin=subprocess.DEVNULL)
+    monitor = None
+    try:
+        wait_for(log.exists, 30, what="the trainer's log")
+        command = shlex.join([*sshd.ssh_words(), "tail", "-c", "2000000", str(log)])
+        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", command, "--log-command-timeout", "10",
+                                           "--stop", f"ssh:127.0.0.1:{sshd.port}:{trainer.pid}")
+        _wait_healthy(state_dir, monitor, out)
+        sshd.stop()
+        waiting = wait_for(lambda: (s := _state(state_dir)).get("last_decision") == "WAIT" and s, 60, 0.2,
+                           "WAIT while sshd is down")
+        assert waiting["last_reason"] == "source_unreadable" and "unreachable" in waiting["last_message"]
+        nan_file.touch()  # the run breaks while we cannot see it
+        blind_from = waiting["checks"]
+        wait_for(lambda: _state(state_dir).get("checks", 0) >= blind_from + 2, 60, 0.2, "two more blind polls")
+        assert _state(state_dir)["last_decision"] == "WAIT" and monitor.poll() is None  # never STOP blind
+        assert trainer.poll() is None
+        sshd.start()
+        assert monitor.wait(timeout=120) == 0, out.read_text()
+        output = out.read_text()
+        assert "- Decision: STOP" in output and "sidecar: stop done" in output, output
+        assert trainer.wait(timeout=10) is not None
+        evidence = json.loads(Path(_state(state_dir)["evidence"]).read_text())
+        assert evidence["stop"].startswith(f"ssh:127.0.0.1:{sshd.port}:{trainer.pid}: SIGINT to process group")
+        assert "gone after SIGINT" in evidence["stop"]
+    finally:
+        if monitor is not None:
+            _end(monitor)
+        _end(trainer)
