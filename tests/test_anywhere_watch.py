@@ -247,3 +247,36 @@ def test_log_served_by_sshd_waits_while_sshd_is_down_and_stops_when_it_is_back(t
         if monitor is not None:
             _end(monitor)
         _end(trainer)
+
+
+# --- W&B online API --------------------------------------------------------------------------------
+
+def test_wandb_api_source_reads_by_step_and_a_silent_server_is_unreachable_not_a_hang(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import types
+
+    from guarded_sbatch.sources.base import SourceError
+    from guarded_sbatch.sources.wandb_api import WandbApiSource
+
+    gate = threading.Event()
+    asked: list[int] = []
+
+    class Run:
+        def scan_history(self, keys, page_size, min_step):  # type: ignore[no-untyped-def]
+            asked.append(min_step)
+            if len(asked) == 2:
+                gate.wait(30)  # the server goes silent for the second request
+            return iter([{"_step": s, "_timestamp": 1.0, "loss": 1.0 / (s + 1)} for s in range(min_step, min_step + 3)])
+
+    fake = types.SimpleNamespace(Api=lambda timeout: types.SimpleNamespace(run=lambda path: Run()))
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    source = WandbApiSource("https://wandb.ai/ent/proj/runs/abc123?workspace=x", timeout_s=0.5)
+    assert [p.step for p in source.read_new()] == [0, 1, 2]
+    with pytest.raises(SourceError, match="unreachable: no answer in 0.5 s"):
+        source.read_new()
+    with pytest.raises(SourceError, match="still out"):
+        source.read_new()  # the same request is waited for again, not a second one
+    assert asked == [0, 3]
+    gate.set()
+    assert [p.step for p in source.read_new()] == [3, 4, 5]
+    assert [p.step for p in source.read_new()] == [6, 7, 8] and asked == [0, 3, 6]
