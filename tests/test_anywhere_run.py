@@ -77,3 +77,28 @@ def test_run_as_a_local_process_shows_in_status_and_is_killed(tmp_path: Path) ->
     assert killed.returncode == 0, killed.stderr
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     assert scheduler.state(job_id).value == "CANCELLED"
+
+
+def test_tmux_run_restarts_in_a_fresh_session_and_is_killed(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    session = "gs-restart-test"
+    try:
+        result = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--guard-tmux",
+                             session, "--", "python", "train.py", "--config", CONFIG, "--steps", "100000")
+        assert result.returncode == 0, result.stderr
+        old = next(r for r in _runs(project) if r["job_id"] == result.stdout.strip())
+        wait_for(lambda: _status(project, old["run_id"])["decision"] == "CONTINUE", 120, what="a healthy verdict")
+        restarted = project.cli("restart", old["run_id"], "--yes")
+        assert restarted.returncode == 0, restarted.stderr
+        new = next(r for r in _runs(project) if r.get("restarted_from") == old["run_id"])
+        assert new["launched_by"] == "run" and new["log_paths"] == []  # not the old session's log
+        assert _status(project, new["run_id"])["state"] == "RUNNING"
+        assert LocalScheduler(project.state_dir / "local-jobs").state(old["job_id"]).value == "CANCELLED"
+        has = lambda: subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env,  # noqa: E731
+                                     timeout=30).returncode == 0
+        assert has()  # the new run's session, under the same name
+        killed = project.cli("kill", new["run_id"], "--yes")
+        assert killed.returncode == 0, killed.stderr
+        wait_for(lambda: not has(), 60, what="the session to be gone after kill")
+    finally:
+        subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True)

@@ -45,9 +45,9 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     if not command:
         raise UsageError(f"no command after `--`; {RUN_USAGE}")
     tmux, options = _take_tmux(options)
-    if tmux and "--guard-restart" in options:
+    if tmux and not check_only and "--guard-restart" in options:
         _wait_session_gone(tmux)  # the killed run's session may still be on its way out
-    if tmux and _tmux_session_exists(tmux):
+    if tmux and not check_only and _tmux_session_exists(tmux):
         raise UsageError(f"tmux session {tmux} already exists: pick another --guard-tmux name or end that session")
     staging = state_dir() / "run-staging" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     staging.mkdir(parents=True, exist_ok=True)
@@ -125,7 +125,7 @@ def _tmux_job(staging: Path, session: str, command: list[str]) -> tuple[Path, Pa
     outer = staging / "tmux-job.sh"
     outer.write_text(f"""#!/bin/bash
 # guarded-sbatch run: the local job of tmux session {session}
-stop() {{ setsid {stopper} >> {shlex.quote(str(staging / 'stop.log'))} 2>&1 < /dev/null & exit 143; }}
+stop() {{ setsid {stopper} >> {shlex.quote(str(staging / 'stop.log'))} 2>&1 < /dev/null & wait $!; exit 143; }}
 trap stop TERM INT
 env -u TMUX tmux new-session -d -s {shlex.quote(session)} "bash {shlex.quote(str(inner))}" || exit 1
 echo "guarded-sbatch run: tmux session {session}; attach with: tmux attach -t {session}"
@@ -170,6 +170,7 @@ def _start(launch: object, report: object, config: object, scheduler: object, jo
     # what `restart` repeats: restart_launch_argv() gives [guard words] [options] "--" COMMAND...
     record.sbatch_options = [*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else [])]  # type: ignore[attr-defined]
     record.script, record.script_args = "--", list(command)
+    record.log_paths = [str(absolute(p)) for p in guard.log]  # not the tmux log: a restart writes a new one
     record.save()
     print(submission.job_id)
     where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
