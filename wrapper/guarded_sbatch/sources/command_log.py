@@ -25,6 +25,7 @@ from guarded_sbatch.sources.textlog import TextLogSource
 
 ANCHOR_LINES = 32  # how many of the last lines seen must match to find the overlap
 DEFAULT_TIMEOUT_S = 30.0
+MAX_SPOOL_BYTES = 64 * 1024 * 1024
 _BYTE_LIMIT = re.compile(r"^(?:-c|--bytes=?)(\+?)(\d+)([kKmMgG]?)$")
 
 
@@ -72,9 +73,19 @@ class CommandLogSource:
         if lines:
             self._seen_tail = lines[-ANCHOR_LINES:]
         if new:
+            if _size(self.spool_path) > MAX_SPOOL_BYTES:
+                # start the spool again: the reader sees it shrink and reads it from the start, i.e. only what follows
+                self.spool_path.write_bytes(b"")
             with open(self.spool_path, "a", encoding="utf-8") as handle:
                 handle.write("\n".join(new) + "\n")
         return self._parser.read_new()
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def complete_lines(text: str, *, byte_limit: int | None) -> list[str]:
