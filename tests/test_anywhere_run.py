@@ -56,12 +56,12 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
         output = project.sidecar_output(job_id)
         assert "- Decision: STOP" in output and "sidecar: stop done" in output, output
         assert f"guarded_sbatch stop tmux:{session}" in output  # the watcher stopped the session, and the job ended
-        has = subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env, timeout=30)
+        has = subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env, timeout=30, check=False)
         assert has.returncode != 0  # the session is gone
         row = _status(project, record["run_id"])
         assert row["decision"] == "STOP" and row["state"] in ("FAILED", "CANCELLED", "COMPLETED")
     finally:
-        subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True)
+        subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True, check=False)
 
 
 def test_run_as_a_local_process_shows_in_status_and_is_killed(tmp_path: Path) -> None:
@@ -94,11 +94,12 @@ def test_tmux_run_restarts_in_a_fresh_session_and_is_killed(tmp_path: Path) -> N
         assert new["launched_by"] == "run" and new["log_paths"] == []  # not the old session's log
         assert _status(project, new["run_id"])["state"] == "RUNNING"
         assert LocalScheduler(project.state_dir / "local-jobs").state(old["job_id"]).value == "CANCELLED"
-        has = lambda: subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env,  # noqa: E731
-                                     timeout=30).returncode == 0
+        def has() -> bool:
+            return subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env, timeout=30,
+                                  check=False).returncode == 0
         assert has()  # the new run's session, under the same name
         killed = project.cli("kill", new["run_id"], "--yes")
         assert killed.returncode == 0, killed.stderr
         wait_for(lambda: not has(), 60, what="the session to be gone after kill")
     finally:
-        subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True)
+        subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True, check=False)

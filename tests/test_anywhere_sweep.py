@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from e2e_helpers import make_project
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.launch.sweep import Sweep, combinations, command_words, load_sweep, render_run_name
@@ -90,7 +89,7 @@ def test_wandb_shim_preflights_wandb_sweep_and_passes_everything_else(tmp_path: 
 
     def shim(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(REPO / "shims" / "wandb"), *args], cwd=project.root, env=env,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=120, check=False)
 
     blocked = shim("sweep", "--guard-run-name", NAME, "sweep.yaml")
     assert blocked.returncode == 3 and "BLOCKED by: config-diff" in blocked.stderr

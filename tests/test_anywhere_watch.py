@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from e2e_helpers import wait_for
 from guarded_sbatch.actions.stop_targets import parse_stop_target, process_table
 from guarded_sbatch.core.errors import UsageError
@@ -118,7 +117,7 @@ def test_tmux_run_going_nan_is_stopped_within_two_polls_and_the_session_is_gone(
         assert state["last_decision"] == "STOP" and state["finished"], output
         assert state["checks"] - checks_before <= 2, output  # the poll that saw NaN, or the next one
         assert "sidecar: stop done" in output and "FINAL_SUMMARY" in output
-        has = subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=env, timeout=30)
+        has = subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=env, timeout=30, check=False)
         assert has.returncode != 0  # the session is gone
         evidence = json.loads(Path(state["evidence"]).read_text())
         assert evidence["stop"].startswith(f"tmux:{session}: C-c sent")
@@ -128,7 +127,7 @@ def test_tmux_run_going_nan_is_stopped_within_two_polls_and_the_session_is_gone(
     finally:
         if monitor is not None:
             _end(monitor)
-        subprocess.run(["tmux", "kill-server"], env=env, timeout=30, capture_output=True)
+        subprocess.run(["tmux", "kill-server"], env=env, timeout=30, capture_output=True, check=False)
 
 
 # --- process group ---------------------------------------------------------------------------------
@@ -195,7 +194,7 @@ class Sshd:
     def start(self) -> None:
         self.proc = subprocess.Popen([self.binary, "-D", "-e", "-f", str(self.config)],
                                      stderr=open(self.folder / "sshd.log", "ab"), stdin=subprocess.DEVNULL)
-        wait_for(lambda: subprocess.run([*self.ssh_words(), "true"], capture_output=True, timeout=30).returncode == 0,
+        wait_for(lambda: subprocess.run([*self.ssh_words(), "true"], capture_output=True, timeout=30, check=False).returncode == 0,
                  30, 0.2, f"sshd on port {self.port} ({(self.folder / 'sshd.log')})")
 
     def stop(self) -> None:

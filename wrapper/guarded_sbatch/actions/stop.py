@@ -35,7 +35,8 @@ def stop_run(
     A scheduler that does not answer (slurmctld restarting) is asked again for up to
     unreachable_retry_s: a STOP must not be lost to a controller hiccup."""
     if stop_target:
-        from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target as stop_it
+        from guarded_sbatch.actions.stop_targets import parse_stop_target
+        from guarded_sbatch.actions.stop_targets import stop_target as stop_it
 
         try:
             return stop_it(parse_stop_target(stop_target), grace_s=grace_s)

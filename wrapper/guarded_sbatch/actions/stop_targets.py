@@ -224,8 +224,12 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
         for pane_id, _ in panes:
             _tmux("send-keys", "-t", pane_id, "C-c", check=False)
         steps.append(f"C-c sent to {len(panes)} pane(s) of tmux session {session}")
-        children = lambda: _alive(descendants(pane_pids, process_table()) - pane_pids, process_table())  # noqa: E731
-        gone, waited = _wait_gone(lambda: children() if tmux_session_exists(session) else set(), grace_s, poll_s)
+        def children() -> set[int]:  # the trainer under the panes' shells, while the session lasts
+            if not tmux_session_exists(session):
+                return set()
+            return _alive(descendants(pane_pids, process_table()) - pane_pids, process_table())
+
+        gone, waited = _wait_gone(children, grace_s, poll_s)
         steps.append(f"the trainer exited {waited:.1f} s after the interrupt" if gone
                      else f"still running {grace_s:g} s after the interrupt")
         if tmux_session_exists(session):
@@ -233,7 +237,9 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
             steps.append(f"tmux kill-session -t {session}")
     except CommandError as exc:
         steps.append(f"tmux failed: {exc}")
-    survivors = lambda: _alive(tree, process_table())  # noqa: E731
+    def survivors() -> set[int]:
+        return _alive(tree, process_table())
+
     gone, _ = _wait_gone(survivors, 2.0, poll_s)
     if not gone:
         signal_until_gone(survivors, f"the session's {len(survivors())} leftover process(es)", grace_s=min(grace_s, 5.0),
@@ -278,7 +284,7 @@ def ssh_base(host: str, port: int | None) -> list[str]:
 
 
 def stop_remote_process(target: StopTarget, *, grace_s: float = 30.0) -> StopOutcome:
-    grace = max(1, int(round(grace_s)))
+    grace = max(1, round(grace_s))
     remote = shlex.join(["sh", "-c", _REMOTE_SCRIPT, "sh", str(target.pid), str(grace)])
     try:
         result = run_command([*ssh_base(target.value, target.port), remote], timeout=2 * grace + 60, check=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.errors import ExitCode, UsageError
@@ -156,26 +157,22 @@ def _stop_flags(parser: ArgumentParser) -> None:
                         help="seconds between interrupt, terminate and kill (default 30)")
 
 
-def _check_stop_target(args: object) -> None:
+def _check_stop_target(args: Any) -> None:
     """Bad targets fail now, not at the STOP; slurm:JOBID is the job to watch and cancel."""
-    text = getattr(args, "stop_target", None)
-    if not text:
+    if not args.stop_target:
         return
     from guarded_sbatch.actions.stop_targets import parse_stop_target
 
-    target = parse_stop_target(text)
+    target = parse_stop_target(args.stop_target)
     if target.kind == "slurm":
-        job = getattr(args, "job", None)
-        if job and job != target.value:
-            raise UsageError(f"--stop {text} and --job {job} name different jobs")
-        setattr(args, "job", target.value)
-        setattr(args, "backend", "slurm")
-        setattr(args, "stop_target", None)
-    elif getattr(args, "stop_command", None):
+        if args.job and args.job != target.value:
+            raise UsageError(f"--stop {args.stop_target} and --job {args.job} name different jobs")
+        args.job, args.backend, args.stop_target = target.value, "slurm", None
+    elif args.stop_command:
         raise UsageError("give --stop or --stop-command, not both")
 
 
-def _anywhere_settings(args: object) -> dict[str, object]:
+def _anywhere_settings(args: object) -> dict[str, Any]:
     return {
         "log_commands": list(getattr(args, "log_command", [])),
         "log_command_timeout_s": getattr(args, "log_command_timeout", 30.0),

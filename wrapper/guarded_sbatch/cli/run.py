@@ -68,7 +68,8 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
             raise BlockedError("launch blocked by the pre-flight: nothing was started; fix the failed checks above, "
                                "or waive one with --guard-waive CHECK=\"REASON\"")
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
-    job_script, log_paths, stop_command = script, (), None
+    job_script, stop_command = script, None
+    log_paths: tuple[Path, ...] = ()
     if tmux:
         job_script, log = _tmux_job(staging, tmux, command)
         log_paths = (log,)
@@ -143,7 +144,10 @@ def _start(launch: object, report: object, config: object, scheduler: object, jo
 
     guard = launch.guard_options  # type: ignore[attr-defined]
     cwd = Path.cwd()
-    absolute = lambda p: p if p.is_absolute() else cwd / p  # noqa: E731
+
+    def absolute(path: Path) -> Path:
+        return path if path.is_absolute() else cwd / path
+
     sidecar_config = config.sidecar  # type: ignore[attr-defined]
     sidecar = SidecarOptions(
         tb_paths=tuple(map(absolute, guard.tb)), wandb_paths=tuple(map(absolute, guard.wandb)),

@@ -43,8 +43,9 @@ def format_sweep_report(report: object) -> str:
     sweep = report.sweep  # type: ignore[attr-defined]
     shown = len(report.combinations)  # type: ignore[attr-defined]
     total = report.total_combinations  # type: ignore[attr-defined]
-    lines = [f"## Sweep pre-flight — {sweep.path} ({sweep.method}, program {sweep.program}, "
-             f"{total} combination(s){'' if shown == total else f'; the first {shown} checked'})", ""]
+    title = (f"## Sweep pre-flight — {sweep.path} ({sweep.method}, program {sweep.program}, "
+             f"{total} combination(s){'' if shown == total else f'; the first {shown} checked'})")
+    lines = [title, ""]
     for check in report.sweep_checks:  # type: ignore[attr-defined]
         lines.append(f"[{SYMBOLS[check.status.value]}] {check.name}: {check.finding}")
         lines.extend(f"         {item}" for item in check.evidence)
