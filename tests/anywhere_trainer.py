@@ -23,6 +23,7 @@ def main() -> int:
     parser.add_argument("--ignore-signals", action="store_true")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--pid-file")
+    parser.add_argument("--steps", type=int, default=0, help="end after this many steps (0: never)")
     args = parser.parse_args()
     if args.ignore_signals:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -36,12 +37,13 @@ def main() -> int:
         os.replace(args.pid_file + ".tmp", args.pid_file)
     out = open(args.log, "a", buffering=1) if args.log else sys.stdout
     step = 0
-    while True:
+    while not args.steps or step < args.steps:
         step += 1
         broken = bool(args.nan_file) and os.path.exists(args.nan_file)
         loss = math.nan if broken else 2.0 * math.exp(-step / 200) + 0.1
         print(f"step={step} loss={loss:.5f}", file=out, flush=True)
         time.sleep(args.step_seconds)
+    return 0
 
 
 if __name__ == "__main__":

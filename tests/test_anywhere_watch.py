@@ -157,6 +157,46 @@ def test_pid_stop_of_a_group_with_a_child_that_ignores_sigint_ends_with_sigkill(
         _end(leader)
 
 
+def test_watch_with_a_pid_target_ends_when_the_run_ends_by_itself(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    log = tmp_path / "train.log"
+    trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(log), "--steps", "150"],
+                               start_new_session=True, stdin=subprocess.DEVNULL)
+    monitor = None
+    try:
+        wait_for(log.exists, 30, what="the trainer's log")
+        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"cat {log}", "--stop", f"pid:{trainer.pid}")
+        assert trainer.wait(timeout=60) == 0
+        assert monitor.wait(timeout=60) == 0, out.read_text()
+        output = out.read_text()
+        assert f"training job pid:{trainer.pid} ended COMPLETED; sidecar done" in output, output
+        assert "- Decision: STOP" not in output and _state(state_dir)["last_decision"] == "CONTINUE"
+    finally:
+        if monitor is not None:
+            _end(monitor)
+        _end(trainer)
+
+
+def test_stop_command_is_checked_against_the_target_and_escalated_when_it_did_not_take(tmp_path: Path) -> None:
+    from guarded_sbatch.actions.stop_targets import stop_with_command
+
+    for command, took_by_itself in (("true", False), ("kill -TERM -- -{pgid}", True)):
+        trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(tmp_path / "t.log")],
+                                   start_new_session=True, stdin=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: _group_alive(trainer.pid), 30, what="the trainer")
+            outcome = stop_with_command(command.format(pgid=trainer.pid), parse_stop_target(f"pid:{trainer.pid}"),
+                                        grace_s=1.0)
+            trainer.wait(timeout=10)
+            assert outcome.ok and not _group_alive(trainer.pid), outcome.detail
+            if took_by_itself:
+                assert outcome.detail.endswith(f"pid:{trainer.pid} gone (checked)"), outcome.detail
+            else:
+                assert "still running 1 s later: pid:" in outcome.detail and "gone" in outcome.detail, outcome.detail
+        finally:
+            _end(trainer)
+
+
 # --- sshd ------------------------------------------------------------------------------------------
 
 class Sshd:

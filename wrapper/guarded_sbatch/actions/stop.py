@@ -30,8 +30,8 @@ def stop_run(
     stop_target: str | None = None,
     grace_s: float = 30.0,
 ) -> StopOutcome:
-    """Stop stop_target (tmux:, pid:, ssh:; actions/stop_targets.py) if given, else run stop_command if
-    given, else cancel job_id; then wait until the job is gone.
+    """Stop stop_target (tmux:, pid:, ssh:; actions/stop_targets.py) if given (after stop_command, if both
+    are), else run stop_command if given, else cancel job_id; then wait until the job is gone.
     A scheduler that does not answer (slurmctld restarting) is asked again for up to
     unreachable_retry_s: a STOP must not be lost to a controller hiccup."""
     if stop_target:
@@ -39,7 +39,12 @@ def stop_run(
         from guarded_sbatch.actions.stop_targets import stop_target as stop_it
 
         try:
-            return stop_it(parse_stop_target(stop_target), grace_s=grace_s)
+            target = parse_stop_target(stop_target)
+            if stop_command:
+                from guarded_sbatch.actions.stop_targets import stop_with_command
+
+                return stop_with_command(stop_command, target, grace_s=grace_s, timeout_s=confirm_timeout_s)
+            return stop_it(target, grace_s=grace_s)
         except GuardedError as exc:
             return StopOutcome("target", False, f"stop of {stop_target} failed: {exc}")
     if stop_command:

@@ -83,6 +83,29 @@ def stop_target(target: StopTarget, *, grace_s: float = 30.0, poll_s: float = 0.
     raise UsageError(f"{target} is stopped through the scheduler, not here")
 
 
+def stop_with_command(command: str, target: StopTarget, *, grace_s: float, timeout_s: float = 60.0,
+                      poll_s: float = 0.5) -> StopOutcome:
+    """The user's stop command, then the check that the target is gone after the grace period; if it is
+    not, the target is stopped the usual way (and that is said)."""
+    from guarded_sbatch.actions.target_watch import target_alive
+
+    try:
+        result = run_command(shlex.split(command), timeout=timeout_s, check=False)
+        ran = f"ran `{command}` (exit {result.returncode})"
+    except (CommandError, ValueError) as exc:
+        ran = f"stop command `{command}` failed: {exc}"
+    deadline = time.monotonic() + grace_s
+    alive = target_alive(target)
+    while alive is not False and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        alive = target_alive(target)
+    if alive is False:
+        return StopOutcome("stop_command", True, f"{ran}; {target} gone (checked)", "gone")
+    outcome = stop_target(target, grace_s=grace_s)
+    still = "could not be checked" if alive is None else f"still running {grace_s:g} s later"
+    return StopOutcome(outcome.method, outcome.ok, f"{ran}; {target} {still}: {outcome.detail}", outcome.final_state)
+
+
 # --- local processes -------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -124,6 +147,15 @@ def descendants(roots: set[int], table: dict[int, Proc]) -> set[int]:
 
 def _alive(pids: set[int], table: dict[int, Proc]) -> set[int]:
     return {pid for pid in pids if pid in table and not table[pid].zombie}
+
+
+def members_of(pid: int) -> set[int]:
+    """The live processes a pid: target would signal now (empty when they are gone)."""
+    try:
+        members, _ = _members_fn(pid)
+    except (ProcessLookupError, PermissionError):
+        return set()
+    return members()
 
 
 def _members_fn(pid: int) -> tuple[Callable[[], set[int]], str]:

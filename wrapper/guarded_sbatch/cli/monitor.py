@@ -101,7 +101,7 @@ def run_monitor(argv: list[str]) -> int:
                          "a W&B run path, or --job")
     state_dir = args.state_dir or _monitor_state_dir(args)
     settings = SidecarSettings(
-        run_name=args.target or args.job or "monitored run", job_id=args.job,
+        run_name=args.target or args.job or args.stop_target or "monitored run", job_id=args.job,
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
         notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
         log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
@@ -116,12 +116,18 @@ def run_monitor(argv: list[str]) -> int:
         else:
             print(f"{verdict.decision.value} ({verdict.reason.value}): {verdict.message} [{data_source}]")
         return int(ExitCode.OK)
-    scheduler = None
+    scheduler: Any = None
     if args.job:
         from guarded_sbatch.core.config import load_config
         from guarded_sbatch.scheduler import get_scheduler
 
         scheduler = get_scheduler(args.backend or load_config().scheduler_backend())
+    elif args.stop_target:  # no job: the target itself says when the run has ended
+        from guarded_sbatch.actions.stop_targets import parse_stop_target
+        from guarded_sbatch.actions.target_watch import TargetWatch
+
+        scheduler = TargetWatch(parse_stop_target(args.stop_target), grace_s=args.stop_grace)
+        settings.job_id = args.stop_target
     settings.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
     return Sidecar(settings, scheduler, sys.stdout).run()
 
@@ -152,7 +158,8 @@ def _monitor_state_dir(args: object) -> Path:
 def _stop_flags(parser: ArgumentParser) -> None:
     parser.add_argument("--stop", dest="stop_target", metavar="TARGET",
                         help="how to stop the run on STOP: tmux:SESSION, pid:PID (its process group), "
-                             "ssh:[USER@]HOST[:PORT]:PID, slurm:JOBID")
+                             "ssh:[USER@]HOST[:PORT]:PID, slurm:JOBID; with --stop-command, the command runs "
+                             "first and the target is checked (and stopped) after the grace period")
     parser.add_argument("--stop-grace", type=positive_float, default=30.0, metavar="S",
                         help="seconds between interrupt, terminate and kill (default 30)")
 
@@ -168,8 +175,6 @@ def _check_stop_target(args: Any) -> None:
         if args.job and args.job != target.value:
             raise UsageError(f"--stop {args.stop_target} and --job {args.job} name different jobs")
         args.job, args.backend, args.stop_target = target.value, "slurm", None
-    elif args.stop_command:
-        raise UsageError("give --stop or --stop-command, not both")
 
 
 def _anywhere_settings(args: object) -> dict[str, Any]:
