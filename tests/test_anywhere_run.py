@@ -36,6 +36,12 @@ def test_run_blocks_a_bad_command_line_and_starts_nothing(tmp_path: Path) -> Non
     assert "[FAIL] config-diff: global batch 64 -> 256 (×4) but the learning rate was not rescaled" in result.stderr
     assert "BLOCKED by: config-diff" in result.stderr and "nothing was started" in result.stderr
     assert result.stdout == "" and _runs(project) == []
+    # the launcher's own options count: torchrun's processes make the global batch
+    torchrun = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--", "torchrun",
+                           "--nproc_per_node", "2", "train.py", "--config", CONFIG, "--batch-size", "128")
+    assert torchrun.returncode == 3, torchrun.stderr
+    assert "× 2 process(es) per node (torchrun) × accumulation 1 = global 256" in torchrun.stderr
+    assert "the learning rate was not rescaled" in torchrun.stderr and _runs(project) == []
 
 
 def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> None:
