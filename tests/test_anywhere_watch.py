@@ -157,6 +157,28 @@ def test_pid_stop_of_a_group_with_a_child_that_ignores_sigint_ends_with_sigkill(
         _end(leader)
 
 
+def test_another_users_process_is_never_signalled(tmp_path: Path) -> None:
+    from guarded_sbatch.actions.stop_targets import stop_process_group
+
+    child = None
+    if os.getuid() == 0:  # make one: a process group of user nobody
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True, user=65534, group=65534)
+        target = child.pid
+    else:  # as a plain user, other users' processes are all around (root's, at least)
+        me = os.getuid()
+        target = next(p.pid for p in process_table().values() if p.uid != me and p.pid > 1 and not p.zombie)
+    try:
+        outcome = stop_process_group(target, grace_s=0.5)
+        assert not outcome.ok and ("another user" in outcome.detail or "not ours" in outcome.detail), outcome.detail
+        assert "SIGINT to" not in outcome.detail  # nothing was sent
+        if child is not None:
+            assert child.poll() is None  # still running
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()
+
+
 def test_watch_with_a_pid_target_ends_when_the_run_ends_by_itself(tmp_path: Path) -> None:
     env = _env(tmp_path)
     log = tmp_path / "train.log"
