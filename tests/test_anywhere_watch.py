@@ -341,3 +341,31 @@ def test_wandb_api_source_reads_by_step_and_a_silent_server_is_unreachable_not_a
     gate.set()
     assert [p.step for p in source.read_new()] == [3, 4, 5]
     assert [p.step for p in source.read_new()] == [6, 7, 8] and asked == [0, 3, 6]
+
+
+# --- a Slurm job, watched through its log by a command -----------------------------------------------
+
+@pytest.mark.slurm
+def test_slurm_target_is_cancelled_through_the_scheduler(tmp_path: Path, slurm_cluster: None) -> None:
+    env = _env(tmp_path)
+    log, nan_file = tmp_path / "train.log", tmp_path / "go-nan"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "--job-name=gs-anywhere-slurm", "--cpus-per-task=1", "--mem=200M", f"--chdir={tmp_path}",
+         f"--output={tmp_path / 'job.out'}", "--wrap",
+         f"exec {sys.executable} {TRAINER} --log {log} --nan-file {nan_file}"],
+        capture_output=True, text=True, timeout=30, check=True, env=env)
+    job_id = submitted.stdout.strip().split(";")[0]
+    monitor = None
+    try:
+        wait_for(log.exists, 120, what="the Slurm job's log")
+        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"tail -c 100000 {log}",
+                                           "--stop", f"slurm:{job_id}", "--job-poll", "5")
+        _wait_healthy(state_dir, monitor, out)
+        nan_file.touch()
+        assert monitor.wait(timeout=180) == 0, out.read_text()
+        evidence = json.loads(Path(_state(state_dir)["evidence"]).read_text())
+        assert evidence["stop"].startswith(f"job {job_id} cancelled, now CANCELLED"), evidence["stop"]
+    finally:
+        if monitor is not None:
+            _end(monitor)
+        subprocess.run(["scancel", job_id], timeout=30, check=False, capture_output=True)
