@@ -86,6 +86,7 @@ def test_wandb_shim_preflights_wandb_sweep_and_passes_everything_else(tmp_path: 
     fake.write_text(f"#!/bin/bash\necho \"$*\" >> {calls}\n")
     fake.chmod(0o755)
     env = {**project.env, "GUARDED_SBATCH_REAL_WANDB": str(fake), "GUARDED_SBATCH_PYTHON": sys.executable}
+    env.pop("WANDB_PROJECT", None)
 
     def shim(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(REPO / "shims" / "wandb"), *args], cwd=project.root, env=env,
@@ -96,7 +97,13 @@ def test_wandb_shim_preflights_wandb_sweep_and_passes_everything_else(tmp_path: 
     assert not calls.exists()  # no sweep was created
     clear = shim("sweep", f"--guard-run-name={NAME}", "--guard-waive", "config-diff=on purpose", "sweep.yaml")
     assert clear.returncode == 0, clear.stderr
+    (project.root / "noproject.yaml").write_text(SWEEP.replace("project: tiny-mlp\n", ""))
+    waive = ("--guard-waive", "config-diff=on purpose", f"--guard-run-name={NAME}")
+    assert shim("sweep", *waive, "noproject.yaml").returncode == 3  # runs would land in the default project
+    named = shim("sweep", *waive, "--project", "tiny-mlp", "noproject.yaml")
+    assert named.returncode == 0 and "W&B lab/tiny-mlp" in named.stderr, named.stderr
     assert shim("sweep", "--stop", "lab/tiny-mlp/abc123").returncode == 0
     assert shim("login", "--relogin").returncode == 0
-    assert calls.read_text().splitlines() == ["sweep sweep.yaml", "sweep --stop lab/tiny-mlp/abc123", "login --relogin"]
+    assert calls.read_text().splitlines() == ["sweep sweep.yaml", "sweep --project tiny-mlp noproject.yaml",
+                                              "sweep --stop lab/tiny-mlp/abc123", "login --relogin"]
     assert os.access(REPO / "shims" / "wandb", os.X_OK)

@@ -107,8 +107,11 @@ def load_sweep(path: Path, env: Mapping[str, str] | None = None) -> Sweep:
     return Sweep(
         path=path, program=str(program or ""), method=method, parameters=parameters,
         swept=tuple(k for k, v in parameters.items() if len(v) > 1), command=tuple(str(w) for w in command),
-        project=str(data.get("project") or environ.get("WANDB_PROJECT") or "") or None,
-        entity=str(data.get("entity") or environ.get("WANDB_ENTITY") or "") or None,
+        # `wandb sweep --project/--entity` (passed on by the shim) win over the config, then W&B's variables
+        project=str(environ.get("GUARDED_SBATCH_SWEEP_PROJECT") or data.get("project")
+                    or environ.get("WANDB_PROJECT") or "") or None,
+        entity=str(environ.get("GUARDED_SBATCH_SWEEP_ENTITY") or data.get("entity")
+                   or environ.get("WANDB_ENTITY") or "") or None,
         name=str(data["name"]) if data.get("name") else None,
     )
 
