@@ -369,3 +369,26 @@ def test_slurm_target_is_cancelled_through_the_scheduler(tmp_path: Path, slurm_c
         if monitor is not None:
             _end(monitor)
         subprocess.run(["scancel", job_id], timeout=30, check=False, capture_output=True)
+
+
+def test_ssh_stop_refuses_another_users_process(tmp_path: Path, sshd: Sshd, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import shlex
+
+    from guarded_sbatch.actions.stop_targets import stop_target
+
+    monkeypatch.setenv("GUARDED_SBATCH_SSH_OPTIONS", shlex.join(sshd.client_options))
+    child = None
+    if os.getuid() == 0:
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True, user=65534, group=65534)
+        pid = child.pid
+    else:
+        pid = next(p.pid for p in process_table().values() if p.uid != os.getuid() and p.pid > 1 and not p.zombie)
+    try:
+        outcome = stop_target(parse_stop_target(f"ssh:127.0.0.1:{sshd.port}:{pid}"), grace_s=1)
+        assert not outcome.ok and "refused: process group" in outcome.detail, outcome.detail
+        if child is not None:
+            assert child.poll() is None
+    finally:
+        if child is not None:
+            child.kill()
+            child.wait()

@@ -288,11 +288,11 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
 
 # $1 pid, $2 grace (s); exit 0 stopped (or gone), 3 refused (another user), 5 still alive
 _REMOTE_SCRIPT = r"""
-pid=$1; grace=$2; me=$(id -un)
+pid=$1; grace=$2; me=$(id -u)
 pgid=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ')
 [ -n "$pgid" ] || { echo "process $pid had already ended"; exit 0; }
-others=$(ps -eo pgid=,user= | awk -v g="$pgid" -v me="$me" '$1==g && $2!=me' | wc -l)
-[ "$others" -eq 0 ] || { echo "refused: process group $pgid has processes of another user than $me"; exit 3; }
+others=$(ps -eo pgid=,uid= | awk -v g="$pgid" -v me="$me" '$1==g && $2!=me' | wc -l)
+[ "$others" -eq 0 ] || { echo "refused: process group $pgid has processes of another user than uid $me"; exit 3; }
 alive() { ps -eo pgid=,stat= | awk -v g="$pgid" '$1==g && $2 !~ /^Z/' | grep -q .; }
 for step in INT:$grace TERM:$grace KILL:5; do
   sig=${step%%:*}; wait_s=${step#*:}
