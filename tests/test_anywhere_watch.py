@@ -392,3 +392,35 @@ def test_ssh_stop_refuses_another_users_process(tmp_path: Path, sshd: Sshd, monk
         if child is not None:
             child.kill()
             child.wait()
+
+
+def test_monitor_reads_a_wandb_run_by_path_or_url_and_waits_when_it_is_unreachable(tmp_path: Path) -> None:
+    fake = tmp_path / "fake" / "wandb"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import math, os\n"
+        "class _Run:\n"
+        "    def scan_history(self, keys=None, page_size=1000, min_step=0):\n"
+        "        if os.environ.get('FAKE_WANDB_DOWN'):\n"
+        "            raise ConnectionError('Max retries exceeded with url: /graphql')\n"
+        "        return iter([{'_step': s, '_timestamp': 1.0, 'loss': math.nan if s >= 20 else 1.0} for s in range(25)])\n"
+        "class Api:\n"
+        "    def __init__(self, timeout=None):\n"
+        "        pass\n"
+        "    def run(self, path):\n"
+        "        assert path == 'ent/proj/abc123', path\n"
+        "        return _Run()\n")
+    env = {**_env(tmp_path), "PYTHONPATH": f"{fake.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    def once(target: str, **extra: str) -> dict:
+        result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", target],
+                                env={**env, **extra}, capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    for target in ("https://wandb.ai/ent/proj/runs/abc123?workspace=user", "ent/proj/runs/abc123", "ent/proj/abc123"):
+        verdict = once(target)
+        assert (verdict["decision"], verdict["reason"], verdict["data_source"]) == ("STOP", "non_finite_loss", "wandb_ok")
+    down = once("ent/proj/abc123", FAKE_WANDB_DOWN="1")
+    assert (down["decision"], down["reason"], down["data_source"]) == ("WAIT", "source_unreadable", "unreachable")
+    assert "Max retries exceeded" in down["message"]

@@ -141,7 +141,8 @@ def _classify_target(target: str | None, args: object) -> tuple[list[Path], str 
     if path.is_file():
         getattr(args, "log").append(path) if not target.endswith(".wandb") else getattr(args, "wandb").append(path)
         return [], None
-    if target.startswith(("http://", "https://")) or target.count("/") == 2:
+    parts = target.split("/")
+    if target.startswith(("http://", "https://")) or len(parts) == 3 or (len(parts) == 4 and parts[2] == "runs"):
         return [], target  # a W&B run URL or entity/project/run_id
     raise UsageError(f"{target!r} is neither a folder, a file, nor a W&B run path (entity/project/run_id)")
 
