@@ -168,10 +168,22 @@ def _members_fn(pid: int) -> tuple[Callable[[], set[int]], str]:
     return (lambda: {p.pid for p in process_table().values() if p.pgid == pgid and not p.zombie}), f"process group {pgid}"
 
 
+def real_uid(pid: int) -> int | None:
+    """The real uid of pid (/proc/PID/status; the folder's owner is root for a non-dumpable process)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _foreign(pids: set[int]) -> list[str]:
     me = os.getuid()
-    table = process_table()
-    return [f"{pid} (uid {table[pid].uid})" for pid in sorted(pids) if pid in table and table[pid].uid != me]
+    owners = {pid: real_uid(pid) for pid in sorted(pids)}
+    return [f"{pid} (uid {uid})" for pid, uid in owners.items() if uid is not None and uid != me]
 
 
 def _wait_gone(members: Callable[[], set[int]], timeout_s: float, poll_s: float) -> tuple[bool, float]:
@@ -189,10 +201,11 @@ def signal_until_gone(members: Callable[[], set[int]], what: str, *, grace_s: fl
     """Signal the processes members() lists, escalating; the signal that ended them, or None."""
     sequence = [(signal.SIGINT, grace_s), (signal.SIGTERM, grace_s), (signal.SIGKILL, KILL_WAIT_S)]
     sequence = sequence[[s for s, _ in sequence].index(first):]
+    sent = "nothing: already gone"
     for sig, wait_s in sequence:
         pids = members()
         if not pids:
-            return steps[-1] if steps else "already gone"
+            return sent
         foreign = _foreign(pids)
         if foreign:
             steps.append(f"refused: {what} has processes of another user: {', '.join(foreign)}")
@@ -203,6 +216,7 @@ def signal_until_gone(members: Callable[[], set[int]], what: str, *, grace_s: fl
             except ProcessLookupError:
                 pass
         steps.append(f"{sig.name} to {what} ({len(pids)} process(es))")
+        sent = sig.name
         gone, waited = _wait_gone(members, wait_s, poll_s)
         if gone:
             steps.append(f"gone {waited:.1f} s after {sig.name}")
