@@ -16,7 +16,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,8 +51,8 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
         _wait_session_gone(tmux)  # the killed run's session may still be on its way out
     if tmux and not check_only and _tmux_session_exists(tmux):
         raise UsageError(f"tmux session {tmux} already exists: pick another --guard-tmux name or end that session")
-    staging = state_dir() / "run-staging" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    staging.mkdir(parents=True, exist_ok=True)
+    (state_dir() / "run-staging").mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=state_dir() / "run-staging"))
     script = staging / "command.sh"  # what the pre-flight reads; also the job itself without tmux
     script.write_text("#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"
                       f"exec {shlex.join(command)}\n", encoding="utf-8")
@@ -64,6 +66,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     report = dataclasses.replace(report, launch_command=shlex.join(words))
     print(redact(format_report(report, color=color)), file=sys.stderr)
     if check_only or report.blocked:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing runs from it
         if report.blocked and not check_only:
             raise BlockedError("launch blocked by the pre-flight: nothing was started; fix the failed checks above, "
                                "or waive one with --guard-waive CHECK=\"REASON\"")
