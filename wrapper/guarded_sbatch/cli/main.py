@@ -58,7 +58,7 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 {ExitCode.help_text()}
 """
 
-SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "run", "check-sweep", "stop")
+SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "admin", "run", "check-sweep", "stop")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,6 +97,7 @@ def dispatch(args: list[str]) -> int:
         "status": _status,
         "kill": _kill,
         "restart": _restart,
+        "admin": _admin,
         "run": _run,
         "check-sweep": _check_sweep,
         "stop": _stop,
@@ -160,3 +161,9 @@ def _stop(args: list[str]) -> int:
     from guarded_sbatch.cli.run import run_stop
 
     return run_stop(args)
+
+
+def _admin(args: list[str]) -> int:
+    from guarded_sbatch.cli.admin import run_admin
+
+    return run_admin(args)
