@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass
 
+from guarded_sbatch.actions.stop_outcome import StopOutcome
 from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.scheduler.base import JobState, Scheduler, SchedulerUnreachableError
 
-
-@dataclass(frozen=True)
-class StopOutcome:
-    method: str  # "stop_command" | "cancel" | "none"
-    ok: bool
-    detail: str
-    final_state: str | None = None
+__all__ = ["StopOutcome", "stop_run"]  # StopOutcome lives in stop_outcome (stop_targets needs it too)
 
 
 def stop_run(

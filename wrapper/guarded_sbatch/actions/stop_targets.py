@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from guarded_sbatch.actions.stop import StopOutcome
+from guarded_sbatch.actions.stop_outcome import StopOutcome
 from guarded_sbatch.core.errors import CommandError, UsageError
 from guarded_sbatch.core.runner import run_command
 
@@ -87,8 +87,6 @@ def stop_with_command(command: str, target: StopTarget, *, grace_s: float, timeo
                       poll_s: float = 0.5) -> StopOutcome:
     """The user's stop command, then the check that the target is gone after the grace period; if it is
     not, the target is stopped the usual way (and that is said)."""
-    from guarded_sbatch.actions.target_watch import target_alive
-
     try:
         result = run_command(shlex.split(command), timeout=timeout_s, check=False)
         ran = f"ran `{command}` (exit {result.returncode})"
@@ -340,3 +338,22 @@ def stop_remote_process(target: StopTarget, *, grace_s: float = 30.0) -> StopOut
     took = result.returncode == 0
     return StopOutcome("ssh", took, f"{target}: {text}" + ("" if took else f" (exit {result.returncode})"),
                        "gone" if took else None)
+
+
+def target_alive(target: StopTarget) -> bool | None:
+    """Whether the target still runs; None when that cannot be told now (ssh unreachable)."""
+    if target.kind == "tmux":
+        return tmux_session_exists(target.value)
+    if target.kind == "pid":
+        assert target.pid is not None
+        return bool(members_of(target.pid))
+    if target.kind == "ssh":
+        probe = f"kill -0 {target.pid} 2>/dev/null && echo alive || echo gone"
+        try:
+            result = run_command([*ssh_base(target.value, target.port), shlex.join(["sh", "-c", probe])],
+                                 timeout=30, check=False)
+        except CommandError:
+            return None
+        word = result.stdout.strip().splitlines()[-1:] if result.returncode == 0 else []
+        return {"alive": True, "gone": False}.get(word[0]) if word else None
+    return None

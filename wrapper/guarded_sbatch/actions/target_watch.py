@@ -5,37 +5,10 @@ notices a Slurm job ending. It cannot tell an exit code: a run that ended is COM
 from __future__ import annotations
 
 import getpass
-import shlex
 
-from guarded_sbatch.actions.stop_targets import (
-    StopTarget,
-    members_of,
-    ssh_base,
-    stop_target,
-    tmux_session_exists,
-)
-from guarded_sbatch.core.errors import CommandError, UsageError
-from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.actions.stop_targets import StopTarget, stop_target, target_alive
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
-
-
-def target_alive(target: StopTarget) -> bool | None:
-    """Whether the target still runs; None when that cannot be told now (ssh unreachable)."""
-    if target.kind == "tmux":
-        return tmux_session_exists(target.value)
-    if target.kind == "pid":
-        assert target.pid is not None
-        return bool(members_of(target.pid))
-    if target.kind == "ssh":
-        probe = f"kill -0 {target.pid} 2>/dev/null && echo alive || echo gone"
-        try:
-            result = run_command([*ssh_base(target.value, target.port), shlex.join(["sh", "-c", probe])],
-                                 timeout=30, check=False)
-        except CommandError:
-            return None
-        word = result.stdout.strip().splitlines()[-1:] if result.returncode == 0 else []
-        return {"alive": True, "gone": False}.get(word[0]) if word else None
-    return None
 
 
 class TargetWatch:
