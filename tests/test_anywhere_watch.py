@@ -107,6 +107,14 @@ def _group_alive(pgid: int) -> set[int]:
     return {p.pid for p in process_table().values() if p.pgid == pgid and not p.zombie}
 
 
+def _other_users_process() -> int:
+    from guarded_sbatch.actions.stop_targets import real_uid
+
+    me = os.getuid()
+    return next(p.pid for p in process_table().values()
+                if p.pid > 1 and not p.zombie and real_uid(p.pid) not in (None, me))
+
+
 def _end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
     if proc.poll() is None:
         try:
@@ -185,8 +193,7 @@ def test_another_users_process_is_never_signalled(tmp_path: Path) -> None:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True, user=65534, group=65534)
         target = child.pid
     else:  # as a plain user, other users' processes are all around (root's, at least)
-        me = os.getuid()
-        target = next(p.pid for p in process_table().values() if p.uid != me and p.pid > 1 and not p.zombie)
+        target = _other_users_process()
     try:
         outcome = stop_process_group(target, grace_s=0.5)
         assert not outcome.ok and ("another user" in outcome.detail or "not ours" in outcome.detail), outcome.detail
@@ -402,7 +409,7 @@ def test_ssh_stop_refuses_another_users_process(tmp_path: Path, sshd: Sshd, monk
         child = subprocess.Popen(["sleep", "300"], start_new_session=True, user=65534, group=65534)
         pid = child.pid
     else:
-        pid = next(p.pid for p in process_table().values() if p.uid != os.getuid() and p.pid > 1 and not p.zombie)
+        pid = _other_users_process()
     try:
         outcome = stop_target(parse_stop_target(f"ssh:127.0.0.1:{sshd.port}:{pid}"), grace_s=1)
         assert not outcome.ok and "refused: process group" in outcome.detail, outcome.detail
