@@ -206,6 +206,13 @@ def test_another_users_process_is_never_signalled(tmp_path: Path) -> None:
             child.wait()
 
 
+def test_a_pid_target_that_holds_the_watcher_itself_is_refused() -> None:
+    from guarded_sbatch.actions.stop_targets import stop_process_group
+
+    outcome = stop_process_group(os.getpid(), grace_s=0.5)  # refused before any signal is sent
+    assert not outcome.ok and "includes this watcher" in outcome.detail, outcome.detail
+
+
 def test_watch_with_a_pid_target_ends_when_the_run_ends_by_itself(tmp_path: Path) -> None:
     env = _env(tmp_path)
     log = tmp_path / "train.log"

@@ -204,6 +204,9 @@ def signal_until_gone(members: Callable[[], set[int]], what: str, *, grace_s: fl
         pids = members()
         if not pids:
             return sent
+        if os.getpid() in pids:
+            steps.append(f"refused: {what} includes this watcher (pid {os.getpid()})")
+            return None
         foreign = _foreign(pids)
         if foreign:
             steps.append(f"refused: {what} has processes of another user: {', '.join(foreign)}")
