@@ -158,6 +158,28 @@ def test_tmux_run_going_nan_is_stopped_within_two_polls_and_the_session_is_gone(
         subprocess.run(["tmux", "kill-server"], env=env, timeout=30, capture_output=True, check=False)
 
 
+def test_a_watcher_inside_the_same_tmux_session_stops_the_trainer_and_leaves_its_own_pane(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    log, nan_file, session = tmp_path / "train.log", tmp_path / "go-nan", "gs-anywhere-shared"
+    state_dir, out = tmp_path / "watch", tmp_path / "monitor.out"
+    trainer = f"{sys.executable} {TRAINER} --log {log} --nan-file {nan_file}"
+    watcher = (f"{sys.executable} -m guarded_sbatch monitor --fast-interval 1 --stop-grace 2 --state-dir {state_dir} "
+               f"--log-command 'tail -c 100000 {log}' --stop tmux:{session} > {out} 2>&1; sleep 30")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, trainer], env=env, check=True, timeout=30)
+    try:
+        subprocess.run(["tmux", "new-window", "-t", f"={session}:", watcher], env=env, check=True, timeout=30)
+        wait_for(lambda: _state(state_dir).get("last_decision") == "CONTINUE", 60, 0.2, "a healthy verdict")
+        nan_file.touch()
+        wait_for(lambda: _state(state_dir).get("finished"), 120, 0.2, "the watcher to stop the run")
+        evidence = json.loads(Path(_state(state_dir)["evidence"]).read_text())
+        assert "this watcher runs in pane(s)" in evidence["stop"] and "panes gone, no process of it left" in evidence["stop"]
+        panes = subprocess.run(["tmux", "list-panes", "-s", "-t", f"={session}", "-F", "#{pane_current_command}"],
+                               env=env, capture_output=True, text=True, timeout=30, check=False).stdout.split()
+        assert len(panes) == 1  # the watcher's window, still there (sleeping); the trainer's is gone
+    finally:
+        subprocess.run(["tmux", "kill-server"], env=env, timeout=30, capture_output=True, check=False)
+
+
 # --- process group ---------------------------------------------------------------------------------
 
 def test_pid_stop_of_a_group_with_a_child_that_ignores_sigint_ends_with_sigkill(tmp_path: Path) -> None:

@@ -253,6 +253,8 @@ def tmux_session_exists(session: str) -> bool:
 
 
 def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.2) -> StopOutcome:
+    """C-c to the session's panes, the grace period, then kill-session. A watcher running inside the same
+    session (another window) is left alone: then only the other panes are interrupted and killed."""
     steps: list[str] = []
     if not tmux_session_exists(session):
         return StopOutcome("tmux", True, f"tmux session {session} is not running (already ended)", "gone")
@@ -261,41 +263,59 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
                                                 "#{pane_id} #{pane_pid}").splitlines() if line.strip()]
     except CommandError as exc:
         return StopOutcome("tmux", False, f"tmux session {session}: cannot list its panes: {exc}")
-    pane_pids = {int(pid) for _, pid in panes}
-    tree = descendants(pane_pids, process_table())
+    table = process_table()
+    ours = {pane for pane, pid in panes if os.getpid() in descendants({int(pid)}, table)}
+    targets = [(pane, int(pid)) for pane, pid in panes if pane not in ours]
+    pane_pids = {pid for _, pid in targets}
+    tree = descendants(pane_pids, table)
     foreign = _foreign(tree)
     if foreign:
         return StopOutcome("tmux", False, f"tmux session {session} runs processes of another user "
                            f"({', '.join(foreign)}): not stopped")
-    try:
-        for pane_id, _ in panes:
-            _tmux("send-keys", "-t", pane_id, "C-c", check=False)
-        steps.append(f"C-c sent to {len(panes)} pane(s) of tmux session {session}")
-        def children() -> set[int]:  # the trainer under the panes' shells, while the session lasts
-            if not tmux_session_exists(session):
-                return set()
-            return _alive(descendants(pane_pids, process_table()) - pane_pids, process_table())
+    if ours:
+        steps.append(f"this watcher runs in pane(s) {', '.join(sorted(ours))} of the session: left alone")
 
-        gone, waited = _wait_gone(children, grace_s, poll_s)
-        steps.append(f"the trainer exited {waited:.1f} s after the interrupt" if gone
-                     else f"still running {grace_s:g} s after the interrupt")
-        if tmux_session_exists(session):
-            _tmux("kill-session", "-t", f"={session}", check=False)
-            steps.append(f"tmux kill-session -t {session}")
-    except CommandError as exc:
-        steps.append(f"tmux failed: {exc}")
+    def present() -> bool:
+        if not ours:
+            return tmux_session_exists(session)
+        try:
+            listed = _tmux("list-panes", "-s", "-t", f"={session}", "-F", "#{pane_id}", check=False).split()
+        except CommandError:
+            return False
+        return any(pane in listed for pane, _ in targets)
+
+    def children() -> set[int]:  # the trainer under the panes' shells, while the panes last
+        return _alive(descendants(pane_pids, process_table()) - pane_pids, process_table()) if present() else set()
+
     def survivors() -> set[int]:
         return _alive(tree, process_table())
 
+    try:
+        for pane_id, _ in targets:
+            _tmux("send-keys", "-t", pane_id, "C-c", check=False)
+        steps.append(f"C-c sent to {len(targets)} pane(s) of tmux session {session}")
+        gone, waited = _wait_gone(children, grace_s, poll_s)
+        steps.append(f"the trainer exited {waited:.1f} s after the interrupt" if gone
+                     else f"still running {grace_s:g} s after the interrupt")
+        if present() and not ours:
+            _tmux("kill-session", "-t", f"={session}", check=False)
+            steps.append(f"tmux kill-session -t {session}")
+        elif present():
+            for pane_id, _ in targets:
+                _tmux("kill-pane", "-t", pane_id, check=False)
+            steps.append(f"tmux kill-pane on {len(targets)} pane(s)")
+    except CommandError as exc:
+        steps.append(f"tmux failed: {exc}")
     gone, _ = _wait_gone(survivors, 2.0, poll_s)
     if not gone:
         signal_until_gone(survivors, f"the session's {len(survivors())} leftover process(es)", grace_s=min(grace_s, 5.0),
                           poll_s=poll_s, steps=steps, first=signal.SIGTERM)
-    exists = tmux_session_exists(session)
+    exists = present()
     left = survivors()
     took = not exists and not left
-    steps.append("session gone, no process of it left" if took else
-                 f"NOT stopped: session {'still exists' if exists else 'gone'}, {len(left)} process(es) left")
+    what = "panes" if ours else "session"
+    steps.append(f"{what} gone, no process of it left" if took else
+                 f"NOT stopped: {what} {'still there' if exists else 'gone'}, {len(left)} process(es) left")
     return StopOutcome("tmux", took, f"tmux:{session}: " + "; ".join(steps), "gone" if took else None)
 
 
