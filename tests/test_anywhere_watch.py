@@ -262,7 +262,7 @@ def test_stop_command_is_checked_against_the_target_and_escalated_when_it_did_no
         trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(tmp_path / "t.log")],
                                    start_new_session=True, stdin=subprocess.DEVNULL)
         try:
-            wait_for(lambda: _group_alive(trainer.pid), 30, what="the trainer")
+            wait_for(lambda t=trainer: _group_alive(t.pid), 30, what="the trainer")
             outcome = stop_with_command(command.format(pgid=trainer.pid), parse_stop_target(f"pid:{trainer.pid}"),
                                         grace_s=1.0)
             trainer.wait(timeout=10)
