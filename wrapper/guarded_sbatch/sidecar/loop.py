@@ -250,7 +250,8 @@ class Sidecar:
         from guarded_sbatch.actions.stop import stop_run
 
         self._full_report(verdict, now, ending=True)
-        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command)
+        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
+                           stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
         self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}

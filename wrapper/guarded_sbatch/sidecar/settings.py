@@ -27,3 +27,7 @@ class SidecarSettings:
     job_poll_s: float = SidecarJobSettings.job_poll_s
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
+    log_commands: list[str] = field(default_factory=list)  # commands whose stdout is the recent log
+    log_command_timeout_s: float = 30.0
+    stop_target: str | None = None  # tmux:SESSION | pid:PID | ssh:HOST[:PORT]:PID (actions/stop_targets.py)
+    stop_grace_s: float = 30.0
