@@ -9,7 +9,9 @@ from pathlib import Path
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
+from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
 
 
 def _add_source_flags(parser: ArgumentParser) -> None:
@@ -60,9 +62,38 @@ def run_sidecar_command(argv: list[str]) -> int:
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args),
+        policy=_policy(args), notify=_notify_settings(),
     )
-    return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+    try:
+        return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+    except Exception as exc:
+        _alert_sidecar_error(settings, exc)
+        raise
+
+
+def _notify_settings() -> object | None:
+    """The alert settings, read here at run time so the URLs (secrets) never pass through a job script."""
+    from guarded_sbatch.actions.notify import NotifySettings
+    from guarded_sbatch.core.config import load_config
+    from guarded_sbatch.core.errors import GuardedError
+
+    try:
+        config = load_config()
+    except GuardedError as exc:
+        print(f"sidecar: alerts off: the config could not be read ({exc.message})", flush=True)
+        return None
+    return NotifySettings(urls=config.notify_urls, on=config.notify_on, wait_long_s=config.notify_wait_long_s)
+
+
+def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
+    from guarded_sbatch.actions.notify import Alert, send_alert
+
+    if settings.notify is None:
+        return
+    outcome = send_alert(settings.notify, Alert(
+        event="sidecar_error", run=settings.run_name, job_id=settings.job_id, decision="-", reason="sidecar_error",
+        message=f"the sidecar stopped with {type(exc).__name__}: {exc}; the run is no longer watched"))
+    print(f"sidecar: alert (sidecar_error): {outcome.detail}", flush=True)
 
 
 def _run_name_from(run_dir: Path) -> str | None:
@@ -85,6 +116,9 @@ def run_monitor(argv: list[str]) -> int:
     _add_source_flags(parser)
     _intervals(parser)
     args = parser.parse_args(argv)
+    if args.json and not args.once:
+        raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
+                         "use `guarded-sbatch monitor --once --json ...`")
     search_dirs, wandb_run = _classify_target(args.target, args)
     if not (args.tb or args.wandb or args.log or search_dirs or wandb_run or args.job):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, a folder, a W&B run path, or --job")
@@ -101,9 +135,9 @@ def run_monitor(argv: list[str]) -> int:
         verdict, data_source = check_once(settings)
         if args.json:
             payload = {**verdict.to_json(), "data_source": data_source}
-            print(json.dumps(payload, default=str, allow_nan=False))
+            print(json_dumps(payload))
         else:
-            print(f"{verdict.decision.value} ({verdict.reason.value}): {verdict.message} [{data_source}]")
+            print(one_line(verdict, data_source))
         return int(ExitCode.OK)
     scheduler = None
     if args.job:

@@ -73,13 +73,14 @@ class Sidecar:
             self.state.started_at = now
             self.state.full_interval_s = self.settings.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
+        self.emit(cadence_line(self.settings))
         try:
             while True:
                 exit_code = self.poll_once()
                 self.state.save(self.settings.state_file)
                 if exit_code is not None:
                     return exit_code
-                self.sleep(self.settings.fast_interval_s)
+                self.sleep(self._poll_interval(self.clock()))
         finally:
             if self._job_watch is not None:
                 self._job_watch.close()
@@ -100,6 +101,9 @@ class Sidecar:
         if verdict.decision is Decision.STOP:
             return self._stop(verdict, now)
         ended = self.job_state.is_terminal
+        if not ended and self._starting_up(now, verdict):
+            return None
+        self._maybe_alert_wait_or_crash(verdict, now, ended)
         changed = (verdict.decision.value, verdict.reason.value) != (self.state.last_decision, self.state.last_reason)
         new_anomaly = any(self._anomaly_id(a) not in self.state.reported_anomalies for a in verdict.anomalies)
         if ended or changed or new_anomaly or now >= self.state.next_full_report_at:
@@ -192,7 +196,9 @@ class Sidecar:
         self.state.full_reports += 1
         report = CheckReport(
             when=now, data_source=self.state.data_source, run=self._run_label(), verdict=verdict,
-            evidence=self.sources.files_inspected()[:6], next_check=None if ending else now + interval,
+            evidence=self.sources.files_inspected()[:6],
+            next_check=None if ending else now + self._poll_interval(now),
+            next_full_report=None if ending else now + interval, poll_interval_s=self._poll_interval(now),
         )
         self.emit("\n" + report.render())
 
@@ -254,7 +260,7 @@ class Sidecar:
         self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
-        evidence_path = None
+        evidence_path, plot_path = None, None
         try:
             bundle = write_evidence(
                 self.settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
@@ -263,7 +269,7 @@ class Sidecar:
                 files_inspected=self.sources.files_inspected(), log_path=self.sources.stdout_path(),
                 stop_detail=outcome.detail,
             )
-            evidence_path = str(bundle.json_path)
+            evidence_path, plot_path = str(bundle.json_path), bundle.plot_path
         except OSError as exc:
             self.emit(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n")
         note_detail = "not configured"
@@ -277,9 +283,11 @@ class Sidecar:
                 note_detail = f"appended to {self.settings.notes_path}"
             except GuardedError as exc:
                 note_detail = f"FAILED: {exc}"
+        alert_detail = self._alert("stop", verdict, evidence=evidence_path,
+                                   plot=plot_path)  # after the stop, never before
         summary = render_final_summary(
             run=self.settings.run_name, job_id=self.settings.job_id, verdict=verdict, stop_detail=outcome.detail,
-            evidence_path=evidence_path, note_detail=note_detail, when=self.clock(),
+            evidence_path=evidence_path, note_detail=note_detail, when=self.clock(), alert_detail=alert_detail,
         )
         self.emit("\n" + summary)
         self._remember(verdict)
@@ -287,6 +295,50 @@ class Sidecar:
         self.state.final_summary = summary
         self.state.evidence = evidence_path or ""
         return 0
+
+
+    # ---- start-up grace and alerts (sidecar/report.py, actions/notify.py); kept apart from the rest ----
+    def _poll_interval(self, now: float) -> float:
+        """Look for the first metrics often during the start-up grace, then at the normal cadence."""
+        if not self.state.last_new_data_at and now - self.state.started_at < self.settings.startup_grace_s:
+            return min(self.settings.fast_interval_s, self.settings.startup_poll_s)
+        return self.settings.fast_interval_s
+
+    def _starting_up(self, now: float, verdict: Verdict) -> bool:
+        """No metrics yet within the grace after the start: one line, not an "unreachable" report."""
+        from guarded_sbatch.judge.verdict import Reason
+
+        if self.state.last_new_data_at or now - self.state.started_at >= self.settings.startup_grace_s:
+            return False
+        if verdict.decision is not Decision.WAIT or verdict.reason not in (Reason.SOURCE_UNREADABLE, Reason.NO_DATA):
+            return False
+        if not self.state.startup_note_shown:
+            self.state.startup_note_shown = True
+            self.emit(startup_line(self.settings, self.sources.describe()))
+        return True
+
+    def _maybe_alert_wait_or_crash(self, verdict: Verdict, now: float, ended: bool) -> None:
+        from guarded_sbatch.sidecar.alerts import alert_wait_or_crash
+
+        alert_wait_or_crash(self, verdict, now, ended)
+
+    def _alert(self, event: str, verdict: Verdict, *, evidence: str | None = None, plot: Path | None = None) -> str:
+        from guarded_sbatch.sidecar.alerts import alert
+
+        return alert(self, event, verdict, evidence=evidence, plot=plot)
+
+
+def cadence_line(settings: SidecarSettings) -> str:
+    from guarded_sbatch.sidecar.report import cadence_text
+
+    alerts = settings.notify.describe() if settings.notify is not None else "no alerts configured"
+    return f"sidecar: {cadence_text(settings)}; alerts: {alerts}\n"
+
+
+def startup_line(settings: SidecarSettings, sources: str) -> str:
+    return (f"sidecar: waiting for the run's first metrics ({sources}); looking every "
+            f"{min(settings.fast_interval_s, settings.startup_poll_s):.0f} s for up to "
+            f"{settings.startup_grace_s:.0f} s before reporting a missing source\n")
 
 
 def judge_sources(sources: SourceSet, policy: object | None, context: object) -> Verdict:
