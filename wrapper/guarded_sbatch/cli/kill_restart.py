@@ -83,6 +83,7 @@ def kill_command(argv: list[str]) -> int:
     failed = _clean_up(record, yes=args.yes, verb="kill")
     record.ended = "killed"  # its jobs are stopped either way
     record.save()
+    _audit("kill", record, reason="cleanup incomplete" if failed else "killed and cleaned up")
     if failed:
         raise UsageError(f"run killed but the cleanup is incomplete: {len(failed)} step(s) not done (see above), "
                          f"first: {failed[0]}")
@@ -122,6 +123,8 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     new_record = new_runs[-1]
     new_record.restarted_from = record.run_id
     new_record.save()
+    _audit("restart", record, reason=f"relaunched as job {new_record.job_id}", new_job=new_record.job_id,
+           new_run=new_record.run_id)
     print(f"guarded-sbatch: run {record.run_name} restarted as job {new_record.job_id} ({new_record.run_id})",
           file=sys.stderr)
     return int(ExitCode.OK)
@@ -151,6 +154,18 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
         if waiver.get("check") and waiver["check"] not in rewaived:
             recorded.append(f"--guard-waive={waiver['check']}={waiver.get('reason', '')}")
     return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, record.script, *record.script_args]
+
+
+def _audit(event: str, record: RunRecord, **fields: str) -> None:
+    from guarded_sbatch.core.audit import AuditLog
+    from guarded_sbatch.core.config import load_config
+
+    try:
+        problem = AuditLog.from_config(load_config()).record(event, job=record.job_id, run=record.run_id, **fields)
+    except GuardedError as exc:
+        problem = exc.message
+    if problem:
+        print(f"guarded-sbatch: warning: the site's audit record was not written ({problem})", file=sys.stderr)
 
 
 def _run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:

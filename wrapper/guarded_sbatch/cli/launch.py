@@ -144,7 +144,25 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         submission.record.save()
     print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
+    audit_launch(config, submission.record, report)
     return int(ExitCode.OK)
+
+
+def audit_launch(config: object, record: object, report: object) -> None:
+    """The site's audit trail: the launch, and each waiver with its reason (core/audit.py)."""
+    from guarded_sbatch.core.audit import AuditLog
+
+    audit = AuditLog.from_config(config)
+    job, run = record.job_id, record.run_name  # type: ignore[attr-defined]
+    problems = [audit.record("launch", job=job, run=run, sidecar=record.sidecar_id,  # type: ignore[attr-defined]
+                             backend=record.backend, script=record.script,  # type: ignore[attr-defined]
+                             submit_dir=record.submit_dir,  # type: ignore[attr-defined]
+                             waivers=len(report.waivers))]  # type: ignore[attr-defined]
+    problems += [audit.record("waiver", job=job, run=run, check=w.check, reason=w.reason)
+                 for w in report.waivers]  # type: ignore[attr-defined]
+    for problem in filter(None, problems):
+        print(f"guarded-sbatch: warning: the site's audit record was not written ({problem}); "
+              "your job runs anyway", file=sys.stderr)
 
 
 def _planned_end(report: object) -> float | None:

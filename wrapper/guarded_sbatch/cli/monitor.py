@@ -62,8 +62,9 @@ def run_sidecar_command(argv: list[str]) -> int:
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args), notify=_notify_settings(),
+        policy=_policy(args),
     )
+    settings.notify, settings.audit = _site_actions()
     try:
         return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
     except Exception as exc:
@@ -71,18 +72,20 @@ def run_sidecar_command(argv: list[str]) -> int:
         raise
 
 
-def _notify_settings() -> object | None:
-    """The alert settings, read here at run time so the URLs (secrets) never pass through a job script."""
+def _site_actions() -> tuple[object | None, object | None]:
+    """Alerts and audit trail, read here at run time so the URLs (secrets) never pass through a job script."""
     from guarded_sbatch.actions.notify import NotifySettings
+    from guarded_sbatch.core.audit import AuditLog
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.errors import GuardedError
 
     try:
         config = load_config()
     except GuardedError as exc:
-        print(f"sidecar: alerts off: the config could not be read ({exc.message})", flush=True)
-        return None
-    return NotifySettings(urls=config.notify_urls, on=config.notify_on, wait_long_s=config.notify_wait_long_s)
+        print(f"sidecar: alerts and audit off: the config could not be read ({exc.message})", flush=True)
+        return None, None
+    notify = NotifySettings(urls=config.notify_urls, on=config.notify_on, wait_long_s=config.notify_wait_long_s)
+    return notify, AuditLog.from_config(config)
 
 
 def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:

@@ -36,10 +36,16 @@ def alert(sidecar: Any, event: str, verdict: Verdict, *, evidence: str | None = 
     from guarded_sbatch.actions.notify import Alert, send_alert
     from guarded_sbatch.sidecar.report import summarise_metrics
 
-    notify = sidecar.settings.notify
+    settings = sidecar.settings
+    if event == "stop" and settings.audit is not None:
+        problem = settings.audit.record("stop", job=settings.job_id, run=settings.run_name,
+                                        check=verdict.reason.value, reason=verdict.message, step=verdict.last_step,
+                                        evidence=evidence)
+        if problem:
+            sidecar.emit(f"sidecar: could not write the audit record: {problem}\n")
+    notify = settings.notify
     if notify is None or not notify.wants(event):
         return "not configured"
-    settings = sidecar.settings
     message = Alert(event=event, run=settings.run_name, job_id=settings.job_id, decision=verdict.decision.value,
                     reason=verdict.reason.value, message=verdict.message, key_values=summarise_metrics(verdict),
                     evidence=evidence, plot=plot, step=verdict.last_step)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.actions.notify import NotifySettings
+from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.judge.policy import JudgePolicy
 
 
@@ -27,6 +28,7 @@ class SidecarSettings:
     job_poll_s: float = 300.0
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
-    notify: NotifySettings | None = None  # alerts on stop / wait_long / crash (actions/notify.py)
+    notify: NotifySettings | None = None
+    audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there  # alerts on stop / wait_long / crash (actions/notify.py)
     startup_grace_s: float = 300.0  # no metrics yet this soon after the start is normal, not "unreachable"
     startup_poll_s: float = 10.0  # how often to look for the first metrics during the grace

@@ -1,0 +1,85 @@
+"""Admin pieces without Slurm: the audit log under 20 concurrent launches, the committed Lua policy rendered
+from the example site config, the site switch-off, and the module failing loudly without its site config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from e2e_helpers import make_project
+from guarded_sbatch.core.audit import AuditLog, read_audit
+from guarded_sbatch.site.policy import load_policy, render_lua_policy
+from test_site_helpers import REPO, admin_modulefile, with_module
+
+TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
+
+
+def test_committed_lua_policy_is_the_example_site_config_rendered() -> None:
+    # rendered with the path relative to the repository, as the README's command does from the checkout
+    os.chdir(REPO)
+    rendered = render_lua_policy(load_policy(Path("site_configs/example-site.toml")))
+    assert (REPO / "slurm_plugins" / "guarded_sbatch_policy.lua").read_text() == rendered, (
+        "slurm_plugins/guarded_sbatch_policy.lua is stale: run "
+        "`python -m guarded_sbatch.site.policy site_configs/example-site.toml slurm_plugins/guarded_sbatch_policy.lua`")
+
+
+def test_enabled_false_renders_an_allow_policy(tmp_path: Path) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text('enabled = false\n[enforcement]\nunguarded_training = "reject"\n')
+    policy = load_policy(site)
+    assert policy.unguarded_training == "allow" and policy.switched_off
+    assert "enabled = false" in render_lua_policy(policy)
+
+
+def test_twenty_concurrent_launches_lose_no_audit_line(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    log = tmp_path / "audit" / "audit.jsonl"
+    site = tmp_path / "site.toml"
+    site.write_text(f'[audit]\nlog = "{log}"\n')
+    env = {**project.env, "GUARDED_SBATCH_SITE_CONFIG": str(site)}
+    (project.root / "quick.sh").write_text(
+        "#!/bin/bash\n#SBATCH --job-name=synthetic-tanh-mlp-bs64-lr5e-2\n"
+        "python train.py --config configs/synthetic-tanh-mlp.yaml --steps 1 \"$@\"\n")
+    launches = [subprocess.Popen(
+        [sys.executable, "-m", "guarded_sbatch", "--guard-backend", "local", "--guard-tb", TB,
+         f"--guard-run-name=synthetic-tanh-mlp-audit{i:02d}", "--guard-waive", f"eta=audit test {i}", "quick.sh"],
+        cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL) for i in range(20)]
+    results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in launches]  # type: ignore[union-attr]
+    assert all(code == 0 for code, _, _ in results), [r for r in results if r[0] != 0][:1]
+    records = read_audit(log)  # every line parses: none interleaved
+    launched = [r for r in records if r["event"] == "launch"]
+    assert len(launched) == 20 and len({r["job"] for r in launched}) == 20
+    job_ids = sorted(r.split()[-1] for _, r, _ in results)
+    assert sorted(r["job"] for r in launched) == job_ids
+    assert all(r["user"] and r["run"].startswith("synthetic-tanh-mlp-audit") for r in launched)
+    # the ETA waiver is recorded only when the ETA check failed; each one has its check and reason
+    assert all(r["check"] == "eta" and r["reason"].startswith("audit test") for r in records if r["event"] == "waiver")
+    assert len(log.read_text().splitlines()) == len(records)
+
+
+def test_audit_log_can_go_to_syslog_through_logger(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    calls = tmp_path / "logger-calls"
+    fake = tmp_path / "bin" / "logger"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    assert AuditLog(None, syslog=True).record("kill", job="7", run="r-7", reason="by owner") is None
+    line = calls.read_text().strip()
+    assert line.startswith("-t guarded-sbatch -p user.notice -- {")
+    assert json.loads(line.split("-- ", 1)[1])["event"] == "kill"
+
+
+def test_module_fails_loudly_without_its_site_config_in_a_production_install(tmp_path: Path) -> None:
+    modulepath = admin_modulefile(tmp_path, tmp_path / "etc" / "missing-site.toml")
+    modulefile = modulepath / "guarded-sbatch" / "0.1.0.lua"
+    modulefile.write_text(modulefile.read_text().replace(
+        "local python       = nil", f'local python       = "{sys.executable}"'))
+    out = with_module(modulepath, "echo loaded", cwd=tmp_path, env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                                                     "HOME": str(tmp_path)})
+    assert out.returncode == 90 and "loaded" not in out.stdout
+    assert "missing-site.toml" in out.stderr and "does not exist" in out.stderr
