@@ -38,10 +38,9 @@ def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: 
         name = word.partition("=")[0]
         if word in YES_FLAGS:
             yes = True
-        elif word in ("-h", "--help"):
-            extra = " [guard options]" if allow_guard_options else ""
-            raise UsageError(f"usage: guarded-sbatch {command} RUN [--yes]{extra} (RUN: run id, job id or run name)",
-                             exit_code=ExitCode.USAGE)
+        elif word == "--json":
+            raise UsageError(f"`guarded-sbatch {command}` has no --json output; `guarded-sbatch status --json` "
+                             "shows the run's state afterwards")
         elif allow_guard_options and name in GUARD_OPTIONS:
             guard.append(word)
             if GUARD_OPTIONS[name] and "=" not in word:
@@ -113,7 +112,9 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         raise UsageError(f"run stopped but not relaunched: {len(failed)} cleanup step(s) not done (see above), "
                          f"first: {failed[0]}; fix that and run the restart again")
     before = {r.run_id for r in list_runs()}
-    code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False))
+    print("guarded-sbatch: relaunching (the pre-flight above passed; it runs again, quietly):", file=sys.stderr)
+    code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False,
+                                                            show_report=False))
     new_runs = [r for r in list_runs() if r.run_id not in before]
     record.ended = "restarted"
     record.save()
@@ -168,10 +169,10 @@ def _audit(event: str, record: RunRecord, **fields: str) -> None:
         print(f"guarded-sbatch: warning: the site's audit record was not written ({problem})", file=sys.stderr)
 
 
-def _run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
+def _run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
     from guarded_sbatch.cli.launch import run_launch
 
-    return run_launch(argv, check_only=check_only, color=color)
+    return run_launch(argv, check_only=check_only, color=color, show_report=show_report)
 
 
 def _in_folder(folder: str, action: Callable[[], int]) -> int:
