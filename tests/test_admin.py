@@ -83,3 +83,38 @@ def test_module_fails_loudly_without_its_site_config_in_a_production_install(tmp
                                                                      "HOME": str(tmp_path)})
     assert out.returncode == 90 and "loaded" not in out.stdout
     assert "missing-site.toml" in out.stderr and "does not exist" in out.stderr
+
+
+def _fake_sbatch(tmp_path: Path) -> Path:
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text("#!/bin/sh\necho 'Submitted batch job 4242'\n")
+    fake.chmod(0o755)
+    return fake
+
+
+def _shim(tmp_path: Path, site: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "GUARDED_SBATCH_SITE_CONFIG": str(site), "GUARDED_SBATCH_REAL_SBATCH": str(_fake_sbatch(tmp_path)),
+           "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(tmp_path / "user.toml")}
+    (tmp_path / "user.toml").write_text("")
+    return subprocess.run([sys.executable, "-m", "guarded_sbatch.cli.shim", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_shim_bypasses_and_the_site_switch_off_are_audited(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    site = tmp_path / "site.toml"
+    site.write_text(f'[audit]\nlog = "{log}"\n[enforcement]\nunguarded_training = "tag"\n')
+    wrapped = _shim(tmp_path, site, "--wrap", "python train.py --lr 0.1")
+    assert wrapped.returncode == 0 and wrapped.stdout == "Submitted batch job 4242\n", wrapped.stderr
+    plain = _shim(tmp_path, site, "--wrap", "hostname")
+    assert plain.returncode == 0
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=synthetic-tanh-mlp-bs64-lr5e-2\npython train.py\n")
+    site.write_text(f'enabled = false\n[audit]\nlog = "{log}"\n')
+    off = _shim(tmp_path, site, "train.sh")
+    assert off.returncode == 0 and off.stdout == "Submitted batch job 4242\n" and "Pre-flight" not in off.stderr
+    records = read_audit(log)
+    assert [r["event"] for r in records] == ["shim_bypass", "shim_bypass"]  # `--wrap hostname` is no bypass
+    assert "--wrap job (training" in records[0]["reason"] and "python train.py" in records[0]["argv"]
+    assert "switched off by the site" in records[1]["reason"] and records[1]["argv"] == "train.sh"

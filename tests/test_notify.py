@@ -97,3 +97,59 @@ def test_events_not_chosen_are_not_sent() -> None:
     settings = NotifySettings(urls=("json://127.0.0.1:9/x",), on=frozenset({"crash"}))
     assert send_alert(settings, Alert("stop", "r", "1", "STOP", "divergence", "m")).detail == \
         "not configured for this event"
+
+
+def test_a_crashed_job_is_alerted_once(tmp_path: Path) -> None:
+    hook = WebhookServer().start()
+    try:
+        project = make_project(tmp_path, fast_interval=1.0)
+        config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
+        config.write_text(config.read_text() + f'\n[notify]\nurls = ["json://127.0.0.1:{hook.port}/crash"]\n')
+        (project.root / "crash.sh").write_text(
+            "#!/bin/bash\n#SBATCH --job-name=synthetic-tanh-mlp-bs64-lr5e-2\n"
+            "python train.py --config configs/synthetic-tanh-mlp.yaml --steps 40 \"$@\"\nexit 7\n")
+        result = project.cli("--guard-backend", "local", "--guard-tb", TB, "crash.sh")
+        assert result.returncode == 0, result.stderr
+        job_id = submitted_job_id(result.stdout)
+        record = project.run_record(job_id)
+        scheduler = LocalScheduler(project.state_dir / "local-jobs")
+        wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 120, what="sidecar to exit")
+        assert scheduler.state(job_id) is JobState.FAILED
+        assert [r["path"] for r in hook.requests] == ["/crash"]
+        posted = hook.requests[0]["json"]
+        assert "training job ended badly" in posted["title"] and f"ended FAILED" in posted["message"]
+        assert "sidecar: alert (crash): sent to 1 of 1 service(s) (json)" in project.sidecar_output(job_id)
+    finally:
+        hook.stop()
+
+
+def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
+    import io
+
+    from guarded_sbatch.sidecar.loop import Sidecar
+    from guarded_sbatch.sidecar.settings import SidecarSettings
+
+    hook = WebhookServer().start()
+    clock = [1_796_000_000.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        if clock[0] > 1_796_000_000.0 + 3 * 3600:
+            raise StopIteration
+
+    try:
+        settings = SidecarSettings(
+            run_name="never-logs", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
+            tb_paths=[tmp_path / "missing"],
+            notify=NotifySettings(urls=(f"json://127.0.0.1:{hook.port}/wait",), wait_long_s=3600))
+        out = io.StringIO()
+        try:
+            Sidecar(settings, None, out, clock=lambda: clock[0], sleep=sleep).run()
+        except StopIteration:
+            pass
+        assert len(hook.requests) == 1
+        assert "waiting for a long time" in hook.requests[0]["json"]["title"]
+        assert "WAIT for 60 min" in hook.requests[0]["json"]["message"]
+        assert out.getvalue().count("sidecar: alert (wait_long)") == 1
+    finally:
+        hook.stop()
