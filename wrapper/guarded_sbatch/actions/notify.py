@@ -8,14 +8,17 @@ never hold up or undo a STOP (the sidecar sends only after the job is stopped).
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
-import threading
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.runner import run_command
 
 EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
 TITLES = {
@@ -89,47 +92,65 @@ def service_kinds(urls: Sequence[str]) -> list[str]:
 
 
 def send_alert(settings: NotifySettings, alert: Alert) -> NotifyOutcome:
-    """Send to every configured service; never raises, never takes much longer than settings.timeout_s."""
+    """Send to every configured service; never raises, never takes much longer than settings.timeout_s.
+
+    apprise runs in a child process (`python -m guarded_sbatch.actions.notify`): its ~20 MB never enter the
+    sidecar, and a hung service is ended by the timeout. The URLs go to the child on stdin, never in its
+    argv (which `ps` shows) or a file."""
     if not settings.wants(alert.event):
         return NotifyOutcome(0, 0, "not configured for this event")
-    result: dict[str, NotifyOutcome] = {}
-
-    def work() -> None:
-        try:
-            result["outcome"] = _send(settings.urls, alert)
-        except Exception as exc:  # noqa: BLE001 - an alert must never break the caller; the text may hold a URL
-            result["outcome"] = NotifyOutcome(0, len(settings.urls), f"alert failed ({type(exc).__name__})")
-
-    worker = threading.Thread(target=work, name="guarded-sbatch-notify", daemon=True)
-    worker.start()
-    worker.join(settings.timeout_s)
-    if worker.is_alive():
-        return NotifyOutcome(0, len(settings.urls), f"alert not confirmed within {settings.timeout_s:.0f} s "
-                                                    f"({', '.join(service_kinds(settings.urls))})")
-    return result.get("outcome", NotifyOutcome(0, len(settings.urls), "alert failed"))
-
-
-def _send(urls: Sequence[str], alert: Alert) -> NotifyOutcome:
-    import apprise  # lazy: only the sidecar sends, and only on an event
-
-    quiet = logging.getLogger("apprise")
-    was_disabled = quiet.disabled
-    quiet.disabled = True  # apprise's own log lines may quote a URL
+    kinds = service_kinds(settings.urls)
+    attach = [str(alert.plot)] if alert.plot is not None and alert.plot.is_file() else []
+    request = json.dumps({"urls": list(settings.urls), "title": alert.title(), "body": alert.body(), "attach": attach})
     try:
-        attach = [str(alert.plot)] if alert.plot is not None and alert.plot.is_file() else None
-        sent, failed = [], []
-        for url, kind in zip(urls, service_kinds(urls)):
-            client = apprise.Apprise()
-            if not client.add(url):
-                failed.append(f"{kind} (URL not understood)")
-                continue
-            ok = client.notify(title=alert.title(), body=alert.body(), attach=attach)
-            (sent if ok else failed).append(kind)
-    finally:
-        quiet.disabled = was_disabled
-    detail = f"sent to {len(sent)} of {len(urls)} service(s)"
+        result = run_command([sys.executable, "-m", "guarded_sbatch.actions.notify"], input_text=request,
+                             timeout=settings.timeout_s, check=False)
+    except CommandError as exc:
+        what = f"not confirmed within {settings.timeout_s:.0f} s" if exc.timed_out else "could not start"
+        return NotifyOutcome(0, len(kinds), f"alert {what} ({', '.join(kinds)})")
+    try:
+        answer = json.loads(result.stdout.strip().splitlines()[-1])
+        sent, failed = list(answer["sent"]), list(answer["failed"])
+    except (ValueError, IndexError, KeyError, TypeError):
+        return NotifyOutcome(0, len(kinds), f"alert failed (exit {result.returncode}; {', '.join(kinds)})")
+    return NotifyOutcome(len(sent), len(failed), _detail(sent, failed, len(kinds)))
+
+
+def _detail(sent: list[str], failed: list[str], total: int) -> str:
+    detail = f"sent to {len(sent)} of {total} service(s)"
     if sent:
         detail += f" ({', '.join(sent)})"
     if failed:
         detail += f"; failed: {', '.join(failed)}"
-    return NotifyOutcome(len(sent), len(failed), detail)
+    return detail
+
+
+def deliver(urls: Sequence[str], title: str, body: str, attach: Sequence[str]) -> tuple[list[str], list[str]]:
+    """In the child: one apprise client per URL, so one bad service cannot hide the others' outcome."""
+    import apprise
+
+    logging.getLogger("apprise").disabled = True  # its log lines may quote a URL
+    sent, failed = [], []
+    for url, kind in zip(urls, service_kinds(urls)):
+        client = apprise.Apprise()
+        try:
+            if not client.add(url):
+                failed.append(f"{kind} (URL not understood)")
+                continue
+            ok = client.notify(title=title, body=body, attach=list(attach) or None)
+        except Exception as exc:  # noqa: BLE001 - one service's bug must not lose the others; the text may hold a URL
+            failed.append(f"{kind} ({type(exc).__name__})")
+            continue
+        (sent if ok else failed).append(kind)
+    return sent, failed
+
+
+def main() -> int:
+    request = json.loads(sys.stdin.read())
+    sent, failed = deliver(request["urls"], request["title"], request["body"], request.get("attach") or [])
+    sys.stdout.write(json.dumps({"sent": sent, "failed": failed}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
