@@ -5,7 +5,6 @@ per-user history for a real guarded launch."""
 from __future__ import annotations
 
 import getpass
-import os
 import re
 import subprocess
 import uuid
@@ -100,7 +99,7 @@ def test_admin_recipes_on_the_dev_slurm(slurm_cluster: None, tmp_path: Path) -> 
         assert f'"job":"{job_id}"' in waivers.stdout and '"check":"run-name"' in waivers.stdout
         assert '"reason":"admin recipe test"' in waivers.stdout
         mine = run_recipe("audit-user", env)
-        assert f'"event":"launch"' in mine.stdout and f'"job":"{job_id}"' in mine.stdout
+        assert '"event":"launch"' in mine.stdout and f'"job":"{job_id}"' in mine.stdout
     finally:
         if jobs:
             subprocess.run(["scancel", *jobs], capture_output=True, timeout=30)

@@ -117,7 +117,7 @@ def test_a_crashed_job_is_alerted_once(tmp_path: Path) -> None:
         assert scheduler.state(job_id) is JobState.FAILED
         assert [r["path"] for r in hook.requests] == ["/crash"]
         posted = hook.requests[0]["json"]
-        assert "training job ended badly" in posted["title"] and f"ended FAILED" in posted["message"]
+        assert "training job ended badly" in posted["title"] and "ended FAILED" in posted["message"]
         assert "sidecar: alert (crash): sent to 1 of 1 service(s) (json)" in project.sidecar_output(job_id)
     finally:
         hook.stop()

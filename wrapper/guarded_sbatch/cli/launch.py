@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
 
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, UsageError
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
@@ -70,7 +70,7 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
         print(redact(format_report(report, color=color, launching=not check_only)), file=sys.stderr)
     if check_only:
         if guard.json:
-            print(redact(json.dumps(report.to_json(), default=str)))
+            print(redact(json_dumps(report.to_json())))
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
     if report.blocked:
         raise BlockedError(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import ExitCode, GuardedError
 from guarded_sbatch.core.fsutil import read_json
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, list_runs
 from guarded_sbatch.core.timefmt import local_timestamp
 from guarded_sbatch.scheduler.base import JobState
@@ -28,7 +28,7 @@ def run_status(argv: list[str], *, color: bool) -> int:
     rows = [run_status_row(r) for r in list_runs()
             if (args.all or not r.ended) and (project is None or _under(r.submit_dir, project))]
     if args.json:
-        print(json.dumps({"runs": rows}, default=str))
+        print(json_dumps({"runs": rows}))
         return int(ExitCode.OK)
     if not rows:
         print("no guarded runs yet", file=sys.stderr)
