@@ -118,3 +118,19 @@ def test_shim_bypasses_and_the_site_switch_off_are_audited(tmp_path: Path) -> No
     assert [r["event"] for r in records] == ["shim_bypass", "shim_bypass"]  # `--wrap hostname` is no bypass
     assert "--wrap job (training" in records[0]["reason"] and "python train.py" in records[0]["argv"]
     assert "switched off by the site" in records[1]["reason"] and records[1]["argv"] == "train.sh"
+
+
+def test_tcl_module_fails_loudly_too(tmp_path: Path) -> None:
+    text = (REPO / "modulefiles" / "tcl" / "guarded-sbatch" / "0.1.0").read_text()
+    for old, new in (('set install_root ""', f'set install_root "{REPO}"'),
+                     ('set python       ""', f'set python       "{sys.executable}"'),
+                     ('set site_config  ""', f'set site_config  "{tmp_path / "missing-site.toml"}"')):
+        assert old in text
+        text = text.replace(old, new)
+    modulepath = tmp_path / "modulefiles"
+    (modulepath / "guarded-sbatch").mkdir(parents=True)
+    (modulepath / "guarded-sbatch" / "0.1.0").write_text(text)
+    out = with_module(modulepath, "echo loaded", cwd=tmp_path, env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                                                     "HOME": str(tmp_path)})
+    assert out.returncode == 90 and "loaded" not in out.stdout
+    assert "missing-site.toml" in out.stderr and "does not exist" in out.stderr
