@@ -8,11 +8,14 @@ import base64
 import json
 from pathlib import Path
 
+import pytest
+
 from alert_servers import MailServer, WebhookServer, free_port
 from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
 from guarded_sbatch.scheduler.base import JobState
 from guarded_sbatch.scheduler.local import LocalScheduler
+from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 MAIL_PASSWORD = "Mail-Pw-7c1e9a"
@@ -29,7 +32,11 @@ def _files_containing(root: Path, needles: list[str], skip: set[Path]) -> list[s
     return found
 
 
-def test_stop_alert_reaches_mail_and_webhook_and_no_url_is_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_stop_alert_reaches_mail_and_webhook_and_no_url_is_written(tmp_path: Path, backend: str,
+                                                                    request: pytest.FixtureRequest) -> None:
+    if backend == "slurm":
+        request.getfixturevalue("slurm_cluster")
     mail = MailServer("guard", MAIL_PASSWORD).start()
     hook = WebhookServer().start()
     try:
@@ -38,13 +45,14 @@ def test_stop_alert_reaches_mail_and_webhook_and_no_url_is_written(tmp_path: Pat
         urls = [mail.url(), f"json://alerts:{HOOK_PASSWORD}@127.0.0.1:{hook.port}/hook",
                 f"json://127.0.0.1:{free_port()}/nobody-listens"]
         config.write_text(config.read_text() + f"\n[notify]\nurls = {json.dumps(urls)}\non = [\"stop\"]\n")
-        result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "3000",
+        result = project.cli("--guard-backend", backend, "--guard-tb", TB, "train.sh", "--steps", "3000",
                              "--diverge-at", "60")
         assert result.returncode == 0, result.stderr
         job_id = submitted_job_id(result.stdout)
         record = project.run_record(job_id)
-        scheduler = LocalScheduler(project.state_dir / "local-jobs")
-        assert wait_for(lambda: (s := scheduler.state(job_id)).is_terminal and s, 120) is JobState.CANCELLED
+        scheduler = LocalScheduler(project.state_dir / "local-jobs") if backend == "local" else \
+            SlurmScheduler(state_dir=tmp_path / "slurm-cache")
+        assert wait_for(lambda: (s := scheduler.state(job_id)).is_terminal and s, 150) is JobState.CANCELLED
         wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 90, what="sidecar to exit")
         output = project.sidecar_output(job_id)
         assert "FINAL_SUMMARY" in output and "- Decision: STOP" in output
