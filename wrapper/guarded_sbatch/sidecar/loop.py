@@ -20,7 +20,9 @@ from typing import Any, TextIO
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.judge.verdict import Decision, Verdict
-from guarded_sbatch.sidecar.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
+from guarded_sbatch.sidecar.report import (
+    DATA_SOURCE_LABELS, CheckReport, cadence_line, render_final_summary, startup_line,
+)
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -296,7 +298,6 @@ class Sidecar:
         self.state.evidence = evidence_path or ""
         return 0
 
-
     # ---- start-up grace and alerts (sidecar/report.py, actions/notify.py); kept apart from the rest ----
     def _poll_interval(self, now: float) -> float:
         """Look for the first metrics often during the start-up grace, then at the normal cadence."""
@@ -326,19 +327,6 @@ class Sidecar:
         from guarded_sbatch.sidecar.alerts import alert
 
         return alert(self, event, verdict, evidence=evidence, plot=plot)
-
-
-def cadence_line(settings: SidecarSettings) -> str:
-    from guarded_sbatch.sidecar.report import cadence_text
-
-    alerts = settings.notify.describe() if settings.notify is not None else "no alerts configured"
-    return f"sidecar: {cadence_text(settings)}; alerts: {alerts}\n"
-
-
-def startup_line(settings: SidecarSettings, sources: str) -> str:
-    return (f"sidecar: waiting for the run's first metrics ({sources}); looking every "
-            f"{min(settings.fast_interval_s, settings.startup_poll_s):.0f} s for up to "
-            f"{settings.startup_grace_s:.0f} s before reporting a missing source\n")
 
 
 def judge_sources(sources: SourceSet, policy: object | None, context: object) -> Verdict:

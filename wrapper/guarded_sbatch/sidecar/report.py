@@ -80,6 +80,20 @@ def cadence_text(settings: object) -> str:
             f"{_duration(full)} and on any change, asks the scheduler at most every {_duration(poll)}")
 
 
+def cadence_line(settings: object) -> str:
+    notify = getattr(settings, "notify", None)
+    alerts = notify.describe() if notify is not None else "no alerts configured"
+    return f"sidecar: {cadence_text(settings)}; alerts: {alerts}\n"
+
+
+def startup_line(settings: object, sources: str) -> str:
+    fast = float(getattr(settings, "fast_interval_s", 60.0))
+    poll = min(fast, float(getattr(settings, "startup_poll_s", 10.0)))
+    grace = float(getattr(settings, "startup_grace_s", 300.0))
+    return (f"sidecar: waiting for the run's first metrics ({sources}); looking every {poll:.0f} s for up to "
+            f"{grace:.0f} s before reporting a missing source\n")
+
+
 def _reason(verdict: Verdict) -> str:
     message = verdict.message.strip()
     reason = verdict.reason.value
