@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
+from guarded_sbatch.core.audit import read_audit
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
@@ -50,6 +51,7 @@ def _status_row(project: Project, job_id: str, *extra: str) -> dict | None:
 
 def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) -> None:
     project = make_project(tmp_path, fast_interval=1.0)
+    audit = _with_audit(project, tmp_path)
     result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "5000",
                          "--step-seconds", "0.05")
     assert result.returncode == 0, result.stderr
@@ -85,10 +87,20 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
     assert _status_row(project, job_id) is None  # ended runs only with --all
     row = _status_row(project, job_id, "--all")
     assert row and row["state"] == "CANCELLED" and row["stopped_by"] == "user (kill)"
+    assert [(r["event"], r["job"]) for r in read_audit(audit)] == [("launch", job_id), ("kill", job_id)]
+
+
+def _with_audit(project: Project, tmp_path: Path) -> Path:
+    log = tmp_path / "audit.jsonl"
+    site = tmp_path / "site.toml"
+    site.write_text(f'[audit]\nlog = "{log}"\n')
+    project.env["GUARDED_SBATCH_SITE_CONFIG"] = str(site)
+    return log
 
 
 def test_show_and_status_on_a_run_stopped_by_the_guard(tmp_path: Path) -> None:
     project = make_project(tmp_path)
+    audit = _with_audit(project, tmp_path)
     result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "3000",
                          "--diverge-at", "60")
     assert result.returncode == 0, result.stderr
@@ -112,6 +124,9 @@ def test_show_and_status_on_a_run_stopped_by_the_guard(tmp_path: Path) -> None:
 
     shown = json.loads(project.cli("show", job_id, "--json", check=True).stdout)
     assert shown["stopped_by"] == "guard" and shown["series"]
+    records = read_audit(audit)
+    assert [r["event"] for r in records] == ["launch", "stop"] and {r["job"] for r in records} == {job_id}
+    assert records[1]["check"] == row["reason"] and records[1]["evidence"].endswith("evidence.json")
     evidence = json.loads((project.state_dir / "runs" / record["run_id"] / "evidence" / "evidence.json").read_text())
     values = list(_leaves(evidence))
     assert not [v for v in values if isinstance(v, str) and (v.lower() in ("nan", "inf", "-inf") or "float64" in v)]
