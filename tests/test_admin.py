@@ -21,9 +21,9 @@ def test_committed_lua_policy_is_the_example_site_config_rendered() -> None:
     # rendered with the path relative to the repository, as the README's command does from the checkout
     os.chdir(REPO)
     rendered = render_lua_policy(load_policy(Path("site_configs/example-site.toml")))
-    assert (REPO / "slurm_plugins" / "guarded_sbatch_policy.lua").read_text() == rendered, (
-        "slurm_plugins/guarded_sbatch_policy.lua is stale: run "
-        "`python -m guarded_sbatch.site.policy site_configs/example-site.toml slurm_plugins/guarded_sbatch_policy.lua`")
+    committed = REPO / "wrapper" / "guarded_sbatch" / "site" / "lua" / "guarded_sbatch_policy.lua"
+    assert committed.read_text() == rendered, (
+        f"{committed} is stale: run `guarded-sbatch admin render-policy site_configs/example-site.toml {committed}`")
 
 
 def test_enabled_false_renders_an_allow_policy(tmp_path: Path) -> None:

@@ -95,6 +95,7 @@ Run the pre-flight for a relaunch first (a blocked one deletes nothing), then st
 as `kill` does, and launch it again from its submit folder with its recorded options; the new run is
 linked to the old one. Guard options (e.g. --guard-waive CHECK=REASON) apply to the relaunch.
 """),
+    "admin": Command("guarded_sbatch.cli.admin", "run_admin"),  # answers --help itself
 }
 SUBCOMMANDS = tuple(COMMANDS)
 HELP_WORDS = ("-h", "--help")

@@ -37,15 +37,18 @@ def _policy(args: object) -> object:
 
 
 def _intervals(parser: ArgumentParser) -> None:
-    parser.add_argument("--fast-interval", type=positive_float, default=60.0, help="seconds between reads")
-    parser.add_argument("--full-interval", type=positive_float, default=1800.0, help="seconds between full reports")
-    parser.add_argument("--job-poll", type=positive_float, default=300.0, help="seconds between scheduler calls")
+    parser.add_argument("--fast-interval", type=positive_float, default=SidecarSettings.fast_interval_s,
+                        help="seconds between reads")
+    parser.add_argument("--full-interval", type=positive_float, default=SidecarSettings.full_interval_s,
+                        help="seconds between full reports")
+    parser.add_argument("--job-poll", type=positive_float, default=SidecarSettings.job_poll_s,
+                        help="seconds between scheduler calls")
 
 
 def run_sidecar_command(argv: list[str]) -> int:
     parser = ArgumentParser(prog="guarded-sbatch sidecar", description="watch one training job (run by the sidecar job)")
     parser.add_argument("--job", required=True)
-    parser.add_argument("--backend", choices=["slurm", "local"], required=True)
+    parser.add_argument("--backend", choices=["slurm", "local", "process"], required=True)
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--run-name")
     parser.add_argument("--stop-command")
@@ -112,7 +115,7 @@ def run_monitor(argv: list[str]) -> int:
     parser.add_argument("--once", action="store_true", help="read what is there now, judge once, exit")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--job", help="a job id to watch (and stop on STOP)")
-    parser.add_argument("--backend", choices=["slurm", "local"])
+    parser.add_argument("--backend", choices=["slurm", "local", "process"])
     parser.add_argument("--stop-command")
     parser.add_argument("--notes", type=Path)
     parser.add_argument("--state-dir", type=Path, help="where the watcher keeps state and evidence")

@@ -12,7 +12,26 @@ from pathlib import Path
 
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.site.shim import REAL_SBATCH_ENV, SHIM_ACTIVE_ENV, SHIM_PATH_ENV, decide, find_real_sbatch
+from guarded_sbatch.core.fsutil import write_text_atomic
+from guarded_sbatch.site.shim import (
+    REAL_SBATCH_ENV,
+    SHIM_ACTIVE_ENV,
+    SHIM_PATH_ENV,
+    decide,
+    find_real_sbatch,
+    training_commands_cache,
+    training_commands_cache_text,
+)
+
+
+def _refresh_fast_path_cache() -> None:
+    """Write the site's training_commands for the bash fast path; best effort (no cache: Python decides)."""
+    try:
+        text = training_commands_cache_text(os.environ)
+        if text is not None:
+            write_text_atomic(training_commands_cache(os.environ), text)
+    except (GuardedError, OSError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         guard, why = False, "shim error"
     if guard and not site_enabled():
         guard, why = False, "guarded-sbatch is switched off by the site (enabled = false in the site config)"
+    _refresh_fast_path_cache()
     if os.environ.get("GUARDED_SBATCH_SHIM_DEBUG"):
         print(f"guarded-sbatch shim: {'pre-flight' if guard else 'real sbatch'}: {why}", file=sys.stderr)
     if not guard and is_bypass(why):
@@ -77,3 +97,4 @@ def audit_bypass(args: list[str], why: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+

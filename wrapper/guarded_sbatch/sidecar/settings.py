@@ -7,6 +7,7 @@ from pathlib import Path
 
 from guarded_sbatch.actions.notify import NotifySettings
 from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.judge.policy import JudgePolicy
 
 
@@ -23,12 +24,12 @@ class SidecarSettings:
     log_paths: list[Path] = field(default_factory=list)
     search_dirs: list[Path] = field(default_factory=list)
     wandb_run: str | None = None  # a W&B run path or URL, read through the online API
-    fast_interval_s: float = 60.0
-    full_interval_s: float = 1800.0
-    job_poll_s: float = 300.0
+    fast_interval_s: float = SidecarJobSettings.fast_interval_s
+    full_interval_s: float = Config.check_interval_s
+    job_poll_s: float = SidecarJobSettings.job_poll_s
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
-    notify: NotifySettings | None = None
-    audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there  # alerts on stop / wait_long / crash (actions/notify.py)
+    notify: NotifySettings | None = None  # alerts on stop / wait_long / crash (actions/notify.py)
+    audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there
     startup_grace_s: float = 300.0  # no metrics yet this soon after the start is normal, not "unreachable"
     startup_poll_s: float = 10.0  # how often to look for the first metrics during the grace
