@@ -94,8 +94,10 @@ def _fake_sbatch(tmp_path: Path) -> Path:
 
 
 def _shim(tmp_path: Path, site: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "GUARDED_SBATCH_SITE_CONFIG": str(site), "GUARDED_SBATCH_REAL_SBATCH": str(_fake_sbatch(tmp_path)),
-           "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(tmp_path / "user.toml")}
+    env = {**os.environ, "GUARDED_SBATCH_SITE_CONFIG": str(site),
+           "GUARDED_SBATCH_REAL_SBATCH": str(_fake_sbatch(tmp_path)),
+           "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"),
+           "GUARDED_SBATCH_USER_CONFIG": str(tmp_path / "user.toml")}
     (tmp_path / "user.toml").write_text("")
     return subprocess.run([sys.executable, "-m", "guarded_sbatch.cli.shim", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)

@@ -66,7 +66,8 @@ def test_json_before_the_script_prints_the_report_as_json(project) -> None:  # t
 
 
 def test_monitor_once_is_one_line_with_step_loss_and_reason(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--config", str(EXAMPLE / "configs" / "synthetic-tanh-mlp.yaml"),
+    config = str(EXAMPLE / "configs" / "synthetic-tanh-mlp.yaml")
+    subprocess.run([sys.executable, str(EXAMPLE / "train.py"), "--config", config,
                     "--logdir", str(tmp_path / "runs" / "a"), "--step-seconds", "0", "--steps", "300"],
                    check=True, timeout=120, capture_output=True)
     result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--tb", "runs/a"],

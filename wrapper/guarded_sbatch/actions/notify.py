@@ -127,10 +127,11 @@ def _detail(sent: list[str], failed: list[str], total: int) -> str:
 
 def deliver(urls: Sequence[str], title: str, body: str, attach: Sequence[str]) -> tuple[list[str], list[str]]:
     """In the child: one apprise client per URL, so one bad service cannot hide the others' outcome."""
-    import apprise
+    import apprise  # noqa: PLC0415 - only this child process pays for apprise (~20 MB, ~1 s)
 
     logging.getLogger("apprise").disabled = True  # its log lines may quote a URL
-    sent, failed = [], []
+    sent: list[str] = []
+    failed: list[str] = []
     for url, kind in zip(urls, service_kinds(urls)):
         client = apprise.Apprise()
         try:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.core.registry import RunRecord, find_run, list_runs
 
@@ -158,9 +160,6 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
 
 
 def _audit(event: str, record: RunRecord, **fields: str) -> None:
-    from guarded_sbatch.core.audit import AuditLog
-    from guarded_sbatch.core.config import load_config
-
     try:
         problem = AuditLog.from_config(load_config()).record(event, job=record.job_id, run=record.run_id, **fields)
     except GuardedError as exc:

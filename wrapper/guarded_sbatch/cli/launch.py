@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
@@ -171,8 +172,6 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
 
 def audit_launch(config: object, record: object, report: object) -> None:
     """The site's audit trail: the launch, and each waiver with its reason (core/audit.py)."""
-    from guarded_sbatch.core.audit import AuditLog
-
     audit = AuditLog.from_config(config)
     job, run = record.job_id, record.run_name  # type: ignore[attr-defined]
     problems = [audit.record("launch", job=job, run=run, sidecar=record.sidecar_id,  # type: ignore[attr-defined]

@@ -6,8 +6,11 @@ import json
 import sys
 from pathlib import Path
 
+from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
-from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
+from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
 from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -77,11 +80,6 @@ def run_sidecar_command(argv: list[str]) -> int:
 
 def _site_actions() -> tuple[object | None, object | None]:
     """Alerts and audit trail, read here at run time so the URLs (secrets) never pass through a job script."""
-    from guarded_sbatch.actions.notify import NotifySettings
-    from guarded_sbatch.core.audit import AuditLog
-    from guarded_sbatch.core.config import load_config
-    from guarded_sbatch.core.errors import GuardedError
-
     try:
         config = load_config()
     except GuardedError as exc:
@@ -92,8 +90,6 @@ def _site_actions() -> tuple[object | None, object | None]:
 
 
 def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
-    from guarded_sbatch.actions.notify import Alert, send_alert
-
     if settings.notify is None:
         return
     outcome = send_alert(settings.notify, Alert(

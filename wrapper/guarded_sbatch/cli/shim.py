@@ -6,11 +6,14 @@ The decision (guard or hand to the real sbatch) is site/shim.py's; this module p
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import write_text_atomic
 from guarded_sbatch.site.shim import (
@@ -73,8 +76,6 @@ def is_bypass(why: str) -> bool:
 
 
 def site_enabled() -> bool:
-    from guarded_sbatch.core.config import load_config
-
     try:
         return load_config().enabled
     except GuardedError:
@@ -82,11 +83,6 @@ def site_enabled() -> bool:
 
 
 def audit_bypass(args: list[str], why: str) -> None:
-    import shlex
-
-    from guarded_sbatch.core.audit import AuditLog
-    from guarded_sbatch.core.config import load_config
-
     try:
         problem = AuditLog.from_config(load_config()).record("shim_bypass", reason=why, argv=shlex.join(args))
     except GuardedError:

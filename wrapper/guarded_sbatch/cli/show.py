@@ -16,18 +16,26 @@ import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
+from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.cli.args import ArgumentParser
+from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, find_run
+from guarded_sbatch.judge.policy import RunContext
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.source_set import SourceSet
 
 PLOT_LABELS = ("train_loss", "key_metric", "lr")
 PLAIN_ROWS = 12
 
 
 def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
-    parser = ArgumentParser(prog="guarded-sbatch show", description="one run: latest report, curves, anomalies, evidence")
+    parser = ArgumentParser(prog="guarded-sbatch show",
+                            description="one run: latest report, curves, anomalies, evidence")
     parser.add_argument("run", help="run id, job id or run name (see `guarded-sbatch status`)")
     parser.add_argument("--png", type=Path, metavar="FILE", help="also write the curves as a PNG to FILE")
     parser.add_argument("--json", action="store_true", help="the same as one JSON object on stdout (no plot)")
@@ -49,8 +57,6 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
 
 
 def gather(record: RunRecord) -> dict[str, Any]:
-    from guarded_sbatch.cli.lifecycle import run_status_row
-
     row = run_status_row(record)
     series, verdict, source = _judge_now(record)
     evidence_dir = record.evidence_dir
@@ -58,7 +64,7 @@ def gather(record: RunRecord) -> dict[str, Any]:
     if not series:  # the metric files are gone: the curves the STOP kept
         series = _series_from_evidence(evidence_dir / "evidence.json")
     keys = (verdict.summary or {}).get("keys", {}) if verdict else {}
-    plotted = {label: keys.get(label) for label in PLOT_LABELS if keys.get(label) in series}
+    plotted: dict[str, str] = {label: str(keys[label]) for label in PLOT_LABELS if keys.get(label) in series}
     if not plotted:  # no judged keys: the first few series there are
         plotted = {key: key for key in list(series)[:3]}
     return {
@@ -74,11 +80,6 @@ def gather(record: RunRecord) -> dict[str, Any]:
 
 
 def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float]]], Any, str]:
-    from guarded_sbatch.judge.policy import RunContext
-    from guarded_sbatch.sidecar.loop import judge_sources
-    from guarded_sbatch.sidecar.settings import SidecarSettings
-    from guarded_sbatch.sidecar.source_set import SourceSet
-
     settings = SidecarSettings(
         run_name=record.run_name, job_id=record.job_id, state_file=record.folder / ".show-state.json",
         evidence_dir=record.evidence_dir, tb_paths=[Path(p) for p in record.tb_paths],
@@ -106,7 +107,8 @@ def _series_from_evidence(path: Path) -> dict[str, tuple[list[int], list[float]]
 
 
 def _anomaly_text(anomaly: Any) -> str:
-    return f"{anomaly.kind} in {anomaly.metric} at step {anomaly.step}" + (f" ({anomaly.message})" if anomaly.message else "")
+    where = f"{anomaly.kind} in {anomaly.metric} at step {anomaly.step}"
+    return where + (f" ({anomaly.message})" if anomaly.message else "")
 
 
 def latest_report(folder: Path) -> str:
@@ -146,7 +148,7 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
 
 
 def plot_terminal(view: dict[str, Any], *, color: bool) -> str:
-    import plotext as plt  # lazy: only `show` on a terminal draws
+    import plotext as plt  # noqa: PLC0415 - only `show` on a terminal draws
 
     plotted = [(label, key) for label, key in view["plotted"].items() if key in view["series"]]
     if not plotted:
@@ -190,9 +192,6 @@ def _number(value: float) -> str:
 
 
 def write_png(view: dict[str, Any], path: Path) -> None:
-    from guarded_sbatch.actions.evidence import plot_in_subprocess
-    from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
-
     verdict = view["verdict_obj"] or Verdict(Decision.WAIT, Reason.NO_DATA, "")
     if not view["series"]:
         raise UsageError(f"run {view['run_id']} has no metrics to plot yet; try again once it has logged some")

@@ -24,6 +24,7 @@ from typing import Any
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.jsonnum import json_safe
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.runner import run_command
 
 EVENTS = ("launch", "waiver", "stop", "kill", "restart", "shim_bypass")
 SYSLOG_TAG = "guarded-sbatch"
@@ -92,8 +93,6 @@ def append_line(path: Path, line: str) -> None:
 
 
 def _to_syslog(line: str) -> str | None:
-    from guarded_sbatch.core.runner import run_command
-
     try:
         run_command(["logger", "-t", SYSLOG_TAG, "-p", "user.notice", "--", line], timeout=LOGGER_TIMEOUT_S)
     except CommandError as exc:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.actions.notify import Alert, send_alert
 from guarded_sbatch.judge.verdict import Decision, Verdict
 from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.sidecar.report import summarise_metrics
 
 CRASH_STATES = frozenset({JobState.FAILED, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL, JobState.TIMEOUT})
 
@@ -33,9 +35,6 @@ def alert_wait_or_crash(sidecar: Any, verdict: Verdict, now: float, ended: bool)
 
 def alert(sidecar: Any, event: str, verdict: Verdict, *, evidence: str | None = None, plot: Path | None = None) -> str:
     """Send one alert; print one line (schemes only, never a URL); return the detail for FINAL_SUMMARY."""
-    from guarded_sbatch.actions.notify import Alert, send_alert
-    from guarded_sbatch.sidecar.report import summarise_metrics
-
     settings = sidecar.settings
     if event == "stop" and settings.audit is not None:
         problem = settings.audit.record("stop", job=settings.job_id, run=settings.run_name,

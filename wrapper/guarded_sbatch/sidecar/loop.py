@@ -21,11 +21,12 @@ from typing import Any, TextIO
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
-from guarded_sbatch.judge.verdict import Decision, Verdict
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     DATA_SOURCE_LABELS, CheckReport, cadence_line, render_final_summary, startup_line,
 )
 from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
@@ -307,8 +308,6 @@ class Sidecar:
 
     def _starting_up(self, now: float, verdict: Verdict) -> bool:
         """No metrics yet within the grace after the start: one line, not an "unreachable" report."""
-        from guarded_sbatch.judge.verdict import Reason
-
         if self.state.last_new_data_at or now - self.state.started_at >= self.settings.startup_grace_s:
             return False
         if verdict.decision is not Decision.WAIT or verdict.reason not in (Reason.SOURCE_UNREADABLE, Reason.NO_DATA):
@@ -319,13 +318,9 @@ class Sidecar:
         return True
 
     def _maybe_alert_wait_or_crash(self, verdict: Verdict, now: float, ended: bool) -> None:
-        from guarded_sbatch.sidecar.alerts import alert_wait_or_crash
-
         alert_wait_or_crash(self, verdict, now, ended)
 
     def _alert(self, event: str, verdict: Verdict, *, evidence: str | None = None, plot: Path | None = None) -> str:
-        from guarded_sbatch.sidecar.alerts import alert
-
         return alert(self, event, verdict, evidence=evidence, plot=plot)
 
 
