@@ -7,10 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
-from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
+from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
+from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
 
 
 def _add_source_flags(parser: ArgumentParser) -> None:
@@ -73,7 +78,32 @@ def run_sidecar_command(argv: list[str]) -> int:
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
         policy=_policy(args), **_anywhere_settings(args),
     )
-    return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+    settings.notify, settings.audit = _site_actions()
+    try:
+        return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+    except Exception as exc:
+        _alert_sidecar_error(settings, exc)
+        raise
+
+
+def _site_actions() -> tuple[object | None, object | None]:
+    """Alerts and audit trail, read here at run time so the URLs (secrets) never pass through a job script."""
+    try:
+        config = load_config()
+    except GuardedError as exc:
+        print(f"sidecar: alerts and audit off: the config could not be read ({exc.message})", flush=True)
+        return None, None
+    notify = NotifySettings(urls=config.notify_urls, on=config.notify_on, wait_long_s=config.notify_wait_long_s)
+    return notify, AuditLog.from_config(config)
+
+
+def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
+    if settings.notify is None:
+        return
+    outcome = send_alert(settings.notify, Alert(
+        event="sidecar_error", run=settings.run_name, job_id=settings.job_id, decision="-", reason="sidecar_error",
+        message=f"the sidecar stopped with {type(exc).__name__}: {exc}; the run is no longer watched"))
+    print(f"sidecar: alert (sidecar_error): {outcome.detail}", flush=True)
 
 
 def _run_name_from(run_dir: Path) -> str | None:
@@ -98,6 +128,9 @@ def run_monitor(argv: list[str]) -> int:
     _intervals(parser)
     args = parser.parse_args(argv)
     _check_stop_target(args)
+    if args.json and not args.once:
+        raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
+                         "use `guarded-sbatch monitor --once --json ...`")
     search_dirs, wandb_run = _classify_target(args.target, args)
     if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
@@ -115,9 +148,9 @@ def run_monitor(argv: list[str]) -> int:
         verdict, data_source = check_once(settings)
         if args.json:
             payload = {**verdict.to_json(), "data_source": data_source}
-            print(json.dumps(payload, default=str, allow_nan=False))
+            print(json_dumps(payload))
         else:
-            print(f"{verdict.decision.value} ({verdict.reason.value}): {verdict.message} [{data_source}]")
+            print(one_line(verdict, data_source))
         return int(ExitCode.OK)
     scheduler: Any = None
     if args.job:

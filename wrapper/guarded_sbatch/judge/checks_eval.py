@@ -19,7 +19,10 @@ _SMOOTH_EVALS = 3
 def eval_trend(steps: np.ndarray, values: np.ndarray, direction: str, policy: JudgePolicy) -> dict[str, Any]:
     """improving / flat / regressing of an eval series, relative to its own best."""
     finite = np.isfinite(values)
+    trailing_bad = int(len(finite) - (np.flatnonzero(finite)[-1] + 1)) if finite.any() else int(len(finite))
     steps, values = steps[finite], values[finite]
+    if trailing_bad:  # the latest evals are NaN/Inf: no trend to claim
+        return {"trend": "not finite", "non_finite_in_a_row": trailing_bad, "evals": int(len(values))}
     if len(values) < 2:
         return {"trend": "unknown", "evals": int(len(values))}
     sign = 1.0 if direction == "min" else -1.0  # work with "lower is better"

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge import checks_crash, checks_eval, checks_finite, checks_trend
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
@@ -132,7 +133,7 @@ def _summary(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> dict
 
 def _json_float(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
-        return str(value)
+        return non_finite_text(value)  # the one encoding of core/jsonnum.py
     return value
 
 
