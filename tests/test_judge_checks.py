@@ -46,10 +46,14 @@ def test_unknown_keys_only_is_wait_no_data() -> None:
     assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.NO_DATA)
 
 
-def test_too_few_points_never_stop_even_with_nan() -> None:
+def test_short_log_with_nan_is_judged_on_what_is_there() -> None:
+    one = decide(history(series("loss", range(1, 4), lambda s: 2.0), series("loss", [4], lambda s: NAN)))
+    assert (one.decision, one.reason) == (Decision.WAIT, Reason.NON_FINITE_LOSS)
     verdict = decide(history(series("loss", range(1, 5), lambda s: NAN)))
-    assert verdict.decision is Decision.WAIT
-    assert verdict.reason is Reason.NON_FINITE_LOSS
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_LOSS)
+    assert "since step 1" in verdict.message
+    finite_but_few = decide(history(series("loss", range(1, 4), lambda s: 2.0 * s)))
+    assert (finite_but_few.decision, finite_but_few.reason) == (Decision.WAIT, Reason.TOO_EARLY)
 
 
 def test_healthy_curve_continues() -> None:
