@@ -128,11 +128,9 @@ def check_lr_schedule(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
             Anomaly("lr_zero", keys.lr, int(steps[0]), 0.0),
         )
     peak_so_far = np.maximum.accumulate(values)
-    restarts = [
-        i for i in range(1, len(values))
-        if values[i - 1] > 0 and values[i - 1] < peak_so_far[i - 1] / policy.lr_restart_ratio
-        and values[i] >= policy.lr_restart_ratio * values[i - 1]
-    ]
+    before, after = values[:-1], values[1:]
+    ratio = policy.lr_restart_ratio
+    restarts = (np.nonzero((before > 0) & (before < peak_so_far[:-1] / ratio) & (after >= ratio * before))[0] + 1).tolist()
     if restarts:
         i = restarts[-1]
         return Finding.note(
