@@ -27,7 +27,7 @@ MIN_BASELINE_POINTS = 8
 _Q_HI = 0.9
 _Q_HI_TO_SIGMA = 1.2816  # q90 - median of a normal distribution, in sigmas
 _BLOCK_VALUES = 1 << 18  # values per block of windows: 2 MB of float64 per temporary copy
-_CACHE_ENTRIES = 32
+_CACHE_ENTRIES = 8
 
 _cache: OrderedDict[tuple[int, float, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
 
