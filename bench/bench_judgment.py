@@ -30,11 +30,10 @@ sys.path.insert(0, str(REPO / "wrapper"))
 sys.path.insert(0, str(REPO / "examples" / "corpus"))
 sys.path.insert(0, str(REPO / "tests"))
 
-import generate as corpus  # noqa: E402
-from dense_replay import dense_replay  # noqa: E402
-
-from guarded_sbatch.core.points import MetricPoint  # noqa: E402
-from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: E402
+import generate as corpus
+from dense_replay import dense_replay
+from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
 EVAL_KEY = "eval/loss"
 

@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge import MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
@@ -26,8 +25,8 @@ from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
-import generate as corpus  # noqa: E402
-from dense_replay import DenseReplay, dense_replay  # noqa: E402
+import generate as corpus
+from dense_replay import DenseReplay, dense_replay
 
 WITH_WANDB = ("tiny_batch_sgd", "epoch_overfit", "slow_climb", "nan_eval_once")  # wandb is slow to start
 ORDINAL_TEXT = "hf"  # HF console dicts carry no step: the reader numbers them 1, 2, 3, ...
@@ -36,7 +35,7 @@ SOURCES = ("tb", "text", "wandb")
 
 def cases() -> list[tuple[str, str]]:
     out = []
-    for name, spec in corpus.CORPUS.items():
+    for name in corpus.CORPUS:
         out.append((name, "tb"))
         out.append((name, "text"))
         if name in WITH_WANDB:
@@ -114,7 +113,6 @@ def test_every_source_gives_the_same_decision_at_every_labelled_checkpoint(
         points = {source: read(labels, source) for source in SOURCES
                   if source != "wandb" or labels.wandb_dir is not None}
         if labels.text_format == ORDINAL_TEXT:  # its steps are line numbers: compare the whole log only
-            marks = [max(p.step for p in points["text"])]
             histories = {s: MetricHistory.from_points(p) for s, p in points.items()}
             verdicts = {s: decide(h) for s, h in histories.items()}
             compared += 1

@@ -10,13 +10,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, Reason, decide
 from guarded_sbatch.judge.select import select_keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from dense_replay import dense_replay  # noqa: E402
+from dense_replay import dense_replay
 
 NAN = math.nan
 
