@@ -39,15 +39,19 @@ EVAL_KEY = "eval/loss"
 
 
 class Outcome:
-    def __init__(self, stop: int | None, reason: str = "", wait_before_stop: bool = False) -> None:
+    def __init__(self, stop: int | None, reason: str = "", wait_before_stop: bool = False,
+                 polls: int = 0, waits: int = 0) -> None:
         self.stop, self.reason, self.wait_before_stop = stop, reason, wait_before_stop
+        self.polls, self.waits = polls, waits  # polls made, and how many said WAIT (not "too early")
 
 
 def judge_guarded(points: list[MetricPoint], labels: corpus.RunLabels) -> Outcome:
     replay = dense_replay(points)
     wait = replay.first_wait_from(labels.onset_step or 0)
     reason = replay.stop_verdict.reason.value if replay.stop_verdict else ""
-    return Outcome(replay.first_stop, reason, wait is not None and (replay.first_stop is None or wait < replay.first_stop))
+    waits = sum(1 for _, r in replay.waits if r != "too_early")
+    return Outcome(replay.first_stop, reason, wait is not None and (replay.first_stop is None or wait < replay.first_stop),
+                   replay.polls, waits)
 
 
 def judge_first_nan(points: list[MetricPoint], labels: corpus.RunLabels) -> Outcome:
@@ -90,12 +94,15 @@ def score(outcomes: dict[str, Outcome], labels: dict[str, corpus.RunLabels]) -> 
             caught.append(n)
             delays.append(stop - lab.onset_step)
     waited = [n for n in should if outcomes[n].wait_before_stop and n in caught]
+    healthy_polls = sum(outcomes[n].polls for n in healthy)
+    healthy_waits = sum(outcomes[n].waits for n in healthy)
     return {
         "false_stop_healthy": f"{len(false_stops)}/{len(healthy)}",
         "stop_before_onset": f"{len(early)}/{len(broken)}",
         "caught_in_bound": f"{len(caught)}/{len(broken)}",
         "median_delay": f"{statistics.median(delays):.0f}" if delays else "-",
         "wait_before_stop": f"{len(waited)}/{len(should)}",
+        "healthy_wait": f"{100 * healthy_waits / healthy_polls:.1f} %" if healthy_polls else "-",
         "false_names": ", ".join(false_stops + early) or "-",
     }
 
@@ -121,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"corpus: {len(names)} runs ({sum(lab.healthy for lab in labels.values())} healthy), {polls} polls "
           f"(one per logged step), generated in {generated:.1f} s\n")
     print("| judge | healthy runs with a STOP | broken runs stopped before the break | broken runs stopped "
-          "within the bound | median steps after the break | `should` cases with WAIT before STOP |")
-    print("|---|---|---|---|---|---|")
+          "within the bound | median steps after the break | `should` cases with WAIT before STOP | "
+          "healthy polls that say WAIT |")
+    print("|---|---|---|---|---|---|---|")
     for judge in JUDGES:
         s = score(outcomes[judge], labels)
         print(f"| {judge} | {s['false_stop_healthy']} | {s['stop_before_onset']} | {s['caught_in_bound']} | "
-              f"{s['median_delay']} | {s['wait_before_stop']} |")
+              f"{s['median_delay']} | {s['wait_before_stop']} | {s['healthy_wait']} |")
     print()
     for judge in JUDGES:
         s = score(outcomes[judge], labels)

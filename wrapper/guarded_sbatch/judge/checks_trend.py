@@ -5,8 +5,9 @@ logged values in the trailing `baseline_window_steps` before it (see baseline.py
 scale-free). A value is *elevated* when it is more than `spike_z` scales above that median (OLMo's
 6 sigma, but robust) and at least `spike_min_ratio` x the median (when the median is positive).
 While elevated, the baseline is frozen at the value it had when the episode began, so a lasting jump
-cannot become its own baseline. An episode ends (recovered) once the values have stayed within half
-that threshold for 20 steps and at least 2 points. An open episode is WAIT; it is *sustained* once it
+cannot become its own baseline. An episode ends (recovered) once the median of the values of the last
+20 steps (at least 2 points) is within half that threshold. An open episode is WAIT (a note while it is one point
+and the newest value is back under the threshold: single-batch noise); it is *sustained* once it
 has lasted `spike_patience_steps` steps or `spike_patience_points_any_axis` logged points, whichever
 comes first (so a run logged per epoch gets there too), with at least `spike_patience_points` elevated
 points making up 60 % of it. A sustained episode is a STOP (DIVERGENCE when its recent median is
@@ -20,10 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.baseline import trailing_baselines
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
-from guarded_sbatch.judge.findings import Finding, fmt, points_in
+from guarded_sbatch.judge.findings import Finding, fmt, points_in, typical_spacing
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
@@ -44,6 +46,7 @@ class Episode:
     end_step: int | None = None  # None: still open at the end of the history
     recent: list[float] | None = None
     peak_step: int = 0
+    last_elevated: bool = True  # the newest point of the episode is elevated
 
 
 def window_points(steps: np.ndarray, policy: JudgePolicy) -> int:
@@ -63,6 +66,7 @@ def scan_episodes(
     with np.errstate(invalid="ignore"):
         candidate = (values > medians + z * sigmas) & ((medians <= 0) | (values >= min_ratio * medians))
     starts = np.nonzero(candidate)[0]
+    spacing = typical_spacing(steps)
     episodes: list[Episode] = []
     position = 0
     while True:
@@ -72,29 +76,30 @@ def scan_episodes(
         i = int(later[0])
         base, sigma = float(medians[i]), float(sigmas[i])
         threshold, calm_level = base + z * sigma, base + 0.5 * z * sigma
-        value = float(values[i])
-        current = Episode(int(steps[i]), base, sigma, value, recent=[value], peak_step=int(steps[i]))
-        calm_points = 0
-        calm_since = 0
-        position = len(values)
-        for j in range(i + 1, len(values)):
-            value = float(values[j])
-            current.total_points += 1
-            current.recent = current.recent[-7:] + [value] if current.recent else [value]
-            if value > threshold and (base <= 0 or value >= min_ratio * base):
-                current.elevated_points += 1
-                if value > current.peak:
-                    current.peak, current.peak_step = value, int(steps[j])
-            if value > calm_level:
-                calm_points = 0
-                continue
-            if calm_points == 0:
-                calm_since = int(steps[j])
-            calm_points += 1
-            if calm_points >= _RECOVERY_POINTS and int(steps[j]) - calm_since >= _RECOVERY_STEPS:
-                current.end_step = int(steps[j])
-                position = j + 1
-                break
+        rest_v, rest_s = values[i + 1 :], steps[i + 1 :]
+        # recovered at the first point where the median of the last ~20 steps of points is back under the
+        # calm level: single heavy-tailed batches (tiny-batch noise) neither keep it open nor close it
+        k = int(max(_RECOVERY_POINTS, min(_RECOVERY_STEPS + 1, np.ceil(_RECOVERY_STEPS / spacing) + 1)))
+        end = None
+        if len(rest_v) >= k:
+            window_medians = np.median(sliding_window_view(rest_v, k), axis=1)
+            spans = rest_s[k - 1 :] - rest_s[0] >= _RECOVERY_STEPS
+            calm = np.nonzero((window_medians <= calm_level) & spans)[0]
+            if len(calm):
+                end = int(calm[0]) + k - 1  # index into rest
+        segment = values[i : i + 2 + end] if end is not None else values[i:]
+        with np.errstate(invalid="ignore"):
+            elevated = (segment > threshold) & ((base <= 0) | (segment >= min_ratio * base))
+        elevated[0] = True
+        peak_at = int(np.argmax(np.where(elevated, segment, -np.inf)))
+        current = Episode(
+            int(steps[i]), base, sigma, float(segment[peak_at]),
+            elevated_points=int(np.count_nonzero(elevated)), total_points=len(segment),
+            end_step=int(rest_s[end]) if end is not None else None,
+            recent=[float(v) for v in segment[-8:]], peak_step=int(steps[i + peak_at]),
+            last_elevated=bool(elevated[-1]),
+        )
+        position = i + 2 + end if end is not None else len(values)
         episodes.append(current)
     return episodes
 
@@ -152,6 +157,10 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
                 reason, f"training loss {what}: {evidence}, {held}; but {good_eval}: waiting", anomaly, *notes
             )
         return Finding.stop(reason, f"training loss {what}: {evidence}, {held}", anomaly, *notes)
+    if e.elevated_points == 1 and not e.last_elevated:
+        # one noisy point, the values since back under the threshold: a note, not a reason to wait
+        return Finding.note(Reason.LOSS_SPIKE, f"one-point loss spike at step {e.start_step}, recovering",
+                            anomaly, *notes)
     return Finding.wait(
         Reason.LOSS_SPIKE,
         f"training loss spiked at step {e.start_step}: {evidence}; watching whether it recovers within "
@@ -189,6 +198,9 @@ def check_grad_explosion(
             if good_eval is not None:
                 return Finding.wait(Reason.GRAD_EXPLOSION, f"{message}; but {good_eval}: waiting", anomaly)
             return Finding.stop(Reason.GRAD_EXPLOSION, message, anomaly)
+        if e.elevated_points == 1 and not e.last_elevated:
+            return Finding.note(Reason.GRAD_EXPLOSION, f"one-point gradient-norm spike at step {e.start_step}, "
+                                "recovering", anomaly)
         return Finding.wait(
             Reason.GRAD_EXPLOSION,
             f"gradient norm exploding: {evidence}; watching whether it recovers within "
