@@ -128,3 +128,23 @@ def test_eval_metric_is_never_train_tagged_and_perplexity_comes_after_its_loss()
     megatron = hist(pts("lm loss", range(10), [1.0] * 10), pts("eval/lm loss PPL", [5, 9], [3.0, 2.9]),
                     pts("eval/lm loss value", [5, 9], [1.1, 1.06]))
     assert select_keys(megatron, JudgePolicy()).key_metric == "eval/lm loss value"
+
+
+def test_cached_baselines_equal_a_fresh_computation() -> None:
+    from guarded_sbatch.judge import baseline
+
+    rng = np.random.default_rng(5)
+    values = np.exp(rng.normal(size=700))
+    for n in (10, 11, 250, 401, 402, 699, 700):  # a growing history reuses the rows of its prefix
+        grown = baseline.trailing_baselines(values[:n].copy(), 400, 0.01)
+    baseline._cache.clear()
+    fresh = baseline.trailing_baselines(values.copy(), 400, 0.01)
+    np.testing.assert_array_equal(grown[0], fresh[0])
+    np.testing.assert_array_equal(grown[1], fresh[1])
+    i = 500
+    window = values[i - 400 : i]
+    assert fresh[0][i] == np.median(window[-100:])  # the centre: the last quarter of the window
+    diffs = np.diff(window)
+    mad = 1.4826 * np.median(np.abs(diffs - np.median(diffs)))
+    q_spread = (np.quantile(diffs, 0.9) - np.median(diffs)) / 1.2816
+    assert math.isclose(fresh[1][i], max(mad, q_spread) / math.sqrt(2), rel_tol=1e-9)
