@@ -7,9 +7,11 @@ its labelled bound after the break, for one of its reasons; `should` cases reach
 healthy runs that must be watched (a NaN eval once, a one-batch spike) say WAIT there and never STOP;
 the same decision from every source at the labelled checkpoints; every STOP names its evidence.
 
-Cost (measured on the dev machine, 2 shared cores, CPython 3.11): about 9 000 polls per source over
-the corpus, 2-6 ms each, so roughly 40-90 s for TB + text with the corpus generation, plus ~20 s for
-the W&B runs. `bench/bench_judgment.py` prints the same scores beside the anchors.
+Cost (measured on the dev machine, CPython 3.11): 7 908 polls per source over the corpus at 3.4 ms
+CPU each (bench/bench_judgment.py), so about 27 s CPU per source; the whole file (generation with
+4 W&B runs, TB + text + W&B replays, the checkpoint comparison) took 3.5-7 min of wall time on the
+shared 2-core machine under a load of 6-11. `bench/bench_judgment.py` prints the scores beside the
+anchors.
 """
 
 from __future__ import annotations
