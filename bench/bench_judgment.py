@@ -1,6 +1,6 @@
 """Benchmark: the judge beside two anchors on the labelled corpus, every run judged at every logged step.
 
-    .venv/bin/python bench/bench_judgment.py [--only NAME ...] [--per-run]
+    .venv/bin/python bench/bench_judgment.py [--only NAME ...] [--per-run] [--seeds 0 1 2]
 
 Generates the corpus (examples/corpus/generate.py) in a temporary folder, reads each run back from its
 TensorBoard files with the project's reader, and replays it poll by poll (a poll after every logged
@@ -111,11 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--per-run", action="store_true")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0], help="train the corpus with these seeds")
     args = parser.parse_args(argv)
     names = args.only or list(corpus.CORPUS)
+    for seed in args.seeds:
+        if len(args.seeds) > 1:
+            print(f"\n## seed {seed}\n")
+        bench_seed(names, seed, args.per_run)
+    return 0
+
+
+def bench_seed(names: list[str], seed: int, per_run: bool) -> None:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-judgment-") as tmp:
-        labels = {n: corpus.generate_run(n, tmp) for n in names}
+        labels = {n: corpus.generate_run(n, tmp, seed) for n in names}
         points = {n: TensorBoardSource(labels[n].tensorboard_dir).read_new() for n in names}
     generated = time.perf_counter() - started
     outcomes: dict[str, dict[str, Outcome]] = {}
@@ -140,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         s = score(outcomes[judge], labels)
         print(f"{judge}: {seconds[judge]:.1f} s CPU for {polls} polls "
               f"({1000 * seconds[judge] / polls:.2f} ms per poll); false STOPs: {s['false_names']}")
-    if args.per_run:
+    if per_run:
         print("\n| run | healthy | onset | bound | " + " | ".join(JUDGES) + " |")
         print("|---|---|---|---|" + "---|" * len(JUDGES))
         for n in names:
@@ -150,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
                 o = outcomes[judge][n]
                 cells.append("-" if o.stop is None else f"STOP@{o.stop} {o.reason}")
             print(f"| {n} | {lab.healthy} | {lab.onset_step} | {lab.stop_within_steps} | " + " | ".join(cells) + " |")
-    return 0
 
 
 if __name__ == "__main__":

@@ -244,8 +244,11 @@ def test_lr_decayed_to_zero_at_the_end_is_healthy_and_restart_is_a_note() -> Non
 
 def test_plateau_from_start_at_chance_is_stop() -> None:
     flat = lambda s: math.log(4) * (1 + 0.01 * math.sin(s * 1.7))  # noqa: E731
+    too_early = decide(history(series("loss", range(0, 100, 5), flat)))
+    assert too_early.decision is Decision.CONTINUE  # not enough steps to call it yet
     early = decide(history(series("loss", range(0, 200, 5), flat)))
-    assert early.decision is Decision.CONTINUE  # not enough steps to call it yet
+    assert (early.decision, early.reason) == (Decision.WAIT, Reason.PLATEAU_FROM_START)  # WAIT before STOP
+    assert "STOP at step 300" in early.message
     verdict = decide(history(series("loss", range(0, 600, 5), flat)), JudgePolicy(chance_loss=math.log(4)))
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.PLATEAU_FROM_START)
 

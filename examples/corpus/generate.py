@@ -117,7 +117,7 @@ CORPUS: dict[str, CorpusSpec] = {
     "plateau_dead_relu": CorpusSpec(
         "every ReLU dead from the initialisation (bias -20): flat at chance from step 0",
         TrainSpec(steps=1200, init_bias=-20.0), "nanogpt", healthy=False, onset="start",
-        stop_within_steps=600, reasons=("plateau_from_start",),
+        stop_within_steps=600, reasons=("plateau_from_start",), should_wait_first=True,
     ),
     "zero_lr": CorpusSpec(
         "a schedule bug: the LR is 0 at every step",
@@ -134,7 +134,7 @@ CORPUS: dict[str, CorpusSpec] = {
     "eval_nan": CorpusSpec(
         "a corrupt row in the held-out file: every evaluation returns NaN, training is fine",
         TrainSpec(steps=1000, eval_every=50, eval_set_has_nan=True), "hf", healthy=False, onset="first_eval",
-        stop_within_steps=150, reasons=("eval_failing",),
+        stop_within_steps=150, reasons=("eval_failing",), should_wait_first=True,
     ),
     "fp16_scale_collapse": CorpusSpec(
         "fp16; the input pipeline stops normalising at step 600 (x1e4): every step overflows, the scale sits at 1",

@@ -218,8 +218,9 @@ def check_grad_explosion(
 def check_plateau_from_start(
     history: MetricHistory, keys: RunKeys, policy: JudgePolicy, context: RunContext | None
 ) -> Finding | None:
-    """Flat from step 0 (at chance level when known). A history that starts late is a resume and a
-    run that improved first and flattened later (end of a decayed schedule) is not a plateau."""
+    """Flat from step 0 (at chance level when known): WAIT from half of `plateau_min_steps`, STOP after
+    all of it. A history that starts late is a resume and a run that improved first and flattened
+    later (end of a decayed schedule) is not a plateau."""
     if not keys.train_loss:
         return None
     steps, values = history.series(keys.train_loss)
@@ -230,7 +231,8 @@ def check_plateau_from_start(
     min_steps = policy.plateau_min_steps
     if context is not None and context.total_steps:
         min_steps = max(min_steps, context.total_steps // 10)
-    if steps[-1] - steps[0] < min_steps:
+    span = int(steps[-1] - steps[0])
+    if span < min_steps // 2:
         return None
     head_points = max(5, points_in(50, steps, minimum=5, maximum=50))
     head = float(np.median(values[:head_points]))
@@ -246,9 +248,15 @@ def check_plateau_from_start(
         near = abs(tail - policy.chance_loss) <= policy.plateau_chance_tolerance * abs(policy.chance_loss)
         if not near:
             return None
-    return Finding.stop(
-        Reason.PLATEAU_FROM_START,
+    evidence = (
         f"training loss flat since the start: {fmt(head)} at step {int(steps[0])}, {fmt(tail)} at step "
-        f"{int(steps[-1])} (best {improvement:.1%} better): the run is not learning",
-        Anomaly("plateau", keys.train_loss, int(steps[0]), tail),
+        f"{int(steps[-1])} (best {improvement:.1%} better)"
     )
+    anomaly = Anomaly("plateau", keys.train_loss, int(steps[0]), tail, evidence)
+    if span < min_steps:  # half the patience: say so before stopping
+        return Finding.wait(
+            Reason.PLATEAU_FROM_START,
+            f"{evidence}; STOP at step {int(steps[0]) + min_steps} if it stays flat",
+            anomaly,
+        )
+    return Finding.stop(Reason.PLATEAU_FROM_START, f"{evidence}: the run is not learning", anomaly)
