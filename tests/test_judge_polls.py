@@ -148,3 +148,17 @@ def test_cached_baselines_equal_a_fresh_computation() -> None:
     mad = 1.4826 * np.median(np.abs(diffs - np.median(diffs)))
     q_spread = (np.quantile(diffs, 0.9) - np.median(diffs)) / 1.2816
     assert math.isclose(fresh[1][i], max(mad, q_spread) / math.sqrt(2), rel_tol=1e-9)
+
+
+def test_text_log_whose_only_signal_is_a_nan_grad_norm(tmp_path: Path) -> None:
+    from guarded_sbatch.sources.textlog import TextLogSource
+
+    log = tmp_path / "train.log"
+    lines = [f"iteration {10 * i:8d}/    1000 | grad norm: {'nan' if i > 4 else '1.2'} |" for i in range(1, 8)]
+    log.write_text("\n".join(lines[:5]) + "\n")
+    first = decide(MetricHistory.from_points(TextLogSource(str(log)).read_new()))
+    assert (first.decision, first.reason) == (Decision.WAIT, Reason.NON_FINITE_METRIC)
+    log.write_text("\n".join(lines) + "\n")
+    verdict = decide(MetricHistory.from_points(TextLogSource(str(log)).read_new()))
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_METRIC)
+    assert "since step 50" in verdict.message
