@@ -42,3 +42,71 @@ def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[
         previous = per_step.get(point.step)
         if previous is None or point.wall_time >= previous.wall_time:
             per_step[point.step] = point
+
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+MAX_KEY_CHARS = 512
+
+
+def sanitize_points(points: list[MetricPoint]) -> tuple[list[MetricPoint], list[str]]:
+    """The points the judge can hold, and a note per kind of point dropped or clamped.
+
+    Steps outside int64 are dropped (clamping would pin every later point behind a bogus maximum);
+    values beyond float range become ±inf (a huge number stays "not finite", so it still stops a run);
+    a non-finite or non-numeric wall time becomes 0.0. Anything else malformed is dropped.
+    """
+    kept: list[MetricPoint] = []
+    notes: dict[str, int] = {}
+    for point in points:
+        if (type(point) is MetricPoint and type(point.step) is int and INT64_MIN <= point.step <= INT64_MAX
+                and type(point.value) is float and type(point.wall_time) is float and type(point.key) is str
+                and 0 < len(point.key) <= MAX_KEY_CHARS and -1e300 < point.wall_time < 1e300):
+            kept.append(point)  # the common case, checked cheaply
+            continue
+        try:
+            step, wall, key, value = point
+        except (TypeError, ValueError):
+            notes["malformed point"] = notes.get("malformed point", 0) + 1
+            continue
+        if isinstance(step, bool) or not isinstance(step, int):
+            try:
+                step = int(step)
+            except (TypeError, ValueError, OverflowError):
+                notes["step not a whole number"] = notes.get("step not a whole number", 0) + 1
+                continue
+        if not INT64_MIN <= step <= INT64_MAX:
+            notes["step outside int64"] = notes.get("step outside int64", 0) + 1
+            continue
+        if not isinstance(key, str) or not key:
+            notes["key not text"] = notes.get("key not text", 0) + 1
+            continue
+        if len(key) > MAX_KEY_CHARS:
+            key = key[:MAX_KEY_CHARS]
+        clean_value = _as_float(value)
+        if clean_value is None:
+            notes["value not a number"] = notes.get("value not a number", 0) + 1
+            continue
+        if type(value) is not float and clean_value in (float("inf"), float("-inf")) and isinstance(value, int):
+            notes["value beyond float range (kept as inf)"] = notes.get("value beyond float range (kept as inf)", 0) + 1
+        clean_wall = _as_float(wall)
+        if clean_wall is None or clean_wall != clean_wall or clean_wall in (float("inf"), float("-inf")):
+            clean_wall = 0.0
+        kept.append(MetricPoint(step, clean_wall, key, clean_value))
+    return kept, [f"{count} point(s) dropped or clamped: {why}" for why, count in notes.items()]
+
+
+def _as_float(value: object) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return float("inf") if value > 0 else float("-inf")
+    try:
+        return float(value)  # type: ignore[arg-type]  # numpy scalars, Decimal
+    except (TypeError, ValueError, OverflowError):
+        return None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.judge.verdict import Decision, Verdict
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 from guarded_sbatch.sidecar.state import SidecarState
@@ -75,8 +75,15 @@ class Sidecar:
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
         try:
             while True:
-                exit_code = self.poll_once()
-                self.state.save(self.settings.state_file)
+                try:
+                    exit_code = self.poll_once()
+                except Exception as exc:  # noqa: BLE001 - never fatal: the run must not go unguarded
+                    self._poll_failed("the poll", exc)
+                    exit_code = None
+                try:
+                    self.state.save(self.settings.state_file)
+                except (OSError, TypeError, ValueError) as exc:
+                    self._poll_failed("saving the sidecar state", exc)
                 if exit_code is not None:
                     return exit_code
                 self.sleep(self.settings.fast_interval_s)
@@ -89,13 +96,29 @@ class Sidecar:
     def poll_once(self) -> int | None:
         now = self.clock()
         self.state.checks += 1
-        new_points = self.sources.read()
+        try:
+            new_points = self.sources.read()
+        except Exception as exc:  # noqa: BLE001 - a source failing is a WAIT with the error named
+            new_points = 0
+            self._poll_failed("reading the metrics", exc)
         if new_points:
             self.state.last_new_data_at = now
-        self._maybe_poll_job(now, bool(new_points))
+        try:
+            self._maybe_poll_job(now, bool(new_points))
+        except Exception as exc:  # noqa: BLE001
+            self._poll_failed("asking the scheduler about the job", exc)
         if new_points and not self._tracker_recorded:
-            self._record_tracker_run()
-        verdict = self._judge(now)
+            try:
+                self._record_tracker_run()
+            except Exception as exc:  # noqa: BLE001
+                self._tracker_recorded = True  # once is enough to say it
+                self._poll_failed("recording the W&B run", exc)
+        try:
+            verdict = self._judge(now)
+        except Exception as exc:  # noqa: BLE001 - the judge failing must not end the watch
+            what = self._poll_failed("judging the metrics", exc)
+            verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE,
+                              f"this poll could not be judged ({what}); waiting, the watch goes on")
         self.state.data_source = DATA_SOURCE_LABELS.get(self.sources.active_kind, "unreachable")
         if verdict.decision is Decision.STOP:
             return self._stop(verdict, now)
@@ -111,6 +134,19 @@ class Sidecar:
             self.emit(self.state.final_summary)
             return 0
         return None
+
+    def _poll_failed(self, doing: str, exc: BaseException) -> str:
+        """Count and name one failure inside a poll; the loop goes on. Returns the one-line error."""
+        from guarded_sbatch.core.redact import redact
+
+        text = redact(" ".join(f"{type(exc).__name__}: {exc}".split()))[:300]
+        self.state.poll_errors += 1
+        repeated = text == self.state.last_poll_error
+        self.state.last_poll_error = text
+        if not repeated or self.state.poll_errors % 10 == 0:
+            self.emit(f"sidecar: {doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
+                      f"the watch goes on ({self.state.poll_errors} failed poll step(s) so far)\n")
+        return text
 
     def _record_tracker_run(self) -> None:
         """Once the W&B run behind the metrics is known, note it in the run's record (kill/restart
@@ -252,10 +288,10 @@ class Sidecar:
         self._full_report(verdict, now, ending=True)
         outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command)
         self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
-        history = self.sources.history()
-        series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
         evidence_path = None
         try:
+            history = self.sources.history()
+            series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
             bundle = write_evidence(
                 self.settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
                 run={"name": self.settings.run_name, "job_id": self.settings.job_id,
@@ -264,7 +300,7 @@ class Sidecar:
                 stop_detail=outcome.detail,
             )
             evidence_path = str(bundle.json_path)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the run is stopped already; say what went wrong
             self.emit(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n")
         note_detail = "not configured"
         if self.settings.notes_path is not None:
@@ -354,6 +390,10 @@ def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     from guarded_sbatch.judge.policy import RunContext
 
     sources = SourceSet(settings, None)
-    sources.read()
-    verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+    try:
+        sources.read()
+        verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+    except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")
     return verdict, DATA_SOURCE_LABELS.get(sources.active_kind, "unreachable")

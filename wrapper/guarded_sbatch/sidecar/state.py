@@ -37,6 +37,8 @@ class SidecarState:
     peak_rss_mb: float = 0.0  # of the last sidecar process, read at its exit
     cpu_seconds: float = 0.0  # all sidecar processes of this run together
     scheduler_calls: int = 0  # state/info/cancel/watch calls, all sidecar processes together
+    poll_errors: int = 0  # polls where a source, the judge or the report failed (each became a WAIT)
+    last_poll_error: str = ""
 
     @classmethod
     def load(cls, path: Path) -> "SidecarState":
