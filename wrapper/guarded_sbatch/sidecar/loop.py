@@ -155,16 +155,19 @@ class Sidecar:
         if run is None:
             return
         self._tracker_recorded = True
-        from guarded_sbatch.core.fsutil import read_json, write_json_atomic
-        from guarded_sbatch.core.redact import redact
+        from guarded_sbatch.core.registry import update_record
 
         run_json = self.settings.state_file.parent / "run.json"
-        record = read_json(run_json)
-        if not isinstance(record, dict) or record.get("tracker", {}).get("run_path"):
+        if not run_json.is_file():
             return
-        record["tracker"] = {"kind": "wandb", **{k: redact(v) for k, v in run.items()}}
+
+        def record_tracker(record: dict[str, object]) -> None:
+            tracker = record.get("tracker")
+            if not (isinstance(tracker, dict) and tracker.get("run_path")):
+                record["tracker"] = {"kind": "wandb", **run}
+
         try:
-            write_json_atomic(run_json, record)
+            update_record(run_json.parent, record_tracker)
         except OSError as exc:
             self.emit(f"sidecar: could not record the W&B run in {run_json}: {exc}\n")
 
