@@ -209,6 +209,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise UsageError(f"config {path} is not UTF-8 text; save it as UTF-8") from None
+    except RecursionError:
+        raise UsageError(f"config {path} is nested too deeply to read; flatten it") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         if "end of document" in message:  # tomllib names no line then: it is the last one

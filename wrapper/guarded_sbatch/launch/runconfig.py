@@ -55,6 +55,8 @@ def load_structured_file(path: Path) -> Any:
         import yaml
 
         return yaml.safe_load(text)
+    except RecursionError:
+        raise UsageError(f"config {path} is nested too deeply to read; flatten it") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"config {path} is not valid JSON: {exc.msg} at line {exc.lineno}; fix that line") from None
     except tomllib.TOMLDecodeError as exc:

@@ -107,6 +107,11 @@ def effective_options(
     return EffectiveOptions(values)
 
 
+def _digits(text: str) -> bool:
+    """ASCII digits only (str.isdigit also takes '²' and '٣'), and few enough to be a real limit."""
+    return text.isascii() and text.isdigit() and len(text) <= 12
+
+
 def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     """Slurm's --time formats to seconds; None for UNLIMITED/INFINITE."""
     value = text.strip()
@@ -116,16 +121,16 @@ def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     rest = value
     if "-" in value:
         day_text, rest = value.split("-", 1)
-        if not day_text.isdigit() or not rest:
+        if not _digits(day_text) or not rest:
             raise _bad_time(text, where)
         days = int(day_text)
         parts = rest.split(":")
-        if len(parts) > 3 or not all(p.isdigit() for p in parts):
+        if len(parts) > 3 or not all(_digits(p) for p in parts):
             raise _bad_time(text, where)
         hours, minutes, seconds = (int(p) for p in (parts + ["0", "0"])[:3])
     else:
         parts = rest.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
+        if not all(_digits(p) for p in parts) or len(parts) > 3:
             raise _bad_time(text, where)
         numbers = [int(p) for p in parts]
         if len(numbers) == 1:
@@ -155,7 +160,7 @@ def gpu_count(text: str, *, gres: bool = False) -> int | None:
         if gres and len(parts) == 1:
             return 1
         last = parts[-1].split("(")[0]
-        if last.isdigit():
+        if _digits(last):
             return int(last)
     return None
 
