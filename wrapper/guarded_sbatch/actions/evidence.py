@@ -16,7 +16,7 @@ from guarded_sbatch.actions.evidence_plot import plot_input
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import private_dir, read_tail, write_json_atomic, write_private
 from guarded_sbatch.judge.verdict import Verdict
-from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.redact import redact, redact_tree
 from guarded_sbatch.core.runner import run_command
 
 SNIPPET_BYTES = 16 * 1024
@@ -85,8 +85,7 @@ def write_evidence(
         "recent_metrics": recent,
     }
     json_path = folder / "evidence.json"
-    text = redact(json.dumps(payload, indent=2, sort_keys=True, default=str))
-    write_json_atomic(json_path, json.loads(text))
+    write_json_atomic(json_path, redact_tree(json.loads(json.dumps(payload, default=str))))
     return EvidenceBundle(folder, json_path, plot_path, snippet_path)
 
 

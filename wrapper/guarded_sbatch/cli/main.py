@@ -77,8 +77,16 @@ class _RedactingStream:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    saved = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, _RedactingStream):
         sys.stdout, sys.stderr = _RedactingStream(sys.stdout), _RedactingStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        return _main(args)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(args: list[str]) -> int:
     try:
         return dispatch(args)
     except GuardedError as exc:

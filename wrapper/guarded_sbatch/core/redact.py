@@ -14,9 +14,12 @@ import re
 from collections.abc import Sequence
 
 MASK = "[redacted]"
-_SECRET_WORD = (r"(?:key(?!board)|token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|credential"
+_STRONG_WORD = (r"(?:token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|credential"
                 r"|auth(?!or)|cookie|private)")
-_SECRET_NAME = re.compile(_SECRET_WORD, re.IGNORECASE)
+# "key" counts only as the end of a compound (api_key, WANDB_API_KEY, --wandb-key), not key / key_metric / loss-key
+_KEY_WORD = r"(?:(?<![A-Za-z0-9])(?:api|access|secret|private|auth|wandb|hf|openai|aws|client|license|signing)[_.-]?keys?(?![a-z]))"
+_SECRET_WORD = f"(?:{_STRONG_WORD}|{_KEY_WORD})"
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)  # env var names
 _KEY_SHAPES = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}"
     r"|AKIA[0-9A-Z]{16}|[a-f0-9]{40})\b"
@@ -26,11 +29,15 @@ _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://)[^\s/@'\"<>]+@")
 _EXPORT = re.compile(r"(--export(?:=|\s+))([^\s\"']+)", re.IGNORECASE)
 _COMMENT = re.compile(r"(--comment(?:=|\s+))(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
 # --name=value / --name value where the flag names a secret
-_SECRET_FLAG = re.compile(r"(--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)(=|\s+)(?!-)(\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+_SECRET_FLAG = re.compile(r"(--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)(=|\s+)(?![-\[{])(\"[^\"]*\"|'[^']*'|[^\s\"']+)",
                           re.IGNORECASE)
+# --anything-with-key-in-it=value (the issue's `--*key*=`), except flags known to name a metric key
+_KEY_FLAG_EQ = re.compile(r"(--[A-Za-z0-9_.-]*key[A-Za-z0-9_.-]*=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
+_METRIC_KEY_FLAGS = re.compile(r"--(?:guard-)?(?:train-loss|eval|loss|metric|sort|monitor)[-_]keys?=|--key[-_]metric=|"
+                               r"--keep", re.IGNORECASE)
 # NAME=value / "name": "value" / name: value where the name is a secret's
 _SECRET_ASSIGN = re.compile(
-    r"(\b[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
+    r"(\b[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
     re.IGNORECASE,
 )
 
@@ -70,6 +77,8 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     text = _EXPORT.sub(_export_list, text)
     text = _COMMENT.sub(lambda m: m.group(1) + _quoted_mask(m.group(2)), text)
+    text = _KEY_FLAG_EQ.sub(lambda m: m.group(0) if _METRIC_KEY_FLAGS.match(m.group(1)) or MASK in m.group(2)
+                            else m.group(1) + _quoted_mask(m.group(2)), text)
     text = _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + _quoted_mask(m.group(3)), text)
     text = _SECRET_ASSIGN.sub(lambda m: m.group(0) if MASK in m.group(2) else m.group(1) + _quoted_mask(m.group(2)), text)
     return _KEY_SHAPES.sub(MASK, text)
@@ -91,3 +100,16 @@ def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> l
             mask_next = True
         out.append(redact(arg, environ))
     return out
+
+
+def redact_tree(value: object) -> object:
+    """A JSON-like structure with every string (keys included) redacted; lists of words as arguments."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_tree(key) if isinstance(key, str) else key: redact_tree(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(item, str) for item in value):
+            return redact_args(list(value))
+        return [redact_tree(item) for item in value]
+    return value

@@ -122,19 +122,9 @@ def launch_root(record: "RunRecord") -> Path | None:
 
 
 def _redacted(value: Any) -> Any:
-    from guarded_sbatch.core.redact import redact
+    from guarded_sbatch.core.redact import redact_tree
 
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: _redacted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        if all(isinstance(item, str) for item in value):
-            from guarded_sbatch.core.redact import redact_args
-
-            return redact_args(value)  # `--api-key VALUE`: the value is the next word
-        return [_redacted(item) for item in value]
-    return value
+    return redact_tree(value)
 
 
 def runs_root() -> Path:
