@@ -44,22 +44,25 @@ def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[
             per_step[point.step] = point
 
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
+# Steps the judge handles: within ±2**53, so step differences never overflow int64 and every step is
+# exact as a float too. Anything beyond (a 20-digit step, int64's extremes) is dropped with a note.
+STEP_MIN = -(2**53)
+STEP_MAX = 2**53
 MAX_KEY_CHARS = 512
 
 
 def sanitize_points(points: list[MetricPoint]) -> tuple[list[MetricPoint], list[str]]:
     """The points the judge can hold, and a note per kind of point dropped or clamped.
 
-    Steps outside int64 are dropped (clamping would pin every later point behind a bogus maximum);
+    Steps beyond ±2**53 (a 20-digit step, int64's extremes) are dropped (clamping would pin every later
+    point behind a bogus maximum);
     values beyond float range become ±inf (a huge number stays "not finite", so it still stops a run);
     a non-finite or non-numeric wall time becomes 0.0. Anything else malformed is dropped.
     """
     kept: list[MetricPoint] = []
     notes: dict[str, int] = {}
     for point in points:
-        if (type(point) is MetricPoint and type(point.step) is int and INT64_MIN <= point.step <= INT64_MAX
+        if (type(point) is MetricPoint and type(point.step) is int and STEP_MIN <= point.step <= STEP_MAX
                 and type(point.value) is float and type(point.wall_time) is float and type(point.key) is str
                 and 0 < len(point.key) <= MAX_KEY_CHARS and -1e300 < point.wall_time < 1e300):
             kept.append(point)  # the common case, checked cheaply
@@ -75,8 +78,8 @@ def sanitize_points(points: list[MetricPoint]) -> tuple[list[MetricPoint], list[
             except (TypeError, ValueError, OverflowError):
                 notes["step not a whole number"] = notes.get("step not a whole number", 0) + 1
                 continue
-        if not INT64_MIN <= step <= INT64_MAX:
-            notes["step outside int64"] = notes.get("step outside int64", 0) + 1
+        if not STEP_MIN <= step <= STEP_MAX:
+            notes["step beyond ±2**53"] = notes.get("step beyond ±2**53", 0) + 1
             continue
         if not isinstance(key, str) or not key:
             notes["key not text"] = notes.get("key not text", 0) + 1
