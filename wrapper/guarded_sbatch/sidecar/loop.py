@@ -101,6 +101,9 @@ class Sidecar:
         except Exception as exc:  # noqa: BLE001 - a source failing is a WAIT with the error named
             new_points = 0
             self._poll_failed("reading the metrics", exc)
+        if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
+            self.emit(f"sidecar: {'; '.join(self.sources.notes)}\n")
+            self.sources.notes = []
         if new_points:
             self.state.last_new_data_at = now
         try:

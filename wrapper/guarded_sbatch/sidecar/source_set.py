@@ -92,8 +92,11 @@ class SourceSet:
             except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
                 self.read_error = self.errors[id(source)] = _one_line(exc, getattr(source, "describe", None))
                 continue
+            notes = [*getattr(source, "sanitize_notes", []), *notes]  # the reader's own sanitising, then ours
             if notes:
                 self.notes = [*self.notes, *notes][-20:]
+                if getattr(source, "sanitize_notes", None):
+                    source.sanitize_notes = []  # type: ignore[attr-defined]
             history = self.histories.setdefault(id(source), MetricHistory())
             missing = _unreachable_path(source, had_data=bool(len(history)))
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
