@@ -9,6 +9,7 @@ environment variables, and secrets recognised by their shape wherever they appea
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
@@ -43,7 +44,22 @@ _SECRET_ASSIGN = re.compile(
 
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    env = os.environ if environ is None else environ
+    return list(_secret_values(_env_key(environ)))
+
+
+def _env_key(environ: dict[str, str] | None) -> frozenset[tuple[str | bytes, str | bytes]]:
+    if environ is None:
+        # os.environ's raw bytes (their hashes are cached): iterating os.environ decodes every item
+        raw = getattr(os.environ, "_data", None)
+        if isinstance(raw, dict):
+            return frozenset(raw.items())
+        environ = dict(os.environ)
+    return frozenset(environ.items())
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_values(items: frozenset[tuple[str | bytes, str | bytes]]) -> tuple[str, ...]:
+    env = {os.fsdecode(name): os.fsdecode(value) for name, value in items}
     values = set()
     for name, value in env.items():
         if len(value) < 6:
@@ -52,9 +68,15 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
             values.add(value)
         for match in _URL_USERINFO.finditer(value):  # DATABASE_URL=postgres://alice:pw@db
             userinfo = match.group(0)[len(match.group(1)):-1]
-            if len(userinfo) >= 4:
-                values.add(userinfo)
-    return sorted(values, key=len, reverse=True)
+            for part in (userinfo, userinfo.partition(":")[2]):  # alice:pw and the password alone
+                if len(part) >= 4:
+                    values.add(part)
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(map(re.escape, values))) if values else None
 
 
 def _export_list(match: re.Match[str]) -> str:
@@ -72,8 +94,9 @@ def _quoted_mask(value: str) -> str:
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
     if not isinstance(text, str) or not text:
         return text
-    for value in secret_values(environ):
-        text = text.replace(value, MASK)
+    pattern = _secret_pattern(_secret_values(_env_key(environ)))
+    if pattern is not None:
+        text = pattern.sub(MASK, text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     text = _EXPORT.sub(_export_list, text)
     text = _COMMENT.sub(lambda m: m.group(1) + _quoted_mask(m.group(2)), text)

@@ -3,6 +3,7 @@ the rendered sidecar script, the sidecar's state, its output and the evidence of
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -86,7 +87,14 @@ def _plain(value: Any) -> bool:
 
 def update_record(folder: Path, change: Any) -> dict[str, Any]:
     """Locked read-modify-write of a run's run.json (for writers that own one field, like the sidecar)."""
-    return update_json(folder / "run.json", lambda data: (change(data), data.update(_redacted(data))))
+    def redacted_change(data: dict[str, Any]) -> None:
+        before = {key: json.dumps(value, sort_keys=True, default=str) for key, value in data.items()}
+        change(data)
+        for key, value in data.items():  # only what the change touched is redacted again
+            if before.get(key) != json.dumps(value, sort_keys=True, default=str):
+                data[key] = _redacted(value)
+
+    return update_json(folder / "run.json", redacted_change)
 
 
 def pin_launch_root(folder: Path, submit_dir: str) -> None:
