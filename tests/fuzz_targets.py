@@ -29,7 +29,7 @@ HOSTILE_TOKENS = [
     b"99999999999999999999", b"-99999999999999999999", b"1" * 400, b"nan", b"NaN", b"inf", b"-inf", b"Infinity",
     b"1e308", b"1e309", b"\r", b"\r\n", b"\x00", b"\xff\xfe", b"\xc3\x28", b" " * 5000, b"\t" * 300, b"[" * 1200,
     b"{" * 1200, b'"', b",", b"=", b":", b"\n", b"step", b"global_step=", b"loss=", b"'", b"\\", b"\x1b[31m",
-    b"\xef\xbb\xbf", b"\u00b2".decode("unicode_escape").encode(), "٣".encode(), b"0x10", b"1_000", b"-0", b"+1",
+    b"\xef\xbb\xbf", "²".encode(), "٣".encode(), b"0x10", b"1_000", b"-0", b"+1",
 ]
 
 
@@ -374,7 +374,9 @@ def render(data: bytes, work: Path) -> None:
         return
     except Exception as exc:  # noqa: BLE001
         raise Escape(f"render {name}: {type(exc).__name__}: {exc}"[:300]) from exc
-    if name not in ("PYTHON", "SIDECAR_ARGS", "LAUNCHER", "LAUNCHER_ARGS", "SIDECAR_EXTRA_SBATCH") and (
+    if name == "SRUN_NOTE" and any(c in out for c in "\n\r"):  # a comment: words and spaces are fine there
+        raise Escape(f"render {name}: a line break accepted: {out!r}"[:300])
+    if name not in ("PYTHON", "SIDECAR_ARGS", "LAUNCHER", "LAUNCHER_ARGS", "SIDECAR_EXTRA_SBATCH", "SRUN_NOTE") and (
             any(c in out for c in "\n\r;&|`$<>(){}'\"\\ ") ):
         raise Escape(f"render {name}: unsafe value accepted: {out!r}"[:300])
     if name in ("PYTHON", "SIDECAR_ARGS", "LAUNCHER", "LAUNCHER_ARGS") and shlex.join(shlex.split(out)) != out:
