@@ -59,14 +59,22 @@ def sanitize_points(points: list[MetricPoint]) -> tuple[list[MetricPoint], list[
     values beyond float range become ±inf (a huge number stays "not finite", so it still stops a run);
     a non-finite or non-numeric wall time becomes 0.0. Anything else malformed is dropped.
     """
+    lo, hi, longest, metric_point = STEP_MIN, STEP_MAX, MAX_KEY_CHARS, MetricPoint
+    clean = [p for p in points if type(p) is metric_point and type(p[0]) is int and lo <= p[0] <= hi
+             and type(p[3]) is float and type(p[1]) is float and -1e300 < p[1] < 1e300
+             and type(p[2]) is str and 0 < len(p[2]) <= longest]
+    if len(clean) == len(points):
+        return clean, []  # the common case: one cheap pass
     kept: list[MetricPoint] = []
     notes: dict[str, int] = {}
     for point in points:
-        if (type(point) is MetricPoint and type(point.step) is int and STEP_MIN <= point.step <= STEP_MAX
-                and type(point.value) is float and type(point.wall_time) is float and type(point.key) is str
-                and 0 < len(point.key) <= MAX_KEY_CHARS and -1e300 < point.wall_time < 1e300):
-            kept.append(point)  # the common case, checked cheaply
-            continue
+        if type(point) is MetricPoint:
+            step, wall, key, value = point
+            if (type(step) is int and STEP_MIN <= step <= STEP_MAX and type(value) is float
+                    and type(wall) is float and -1e300 < wall < 1e300 and type(key) is str
+                    and 0 < len(key) <= MAX_KEY_CHARS):
+                kept.append(point)
+                continue
         try:
             step, wall, key, value = point
         except (TypeError, ValueError):

@@ -88,7 +88,10 @@ class SourceSet:
         added: dict[int, int] = {}
         for source in self.sources:
             try:
-                points, notes = sanitize_points(source.read_new())
+                points = source.read_new()
+                notes: list[str] = []
+                if not getattr(source, "points_sanitized", False):
+                    points, notes = sanitize_points(points)
             except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
                 self.read_error = self.errors[id(source)] = _one_line(exc, getattr(source, "describe", None))
                 continue

@@ -166,6 +166,7 @@ def guarded_reader(cls: type[T]) -> type[T]:
         return kept
 
     cls.read_new = read_new  # type: ignore[attr-defined]
+    cls.points_sanitized = True  # type: ignore[attr-defined]  # SourceSet need not check them again
     return cls
 
 
