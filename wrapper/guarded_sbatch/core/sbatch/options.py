@@ -104,6 +104,12 @@ def effective_options(
         values[option.name] = OptionValue(option.value, "command line")
     if "time" in values and values["time"].value is not None:
         parse_time_limit(values["time"].value, where=values["time"].source)
+    for name, option in values.items():
+        text = option.value or ""
+        if any(char.isdigit() and not char.isascii() for char in text):
+            # '²' or '٣' look like numbers to Python but not to sbatch: it would reject the job later
+            raise UsageError(f"--{name}={text[:40]!r} ({option.source}) has a digit sbatch cannot read; "
+                             "write the number with 0-9")
     return EffectiveOptions(values)
 
 
