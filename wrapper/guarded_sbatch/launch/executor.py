@@ -86,6 +86,9 @@ class GuardedExecutor(submitit.AutoExecutor):
         if blocking:
             raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in blocking)
                                + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
+        from guarded_sbatch.launch.templates import check_run_name
+
+        check_run_name(run_name)  # before anything is queued: a bad name must not leave a job unguarded
         jobs = super()._internal_process_submissions(delayed_submissions)
         for job in jobs:
             self._guard(job, run_name, config, scheduler)
