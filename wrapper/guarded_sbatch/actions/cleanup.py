@@ -17,7 +17,7 @@ from guarded_sbatch.actions.path_guard import (
 )
 from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.core.registry import RunRecord, launch_root
 from guarded_sbatch.scheduler.base import SchedulerUnreachableError
 
 STEP_TITLES = {
@@ -101,7 +101,7 @@ def run_job_ids(record: RunRecord) -> list[str]:
 
 def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Path] | None = None) -> CleanupPlan:
     """The cleanup of `record`, in order, with each path already judged by the path guard."""
-    roots = allowed_roots(run_roots, record.submit_dir)
+    roots = allowed_roots(run_roots, launch_root(record))
     jobs = ", ".join(run_job_ids(record))
 
     def path_action(text: str, recorded: list[str]) -> CleanupAction:
@@ -166,10 +166,28 @@ def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], 
         actions.append(CleanupAction("manual", folder, extra={
             "why": "TensorBoard folder left alone (it may hold other runs); the reader handles a restart's new files"}))
     if kind == "mlflow" and tracker.get("run_id"):
-        actions.append(_mlflow_action(record, str(tracker.get("tracking_uri") or ""), str(tracker["run_id"])))
+        action = _mlflow_action(record, str(tracker.get("tracking_uri") or ""), str(tracker["run_id"]))
+        actions.append(_guard_mlflow(action, path_action))
     elif kind and kind not in ("wandb", "mlflow", "tensorboard"):
         actions.append(CleanupAction("manual", f"{kind} run", extra={"why": "delete it in the tracker's own interface"}))
     return actions
+
+
+MLFLOW_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def _guard_mlflow(action: CleanupAction, path_action: Callable[[str, list[str]], CleanupAction]) -> CleanupAction:
+    """An MLflow deletion goes only to one exact, plain run id, in a store the path guard accepts."""
+    if action.kind not in ("mlflow-sqlite", "mlflow-file"):
+        return action
+    run_id = action.extra.get("run_id", "")
+    if not MLFLOW_RUN_ID.fullmatch(run_id):
+        return CleanupAction(action.kind, action.target, extra=action.extra,
+                             refused=f"MLflow run id {run_id[:80]!r} is not a plain run id: refused")
+    guarded = path_action(action.target, [action.target])
+    if guarded.refused:
+        return CleanupAction(action.kind, action.target, extra=action.extra, refused=guarded.refused)
+    return CleanupAction(action.kind, action.target, guarded=guarded.guarded, extra=action.extra)
 
 
 def _mlflow_action(record: RunRecord, uri: str, run_id: str) -> CleanupAction:
@@ -307,6 +325,8 @@ def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
 def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
     """Mark the run deleted the way MLflow itself does (`mlflow gc` purges it; `mlflow runs restore` undoes it)."""
     deleted_ms = int(time.time() * 1000)
+    if not MLFLOW_RUN_ID.fullmatch(run_id):
+        raise UsageError(f"MLflow run id {run_id[:80]!r} is not a plain run id: nothing marked deleted")
     if kind == "mlflow-sqlite":
         import sqlite3
 
@@ -333,12 +353,36 @@ def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
         if cursor.rowcount == 0:
             return f"MLflow run {run_id} not in {store} (already gone)"
         return f"MLflow run {run_id} marked deleted in {store}"
-    metas = sorted(store.glob(f"*/{run_id}/meta.yaml"))
+    metas = _mlflow_metas(store, run_id)
     if not metas:
         return f"MLflow run {run_id} not in {store} (already gone)"
     for meta in metas:
         lines = [line for line in meta.read_text(encoding="utf-8").splitlines() if not line.startswith("deleted_time:")]
+        if not any(line.strip() in (f"run_id: {run_id}", f"run_uuid: {run_id}") for line in lines):
+            continue  # a folder named like the run that is not its meta: left alone
         lines = ["lifecycle_stage: deleted" if line.startswith("lifecycle_stage:") else line for line in lines]
         lines.append(f"deleted_time: {deleted_ms}")
         meta.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return f"MLflow run {run_id} marked deleted in {metas[0]}"
+
+
+def _mlflow_metas(store: Path, run_id: str) -> list[Path]:
+    """<store>/<experiment>/<run_id>/meta.yaml by exact names (no glob), regular files only, no symlinks."""
+    import os
+    import stat as stat_module
+
+    found = []
+    try:
+        experiments = sorted(os.scandir(store), key=lambda e: e.name)
+    except OSError:
+        return []
+    for experiment in experiments:
+        if not experiment.is_dir(follow_symlinks=False):
+            continue
+        meta = Path(experiment.path) / run_id / "meta.yaml"
+        try:
+            if not os.path.islink(meta.parent) and stat_module.S_ISREG(os.lstat(meta).st_mode):
+                found.append(meta)
+        except OSError:
+            continue
+    return found

@@ -4,6 +4,7 @@ anomaly marked. Everything passes through redact() before it is written."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,10 +13,10 @@ from typing import Any
 
 from guarded_sbatch.actions.evidence_plot import plot_input
 from guarded_sbatch.core.errors import CommandError
-from guarded_sbatch.core.fsutil import write_json_atomic
+from guarded_sbatch.core.fsutil import private_dir, read_tail, write_json_atomic, write_private
 from guarded_sbatch.core.jsonnum import dumps as json_dumps, json_number
 from guarded_sbatch.judge.verdict import Verdict
-from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.redact import redact, redact_tree
 from guarded_sbatch.core.runner import run_command
 
 SNIPPET_BYTES = 16 * 1024
@@ -35,13 +36,8 @@ def _finite_or_text(value: float) -> float | str:
 
 
 def tail_snippet(path: Path, max_bytes: int = SNIPPET_BYTES) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read(max_bytes)
-    except OSError:
+    data, size = read_tail(path, max_bytes)
+    if not data:
         return ""
     text = data.decode("utf-8", errors="replace")
     if size > max_bytes:
@@ -61,13 +57,13 @@ def write_evidence(
     recent_points: int = 200,
 ) -> EvidenceBundle:
     """Write the bundle into folder; the plot is best effort (its failure is recorded, not raised)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    private_dir(folder)
     snippet_path: Path | None = None
     if log_path is not None:
         snippet = tail_snippet(log_path)
         if snippet:
             snippet_path = folder / "log-snippet.txt"
-            snippet_path.write_text(snippet, encoding="utf-8")
+            write_private(snippet_path, snippet)
     recent = {
         key: {"steps": [int(step) for step in steps[-recent_points:]], "values": [_finite_or_text(v) for v in values[-recent_points:]]}
         for key, (steps, values) in series.items()
@@ -89,8 +85,7 @@ def write_evidence(
         "recent_metrics": recent,
     }
     json_path = folder / "evidence.json"
-    text = redact(json_dumps(payload, indent=2, sort_keys=True))
-    write_json_atomic(json_path, json.loads(text))
+    write_json_atomic(json_path, redact_tree(json.loads(json_dumps(payload))))
     return EvidenceBundle(folder, json_path, plot_path, snippet_path)
 
 
@@ -99,7 +94,7 @@ def plot_in_subprocess(
 ) -> None:
     """Draw the plot in a child process (matplotlib's memory never enters the sidecar); raise on failure."""
     input_path = folder / ".plot-input.json"
-    input_path.write_text(json.dumps(plot_input(series, verdict)), encoding="utf-8")
+    write_private(input_path, json.dumps(plot_input(series, verdict)))
     try:
         run_command([sys.executable, "-m", "guarded_sbatch.actions.evidence_plot", str(input_path), str(path)],
                     timeout=PLOT_TIMEOUT_S)
@@ -109,5 +104,6 @@ def plot_in_subprocess(
         input_path.unlink(missing_ok=True)
     if not path.is_file():
         raise RuntimeError("plotting process wrote no file")
+    os.chmod(path, 0o600)
 
 

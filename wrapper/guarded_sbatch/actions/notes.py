@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
@@ -15,13 +16,17 @@ class NotesError(GuardedError):
 
 
 def append_project_note(path: Path, text: str) -> None:
-    data = (text.rstrip("\n") + "\n\n").encode("utf-8")
+    from guarded_sbatch.core.redact import redact
+
+    data = (redact(text).rstrip("\n") + "\n\n").encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
     except OSError as exc:
         raise NotesError(f"cannot write project note to {path}: {exc.strerror}") from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotesError(f"cannot write project note to {path}: not a regular file")
         fcntl.flock(fd, fcntl.LOCK_EX)
         written = 0
         while written < len(data):

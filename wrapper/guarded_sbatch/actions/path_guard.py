@@ -1,17 +1,19 @@
 """The path guard: what kill/restart may delete, and the deletion itself.
 
 A path may be deleted only when it was recorded for that run and lies inside the configured run roots
-(with no run roots configured: inside the run's submit folder). `/`, home folders (any user's), the run
-root itself, `..` components and symlinks that lead out are refused. Deletion never follows a symlink:
-the resolved path is checked again just before it is removed, and shutil.rmtree refuses a symlinked
-folder at the top and unlinks (never follows) symlinks below it.
+(with no run roots configured: inside the submit folder pinned at launch, see registry.launch_root; the
+record's own, editable submit_dir never widens this). `/`, home folders (any user's) and the hidden
+folders directly in them, system folders (/etc, /usr, ...), the run root itself, `..` components and
+symlinks that lead out are refused. Deletion walks from the root with directory file descriptors
+(openat with O_NOFOLLOW, unlinkat), so a parent swapped for a symlink mid-way is never followed, and
+it never crosses into another file system or a (bind) mount point: those are left in place and reported.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
-import shutil
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -49,6 +51,24 @@ def home_folders() -> set[Path]:
             homes.add(Path(text))
     resolved = {Path(os.path.realpath(home)) for home in homes}
     return homes | resolved
+
+
+SYSTEM_FOLDERS = tuple(Path(p) for p in (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/sys",
+    "/usr", "/var/lib", "/var/log", "/var/spool", "/var/cache", "/var/run", "/snap",
+))
+# Never deleted or used as a root (they may hold them), but folders inside may be a configured root.
+SYSTEM_PARENTS = tuple(Path(p) for p in ("/var", "/opt", "/srv", "/home", "/mnt", "/media", "/tmp", "/scratch"))
+
+
+def system_refusal(path: Path) -> str:
+    """Why `path` is a system location that is never deleted ("" when it is not)."""
+    for folder in SYSTEM_FOLDERS:
+        if path == folder or path.is_relative_to(folder) or folder.is_relative_to(path):
+            return f"{path} is (or is inside, or holds) the system folder {folder}"
+    if path in SYSTEM_PARENTS:
+        return f"{path} is the system folder {path}"
+    return ""
 
 
 def allowed_roots(run_roots: Sequence[Path], submit_dir: str | os.PathLike[str] | None) -> tuple[Path, ...]:
@@ -107,9 +127,19 @@ def check_deletable(
     for candidate in (lexical, resolved):
         if candidate == Path(candidate.anchor):
             raise PathRefusedError(f"{text} resolves to the file-system root: refused")
+        why = system_refusal(candidate)
+        if why:
+            raise PathRefusedError(f"{text}: {why}: refused")
         for home in home_set:
             if candidate == home or home.is_relative_to(candidate):
                 raise PathRefusedError(f"{text} is (or holds) the home folder {home}: refused")
+            if candidate.parent == home and candidate.name.startswith("."):
+                raise PathRefusedError(f"{text} is the hidden folder {candidate.name} of the home {home}: refused")
+    for root in roots:
+        for candidate in (Path(os.path.normpath(root)), Path(os.path.realpath(root))):
+            why = system_refusal(candidate) if candidate != Path(candidate.anchor) else f"{candidate} is /"
+            if why:
+                raise PathRefusedError(f"{text}: the run root is not acceptable ({why}): refused")
     lexical_roots = [Path(os.path.normpath(root)) for root in roots]
     resolved_roots = [Path(os.path.realpath(root)) for root in roots]
     for root in [*lexical_roots, *resolved_roots]:
@@ -130,24 +160,129 @@ def check_deletable(
 
 
 def delete_guarded(guarded: GuardedPath) -> str:
-    """Delete an accepted path without following symlinks; return what was done, in a few words."""
+    """Delete an accepted path without following symlinks or crossing mounts; return what was done."""
     # Re-check at the last moment: the tree may have changed since the plan was made.
     now_resolved = Path(os.path.realpath(guarded.recorded))
     if now_resolved != guarded.resolved:
         raise PathRefusedError(f"{guarded.recorded} changed since the plan (now resolves to {now_resolved}): not deleted")
+    relative = guarded.resolved.relative_to(guarded.root).parts
+    if not relative:
+        raise PathRefusedError(f"{guarded.resolved} is the run root itself: not deleted")
+    mounts = mount_points()
+    root_fd = _open_dir(str(guarded.root), None, guarded.recorded)
     try:
-        info = os.lstat(guarded.resolved)
+        root_dev = os.fstat(root_fd).st_dev
+        parent_fd, current = root_fd, guarded.root
+        try:
+            for part in relative[:-1]:  # walk down with O_NOFOLLOW: a component swapped for a symlink fails
+                current = current / part
+                if current in mounts:
+                    raise PathRefusedError(f"{current} is a mount point: not crossed, {guarded.recorded} not deleted")
+                next_fd = _open_dir(part, parent_fd, guarded.recorded)
+                if parent_fd != root_fd:
+                    os.close(parent_fd)
+                parent_fd = next_fd
+                if os.fstat(parent_fd).st_dev != root_dev:
+                    raise PathRefusedError(f"{current} is on another file system: not crossed, not deleted")
+            name = relative[-1]
+            what = _delete_entry(parent_fd, name, current / name, root_dev, mounts)
+        finally:
+            if parent_fd != root_fd:
+                os.close(parent_fd)
+    finally:
+        os.close(root_fd)
+    if guarded.is_link and os.path.islink(guarded.recorded):
+        _unlink_link(guarded.recorded)  # the link itself lies inside a root (checked); its target is gone
+        what += " (and the symlink to it)"
+    return what
+
+
+def _open_dir(name: str, dir_fd: int | None, recorded: Path) -> int:
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise PathRefusedError(f"{recorded}: a folder on the way became a symlink or a file: not deleted") from None
+        raise
+
+
+def _unlink_link(path: Path) -> None:
+    parent_fd = _open_dir(str(path.parent), None, path)
+    try:
+        if stat.S_ISLNK(os.stat(path.name, dir_fd=parent_fd, follow_symlinks=False).st_mode):
+            os.unlink(path.name, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)
+
+
+def mount_points() -> frozenset[Path]:
+    """Every mount point of this process's view (/proc/self/mountinfo); empty where it cannot be read."""
+    found = set()
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 4:
+                    found.add(Path(_unescape_mount(fields[4])))
+    except OSError:
+        pass
+    return frozenset(found)
+
+
+def _unescape_mount(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 3 < len(text) and text[i + 1:i + 4].isdigit():
+            out.append(chr(int(text[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _delete_entry(parent_fd: int, name: str, path: Path, root_dev: int, mounts: frozenset[Path]) -> str:
+    try:
+        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
     except FileNotFoundError:
         return "already gone"
     if stat.S_ISLNK(info.st_mode):
-        raise PathRefusedError(f"{guarded.resolved} became a symlink since the plan: not deleted")
-    if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(guarded.resolved)
-        what = "folder deleted"
-    else:
-        os.unlink(guarded.resolved)
-        what = "file deleted"
-    if guarded.is_link and os.path.islink(guarded.recorded):
-        os.unlink(guarded.recorded)  # the link itself lies inside a root (checked); its target is gone
-        what += " (and the symlink to it)"
-    return what
+        raise PathRefusedError(f"{path} became a symlink since the plan: not deleted")
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=parent_fd)
+        return "file deleted"
+    kept = _delete_tree(parent_fd, name, path, root_dev, mounts)
+    if kept:
+        return f"folder emptied except {kept} mount point(s) or other file system(s) left in place"
+    return "folder deleted"
+
+
+def _delete_tree(parent_fd: int, name: str, path: Path, root_dev: int, mounts: frozenset[Path]) -> int:
+    """Delete folder `name` under parent_fd; returns how many mount points / foreign file systems were kept."""
+    if path in mounts:
+        return 1
+    fd = _open_dir(name, parent_fd, path)
+    kept = 0
+    try:
+        if os.fstat(fd).st_dev != root_dev:
+            return 1
+        with os.scandir(fd) as entries:
+            names = [entry.name for entry in entries]
+        for child in names:
+            try:
+                info = os.stat(child, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if info.st_dev != root_dev or (path / child) in mounts:
+                    kept += 1
+                    continue
+                kept += _delete_tree(fd, child, path / child, root_dev, mounts)
+            else:
+                os.unlink(child, dir_fd=fd)  # files and symlinks: the link itself, never its target
+    finally:
+        os.close(fd)
+    if kept:
+        return kept
+    os.rmdir(name, dir_fd=parent_fd)
+    return 0

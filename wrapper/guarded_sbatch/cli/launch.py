@@ -155,6 +155,8 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
             },
         )
     except GuardedError as exc:
+        if exc.message.startswith("training job "):
+            raise  # submit_guarded says what became of the training job
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
                         "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
     if keep_script:  # a script rendered from a launcher command: keep it with the run as job.sbatch

@@ -6,11 +6,13 @@ stdout carries only what sbatch would print (or --json output); everything for p
 from __future__ import annotations
 
 import difflib
+import errno
 import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from guarded_sbatch import __version__
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
@@ -108,8 +110,34 @@ SUBCOMMANDS = tuple(COMMANDS)
 HELP_WORDS = ("-h", "--help")
 
 
+class _RedactingStream:
+    """stdout/stderr with secrets masked (core.redact): nothing this tool prints shows a secret."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        from guarded_sbatch.core.redact import redact
+
+        self._inner.write(redact(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    saved = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, _RedactingStream):
+        sys.stdout, sys.stderr = _RedactingStream(sys.stdout), _RedactingStream(sys.stderr)  # type: ignore[assignment]
+    try:
+        return _main(args)
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _main(args: list[str]) -> int:
     try:
         return dispatch(args)
     except GuardedError as exc:
@@ -120,12 +148,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return int(ExitCode.OK)
+    except (RecursionError, MemoryError) as exc:
+        # Only input can do this (a config nested thousands deep, a script that expands without end).
+        print(f"guarded-sbatch: error: the input is too deeply nested or too large to process "
+              f"({type(exc).__name__}); simplify the config or script", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    except OSError as exc:
+        if exc.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.ENOTDIR, errno.EILSEQ):
+            print(f"guarded-sbatch: error: {exc.strerror}: {str(exc.filename)[:120]!r}; give a shorter or valid path",
+                  file=sys.stderr)
+            return int(ExitCode.USAGE)
+        return _internal(exc)
+    except ValueError as exc:
+        if "integer string conversion" in str(exc):  # a number thousands of digits long
+            print("guarded-sbatch: error: a number in the input has thousands of digits; give a real value",
+                  file=sys.stderr)
+            return int(ExitCode.USAGE)
+        return _internal(exc)
     except Exception as exc:  # noqa: BLE001 - a bug: one line for people, the traceback on request
         if os.environ.get("GUARDED_SBATCH_DEBUG"):
             raise
         print(f"guarded-sbatch: internal error: {type(exc).__name__}: {exc} "
               "(a bug: rerun with GUARDED_SBATCH_DEBUG=1 for the traceback and report it)", file=sys.stderr)
         return int(ExitCode.INTERNAL)
+
+
+def _internal(exc: BaseException) -> int:
+    if os.environ.get("GUARDED_SBATCH_DEBUG"):
+        raise exc
+    print(f"guarded-sbatch: internal error: {type(exc).__name__}: {exc} "
+          "(a bug: rerun with GUARDED_SBATCH_DEBUG=1 for the traceback and report it)", file=sys.stderr)
+    return int(ExitCode.INTERNAL)
 
 
 def dispatch(args: list[str]) -> int:

@@ -223,6 +223,9 @@ def load_config(
     return _build(merged, sources[-1] if sources else Path("<defaults>"), tuple(sources), environ)
 
 
+MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
+
+
 def read_toml(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
@@ -232,12 +235,16 @@ def read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise UsageError(f"config {path} is not UTF-8 text; save it as UTF-8") from None
+    except RecursionError:
+        raise UsageError(f"config {path} is nested too deeply to read; flatten it") from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         if "end of document" in message:  # tomllib names no line then: it is the last one
             last_line = raw.count(b"\n") or 1
             message = message.replace("end of document", f"end of document, line {last_line}")
         raise UsageError(f"config {path} is not valid TOML: {message}; fix that line") from None
+    except ValueError as exc:  # an integer thousands of digits long
+        raise UsageError(f"config {path}: {str(exc)[:120]}; give a real value") from None
 
 
 def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: Path, prefix: str = "") -> None:
@@ -293,8 +300,8 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
         return value
 
     def number(key: str, value: Any, kind: type[int] | type[float]) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise fail(key, f"must be a positive {kind.__name__}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_NUMBER:
+            raise fail(key, f"must be a positive {kind.__name__} no larger than {MAX_NUMBER:g}")
         return kind(value)
 
     checks = data["checks"]

@@ -60,3 +60,80 @@ def split_crash_key(key: str) -> tuple[str, str] | None:
         return None
     exception, _, evidence = key[len(CRASH_KEY_PREFIX) :].partition(_CRASH_SEPARATOR)
     return exception, evidence
+# Steps the judge handles: within ±2**53, so step differences never overflow int64 and every step is
+# exact as a float too. Anything beyond (a 20-digit step, int64's extremes) is dropped with a note.
+STEP_MIN = -(2**53)
+STEP_MAX = 2**53
+MAX_KEY_CHARS = 512
+
+
+def sanitize_points(points: list[MetricPoint]) -> tuple[list[MetricPoint], list[str]]:
+    """The points the judge can hold, and a note per kind of point dropped or clamped.
+
+    Steps beyond ±2**53 (a 20-digit step, int64's extremes) are dropped (clamping would pin every later
+    point behind a bogus maximum);
+    values beyond float range become ±inf (a huge number stays "not finite", so it still stops a run);
+    a non-finite or non-numeric wall time becomes 0.0. Anything else malformed is dropped.
+    """
+    lo, hi, longest, metric_point = STEP_MIN, STEP_MAX, MAX_KEY_CHARS, MetricPoint
+    clean = [p for p in points if type(p) is metric_point and type(p[0]) is int and lo <= p[0] <= hi
+             and type(p[3]) is float and type(p[1]) is float and -1e300 < p[1] < 1e300
+             and type(p[2]) is str and 0 < len(p[2]) <= longest]
+    if len(clean) == len(points):
+        return clean, []  # the common case: one cheap pass
+    kept: list[MetricPoint] = []
+    notes: dict[str, int] = {}
+    for point in points:
+        if type(point) is MetricPoint:
+            step, wall, key, value = point
+            if (type(step) is int and STEP_MIN <= step <= STEP_MAX and type(value) is float
+                    and type(wall) is float and -1e300 < wall < 1e300 and type(key) is str
+                    and 0 < len(key) <= MAX_KEY_CHARS):
+                kept.append(point)
+                continue
+        try:
+            step, wall, key, value = point
+        except (TypeError, ValueError):
+            notes["malformed point"] = notes.get("malformed point", 0) + 1
+            continue
+        if isinstance(step, bool) or not isinstance(step, int):
+            try:
+                step = int(step)
+            except (TypeError, ValueError, OverflowError):
+                notes["step not a whole number"] = notes.get("step not a whole number", 0) + 1
+                continue
+        if not STEP_MIN <= step <= STEP_MAX:
+            notes["step beyond ±2**53"] = notes.get("step beyond ±2**53", 0) + 1
+            continue
+        if not isinstance(key, str) or not key:
+            notes["key not text"] = notes.get("key not text", 0) + 1
+            continue
+        if len(key) > MAX_KEY_CHARS:
+            key = key[:MAX_KEY_CHARS]
+        clean_value = _as_float(value)
+        if clean_value is None:
+            notes["value not a number"] = notes.get("value not a number", 0) + 1
+            continue
+        if type(value) is not float and clean_value in (float("inf"), float("-inf")) and isinstance(value, int):
+            notes["value beyond float range (kept as inf)"] = notes.get("value beyond float range (kept as inf)", 0) + 1
+        clean_wall = _as_float(wall)
+        if clean_wall is None or clean_wall != clean_wall or clean_wall in (float("inf"), float("-inf")):
+            clean_wall = 0.0
+        kept.append(MetricPoint(step, clean_wall, key, clean_value))
+    return kept, [f"{count} point(s) dropped or clamped: {why}" for why, count in notes.items()]
+
+
+def _as_float(value: object) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, float):
+        return value
+    if isinstance(value, int):
+        try:
+            return float(value)
+        except OverflowError:
+            return float("inf") if value > 0 else float("-inf")
+    try:
+        return float(value)  # type: ignore[arg-type]  # numpy scalars, Decimal
+    except (TypeError, ValueError, OverflowError):
+        return None

@@ -1,24 +1,138 @@
-"""Keep secrets out of everything the tool writes: values of token-like environment variables
-and common key shapes are replaced before text reaches a report, note, registry or evidence."""
+"""Keep secrets out of everything the tool writes or prints. Two nets: the values of secret-named
+environment variables, and secrets recognised by their shape wherever they appear:
+
+- URL credentials: scheme://user:password@host (and scheme://token@host) keep only the host;
+- flags and assignments named like a secret: --wandb-key=..., --api_token VALUE, PASSWORD=..., token: ...;
+- sbatch's --export lists (every value) and --comment (all of it);
+- well-known key formats (hf_..., sk-..., 40-hex tokens).
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Sequence
 
-_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
-_KEY_SHAPES = re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|[a-f0-9]{40})\b")
+MASK = "[redacted]"
+_STRONG_WORD = (r"(?:token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|credential"
+                r"|auth(?!or)|cookie|private)")
+# "key" counts only as the end of a compound (api_key, WANDB_API_KEY, --wandb-key), not key / key_metric / loss-key
+_KEY_WORD = r"(?:(?<![A-Za-z0-9])(?:api|access|secret|private|auth|wandb|hf|openai|aws|client|license|signing)[_.-]?keys?(?![a-z]))"
+_SECRET_WORD = f"(?:{_STRONG_WORD}|{_KEY_WORD})"
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)  # env var names
+_KEY_SHAPES = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}"
+    r"|AKIA[0-9A-Z]{16}|[a-f0-9]{40})\b"
+)
+# scheme://userinfo@ : everything between :// and the last @ before the host part
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://)[^\s/@'\"<>]+@")
+_EXPORT = re.compile(r"(--export(?:=|\s+))([^\s\"']+)", re.IGNORECASE)
+_COMMENT = re.compile(r"(--comment(?:=|\s+))(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
+# --name=value / --name value where the flag names a secret
+_SECRET_FLAG = re.compile(r"(--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)(=|\s+)(?![-\[{])(\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+                          re.IGNORECASE)
+# --anything-with-key-in-it=value (the issue's `--*key*=`), except flags known to name a metric key
+_KEY_FLAG_EQ = re.compile(r"(--[A-Za-z0-9_.-]*key[A-Za-z0-9_.-]*=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
+_METRIC_KEY_FLAGS = re.compile(r"--(?:guard-)?(?:train-loss|eval|loss|metric|sort|monitor)[-_]keys?=|--key[-_]metric=|"
+                               r"--keep", re.IGNORECASE)
+# NAME=value / "name": "value" / name: value where the name is a secret's
+_SECRET_ASSIGN = re.compile(
+    r"(\b[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
+    re.IGNORECASE,
+)
 
 
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    env = os.environ if environ is None else environ
-    return sorted(
-        {value for name, value in env.items() if _SECRET_NAME.search(name) and len(value) >= 6},
-        key=len, reverse=True,
-    )
+    return list(_secret_values(_env_key(environ)))
+
+
+def _env_key(environ: dict[str, str] | None) -> frozenset[tuple[str | bytes, str | bytes]]:
+    if environ is None:
+        # os.environ's raw bytes (their hashes are cached): iterating os.environ decodes every item
+        raw = getattr(os.environ, "_data", None)
+        if isinstance(raw, dict):
+            return frozenset(raw.items())
+        environ = dict(os.environ)
+    return frozenset(environ.items())
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_values(items: frozenset[tuple[str | bytes, str | bytes]]) -> tuple[str, ...]:
+    env = {os.fsdecode(name): os.fsdecode(value) for name, value in items}
+    values = set()
+    for name, value in env.items():
+        if len(value) < 6:
+            continue
+        if _SECRET_NAME.search(name):
+            values.add(value)
+        for match in _URL_USERINFO.finditer(value):  # DATABASE_URL=postgres://alice:pw@db
+            userinfo = match.group(0)[len(match.group(1)):-1]
+            for part in (userinfo, userinfo.partition(":")[2]):  # alice:pw and the password alone
+                if len(part) >= 4:
+                    values.add(part)
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _secret_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(map(re.escape, values))) if values else None
+
+
+def _export_list(match: re.Match[str]) -> str:
+    items = []
+    for item in match.group(2).split(","):
+        name, sep, _ = item.partition("=")
+        items.append(f"{name}={MASK}" if sep else item)
+    return match.group(1) + ",".join(items)
+
+
+def _quoted_mask(value: str) -> str:
+    return value[0] + MASK + value[0] if value[:1] in ("'", '"') else MASK
 
 
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
-    for value in secret_values(environ):
-        text = text.replace(value, "[redacted]")
-    return _KEY_SHAPES.sub("[redacted]", text)
+    if not isinstance(text, str) or not text:
+        return text
+    pattern = _secret_pattern(_secret_values(_env_key(environ)))
+    if pattern is not None:
+        text = pattern.sub(MASK, text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
+    text = _EXPORT.sub(_export_list, text)
+    text = _COMMENT.sub(lambda m: m.group(1) + _quoted_mask(m.group(2)), text)
+    text = _KEY_FLAG_EQ.sub(lambda m: m.group(0) if _METRIC_KEY_FLAGS.match(m.group(1)) or MASK in m.group(2)
+                            else m.group(1) + _quoted_mask(m.group(2)), text)
+    text = _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + _quoted_mask(m.group(3)), text)
+    text = _SECRET_ASSIGN.sub(lambda m: m.group(0) if MASK in m.group(2) else m.group(1) + _quoted_mask(m.group(2)), text)
+    return _KEY_SHAPES.sub(MASK, text)
+
+
+def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> list[str]:
+    """An argument list with secrets masked, including a value given as the word after its flag
+    (`--api-key VALUE`, `--comment TEXT`, `--export LIST`)."""
+    out: list[str] = []
+    mask_next = False
+    for arg in args:
+        if mask_next and not arg.startswith("-"):
+            out.append(MASK)
+            mask_next = False
+            continue
+        mask_next = False
+        if re.fullmatch(r"--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*", arg, re.IGNORECASE) or arg in (
+                "--comment", "--export"):
+            mask_next = True
+        out.append(redact(arg, environ))
+    return out
+
+
+def redact_tree(value: object) -> object:
+    """A JSON-like structure with every string (keys included) redacted; lists of words as arguments."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact_tree(key) if isinstance(key, str) else key: redact_tree(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(item, str) for item in value):
+            return redact_args(list(value))
+        return [redact_tree(item) for item in value]
+    return value

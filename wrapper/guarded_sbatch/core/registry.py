@@ -3,6 +3,8 @@ the rendered sidecar script, the sidecar's state, its output and the evidence of
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -10,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.fsutil import locked, read_json, state_dir, update_json, write_json_atomic
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -53,25 +55,84 @@ class RunRecord:
         return self.folder / "evidence"
 
     def save(self) -> None:
-        """Write run.json; secrets (API keys, tokens in the script args or options) are redacted first."""
-        write_json_atomic(self.folder / "run.json", _redacted(asdict(self)))
+        """Write run.json under its lock; secrets are redacted first. Only the fields this copy changed
+        since it was loaded are written over what is on disk now, so a concurrent writer (the sidecar
+        recording its W&B run while `kill` saves) loses nothing."""
+        current = _redacted(asdict(self))
+        base = getattr(self, "_loaded", None)
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+        def merge(on_disk: dict[str, Any]) -> None:
+            for key, value in current.items():
+                if base is None or key not in on_disk or base.get(key) != value:
+                    on_disk[key] = value
+
+        object.__setattr__(self, "_loaded", update_json(self.folder / "run.json", merge))
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> "RunRecord":
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        kept = {k: v for k, v in raw.items() if k in known and _plain(v)}
+        try:
+            record = cls(**kept)
+        except TypeError:
+            raise UsageError("a run record lacks run_id, run_name, backend or job_id: edited by hand?") from None
+        object.__setattr__(record, "_loaded", _redacted(asdict(record)))
+        return record
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float, bool, list, dict)) or value is None
+
+
+def update_record(folder: Path, change: Any) -> dict[str, Any]:
+    """Locked read-modify-write of a run's run.json (for writers that own one field, like the sidecar)."""
+    def redacted_change(data: dict[str, Any]) -> None:
+        before = {key: json.dumps(value, sort_keys=True, default=str) for key, value in data.items()}
+        change(data)
+        for key, value in data.items():  # only what the change touched is redacted again
+            if before.get(key) != json.dumps(value, sort_keys=True, default=str):
+                data[key] = _redacted(value)
+
+    return update_json(folder / "run.json", redacted_change)
+
+
+def pin_launch_root(folder: Path, submit_dir: str) -> None:
+    """Remember, once at launch, the submit folder and its identity (device, inode): with no run roots
+    configured, cleanup may delete only inside this folder, whatever run.json says later."""
+    if not submit_dir:
+        return
+    try:
+        info = os.stat(submit_dir)
+    except OSError:
+        return
+    path = folder / "launch-root.json"
+    with locked(path):
+        if not path.exists():
+            write_json_atomic(path, {"submit_dir": os.path.realpath(submit_dir), "dev": info.st_dev, "ino": info.st_ino})
+
+
+def launch_root(record: "RunRecord") -> Path | None:
+    """The submit folder pinned at launch, when it still is the same folder and the record agrees."""
+    raw = read_json(record.folder / "launch-root.json")
+    if not isinstance(raw, dict) or not isinstance(raw.get("submit_dir"), str):
+        return None
+    pinned = raw["submit_dir"]
+    if not record.submit_dir or os.path.realpath(record.submit_dir) != pinned:
+        return None  # run.json was edited (or the folder moved): no default root
+    try:
+        info = os.stat(pinned)
+    except OSError:
+        return None
+    if (info.st_dev, info.st_ino) != (raw.get("dev"), raw.get("ino")):
+        return None  # another folder now stands at that path
+    return Path(pinned)
 
 
 def _redacted(value: Any) -> Any:
-    from guarded_sbatch.core.redact import redact
+    from guarded_sbatch.core.redact import redact_tree
 
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: _redacted(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_redacted(item) for item in value]
-    return value
+    return redact_tree(value)
 
 
 def runs_root() -> Path:
@@ -85,8 +146,9 @@ def new_run_id(run_name: str, job_id: str) -> str:
 def create_run(run_name: str, backend: str, job_id: str, **values: Any) -> RunRecord:
     record = RunRecord(run_id=new_run_id(run_name, job_id), run_name=run_name, backend=backend, job_id=job_id,
                        submitted_at=time.time(), **values)
-    record.folder.mkdir(parents=True, exist_ok=True)
+    record.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     record.save()
+    pin_launch_root(record.folder, record.submit_dir)
     return record
 
 

@@ -41,7 +41,7 @@ from guarded_sbatch.launch.checks.run_name import name_problem
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, render_sidecar_script
-from guarded_sbatch.launch.templates import load_template
+from guarded_sbatch.launch.templates import check_run_name, load_template
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.process import job_id_for
@@ -104,6 +104,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         if blocking:
             raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in blocking)
                                + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
+        check_run_name(run_name)  # before anything is queued: a bad name must not leave a job unguarded
         try:
             with self._marked_submissions():
                 jobs = super()._internal_process_submissions(delayed_submissions)

@@ -33,6 +33,25 @@ class RunConfig:
         return None
 
 
+MAX_NESTING = 100
+
+
+def _bracket_depth(text: str) -> int:
+    """The deepest [ / { nesting (strings not excluded: an over-estimate is fine). A YAML parser takes
+    seconds on a few thousand open brackets; a real config never nests more than a dozen levels."""
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > MAX_NESTING:
+                    break
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def load_structured_file(path: Path) -> Any:
     """Parse one YAML / JSON / TOML file; UsageError naming the file (and line) when it is malformed."""
     try:
@@ -47,6 +66,8 @@ def load_structured_file(path: Path) -> Any:
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
     suffix = path.suffix.lower()
+    if _bracket_depth(text) > MAX_NESTING:
+        raise UsageError(f"config {path} is nested more than {MAX_NESTING} levels deep; that is not a training config")
     try:
         if suffix == ".json":
             return json.loads(text)
@@ -55,6 +76,8 @@ def load_structured_file(path: Path) -> Any:
         import yaml
 
         return yaml.safe_load(text)
+    except RecursionError:
+        raise UsageError(f"config {path} is nested too deeply to read; flatten it") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"config {path} is not valid JSON: {exc.msg} at line {exc.lineno}; fix that line") from None
     except tomllib.TOMLDecodeError as exc:

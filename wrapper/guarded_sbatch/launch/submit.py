@@ -1,16 +1,22 @@
 """Submit the training job unchanged, then its sidecar (after:<job>, kill-on-invalid-dep), and
-record the run. The sidecar's script text comes from one pure function."""
+record the run. The sidecar's script text comes from one pure function.
+
+Everything that can fail (the run name, the template, every rendered value, the state folder) is
+checked before the training job is submitted; if the sidecar still cannot be submitted, the training
+job is cancelled and the error says so: a run never trains unguarded without the user being told."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.config import SidecarJobSettings
-from guarded_sbatch.launch.templates import load_template, render_template
-from guarded_sbatch.core.registry import RunRecord, create_run
+from guarded_sbatch.core.errors import GuardedError, SchedulerError
+from guarded_sbatch.launch.templates import check_run_name, load_template, render_template
+from guarded_sbatch.core.registry import RunRecord, create_run, new_run_id, runs_root
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
 
 
@@ -73,7 +79,7 @@ def render_sidecar_script(
             extra.append(f"#SBATCH --{flag}={value}")
     values = {
         "TRAIN_JOB_ID": record.job_id,
-        "SIDECAR_JOB_NAME": f"sidecar-{record.run_name}"[:120].replace(" ", "_"),
+        "SIDECAR_JOB_NAME": f"sidecar-{check_run_name(record.run_name)}"[:128],
         "SIDECAR_OUTPUT": str(record.folder / "sidecar-%j.out"),
         "SIDECAR_CPUS": str(resources.cpus),
         "SIDECAR_MEM": resources.mem,
@@ -98,9 +104,51 @@ def submit_guarded(
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail."""
     template_text, _ = load_template(resources.template, list(resources.template_dirs))
+    run_name = check_run_name(run_name or _fallback_name(request))
+    # A trial render with a stand-in job id: a bad value fails here, before anything is submitted.
+    trial = RunRecord(run_id=new_run_id(run_name, "0"), run_name=run_name, backend=scheduler.name, job_id="0")
+    render_sidecar_script(template_text, trial, sidecar, resources)
+    try:
+        runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise SchedulerError(f"cannot create the run registry {runs_root()}: {exc.strerror or exc}; "
+                             "nothing was submitted") from None
     job_id = scheduler.submit(request)
     if callable(on_training_submitted):
         on_training_submitted(job_id)
+    try:
+        return _guard_submitted(scheduler, request, job_id, run_name, template_text, sidecar, resources,
+                                waivers, record_fields)
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
+        raise _unguarded(scheduler, job_id, exc) from None
+
+
+def _fallback_name(request: SubmitRequest) -> str:
+    """A run without a name (run-name waived) is named after its script."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(request.script)).stem).strip("._-")
+    return (stem or "run")[:100]
+
+
+def _unguarded(scheduler: Scheduler, job_id: str, exc: BaseException) -> GuardedError:
+    """The training job is submitted but its sidecar is not: cancel the job and say so."""
+    why = exc.message if isinstance(exc, GuardedError) else f"{type(exc).__name__}: {exc}"
+    why = " ".join(str(why).split())[:300]
+    try:
+        scheduler.cancel(job_id)
+    except Exception as cancel_exc:  # noqa: BLE001 - report both failures in one line
+        return SchedulerError(f"training job {job_id} was submitted but its sidecar could not be ({why}), and "
+                              f"cancelling it failed ({cancel_exc}): it runs UNGUARDED; cancel it with "
+                              f"`scancel {job_id}` or watch it with `guarded-sbatch monitor --job {job_id}`")
+    code = exc.exit_code if isinstance(exc, GuardedError) else SchedulerError.exit_code
+    return SchedulerError(f"training job {job_id} was cancelled: its sidecar could not be submitted ({why}); "
+                          "fix that and submit again", exit_code=code)
+
+
+def _guard_submitted(
+    scheduler: Scheduler, request: SubmitRequest, job_id: str, run_name: str, template_text: str,
+    sidecar: SidecarOptions, resources: SidecarResources, waivers: list[dict[str, str]] | None,
+    record_fields: dict[str, object] | None,
+) -> GuardedSubmission:
     record = create_run(
         run_name, scheduler.name, job_id,
         script=str(request.script), sbatch_options=list(request.sbatch_options),
@@ -111,6 +159,7 @@ def submit_guarded(
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"
     script_path.write_text(script_text, encoding="utf-8")
+    script_path.chmod(0o600)
     sidecar_id = scheduler.submit(SubmitRequest(
         script=script_path,
         sbatch_options=(f"--dependency=after:{job_id}", "--kill-on-invalid-dep=yes"),

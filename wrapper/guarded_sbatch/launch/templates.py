@@ -1,13 +1,16 @@
 """Render sbatch templates: `{{name}}` placeholders only, so bash's own `${...}` survives untouched.
 
-A placeholder without a value is an error, never a silent blank. Values are inserted verbatim:
-callers quote them for bash (shlex.quote) where they land in a command line.
+A placeholder without a value is an error, never a silent blank. Every value is validated before it is
+inserted: each known placeholder has a type (a count, a memory size, a job id, already-quoted shell
+words, #SBATCH lines of checked values), and a placeholder of a site's own template takes only a plain
+word. A value that fails is a UsageError naming the placeholder, so nothing unchecked reaches bash.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import shlex
+from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -20,6 +23,87 @@ def placeholders(text: str) -> set[str]:
     return set(PLACEHOLDER.findall(text))
 
 
+SAFE_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]{0,127}")
+_COUNT = re.compile(r"[1-9][0-9]{0,5}")
+_WORD = re.compile(r"[A-Za-z0-9._:/@%+=,-]{0,256}")
+_PATH = re.compile(r"/[A-Za-z0-9._/%@+=,-]{0,4000}")
+_MEM = re.compile(r"[1-9][0-9]{0,8}[KMGT]?B?", re.IGNORECASE)
+_NAME_LIST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,63}(,[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){0,31}")
+_TIME = re.compile(r"(\d{1,5}-\d{1,2}(:\d{1,2}){0,2}|\d{1,7}(:\d{1,2}){0,2}|UNLIMITED|INFINITE|infinite|unlimited)")
+_SBATCH_LINE = re.compile(r"#SBATCH --(partition|account|qos|time)=([^\s\\'\"`$;&|<>(){}]+)")
+
+
+def _shell_words(value: str) -> bool:
+    """Already quoted for bash: splitting and re-joining gives the same text back."""
+    try:
+        return value == shlex.join(shlex.split(value)) and "\0" not in value
+    except ValueError:
+        return False
+
+
+def _sbatch_lines(value: str) -> bool:
+    for line in value.split("\n") if value else []:
+        match = _SBATCH_LINE.fullmatch(line)
+        if match is None:
+            return False
+        kind, text = match.groups()
+        pattern = _TIME if kind == "time" else _NAME_LIST
+        if not pattern.fullmatch(text):
+            return False
+    return True
+
+
+def _count_or(*extra: str, allow_range: bool = False) -> Callable[[str], bool]:
+    def check(value: str) -> bool:
+        if value in extra or _COUNT.fullmatch(value):
+            return True
+        return allow_range and re.fullmatch(r"[1-9][0-9]{0,5}:[1-9][0-9]{0,5}", value) is not None
+    return check
+
+
+VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
+    # Slurm (array task too), local, and the process backend's pid@start-ticks
+    "TRAIN_JOB_ID": ("a job id", lambda v: re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?|local-[0-9]{1,12}|[0-9]{1,10}@[0-9]{1,20}", v) is not None),
+    "SIDECAR_JOB_NAME": ("a job name (letters, digits, . _ + = @ -)", lambda v: re.fullmatch(r"[A-Za-z0-9._+=@-]{1,128}", v) is not None),
+    "SIDECAR_OUTPUT": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
+    "SIDECAR_CPUS": ("a CPU count", lambda v: _COUNT.fullmatch(v) is not None),
+    "SIDECAR_MEM": ("a memory size such as 400M or 2G", lambda v: _MEM.fullmatch(v) is not None),
+    "SIDECAR_EXTRA_SBATCH": ("#SBATCH lines of a checked partition/account/qos/time", _sbatch_lines),
+    "PYTHON": ("a quoted command", _shell_words),
+    "SIDECAR_ARGS": ("quoted arguments", _shell_words),
+    "LAUNCHER": ("a quoted command", _shell_words),
+    "LAUNCHER_ARGS": ("quoted arguments", _shell_words),
+    "SIGNAL_MARGIN_SECONDS": ("a number of seconds", lambda v: _COUNT.fullmatch(v) is not None),
+    "MAX_REQUEUES": ("a whole number", lambda v: re.fullmatch(r"[0-9]{1,4}", v) is not None),
+    "NNODES": ("a node count", _count_or(allow_range=True)),
+    "NPROC_PER_NODE": ("a process count", _count_or("auto", "cpu", "gpu", "xpu")),
+    "NUM_PROCESSES": ("a process count", _count_or()),
+    "SRUN": ("the srun prefix", lambda v: v in ("", "srun --kill-on-bad-exit=1 ")),
+    "SRUN_NOTE": ("a note", lambda v: re.fullmatch(r"[A-Za-z0-9 ,()]{0,80}", v) is not None),
+}
+
+
+def check_value(name: str, value: object) -> str:
+    """`value` when it is safe for placeholder `name`; UsageError (one line) when it is not."""
+    kind, valid = VALIDATORS.get(name, ("a plain word (letters, digits, ._:/@%+=,-)",
+                                       lambda v: _WORD.fullmatch(v) is not None))
+    if not isinstance(value, str) or not valid(value):
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise UsageError(f"refusing to render {{{{{name}}}}} = {shown}: not {kind}; fix the value (config, "
+                         "run name or command line) so nothing unchecked reaches the batch script")
+    return value
+
+
+def check_run_name(name: object) -> str:
+    """A run name safe for job names, folder names and scripts, or UsageError."""
+    if not isinstance(name, str) or not SAFE_RUN_NAME.fullmatch(name):
+        shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
+        raise UsageError(f"run name {shown} is not usable: give 1-128 letters, digits, '.', '_', '-', '+', '=' "
+                         "or '@' starting with a letter or digit (--guard-run-name or --job-name)")
+    return name
+
+
 def render_template(text: str, values: Mapping[str, str], *, template_name: str = "template") -> str:
     missing = sorted(placeholders(text) - set(values))
     if missing:
@@ -27,7 +111,8 @@ def render_template(text: str, values: Mapping[str, str], *, template_name: str 
             f"{template_name}: no value for placeholder(s) {', '.join(missing)}; "
             "give them in the site config or on the command line"
         )
-    return PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+    checked = {name: check_value(name, values[name]) for name in placeholders(text)}
+    return PLACEHOLDER.sub(lambda m: checked[m.group(1)], text)
 
 
 def builtin_templates_dir() -> Path:

@@ -7,6 +7,7 @@ marker. States follow Slurm's names so the sidecar and status code never branch 
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import signal
 import subprocess
@@ -17,7 +18,9 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 
 @dataclass(frozen=True)
 class LocalOptions:
@@ -108,6 +111,8 @@ class LocalScheduler:
         if not workdir.is_dir():
             raise UsageError(f"working folder {workdir} does not exist; create it or fix --chdir")
         job_id = self._next_id()
+        while self.job_dir(job_id).exists():  # a leftover folder (the counter was reset): skip its id
+            job_id = self._next_id()
         user = self.current_user()
         stdout_path = workdir / expand_output_pattern(options.output, job_id, options.job_name or script.name, user)
         stderr_path = (
@@ -116,18 +121,20 @@ class LocalScheduler:
         )
         folder = self.job_dir(job_id)
         folder.mkdir(parents=True)
+        argv = ["bash", str(script.resolve()), *request.script_args]
         spec = {
             "job_id": job_id,
             "name": options.job_name or script.name,
             "owner": user,
-            "argv": ["bash", str(script.resolve()), *request.script_args],
+            "argv": redact_args(argv),  # the real one reaches the supervisor through its environment only
             "work_dir": str(workdir.resolve()),
             "stdout_path": str(stdout_path),
             "stderr_path": str(stderr_path) if stderr_path else None,
             "time_limit_s": options.time_limit_s,
             "after_job": options.after_job,
             "kill_on_invalid_dep": options.kill_on_invalid_dep,
-            "env": {**request.env, "GUARDED_SBATCH_JOB_ID": job_id},
+            "env": {name: redact(f"{name}={value}").partition("=")[2]
+                    for name, value in {**request.env, "GUARDED_SBATCH_JOB_ID": job_id}.items()},
             "submit_time": time.time(),
         }
         write_json_atomic(folder / "spec.json", spec)
@@ -138,7 +145,7 @@ class LocalScheduler:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "guarded_sbatch.scheduler.local_supervisor", str(folder)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env={**os.environ, **request.env},
+                env={**os.environ, **request.env, ARGV_ENV: json.dumps(argv)},
             )
         except OSError as exc:
             raise SchedulerError(f"cannot start the local job supervisor: {exc}") from None

@@ -3,6 +3,7 @@ enforces the time limit, and records the final state. Started detached by LocalS
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from guarded_sbatch.core.fsutil import read_json, write_json_atomic
 from guarded_sbatch.scheduler.base import JobState
+
+ARGV_ENV = "GUARDED_SBATCH_LOCAL_ARGV"
 
 POLL_S = 0.25
 KILL_GRACE_S = 5.0
@@ -65,9 +68,12 @@ def main(folder: Path) -> int:
         return 0
     stdout = open(spec["stdout_path"], "ab")
     stderr = open(spec["stderr_path"], "ab") if spec.get("stderr_path") else subprocess.STDOUT
+    real_argv = os.environ.pop(ARGV_ENV, "")
+    argv = json.loads(real_argv) if real_argv else spec["argv"]
     env = {**os.environ, **spec.get("env", {})}
+    env.update({name: os.environ[name] for name in spec.get("env", {}) if name in os.environ})  # unredacted
     proc = subprocess.Popen(
-        spec["argv"], cwd=spec["work_dir"], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+        argv, cwd=spec["work_dir"], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
         env=env, start_new_session=True,
     )
     started = time.time()

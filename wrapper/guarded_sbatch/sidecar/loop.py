@@ -14,7 +14,6 @@ from __future__ import annotations
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -81,8 +80,15 @@ class Sidecar:
         self.emit(cadence_line(self.settings))
         try:
             while True:
-                exit_code = self.poll_once()
-                self.state.save(self.settings.state_file)
+                try:
+                    exit_code = self.poll_once()
+                except Exception as exc:  # noqa: BLE001 - never fatal: the run must not go unguarded
+                    self._poll_failed("the poll", exc)
+                    exit_code = None
+                try:
+                    self.state.save(self.settings.state_file)
+                except (OSError, TypeError, ValueError) as exc:
+                    self._poll_failed("saving the sidecar state", exc)
                 if exit_code is not None:
                     return exit_code
                 self.sleep(self._poll_interval(self.clock()))
@@ -95,13 +101,32 @@ class Sidecar:
     def poll_once(self) -> int | None:
         now = self.clock()
         self.state.checks += 1
-        new_points = self.sources.read()
+        try:
+            new_points = self.sources.read()
+        except Exception as exc:  # noqa: BLE001 - a source failing is a WAIT with the error named
+            new_points = 0
+            self._poll_failed("reading the metrics", exc)
+        if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
+            self.emit(f"sidecar: {'; '.join(self.sources.notes)}\n")
+            self.sources.notes = []
         if new_points:
             self.state.last_new_data_at = now
-        self._maybe_poll_job(now, bool(new_points))
+        try:
+            self._maybe_poll_job(now, bool(new_points))
+        except Exception as exc:  # noqa: BLE001
+            self._poll_failed("asking the scheduler about the job", exc)
         if new_points and not self._tracker_recorded:
-            self._record_tracker_run()
-        verdict = self._judge(now)
+            try:
+                self._record_tracker_run()
+            except Exception as exc:  # noqa: BLE001
+                self._tracker_recorded = True  # once is enough to say it
+                self._poll_failed("recording the W&B run", exc)
+        try:
+            verdict = self._judge(now)
+        except Exception as exc:  # noqa: BLE001 - the judge failing must not end the watch
+            what = self._poll_failed("judging the metrics", exc)
+            verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE,
+                              f"this poll could not be judged ({what}); waiting, the watch goes on")
         self.state.data_source = DATA_SOURCE_LABELS.get(self.sources.active_kind, "unreachable")
         if verdict.decision is Decision.STOP:
             return self._stop(verdict, now)
@@ -121,6 +146,19 @@ class Sidecar:
             return 0
         return None
 
+    def _poll_failed(self, doing: str, exc: BaseException) -> str:
+        """Count and name one failure inside a poll; the loop goes on. Returns the one-line error."""
+        from guarded_sbatch.core.redact import redact
+
+        text = redact(" ".join(f"{type(exc).__name__}: {exc}".split()))[:300]
+        self.state.poll_errors += 1
+        repeated = text == self.state.last_poll_error
+        self.state.last_poll_error = text
+        if not repeated or self.state.poll_errors % 10 == 0:
+            self.emit(f"sidecar: {doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
+                      f"the watch goes on ({self.state.poll_errors} failed poll step(s) so far)\n")
+        return text
+
     def _record_tracker_run(self) -> None:
         """Once the W&B run behind the metrics is known, note it in the run's record (kill/restart
         delete it there). Only for sidecars of a guarded run: they live in the run's folder."""
@@ -128,16 +166,19 @@ class Sidecar:
         if run is None:
             return
         self._tracker_recorded = True
-        from guarded_sbatch.core.fsutil import read_json, write_json_atomic
-        from guarded_sbatch.core.redact import redact
+        from guarded_sbatch.core.registry import update_record
 
         run_json = self.settings.state_file.parent / "run.json"
-        record = read_json(run_json)
-        if not isinstance(record, dict) or record.get("tracker", {}).get("run_path"):
+        if not run_json.is_file():
             return
-        record["tracker"] = {"kind": "wandb", **{k: redact(v) for k, v in run.items()}}
+
+        def record_tracker(record: dict[str, object]) -> None:
+            tracker = record.get("tracker")
+            if not (isinstance(tracker, dict) and tracker.get("run_path")):
+                record["tracker"] = {"kind": "wandb", **run}
+
         try:
-            write_json_atomic(run_json, record)
+            update_record(run_json.parent, record_tracker)
         except OSError as exc:
             self.emit(f"sidecar: could not record the W&B run in {run_json}: {exc}\n")
 
@@ -266,6 +307,8 @@ class Sidecar:
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
         evidence_path, plot_path = None, None
         try:
+            history = self.sources.history()
+            series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
             bundle = write_evidence(
                 self.settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
                 run={"name": self.settings.run_name, "job_id": self.settings.job_id,
@@ -274,7 +317,7 @@ class Sidecar:
                 stop_detail=outcome.detail,
             )
             evidence_path, plot_path = str(bundle.json_path), bundle.plot_path
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - the run is stopped already; say what went wrong
             self.emit(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n")
         note_detail = "not configured"
         if self.settings.notes_path is not None:
@@ -310,6 +353,8 @@ class Sidecar:
     def _starting_up(self, now: float, verdict: Verdict) -> bool:
         """No metrics yet within the grace after the start: one line, not an "unreachable" report."""
         if self.state.last_new_data_at or now - self.state.started_at >= self.settings.startup_grace_s:
+            return False
+        if self.sources.hard_error:  # there but unreadable (a FIFO, a device): say so at once
             return False
         if verdict.decision is not Decision.WAIT or verdict.reason not in (Reason.SOURCE_UNREADABLE, Reason.NO_DATA):
             return False
@@ -370,6 +415,10 @@ def _peak_rss_mb() -> float:
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
     sources = SourceSet(settings, None)
-    sources.read()
-    verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+    try:
+        sources.read()
+        verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+    except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")
     return verdict, DATA_SOURCE_LABELS.get(sources.active_kind, "unreachable")

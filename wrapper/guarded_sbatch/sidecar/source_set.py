@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.points import sanitize_points
 
 if TYPE_CHECKING:
     from guarded_sbatch.judge.history import MetricHistory
@@ -25,12 +26,14 @@ class SourceSet:
         self.sources: list[MetricSource] = []
         self.histories: dict[int, MetricHistory] = {}  # by id(source): the list is re-sorted
         self.read_error = ""
+        self.hard_error = ""
         self.errors: dict[int, str] = {}  # by id(source): why it could not be read at the last poll
         self._stdout: Path | None = None
         self._work_dir: Path | None = None
         self._stdout_size = -1
         self._job_info_loaded = False
         self._opened: set[tuple[str, str]] = set()
+        self.notes: list[str] = []  # points dropped or clamped on the way in (steps outside int64, ...)
 
     def _load_job_info(self) -> None:
         if self._job_info_loaded or self.scheduler is None or self.settings.job_id is None:
@@ -84,24 +87,39 @@ class SourceSet:
         from guarded_sbatch.judge.history import MetricHistory
 
         self.read_error = ""
+        self.hard_error = ""  # a source that is there but cannot be read (a FIFO, garbage): no start-up grace
         self.errors = {}
         try:
             self._ensure_sources()
-        except (GuardedError, OSError) as exc:
-            self.read_error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - discovery failing must leave the sidecar running
+            self.read_error = _one_line(exc)
         before = self._active()
         added: dict[int, int] = {}
         for source in self.sources:
             try:
                 points = source.read_new()
-            except (GuardedError, OSError) as exc:
-                self.read_error = self.errors[id(source)] = f"{source.describe()}: {exc}"
+                notes: list[str] = []
+                if not getattr(source, "points_sanitized", False):
+                    points, notes = sanitize_points(points)
+            except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
+                self.read_error = self.errors[id(source)] = _one_line(exc, getattr(source, "describe", None))
+                if not getattr(exc, "missing", False):
+                    self.hard_error = self.read_error
                 continue
+            notes = [*getattr(source, "sanitize_notes", []), *notes]  # the reader's own sanitising, then ours
+            if notes:
+                self.notes = [*self.notes, *notes][-20:]
+                if getattr(source, "sanitize_notes", None):
+                    source.sanitize_notes = []  # type: ignore[attr-defined]
             history = self.histories.setdefault(id(source), MetricHistory())
             missing = _unreachable_path(source, had_data=bool(len(history)))
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
-            added[id(source)] = history.add(points) if points else 0
+            try:
+                added[id(source)] = history.add(points) if points else 0
+            except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
+                self.read_error = self.errors[id(source)] = _one_line(exc, getattr(source, "describe", None))
+                added[id(source)] = 0
         active = self._active()
         if active is None:
             return 0
@@ -177,6 +195,20 @@ class SourceSet:
         path_parts = [p for p in (run.entity, run.project, run.run_id) if p]
         log_path = getattr(source, "log_path", None)
         return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
+
+
+def _one_line(exc: BaseException, describe: object = None) -> str:
+    """`source: error` in one line, whatever the error (a message with newlines is folded)."""
+    where = ""
+    if callable(describe):
+        try:
+            where = f"{describe()}: "
+        except Exception:  # noqa: BLE001
+            where = ""
+    text = " ".join((str(exc) if isinstance(exc, GuardedError) else f"{type(exc).__name__}: {exc}").split())
+    if where and text.startswith(where):
+        where = ""  # the reader named itself already
+    return (where + text)[:500]
 
 
 def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:

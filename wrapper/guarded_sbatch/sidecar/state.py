@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from guarded_sbatch.core.fsutil import read_json, write_json_atomic
+from guarded_sbatch.core.fsutil import locked, read_json, write_json_atomic
 
 
 @dataclass
@@ -40,17 +40,33 @@ class SidecarState:
     wait_since: float = 0.0  # when the current run of WAIT decisions began (for the wait_long alert)
     alerts_sent: list[str] = field(default_factory=list)  # events already alerted (each once per run)
     startup_note_shown: bool = False
+    poll_errors: int = 0  # polls where a source, the judge or the report failed (each became a WAIT)
+    last_poll_error: str = ""
 
     @classmethod
     def load(cls, path: Path) -> "SidecarState":
         raw = read_json(path)
         if not isinstance(raw, dict):
             return cls()
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        defaults = cls()
+        known = {f.name: type(getattr(defaults, f.name)) for f in fields(cls)}
+        kept = {}
+        for key, value in raw.items():
+            expected = known.get(key)
+            if expected is None:
+                continue
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if value is None or isinstance(value, expected) or (expected in (float, type(None)) and numeric):
+                kept[key] = value  # a tampered or odd-typed field falls back to its default
+        try:
+            return cls(**kept)
+        except (TypeError, ValueError):
+            return cls()
 
     def save(self, path: Path) -> None:
-        write_json_atomic(path, asdict(self))
+        """Atomic replace under the state file's lock (a requeued sidecar and `status` may overlap)."""
+        with locked(path):
+            write_json_atomic(path, asdict(self))
 
     def record_job_poll(self, now: float) -> None:
         self.last_job_poll_at = now

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from guarded_sbatch.core.config import SITE_CONFIG_ENV
-from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.errors import UsageError
 
 REAL_SBATCH_ENV = "GUARDED_SBATCH_REAL_SBATCH"
 SHIM_ACTIVE_ENV = "GUARDED_SBATCH_SHIM_ACTIVE"

@@ -29,4 +29,5 @@ class SourceError(GuardedError):
     """A metric source could not be opened or read (not: a half-written tail, which is retried)."""
 
     exit_code = ExitCode.USAGE
+    missing = False  # True: the source is not there (yet); False: it is there and cannot be read
 

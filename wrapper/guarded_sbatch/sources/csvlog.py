@@ -14,10 +14,12 @@ import os
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.files import guarded_reader, read_whole
 
 _STEP_COLUMNS = ("step", "global_step", "trainer/global_step")
 
 
+@guarded_reader
 class LightningCsvSource:
     kind = "csv"
 
@@ -36,7 +38,7 @@ class LightningCsvSource:
 
     def read_new(self) -> list[MetricPoint]:
         try:
-            data = self.path.read_bytes()
+            data = read_whole(self.path)
         except OSError:
             return []
         header_end = data.find(b"\n")

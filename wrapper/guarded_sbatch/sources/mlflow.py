@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.files import check_regular, guarded_reader, read_range
 
 _DBL_MAX = 1.7976931348623157e308
 ROWS_PER_READ = 200_000
@@ -30,6 +31,7 @@ def _decode_value(value: float, is_nan: int | None) -> float:
     return float(value)
 
 
+@guarded_reader
 class MlflowSource:
     """Points of one MLflow run (the newest one unless run_id is given), from mlflow.db or mlruns/."""
 
@@ -59,6 +61,7 @@ class MlflowSource:
     # SQLite store
 
     def _connect(self) -> sqlite3.Connection:
+        check_regular(self.path)  # SQLite's own open() would block on a FIFO
         uri = f"file:{self.path.resolve().as_posix()}?mode=ro"
         return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
 
@@ -137,12 +140,10 @@ class MlflowSource:
     def _new_lines(self, path: Path) -> list[str]:
         offset = self._file_offsets.get(path, 0)
         try:
-            size = path.stat().st_size
+            size = check_regular(path).st_size
             if size < offset:
                 offset, self._pending[path] = 0, b""
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                chunk = handle.read()
+            chunk, _ = read_range(path, offset)
         except OSError:
             return []
         self._file_offsets[path] = offset + len(chunk)

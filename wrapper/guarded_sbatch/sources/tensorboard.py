@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.files import guarded_reader, open_regular
 from guarded_sbatch.sources.tb_event import decode_event
 from guarded_sbatch.sources.tfrecord import (
     HEADER_SIZE,
@@ -75,6 +76,7 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
     return sorted(found, key=_sort_key)
 
 
+@guarded_reader
 class TensorBoardSource:
     """Scalars from every event file under a folder (or one event file), read incrementally."""
 
@@ -140,7 +142,7 @@ class TensorBoardSource:
         prefix = event_file.key_prefix
         chunk_bytes = self.chunk_bytes
         try:
-            handle = open(event_file.path, "rb")
+            handle = os.fdopen(open_regular(event_file.path), "rb")
         except OSError:
             return False
         with handle:

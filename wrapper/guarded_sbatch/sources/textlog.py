@@ -23,12 +23,14 @@ from guarded_sbatch.core.points import MetricPoint, crash_key, newest_per_key_st
 from guarded_sbatch.sources.textlog_crash import CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
+from guarded_sbatch.sources.files import check_regular, guarded_reader, read_range, read_whole
 
 READ_BYTES = 16 * 1024 * 1024
 MAX_RECORD_CHARS = 64 * 1024
 MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
 
 
+@guarded_reader
 class TextLogSource:
     """Metric points parsed from a trainer's log file, read incrementally."""
 
@@ -74,14 +76,12 @@ class TextLogSource:
 
     def _read_bytes(self) -> bytes:
         try:
-            size = self.path.stat().st_size
+            size = check_regular(self.path).st_size
             if size < self._offset:  # truncated or replaced: start again
                 self.__init__(self.path)  # type: ignore[misc]
             if size == self._offset:
                 return b""
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                chunk = handle.read(READ_BYTES)
+            chunk, _ = read_range(self.path, self._offset, READ_BYTES)
         except OSError:
             return b""
         self._offset += len(chunk)
@@ -230,6 +230,7 @@ class _HFSteps:
         return max(1, round(raw))
 
 
+@guarded_reader
 class TrainerStateSource:
     """HF Trainer's trainer_state.json (`log_history`): rewritten at each checkpoint, re-read when it changes."""
 
@@ -248,11 +249,11 @@ class TrainerStateSource:
 
     def read_new(self) -> list[MetricPoint]:
         try:
-            stat = self.path.stat()
+            stat = check_regular(self.path)
             signature = (stat.st_mtime_ns, stat.st_size)
             if signature == self._signature:
                 return []
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+            text = read_whole(self.path).decode("utf-8", errors="replace")
         except OSError:
             return []
         try:

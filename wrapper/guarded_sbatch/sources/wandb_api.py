@@ -14,6 +14,7 @@ from typing import Any
 
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.sources.base import SourceError
+from guarded_sbatch.sources.files import guarded_reader
 
 _URL = re.compile(r"^(?:https?://[^/]+/)?(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?:runs/)?(?P<run>[^/?#\s]+)")
 _NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}
@@ -55,6 +56,7 @@ def rows_to_points(rows: Iterable[Mapping[str, Any]]) -> list[MetricPoint]:
     return points
 
 
+@guarded_reader
 class WandbApiSource:
     """History of an online W&B run, fetched incrementally by step (needs network and an API key).
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.files import guarded_reader, open_regular
 from guarded_sbatch.sources.wire import iter_fields, read_double, read_varint
 
 FILE_MAGIC = b":W&B\xe1\xbe"
@@ -135,6 +136,7 @@ def _decode_run(buf: bytes, start: int, end: int, info: RunInfo) -> None:
             setattr(info, names[number], buf[payload_start:payload_end].decode("utf-8", "replace"))
 
 
+@guarded_reader
 class WandbLogSource:
     """History points from a W&B run's local `.wandb` log, read incrementally."""
 
@@ -201,7 +203,7 @@ class WandbLogSource:
     def _read_records(self) -> list[bytes]:
         assert self.log_path is not None
         try:
-            with open(self.log_path, "rb") as handle:
+            with os.fdopen(open_regular(self.log_path), "rb") as handle:
                 if self._offset == 0:
                     header = handle.read(HEADER_SIZE)
                     if len(header) < HEADER_SIZE:

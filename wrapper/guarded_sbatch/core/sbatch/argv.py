@@ -340,7 +340,7 @@ def _count(values: dict[str, str], name: str) -> int | None:
     if name not in values:
         return None
     text = values[name]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit() and len(text) <= 12):
         raise UsageError(f"{name} needs a whole number ≥ 0, got {text!r}")
     return int(text)
 

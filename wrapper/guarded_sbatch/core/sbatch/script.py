@@ -188,6 +188,9 @@ def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
     return joined
 
 
+MAX_VARIABLE_CHARS = 64 * 1024
+
+
 def _record_assignments(words: list[Word], variables: dict[str, str], exported: set[str]) -> bool:
     """Handle `A=1 B=2`, `export A=1`, `export A`; True when the command was only assignments."""
     items = words
@@ -204,8 +207,9 @@ def _record_assignments(words: list[Word], variables: dict[str, str], exported: 
     for word in items:
         name, has_value, value = word.text.partition("=")
         if has_value:
-            if word.unresolved:
-                variables.pop(name, None)  # its value needs a shell: later uses stay unresolved
+            if word.unresolved or len(value) > MAX_VARIABLE_CHARS:
+                # needs a shell, or grows without bound (A="$A$A" line after line): later uses stay unresolved
+                variables.pop(name, None)
             else:
                 variables[name] = value
         if is_export:

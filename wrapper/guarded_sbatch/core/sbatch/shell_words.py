@@ -90,7 +90,7 @@ def tokenize(line: str, variables: Mapping[str, str] | None = None) -> list[Word
             unresolved |= dirty
             in_word = True
         elif char in "<>":
-            if in_word and "".join(chars).isdigit():  # `2>file`: the digits are the fd, not a word
+            if in_word and "".join(chars).isascii() and "".join(chars).isdigit():  # `2>file`: the digits are the fd, not a word
                 chars, in_word = [], False
             finish_word()
             match = re.match(r"[<>]+&?[0-9-]*|[<>]+", line[position:])

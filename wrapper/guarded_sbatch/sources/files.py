@@ -1,0 +1,181 @@
+"""Bounded file access for every metric reader: regular files only, opened non-blocking, at most
+`max_read_bytes` per read and `max_whole_file_bytes` for files read whole (CSV, trainer_state.json,
+MLflow metric files). A FIFO, a device or a socket named like a metric file is a SourceError (the
+sidecar WAITs and says so), never a hang; a missing file stays an OSError (readers treat it as "not
+written yet").
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.base import SourceError
+
+T = TypeVar("T")
+
+_MB = 1024 * 1024
+
+
+@dataclass
+class ReadLimits:
+    max_read_bytes: int = 16 * _MB  # per file per poll, for files read incrementally
+    max_whole_file_bytes: int = 64 * _MB  # files that are re-read from the top
+
+
+def _limits_from_env() -> ReadLimits:
+    limits = ReadLimits()
+    for name, attr in (("GUARDED_SBATCH_MAX_READ_MB", "max_read_bytes"),
+                       ("GUARDED_SBATCH_MAX_FILE_MB", "max_whole_file_bytes")):
+        text = os.environ.get(name, "")
+        if text.isascii() and text.isdigit() and 0 < len(text) <= 6 and int(text) > 0:
+            setattr(limits, attr, int(text) * _MB)
+    return limits
+
+
+LIMITS = _limits_from_env()
+
+
+def configure(*, max_read_bytes: int | None = None, max_whole_file_bytes: int | None = None) -> None:
+    """Set the per-poll caps (the sidecar's settings call this once)."""
+    if max_read_bytes is not None and max_read_bytes > 0:
+        LIMITS.max_read_bytes = int(max_read_bytes)
+    if max_whole_file_bytes is not None and max_whole_file_bytes > 0:
+        LIMITS.max_whole_file_bytes = int(max_whole_file_bytes)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
+    """stat(path) when it is a regular file; SourceError when it is something else; OSError when missing."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+    return info
+
+
+def open_regular(path: str | os.PathLike[str]) -> int:
+    """A read-only descriptor of a regular file. Checked before opening (a device is never opened) and
+    again on the descriptor (the path may be swapped in between); O_NONBLOCK so a FIFO cannot block."""
+    check_regular(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _pread_all(fd: int, offset: int, count: int) -> bytes:
+    parts: list[bytes] = []
+    while count > 0:
+        piece = os.pread(fd, min(count, 4 * _MB), offset)
+        if not piece:
+            break
+        parts.append(piece)
+        offset += len(piece)
+        count -= len(piece)
+    return b"".join(parts)
+
+
+def read_range(path: str | os.PathLike[str], offset: int, max_bytes: int | None = None) -> tuple[bytes, int]:
+    """(bytes from `offset`, at most max_bytes (default: the per-poll cap), the file's size now)."""
+    cap = LIMITS.max_read_bytes if max_bytes is None else max(0, min(max_bytes, LIMITS.max_read_bytes))
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if offset >= size:
+            return b"", size
+        return _pread_all(fd, max(0, offset), min(cap, size - offset)), size
+    finally:
+        os.close(fd)
+
+
+def read_whole(path: str | os.PathLike[str], max_bytes: int | None = None) -> bytes:
+    """The whole file, when it is no larger than the cap; SourceError when it is."""
+    cap = LIMITS.max_whole_file_bytes if max_bytes is None else max_bytes
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > cap:
+            raise SourceError(f"{os.fspath(path)} is {size / _MB:.1f} MB, over the {cap / _MB:.0f} MB cap for files "
+                              "read whole (GUARDED_SBATCH_MAX_FILE_MB): not read")
+        data = _pread_all(fd, 0, cap + 1)
+        if len(data) > cap:
+            raise SourceError(f"{os.fspath(path)} grew past the {cap / _MB:.0f} MB cap while read: not read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def file_size(path: str | os.PathLike[str]) -> int:
+    return check_regular(path).st_size
+
+
+def is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def guarded_reader(cls: type[T]) -> type[T]:
+    """Class decorator for a reader: whatever its read_new() throws becomes one SourceError naming the
+    source and the error, and the points it yields are sanitised (steps outside int64 dropped, values
+    beyond float range made ±inf), with the notes kept in `sanitize_notes`."""
+    inner: Callable[..., list[MetricPoint]] = cls.read_new  # type: ignore[attr-defined]
+
+    @functools.wraps(inner)
+    def read_new(self: Any, *args: Any, **kwargs: Any) -> list[MetricPoint]:
+        try:
+            points = inner(self, *args, **kwargs)
+        except SourceError:
+            raise
+        except FileNotFoundError as exc:
+            error = SourceError(f"{_label(self)}: {exc}")
+            error.missing = True  # not there yet (a start-up race), unlike a file that cannot be read
+            raise error from None
+        except (GuardedError, OSError) as exc:
+            raise SourceError(f"{_label(self)}: {exc}") from None
+        except RecursionError:
+            raise SourceError(f"{_label(self)}: nested too deeply to parse; skipped") from None
+        except MemoryError:
+            raise SourceError(f"{_label(self)}: too large to parse in memory; skipped") from None
+        except Exception as exc:  # noqa: BLE001 - a malformed file must never kill the sidecar
+            raise SourceError(f"{_label(self)}: unreadable data ({type(exc).__name__}: {str(exc)[:200]})") from None
+        kept, notes = sanitize_points(points)
+        if notes:
+            self.sanitize_notes = [*getattr(self, "sanitize_notes", []), *notes][-20:]
+        return kept
+
+    cls.read_new = read_new  # type: ignore[attr-defined]
+    cls.points_sanitized = True  # type: ignore[attr-defined]  # SourceSet need not check them again
+    return cls
+
+
+def _label(source: Any) -> str:
+    try:
+        return str(source.describe())[:300]
+    except Exception:  # noqa: BLE001 - describing a broken source must not fail too
+        return type(source).__name__
