@@ -68,7 +68,21 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
             "launch blocked by the pre-flight: fix the failed checks above, or waive one with "
             "--guard-waive CHECK=\"REASON\""
         )
+    if any(o.name == "test-only" for o in launch.parsed_options):  # sbatch's dry run: no job, no sidecar
+        return _test_only(launch, backend, scheduler)
     return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
+
+
+def _test_only(launch: object, backend: str, scheduler: object) -> int:
+    from guarded_sbatch.scheduler.base import SubmitRequest
+
+    words = [*launch.sbatch_options, str(launch.script), *launch.script_args]  # type: ignore[attr-defined]
+    if backend == "slurm":
+        return _pass_through_to_sbatch(tuple(words))
+    request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
+                            script_args=launch.script_args, workdir=Path.cwd())  # type: ignore[attr-defined]
+    print(scheduler.test_only(request), file=sys.stderr)  # type: ignore[attr-defined]
+    return int(ExitCode.OK)
 
 
 def launcher_job_of(launch: object, config: object) -> object | None:
@@ -115,8 +129,11 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         full_interval_s=config.check_interval_s,
         job_poll_s=sidecar_config.job_poll_s,
     )
+    plan = report.details.get("source_plan")  # type: ignore[attr-defined]
     request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
-                            script_args=launch.script_args, workdir=cwd)  # type: ignore[attr-defined]
+                            script_args=launch.script_args, workdir=cwd,  # type: ignore[attr-defined]
+                            env=dict(plan.env) if plan is not None else {})  # type: ignore[attr-defined]
+    since = _own_files_since(report.run_name, cwd, restart=guard.restart)  # type: ignore[attr-defined]
 
     def announce(job_id: str) -> None:
         print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
@@ -130,7 +147,9 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                    (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
                 "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
                 "planned_end": _planned_end(report),
+                "config_path": str(report.details.get("intended_config") or ""),  # type: ignore[attr-defined]
             },
+            sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
         )
     except GuardedError as exc:
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
@@ -145,6 +164,23 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
     print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
+
+
+def _own_files_since(run_name: str | None, cwd: Path, *, restart: bool) -> float:
+    """Files created before this are not the run's own: its submission, or for a restart the start of the
+    run it continues (a restart keeps reading its own folder)."""
+    import time
+
+    from guarded_sbatch.core.registry import list_runs
+
+    now = time.time() - 1.0  # the compute node's clock may trail this one by a little
+    if not restart or not run_name:
+        return now
+    earlier = [r for r in list_runs() if r.run_name == run_name and r.submit_dir == str(cwd)]
+    if not earlier:
+        return now
+    previous = earlier[-1]
+    return float(previous.sources.get("since") or previous.submitted_at or now)
 
 
 def _planned_end(report: object) -> float | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +94,7 @@ def submit_guarded(
     waivers: list[dict[str, str]] | None = None,
     on_training_submitted: object | None = None,
     record_fields: dict[str, object] | None = None,
+    sources_for_job: Callable[[str], dict[str, object]] | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail."""
@@ -106,6 +108,7 @@ def submit_guarded(
         script_args=list(request.script_args), submit_dir=str(request.workdir or Path.cwd()),
         tb_paths=[str(p) for p in sidecar.tb_paths], wandb_paths=[str(p) for p in sidecar.wandb_paths],
         log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(record_fields or {}),
+        sources=sources_for_job(job_id) if sources_for_job else {},
     )
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.core.run_sources import RunSources
 from guarded_sbatch.judge.policy import JudgePolicy
 
 
@@ -26,3 +27,4 @@ class SidecarSettings:
     job_poll_s: float = 300.0
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
+    identity: RunSources | None = None  # a guarded run's own sources, from its record: read only these

@@ -16,6 +16,7 @@ from guarded_sbatch.scheduler.base import SubmitRequest
 
 NAME = CheckName.ETA.value
 EPOCH_KEYS = ("num_train_epochs", "epochs", "num_epochs", "max_epochs", "n_epochs", "train_epochs")
+STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters", "steps")
 MAX_PLAUSIBLE_WAIT_S = 365 * 24 * 3600.0
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
 EXPLICIT = re.compile(
@@ -129,6 +130,11 @@ def _epochs(context: PreflightContext) -> tuple[float | None, str]:
     if context.launch.guard_options.epochs is not None:
         return float(context.launch.guard_options.epochs), "--guard-epochs"
     if context.intended is not None:
+        # a step budget (`--steps 4000`, max_steps) wins over the epochs key: trainers stop at whichever is set
+        steps, per_epoch = context.intended.find(STEP_KEYS), context.intended.find(("steps_per_epoch",))
+        total, size = (as_number(steps[1]) if steps else None), (as_number(per_epoch[1]) if per_epoch else None)
+        if total and size and total > 0 and size > 0:
+            return total / size, f"{steps[0]}={total:g} / steps_per_epoch={size:g}"  # type: ignore[index]
         found = context.intended.find(EPOCH_KEYS)
         if found is not None:
             number = as_number(found[1])
