@@ -154,6 +154,13 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
     except GuardedError as exc:
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
                         "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
+    from guarded_sbatch.launch.run_reference import save_config_snapshot
+
+    try:
+        save_config_snapshot(submission.record, report.details.get("intended_run_config"))  # type: ignore[attr-defined]
+    except OSError as exc:
+        print(f"guarded-sbatch: could not keep the run's config with its record ({exc}); it cannot become a "
+              "reference", file=sys.stderr)
     if keep_script:  # a script rendered from a launcher command: keep it with the run as job.sbatch
         from guarded_sbatch.launch.launcher_job import keep_with_run
 

@@ -20,6 +20,7 @@ usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch status [--json]
        guarded-sbatch kill RUN [--yes]
        guarded-sbatch restart RUN [--yes] [guard options]
+       guarded-sbatch reference RUN
        guarded-sbatch --version | --help
 
 A drop-in for sbatch: runs the launch pre-flight (config diff, run name, paths, tracker, ETA),
@@ -54,7 +55,7 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 {ExitCode.help_text()}
 """
 
-SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar")
+SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "reference")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,6 +94,7 @@ def dispatch(args: list[str]) -> int:
         "status": _status,
         "kill": _kill,
         "restart": _restart,
+        "reference": _reference,
     }
     return handlers[command](args if command is None else args[1:])
 
@@ -135,3 +137,9 @@ def _restart(args: list[str]) -> int:
     from guarded_sbatch.cli.lifecycle import run_restart
 
     return run_restart(args)
+
+
+def _reference(args: list[str]) -> int:
+    from guarded_sbatch.cli.reference import run_reference
+
+    return run_reference(args)

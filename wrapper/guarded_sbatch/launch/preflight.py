@@ -23,6 +23,7 @@ from guarded_sbatch.launch.context import PreflightContext, load_intended_config
 from guarded_sbatch.launch.fsinfo import Mount
 from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
+from guarded_sbatch.launch.run_reference import default_reference, family_reference
 from guarded_sbatch.launch.run_sources import plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
@@ -132,7 +133,8 @@ def run_preflight(
         launch_command=launch_command(launch),
         details={"workdir": str(workdir), "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
                  "reference": str(context.reference.config.path) if context.reference else None,
-                 "total_steps": _total_steps(context), "source_plan": source_plan},  # fmt: skip
+                 "total_steps": _total_steps(context), "source_plan": source_plan,
+                 "intended_run_config": context.intended},  # fmt: skip
     )
 
 
@@ -177,11 +179,17 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
         script_dir = (script_path if script_path.is_absolute() else context.workdir / script_path).parent
         if script_dir not in roots:
             roots.append(script_dir)
+    own_config = context.intended.path if context.intended is not None else None
+    context.reference = family_reference(own_config)  # named with `guarded-sbatch reference RUN`
+    if context.reference is not None:
+        return
     settings = context.config
     context.reference = select_reference(
         context.intended, roots, settings.reference_dirs, settings.reference_max_depth,
         settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4),
     )  # fmt: skip
+    if context.reference is None:
+        context.reference = default_reference(own_config)  # this config's last run that finished healthy
     if context.reference is None and context.intended is not None:
         context.reference_problem = (
             f"no config modified in the last {settings.reference_max_age_days:g} days under "

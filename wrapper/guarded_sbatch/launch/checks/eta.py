@@ -41,7 +41,11 @@ def seconds_per_epoch_from_logs(folder: Path) -> tuple[float, str] | None:
         logs = sorted(p for p in folder.rglob("*") if p.suffix in LOG_SUFFIXES and p.is_file() and len(p.relative_to(folder).parts) <= 3)
     except OSError:
         return None
-    for log in logs[:50]:
+    return seconds_per_epoch_from_log_files(logs[:50])
+
+
+def seconds_per_epoch_from_log_files(logs: list[Path]) -> tuple[float, str] | None:
+    for log in logs:
         try:
             if log.stat().st_size > MAX_LOG_BYTES:
                 continue
@@ -78,7 +82,10 @@ def check_eta(context: PreflightContext) -> CheckResult:
     seconds_per_epoch, speed_from = _speed(context)
     if epochs is None or seconds_per_epoch is None:
         missing = [m for m, v in (("the number of epochs (--guard-epochs)", epochs), ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch)) if v is None]
-        return CheckResult(NAME, CheckStatus.WARNED, f"cannot estimate the run time: give {' and '.join(missing)}")
+        why = "" if seconds_per_epoch is not None else (
+            " (no reference run whose log shows its epoch time)" if context.reference is None
+            else f" (the reference's logs show no epoch time: {context.reference.folder})")
+        return CheckResult(NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}")
     run_seconds = epochs * seconds_per_epoch
     evidence.append(f"{epochs:g} epochs ({epochs_from}) × {seconds_per_epoch:g} s per epoch ({speed_from}) = {format_duration(run_seconds)}")
     now = context.now
@@ -147,7 +154,8 @@ def _speed(context: PreflightContext) -> tuple[float | None, str]:
     if context.launch.guard_options.seconds_per_epoch is not None:
         return context.launch.guard_options.seconds_per_epoch, "--guard-seconds-per-epoch"
     if context.reference is not None:
-        found = seconds_per_epoch_from_logs(context.reference.folder)
+        found = (seconds_per_epoch_from_log_files(list(context.reference.logs)) if context.reference.logs
+                 else seconds_per_epoch_from_logs(context.reference.folder))
         if found is not None:
             return found[0], f"reference logs: {found[1]}"
     return None, ""
