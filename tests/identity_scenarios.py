@@ -56,14 +56,14 @@ def cited_paths(output: str) -> list[str]:
     paths: list[str] = []
     for line in output.splitlines():
         if line.startswith(("- Evidence:", "- Run:")):
-            paths.extend(re.findall(r"(/[^\s,;()]+)", line))
+            paths.extend(re.findall(r"(?<![\w.-])(/[^\s,;()]+)", line))
     return paths
 
 
 def assert_cites_only_its_own(project: Project, job_id: str, output: str) -> None:
     record = project.run_record(job_id)
     own = [*record["sources"]["tb_paths"], record["sources"]["stdout"], record["sources"]["stderr"],
-           *record["sources"]["wandb_dirs"]]
+           str(project.state_dir / "runs" / record["run_id"])]
     own_wandb = record["sources"]["wandb_run_id"]
     paths = cited_paths(output)
     assert paths, output
@@ -104,8 +104,9 @@ def concurrent_runs_stay_apart(tmp_path: Path, backend: str, scheduler: Any) -> 
     healthy_state, healthy_output = wait_ended(project, scheduler, healthy_id)
     assert nan_state is JobState.CANCELLED and "FINAL_SUMMARY" in nan_output, nan_output
     assert healthy_state is JobState.COMPLETED and "Decision: STOP" not in healthy_output, healthy_output
-    for output, other in ((healthy_output, ("runs/nan", nan_wandb, nan_id)),
-                          (nan_output, ("runs/healthy", healthy_wandb, "-healthy"))):
+    for output, other in ((healthy_output, ("runs/nan", nan_wandb, f"job {nan_id}", f"slurm-{nan_id}.out", "-nan")),
+                          (nan_output, ("runs/healthy", healthy_wandb, f"job {healthy_id}", f"slurm-{healthy_id}.out",
+                                        "-healthy"))):
         for mention in other:
             assert mention not in output, f"{mention!r} in:\n{output}"
     assert_cites_only_its_own(project, healthy_id, healthy_output)
