@@ -151,3 +151,63 @@ def new_project_launches_clean(tmp_path: Path, backend: str, scheduler: Any) -> 
     again = project.cli("check", "train.sh", "--logdir", "runs/second-try")
     assert f"named with `guarded-sbatch reference`: run {record['run_id']}" in again.stderr, again.stderr
     assert "eta: ends about" in again.stderr  # the speed now comes from that run's own log
+
+
+def state_of(project: Project, job_id: str) -> dict[str, Any]:
+    record = project.run_record(job_id)
+    try:
+        return json.loads((project.state_dir / "runs" / record["run_id"] / "sidecar-state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _seen_steps(project: Project, job_id: str, steps: int) -> bool:
+    return (state_of(project, job_id).get("last_step") or 0) >= steps
+
+
+def requeued_run_keeps_its_own(tmp_path: Path, scheduler: Any) -> None:
+    """Slurm: `scontrol requeue` runs the job again (same id, same WANDB_RUN_ID); its sidecar keeps reading
+    the run's own folder and W&B run, and never a neighbour's written meanwhile into the same project."""
+    project = identity_project(tmp_path, "slurm", wandb=True)
+    job_id, record, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-requeued", "train.sh",
+                               "--logdir", "runs/requeued", "--wandb", "--steps", "700")
+    own_wandb = record["sources"]["wandb_run_id"]
+    wait_for(lambda: _seen_steps(project, job_id, 50), 120, 1, "the sidecar to read the first steps")
+    subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
+    neighbour_env = {k: v for k, v in project.env.items() if k != "WANDB_RUN_ID"}
+    subprocess.run([sys.executable, "train.py", "--config", CONFIG, "--logdir", "runs/neighbour", "--wandb",
+                    "--steps", "300", "--step-seconds", "0", "--diverge-at", "20"], cwd=project.root,
+                   env=neighbour_env, check=True, capture_output=True, timeout=120)
+    state, output = wait_ended(project, scheduler, job_id, timeout=300)
+    assert state is JobState.COMPLETED, output
+    assert "Decision: STOP" not in output and "neighbour" not in output
+    events = sorted((project.root / "runs" / "requeued").glob("events.out.tfevents.*"))
+    assert len(events) == 2, events  # one per start of the job
+    own_runs = sorted((project.root / "wandb").glob(f"*run-*-{own_wandb}"))
+    assert len(own_runs) == 2, own_runs  # the requeued job went on with the same W&B run id
+    assert str(events[-1]) in output and own_wandb in output
+    assert_cites_only_its_own(project, job_id, output)
+
+
+def restarted_run_keeps_its_own(tmp_path: Path, backend: str, scheduler: Any) -> None:
+    """`guarded-sbatch restart RUN`: the relaunched run reads its own folder (the earlier start's files are
+    its own) and the W&B run of its new job, and nothing of a neighbour's."""
+    project = identity_project(tmp_path, backend, wandb=True)
+    train_here(project, "--logdir", "runs/neighbour", "--steps", "100", "--step-seconds", "0", "--diverge-at", "20")
+    job_id, record, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-restarted", "train.sh",
+                               "--logdir", "runs/restarted", "--wandb", "--steps", "3000")
+    wait_for(lambda: _seen_steps(project, job_id, 50), 120, 1, "the sidecar to read the first steps")
+    restarted = project.cli("restart", record["run_id"], "--yes", timeout=240)
+    assert restarted.returncode == 0, restarted.stderr
+    new = [json.loads(p.read_text()) for p in (project.state_dir / "runs").glob("*/run.json")]
+    new_record = next(r for r in new if r.get("restarted_from") == record["run_id"])
+    new_id = new_record["job_id"]
+    assert new_record["sources"]["since"] == record["sources"]["since"]  # the run's own files go on
+    assert new_record["sources"]["wandb_run_id"] != record["sources"]["wandb_run_id"]  # the old one was deleted
+    wait_for(lambda: _seen_steps(project, new_id, 50), 120, 1, "the new sidecar to read steps")
+    wait_for(lambda: len(list((project.root / "runs" / "restarted").glob("events.*"))) == 2, 30, 1, "a second event file")
+    output = project.sidecar_output(new_id)
+    assert "neighbour" not in output and "Decision: STOP" not in output
+    killed = project.cli("kill", new_record["run_id"], "--yes", timeout=180)
+    assert killed.returncode == 0, killed.stderr
+    assert_cites_only_its_own(project, new_id, output)

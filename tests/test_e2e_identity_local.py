@@ -22,3 +22,7 @@ def test_two_concurrent_runs_in_one_project_stay_apart_and_kill_deletes_only_its
 
 def test_a_new_project_launches_without_waivers(tmp_path: Path) -> None:
     scenarios.new_project_launches_clean(tmp_path, "local", _scheduler(tmp_path))
+
+
+def test_a_restarted_run_keeps_reading_its_own_folder(tmp_path: Path) -> None:
+    scenarios.restarted_run_keeps_its_own(tmp_path, "local", _scheduler(tmp_path))
