@@ -5,6 +5,7 @@ Priority: W&B (local .wandb log) → TensorBoard → MLflow / Lightning CSV → 
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Collection
@@ -115,7 +116,8 @@ def fresh_files(since: float | None) -> Callable[[Path], bool] | None:
     """The event-file filter of a run that started at `since` (None: every file)."""
     if since is None:
         return None
-    return lambda path: created_at(path) >= since
+    whole_second = math.floor(since)  # TensorBoard's file names hold whole seconds
+    return lambda path: created_at(path) >= whole_second
 
 
 _SPLIT_FOLDERS = {"train", "training", "val", "valid", "validation", "eval", "evaluation", "test"}
