@@ -35,7 +35,7 @@ guard options (before the script; sbatch has none of these):
   --guard-epochs N, --guard-seconds-per-epoch S   for the ETA
   --guard-restart               this is a restart: the name and output folder may exist
   --guard-tb PATH, --guard-wandb PATH, --guard-log PATH   where the sidecar reads metrics
-                                (default: discovered in the job's working folder)
+                                (default: the run's own, resolved from its config and arguments)
   --guard-stop-command CMD      how the sidecar stops the run (default: cancel the job)
   --guard-notes PATH            the project notes file the sidecar appends to on STOP
   --guard-backend slurm|local   where jobs run (default: slurm when sbatch answers, else local)
