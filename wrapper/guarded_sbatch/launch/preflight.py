@@ -120,6 +120,7 @@ def run_preflight(
     name, _ = run_name_of(context)
     try:
         source_plan: object = plan_run_sources(context, now=time.time())
+        notes.extend(source_plan.describe())  # type: ignore[attr-defined]
     except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
         source_plan = None
         notes.append(f"could not resolve the run's own sources: {exc}")
