@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 import identity_scenarios as scenarios
+import pytest
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = pytest.mark.slurm

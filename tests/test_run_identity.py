@@ -4,6 +4,7 @@ reads only that (real writers: tensorboard's EventFileWriter, wandb offline, mlf
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -12,9 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from e2e_helpers import make_project
-from guarded_sbatch.core.run_sources import MLFLOW_TAG, RunSources, expand_filename_pattern
+from guarded_sbatch.core.run_sources import (
+    MLFLOW_TAG,
+    RunSources,
+    expand_filename_pattern,
+)
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.launch.preflight import run_preflight
@@ -81,7 +85,7 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
 
 
 def test_a_missing_output_parent_warns_but_a_missing_dataset_fails(tmp_path: Path) -> None:
-    project, report = _project_check(tmp_path, ["train.sh", "--logdir", "nowhere/yet/run"])
+    _, report = _project_check(tmp_path, ["train.sh", "--logdir", "nowhere/yet/run"])
     paths = next(r for r in report.results if r.name == "paths")
     assert paths.status is CheckStatus.WARNED and "the trainer must create it" in paths.finding
     _, report = _project_check(tmp_path / "b", ["train.sh", "--data_dir", "/no/such/dataset"])
@@ -185,7 +189,7 @@ def test_the_mlflow_run_is_the_one_carrying_the_runs_tag_not_the_newest(tmp_path
     sources.read()
     assert sources.active_kind == "mlflow"
     values = sources.history().series("train/loss")[1]
-    assert len(values) == 8 and all(v == v for v in values)  # no NaN: not the neighbour's newer run
+    assert len(values) == 8 and not any(math.isnan(v) for v in values)  # no NaN: not the neighbour's newer run
 
 
 def test_local_test_only_creates_no_job(tmp_path: Path) -> None:

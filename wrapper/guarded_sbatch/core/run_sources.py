@@ -34,7 +34,7 @@ class RunSources:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, raw: object) -> "RunSources | None":
+    def from_json(cls, raw: object) -> RunSources | None:
         if not isinstance(raw, dict) or not raw:
             return None
         known = {f.name for f in fields(cls)}

@@ -14,7 +14,11 @@ import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import MLFLOW_TAG, RunSources, expand_filename_pattern
+from guarded_sbatch.core.run_sources import (
+    MLFLOW_TAG,
+    RunSources,
+    expand_filename_pattern,
+)
 from guarded_sbatch.launch.context import PreflightContext
 
 TB_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",

@@ -4,8 +4,8 @@ source, and the highest-priority source that has data is the one judged."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from guarded_sbatch.core.errors import GuardedError
@@ -21,7 +21,7 @@ PRIORITY = {"wandb": 0, "tensorboard": 1, "mlflow": 2, "csv": 2, "textlog": 3}
 
 
 class SourceSet:
-    def __init__(self, settings: "SidecarSettings", scheduler: "Scheduler | None") -> None:
+    def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None) -> None:
         self.settings = settings
         self.scheduler = scheduler
         self.sources: list[MetricSource] = []
@@ -48,14 +48,18 @@ class SourceSet:
         self._work_dir = Path(info.work_dir) if info.work_dir else None
         self._job_start = info.start_time
 
-    def _add(self, source: "MetricSource") -> None:
+    def _add(self, source: MetricSource) -> None:
         key = (source.kind, source.describe())
         if key not in self._opened:
             self.sources.append(source)
             self._opened.add(key)
 
     def _ensure_sources(self) -> None:
-        from guarded_sbatch.sources.discovery import discover_owned, fresh_files, open_source
+        from guarded_sbatch.sources.discovery import (
+            discover_owned,
+            fresh_files,
+            open_source,
+        )
 
         identity = self.settings.identity
         accept = fresh_files(identity.since) if identity is not None else None
@@ -95,7 +99,7 @@ class SourceSet:
             self._add(TextLogSource(self._stdout))
         self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
 
-    def _ensure_own_sources(self, identity: "RunSources") -> None:
+    def _ensure_own_sources(self, identity: RunSources) -> None:
         """A guarded run: exactly the sources its record names; discovery only where the record is silent,
         and then only files written since the run started that no other guarded run claims."""
         from guarded_sbatch.core.run_sources import MLFLOW_TAG
@@ -128,7 +132,7 @@ class SourceSet:
                     self._add(source)
             self.ownership_note = found.note()
 
-    def _own_logs(self, identity: "RunSources") -> list[Path]:
+    def _own_logs(self, identity: RunSources) -> list[Path]:
         """The job's stdout and stderr files: as the scheduler names them, else as recorded; a %N (the node,
         known once the job runs) matches the one such file written since the run started."""
         self._load_job_info()
@@ -193,7 +197,7 @@ class SourceSet:
             return 0
         return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
 
-    def _active(self) -> "MetricSource | None":
+    def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
         for source in self.sources:
             history = self.histories.get(id(source))
@@ -212,7 +216,7 @@ class SourceSet:
         active = self._active()
         return active.kind if active is not None else None
 
-    def history(self) -> "MetricHistory":
+    def history(self) -> MetricHistory:
         from guarded_sbatch.judge.history import MetricHistory
 
         active = self._active()
@@ -262,13 +266,13 @@ class SourceSet:
         return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
 
 
-def _open_tensorboard(path: Path, accept: "Callable[[Path], bool] | None") -> "MetricSource":
+def _open_tensorboard(path: Path, accept: Callable[[Path], bool] | None) -> MetricSource:
     from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
     return TensorBoardSource(path, accept=accept)
 
 
-def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
+def _unreachable_path(source: MetricSource, *, had_data: bool) -> str:
     """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
     A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
     path = getattr(source, "path", None)

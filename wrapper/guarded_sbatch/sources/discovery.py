@@ -235,8 +235,7 @@ def mlflow_stores(uri: str, workdir: str) -> list[Path]:
     if uri.startswith("sqlite:///"):
         rest = uri[len("sqlite:///"):]
         return [Path("/" + rest.lstrip("/")) if rest.startswith("/") else base / rest]
-    if uri.startswith("file://"):
-        uri = uri[len("file://"):]
+    uri = uri.removeprefix("file://")
     if uri and "://" not in uri:
         return [Path(uri) if Path(uri).is_absolute() else base / uri]
     if uri:
