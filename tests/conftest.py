@@ -38,3 +38,13 @@ def slurm_cluster() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"the dev Slurm is not up under CI=true: {why}")
     pytest.skip(f"dev Slurm not up: {why}")
+
+
+def require(available: bool, why: str) -> None:
+    """An optional component a test needs (torch, mlflow, root, a Slurm binary): under CI=true the suite
+    installs all of them, so a missing one fails the test; elsewhere the test is skipped with the reason."""
+    if available:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"missing under CI=true: {why}")
+    pytest.skip(why)

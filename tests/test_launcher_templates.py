@@ -61,7 +61,7 @@ def test_every_template_renders_to_valid_bash_with_the_right_world_size(
     argv: list[str], kind: str, world: int, settings: PreemptionSettings, tmp_path: Path
 ) -> None:
     launch, job = render([*argv, ODD_ARG], settings)
-    assert job.template_name == f"{kind}.sbatch" and job.template_path.parent == REPO / "sbatch_templates"
+    assert job.template_name == f"{kind}.sbatch" and job.template_path.parent == REPO / "wrapper" / "guarded_sbatch" / "sbatch_templates"
     assert not PLACEHOLDER.search(job.text), "a placeholder was left unfilled"
     script = tmp_path / "job.sbatch"
     script.write_text(job.text)

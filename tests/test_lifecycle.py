@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import require
+
 from e2e_helpers import Project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.base import JobState
@@ -234,8 +236,7 @@ def test_kill_never_cancels_another_users_job_local(tmp_path: Path, request: pyt
 
 @pytest.mark.slurm
 def test_kill_never_cancels_another_users_job_on_slurm(tmp_path: Path, slurm_cluster: None) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a throwaway user and submit as that user")
+    require(os.geteuid() == 0, "needs root to create a throwaway user and submit as that user")
     user = "gsb-other"
     name = unique_run_name()
     if subprocess.run(["id", user], capture_output=True, timeout=10).returncode != 0:

@@ -1,4 +1,4 @@
-"""`guarded-sbatch monitor`: the one-shot JSON of DESIGN §5, and the watch loop in a terminal."""
+"""`guarded-sbatch monitor`: the one-shot JSON, and the watch loop in a terminal."""
 
 from __future__ import annotations
 

@@ -14,17 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")
-PLUGINS = REPO / "slurm_plugins"
+PLUGINS = REPO / "wrapper" / "guarded_sbatch" / "site" / "lua"
 LUA_CANDIDATES = ("lua5.1", "lua5.3", "lua")
 
 
-def require(condition: bool, why: str) -> None:
-    """Skip without the tool; fail under CI=true (scripts/dev-slurm installs lmod, which brings lua5.3)."""
-    if condition:
-        return
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{why} under CI=true (scripts/dev-slurm up installs lmod and its lua)")
-    pytest.skip(why)
+from conftest import require  # noqa: E402  (re-exported: the site tests import it from here)
 
 
 def lua_interpreter() -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import math
 import os
 import sys
@@ -9,6 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from conftest import require
 from source_writers import tb_event, write_tb_events
 
 from guarded_sbatch.core.runner import run_command
@@ -33,7 +37,7 @@ MLFLOW_SCRIPT = textwrap.dedent(
 
 
 def _log_with_mlflow(tmp_path: Path, uri: str, first: int, last: int) -> None:
-    pytest.importorskip("mlflow")  # a test extra: pip install -e '.[test]'
+    require(importlib.util.find_spec("mlflow") is not None, "mlflow is a test extra: pip install -e '.[test]'")
     script = tmp_path / "log.py"
     script.write_text(MLFLOW_SCRIPT)
     env = dict(os.environ, MLFLOW_ALLOW_FILE_STORE="true")

@@ -11,7 +11,8 @@ from source_writers import append_tb_events, tb_event, write_tb_events
 
 from guarded_sbatch.core.points import MetricPoint, merge_into_history
 from guarded_sbatch.sources.tensorboard import TensorBoardSource, decode_event
-from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c, split_records
+from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c
+from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 
 
 def _values(points: list[MetricPoint]) -> dict[tuple[str, int], float]:
@@ -98,7 +99,7 @@ def test_repeat_in_a_later_read_replaces_the_value_in_history(tmp_path: Path) ->
 def test_bad_crc_record_is_skipped_and_counted(tmp_path: Path) -> None:
     event_file = write_tb_events(tmp_path, [tb_event(s, "loss", float(s)) for s in range(4)])
     data = bytearray(event_file.read_bytes())
-    records = split_records(bytes(data)).records
+    records = list(RawEventFileLoader(str(event_file)).Load())  # tensorboard's own framing
     # Flip a byte inside the float of the third scalar record (file_version record comes first).
     offset = sum(len(r) + 16 for r in records[:3]) + 12 + len(records[3]) - 1
     data[offset] ^= 0x40
@@ -137,8 +138,9 @@ def test_crc32c_implementations_agree() -> None:
     assert pure_python_crc32c(b"123456789") == 0xE3069283  # the standard check value
 
 
-def test_decoder_handles_hand_framed_records() -> None:
+def test_decoder_handles_hand_framed_records(tmp_path: Path) -> None:
     event = tb_event(7, "x", 1.25, "float_val").SerializeToString()
     framed = frame_record(event)
-    assert split_records(framed + framed[:10]).records == [event]
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(framed + framed[:10])  # and a half-written tail
+    assert [(p.step, p.key, p.value) for p in TensorBoardSource(tmp_path).read_new()] == [(7, "x", 1.25)]
     assert decode_event(event, {}) == (1.7e9 + 7, 7, [("x", 1.25)])

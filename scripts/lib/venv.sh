@@ -38,3 +38,20 @@ ensure_venv() {
   fi
   export PATH="$repo/.venv/bin:$PATH"
 }
+
+# The system tools the tests drive for real (tests/test_anywhere_*.py): tmux, and an sshd the tests start
+# on a local port with a generated key. Installs only what is missing (Debian, as root); idempotent.
+ensure_test_tools() {
+  local missing=()
+  command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+  { command -v sshd >/dev/null 2>&1 || [[ -x /usr/sbin/sshd ]]; } || missing+=(openssh-server)
+  { command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } || missing+=(openssh-client)
+  ((${#missing[@]} == 0)) && return 0
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
+    echo "guarded-sbatch: installing ${missing[*]} for the tests" >&2
+    timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "guarded-sbatch: the tests need ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
+    return 1
+  fi
+}

@@ -1,4 +1,4 @@
-"""Kill/restart cleanup (DESIGN §8): the plan is a pure function of the run record and the run roots;
+"""Kill/restart cleanup (docs/architecture.md, "actions"): the plan is a pure function of the run record and the run roots;
 executing it is separate. Fixed order: stop the live run → local checkpoint folder → remote artifact
 folder → the tracker's run → scheduler leftovers. Paths go through the path guard; jobs are cancelled
 only when they belong to the current user."""

@@ -101,7 +101,7 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         raise UsageError(f"run {record.run_id} was submitted from Python (GuardedExecutor): kill it here, then "
                          "submit the function again from Python")
     launch_argv = restart_launch_argv(record, args.guard_options)
-    run_launch = launch or _run_launch
+    run_launch = launch or (_run_under_guard if record.launched_by == "run" else _run_launch)
     # The pre-flight runs first, so a blocked relaunch deletes nothing.
     print("guarded-sbatch: pre-flight for the restart (nothing deleted yet):", file=sys.stderr)
     if _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=True, color=False)) != 0:
@@ -151,6 +151,12 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
         if waiver.get("check") and waiver["check"] not in rewaived:
             recorded.append(f"--guard-waive={waiver['check']}={waiver.get('reason', '')}")
     return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, record.script, *record.script_args]
+
+
+def _run_under_guard(argv: list[str], *, check_only: bool, color: bool) -> int:
+    from guarded_sbatch.cli.run import run_under_guard  # a `guarded-sbatch run` run: its argv ends in -- COMMAND
+
+    return run_under_guard(argv, check_only=check_only, color=color)
 
 
 def _run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:

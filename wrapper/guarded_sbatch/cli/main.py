@@ -17,6 +17,10 @@ usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch [guard options] [sbatch options] torchrun|accelerate|deepspeed|python ARGS...
        guarded-sbatch check [guard options] [sbatch options] script.sh [script args] [--json]
        guarded-sbatch monitor [--once] [--json] [--tb PATH] [--wandb PATH] [--log PATH] [--job ID] [PATH]
+                              [--log-command CMD] [--stop tmux:S|pid:P|ssh:HOST[:PORT]:P|slurm:J]
+       guarded-sbatch run [guard options] [--guard-tmux NAME] -- COMMAND...   (workstation: no Slurm)
+       guarded-sbatch check-sweep [guard options] sweep.yaml [--json]
+       guarded-sbatch stop tmux:SESSION|pid:PID|ssh:HOST[:PORT]:PID [--grace S]
        guarded-sbatch status [--json]
        guarded-sbatch kill RUN [--yes]
        guarded-sbatch restart RUN [--yes] [guard options]
@@ -55,7 +59,8 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 {ExitCode.help_text()}
 """
 
-SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "reference")
+SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "admin", "run", "check-sweep", "stop",
+               "reference")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -95,6 +100,10 @@ def dispatch(args: list[str]) -> int:
         "kill": _kill,
         "restart": _restart,
         "reference": _reference,
+        "admin": _admin,
+        "run": _run,
+        "check-sweep": _check_sweep,
+        "stop": _stop,
     }
     return handlers[command](args if command is None else args[1:])
 
@@ -143,3 +152,25 @@ def _reference(args: list[str]) -> int:
     from guarded_sbatch.cli.reference import run_reference
 
     return run_reference(args)
+def _run(args: list[str]) -> int:
+    from guarded_sbatch.cli.run import run_under_guard
+
+    return run_under_guard(args, color=use_color(sys.stderr))
+
+
+def _check_sweep(args: list[str]) -> int:
+    from guarded_sbatch.cli.sweep import run_check_sweep
+
+    return run_check_sweep(args, color=use_color(sys.stderr))
+
+
+def _stop(args: list[str]) -> int:
+    from guarded_sbatch.cli.run import run_stop
+
+    return run_stop(args)
+
+
+def _admin(args: list[str]) -> int:
+    from guarded_sbatch.cli.admin import run_admin
+
+    return run_admin(args)

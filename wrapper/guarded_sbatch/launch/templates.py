@@ -31,10 +31,7 @@ def render_template(text: str, values: Mapping[str, str], *, template_name: str 
 
 
 def builtin_templates_dir() -> Path:
-    """The repository's sbatch_templates/ (a source checkout) or the copy shipped in the package."""
-    repo_dir = Path(__file__).resolve().parents[3] / "sbatch_templates"
-    if repo_dir.is_dir():
-        return repo_dir
+    """The templates shipped inside the package (package data: a wheel installed into /opt has them too)."""
     return Path(str(resources.files("guarded_sbatch") / "sbatch_templates"))
 
 
@@ -47,4 +44,4 @@ def load_template(name: str, search_dirs: list[Path] | None = None) -> tuple[str
                 return candidate.read_text(encoding="utf-8"), candidate
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read template {candidate}: {exc}; fix its permissions or encoding") from None
-    raise UsageError(f"no sbatch template named {name!r}; look in sbatch_templates/ or the site config's template_dirs")
+    raise UsageError(f"no sbatch template named {name!r}; look in guarded_sbatch/sbatch_templates/ or the site config's template_dirs")

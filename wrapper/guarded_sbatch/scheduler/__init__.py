@@ -1,12 +1,14 @@
 """One interface over Slurm and local processes."""
 
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler, SubmitRequest
 
 __all__ = ["JobInfo", "JobState", "Scheduler", "SubmitRequest", "get_scheduler"]
 
 
 def get_scheduler(name: str, **kwargs: object) -> Scheduler:
-    """Return the backend called `name` ("slurm" or "local")."""
+    """Return the backend called `name` ("slurm", "local", or "process" for an adopted process)."""
+    # lazy: each backend is imported only when asked for (the local one never loads Slurm's parsing)
     if name == "slurm":
         from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
@@ -15,6 +17,8 @@ def get_scheduler(name: str, **kwargs: object) -> Scheduler:
         from guarded_sbatch.scheduler.local import LocalScheduler
 
         return LocalScheduler(**kwargs)  # type: ignore[arg-type]
-    from guarded_sbatch.core.errors import UsageError
+    if name == "process":
+        from guarded_sbatch.scheduler.process import ProcessScheduler
 
-    raise UsageError(f"unknown scheduler backend {name!r}: use 'slurm' or 'local'")
+        return ProcessScheduler()
+    raise UsageError(f"unknown scheduler backend {name!r}: use 'slurm', 'local' or 'process'")

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Verdict
 from guarded_sbatch.sidecar.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
 from guarded_sbatch.scheduler.base import JobState, Scheduler
@@ -133,8 +135,6 @@ class Sidecar:
             self.emit(f"sidecar: could not record the W&B run in {run_json}: {exc}\n")
 
     def _judge(self, now: float) -> Verdict:
-        from guarded_sbatch.judge.policy import RunContext
-
         live = self.settings.job_id is not None and self.job_state is not JobState.UNKNOWN and not self.job_state.is_terminal
         since = now - self.state.last_new_data_at if self.state.last_new_data_at else None
         return judge_sources(self.sources, self.settings.policy, RunContext(job_live=live, seconds_since_last_point=since))
@@ -250,7 +250,8 @@ class Sidecar:
         from guarded_sbatch.actions.stop import stop_run
 
         self._full_report(verdict, now, ending=True)
-        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command)
+        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
+                           stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
         self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
@@ -289,26 +290,8 @@ class Sidecar:
         return 0
 
 
-def judge_sources(sources: SourceSet, policy: object | None, context: object) -> Verdict:
-    """The verdict on the sources' history; with nothing readable, or the judged source unreadable
-    now, WAIT and say why (what was read before still stops a run that is clearly broken)."""
-    from guarded_sbatch.judge.decide import decide
-    from guarded_sbatch.judge.policy import JudgePolicy
-    from guarded_sbatch.judge.verdict import Reason
-
-    history = sources.history()
-    verdict = decide(history, policy if policy is not None else JudgePolicy(), context)  # type: ignore[arg-type]
-    if not len(history) and sources.read_error:
-        return Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"no metrics could be read: {sources.read_error}")
-    active_error = sources.active_error
-    if active_error and verdict.decision is not Decision.STOP:
-        return Verdict(
-            Decision.WAIT, Reason.SOURCE_UNREADABLE,
-            f"cannot read the metrics now ({active_error}); judged up to step {verdict.last_step}, "
-            "waiting for the source to come back",
-            verdict.anomalies, verdict.last_step, verdict.summary,
-        )
-    return verdict
+def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunContext) -> Verdict:
+    return judge(sources.history(), policy, context, SourceReadState(sources.read_error, sources.active_error or ""))
 
 
 class CountedScheduler:
@@ -351,8 +334,6 @@ def _peak_rss_mb() -> float:
 
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
-    from guarded_sbatch.judge.policy import RunContext
-
     sources = SourceSet(settings, None)
     sources.read()
     verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))

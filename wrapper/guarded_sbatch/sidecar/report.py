@@ -1,4 +1,4 @@
-"""The training-check report of DESIGN §5 and the FINAL_SUMMARY block."""
+"""The training-check report (one block per full check) and the FINAL_SUMMARY block."""
 
 from __future__ import annotations
 

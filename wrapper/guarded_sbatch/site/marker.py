@@ -10,54 +10,27 @@ command line, else from the script's #SBATCH lines) is kept in front of the mark
 
 from __future__ import annotations
 
-import re
-import zlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.marker import (
+    MARKER,
+    MARKER_PREFIX,
+    PREFLIGHT,
+    SIDECAR,
+    comment_with_marker,
+    is_guarded,
+    marker_in,
+    marker_text,
+    script_digest,
+    strip_marker,
+)
 from guarded_sbatch.core.sbatch.argv import ParsedOption
 from guarded_sbatch.scheduler.base import SubmitRequest
 
-MARKER_PREFIX = "guarded-sbatch"
-PREFLIGHT = "preflight"
-SIDECAR = "sidecar"
-MARKER = re.compile(rf"(?:^|\s){MARKER_PREFIX}:(?P<kind>{PREFLIGHT}|{SIDECAR})=(?P<digest>[0-9a-f]{{8}})(?=\s|$)")
-
-
-def script_digest(script: bytes) -> str:
-    """Adler-32 of the script's bytes, 8 lowercase hex digits (what the lua plugins recompute)."""
-    return f"{zlib.adler32(script) & 0xFFFFFFFF:08x}"
-
-
-def marker_text(kind: str, script: bytes) -> str:
-    if kind not in (PREFLIGHT, SIDECAR):
-        raise ValueError(f"unknown marker kind {kind!r}")
-    return f"{MARKER_PREFIX}:{kind}={script_digest(script)}"
-
-
-def strip_marker(comment: str) -> str:
-    return " ".join(MARKER.sub(" ", comment).split())
-
-
-def comment_with_marker(user_comment: str | None, kind: str, script: bytes) -> str:
-    """The user's comment (any old marker removed) followed by the marker for this script."""
-    kept = strip_marker(user_comment or "")
-    marker = marker_text(kind, script)
-    return f"{kept} {marker}" if kept else marker
-
-
-def marker_in(comment: str | None) -> tuple[str, str] | None:
-    """(kind, digest) of the marker in a comment, or None."""
-    match = MARKER.search(comment or "")
-    return (match["kind"], match["digest"]) if match else None
-
-
-def is_guarded(comment: str | None, script: bytes) -> bool:
-    """True when the comment carries a marker whose digest is this script's."""
-    found = marker_in(comment)
-    return found is not None and found[1] == script_digest(script)
-
+__all__ = ["MARKER", "MARKER_PREFIX", "PREFLIGHT", "SIDECAR", "MarkingScheduler", "comment_with_marker", "is_guarded",
+           "marker_in", "marker_text", "script_digest", "strip_marker", "user_comment"]
 
 def user_comment(command_line: tuple[ParsedOption, ...], script_text: str, script_path: Path) -> str | None:
     """The comment sbatch would use: the last --comment on the command line, else the script's #SBATCH one."""

@@ -18,15 +18,22 @@ from typing import Any
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.tb_event import decode_event
-from guarded_sbatch.sources.tfrecord import HEADER_SIZE, MAX_RECORD_SIZE, crc32c, find_next_header
+from guarded_sbatch.sources.tfrecord import (
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    MASK_DELTA,
+    MAX_RECORD_SIZE,
+    UINT32_STRUCT,
+    crc32c,
+    find_next_header,
+)
 
 EVENT_FILE_MARKER = "tfevents"
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 4
 
-_HEADER = struct.Struct("<QI")
-_UINT32 = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8
+_HEADER = HEADER_STRUCT
+_UINT32 = UINT32_STRUCT
 _make_tuple = tuple.__new__
 
 
@@ -214,7 +221,7 @@ class TensorBoardSource:
             if known_length_crcs.get(length) != length_crc:
                 if check_crc:
                     raw = crc(buf[pos : pos + 8])
-                    if (((raw >> 15) | (raw << 17)) + _MASK_DELTA) & 0xFFFFFFFF != length_crc:
+                    if (((raw >> 15) | (raw << 17)) + MASK_DELTA) & 0xFFFFFFFF != length_crc:
                         result.bad_records += 1
                         result.resync = True
                         break
@@ -231,7 +238,7 @@ class TensorBoardSource:
             record_end = data_end + 4
             if check_crc:
                 raw = crc(data)
-                if (((raw >> 15) | (raw << 17)) + _MASK_DELTA) & 0xFFFFFFFF != unpack_u32(buf, data_end)[0]:
+                if (((raw >> 15) | (raw << 17)) + MASK_DELTA) & 0xFFFFFFFF != unpack_u32(buf, data_end)[0]:
                     result.bad_records += 1
                     pos = record_end
                     continue

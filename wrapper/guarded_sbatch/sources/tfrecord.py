@@ -1,4 +1,7 @@
-"""TFRecord framing (TensorBoard event files) with masked CRC-32C checks.
+"""TFRecord framing (TensorBoard event files) with masked CRC-32C checks: the constants and the crc.
+
+The reader (sources/tensorboard.py) frames records in its own fused loop for speed, with these constants;
+frame_record() is the writer side, for tests that build files by hand.
 
 Record layout: uint64 length, uint32 masked crc32c(length bytes), data, uint32 masked crc32c(data).
 No file header. A record cut short at the end of the file is not an error: the caller keeps its
@@ -9,16 +12,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 
 HEADER_SIZE = 12  # length + its crc
 FOOTER_SIZE = 4
 # A scalar event is ~50 bytes; anything past this is a corrupt length, not a record to wait for.
 MAX_RECORD_SIZE = 256 * 1024 * 1024
 
-_HEADER = struct.Struct("<QI")
-_UINT32 = struct.Struct("<I")
-_MASK_DELTA = 0xA282EAD8
+HEADER_STRUCT = struct.Struct("<QI")
+UINT32_STRUCT = struct.Struct("<I")
+MASK_DELTA = 0xA282EAD8
 
 
 def _pure_python_crc32c() -> Callable[[bytes], int]:
@@ -61,68 +63,19 @@ pure_python_crc32c = _pure_python_crc32c()
 
 def masked_crc32c(data: bytes) -> int:
     crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def frame_record(data: bytes) -> bytes:
     """Encode one record (used by tests to build files by hand)."""
     length = struct.pack("<Q", len(data))
-    return length + _UINT32.pack(masked_crc32c(length)) + data + _UINT32.pack(masked_crc32c(data))
-
-
-@dataclass
-class FramingResult:
-    records: list[bytes]
-    consumed: int  # bytes of buf fully handled (records and skipped bad ones)
-    bad_records: int
-    resync: bool  # a corrupt length was met: the rest of buf could not be framed
-
-
-def split_records(buf: bytes, *, check_crc: bool = True, max_records: int | None = None) -> FramingResult:
-    """Split buf (starting at a record boundary) into complete records.
-
-    A record with a bad data crc is skipped and counted. A bad length crc means the framing itself is
-    lost: we count it and stop (consumed stays at that record), setting resync so the caller can scan
-    forward for the next valid header.
-    """
-    records: list[bytes] = []
-    append = records.append
-    pos = 0
-    end = len(buf)
-    bad = 0
-    unpack_header = _HEADER.unpack_from
-    unpack_u32 = _UINT32.unpack_from
-    crc = crc32c
-    limit = max_records if max_records is not None else -1
-    while end - pos >= HEADER_SIZE:
-        if limit == len(records):
-            break
-        length, length_crc = unpack_header(buf, pos)
-        if check_crc:
-            raw = crc(buf[pos : pos + 8])
-            if ((((raw >> 15) | (raw << 17)) + _MASK_DELTA) & 0xFFFFFFFF) != length_crc:
-                return FramingResult(records, pos, bad + 1, True)
-        elif length > MAX_RECORD_SIZE:
-            return FramingResult(records, pos, bad + 1, True)
-        data_end = pos + HEADER_SIZE + length
-        if data_end + FOOTER_SIZE > end:
-            break  # half-written tail: wait for the rest
-        data = buf[pos + HEADER_SIZE : data_end]
-        if check_crc:
-            raw = crc(data)
-            if ((((raw >> 15) | (raw << 17)) + _MASK_DELTA) & 0xFFFFFFFF) != unpack_u32(buf, data_end)[0]:
-                bad += 1
-                pos = data_end + FOOTER_SIZE
-                continue
-        append(data)
-        pos = data_end + FOOTER_SIZE
-    return FramingResult(records, pos, bad, False)
+    return length + UINT32_STRUCT.pack(masked_crc32c(length)) + data + UINT32_STRUCT.pack(masked_crc32c(data))
 
 
 def find_next_header(buf: bytes, start: int) -> int | None:
     """Scan for the next offset whose 12 bytes form a valid (length, crc) header; None if none yet."""
     for pos in range(start, len(buf) - HEADER_SIZE + 1):
-        length, length_crc = _HEADER.unpack_from(buf, pos)
+        length, length_crc = HEADER_STRUCT.unpack_from(buf, pos)
         if length <= MAX_RECORD_SIZE and masked_crc32c(buf[pos : pos + 8]) == length_crc:
             return pos
     return None

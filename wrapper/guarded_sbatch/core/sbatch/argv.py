@@ -15,7 +15,14 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.check_names import CHECK_NAMES
-from guarded_sbatch.core.sbatch.spec import SBATCH_OPTIONS, SHORT_TO_LONG, ArgKind, resolve_long_name
+from guarded_sbatch.core.sbatch.spec import (
+    SBATCH_OPTIONS,
+    SHORT_TO_LONG,
+    ArgKind,
+    canonical_name,
+    long_candidates,
+    resolve_long_name,
+)
 
 # our option -> takes a value?
 GUARD_OPTIONS: dict[str, bool] = {
@@ -149,7 +156,7 @@ def _parse_long(words: Sequence[str], index: int, where: str) -> tuple[ParsedOpt
     typed_name, has_value, attached = body.partition("=")
     name = resolve_long_name(typed_name)
     if name is None:
-        candidates = [n for n in SBATCH_OPTIONS if n.startswith(typed_name)]
+        candidates = long_candidates(typed_name)
         if len(candidates) > 1:
             raise UsageError(f"ambiguous sbatch option --{typed_name} ({where}): could be --{', --'.join(candidates)}")
         if has_value:
@@ -159,17 +166,18 @@ def _parse_long(words: Sequence[str], index: int, where: str) -> tuple[ParsedOpt
             f"or if your sbatch knows it write it as --{typed_name}=VALUE"
         )
     kind = SBATCH_OPTIONS[name][1]
+    canonical = canonical_name(name)
     if kind is ArgKind.NONE:
         if has_value:
             raise UsageError(f"sbatch option --{name} takes no value ({where}): remove '={attached}'")
-        return ParsedOption(name, None, (word,)), index + 1
+        return ParsedOption(canonical, None, (word,)), index + 1
     if has_value:
-        return ParsedOption(name, attached, (word,)), index + 1
+        return ParsedOption(canonical, attached, (word,)), index + 1
     if kind is ArgKind.OPTIONAL:
-        return ParsedOption(name, None, (word,)), index + 1
+        return ParsedOption(canonical, None, (word,)), index + 1
     if index + 1 >= len(words):
         raise UsageError(f"sbatch option --{name} needs a value ({where}): e.g. --{name}=VALUE")
-    return ParsedOption(name, words[index + 1], (word, words[index + 1])), index + 2
+    return ParsedOption(canonical, words[index + 1], (word, words[index + 1])), index + 2
 
 
 def _parse_short_cluster(words: Sequence[str], index: int, where: str) -> tuple[list[ParsedOption], int]:

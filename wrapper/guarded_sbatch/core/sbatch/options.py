@@ -8,9 +8,17 @@ from dataclasses import dataclass
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import ParsedOption
-from guarded_sbatch.core.sbatch.spec import SBATCH_ENV_VARS, SBATCH_OPTIONS, ArgKind
+from guarded_sbatch.core.sbatch.spec import (
+    POSITIVE_INT_OPTIONS,
+    SBATCH_ENV_VARS,
+    SBATCH_OPTIONS,
+    ArgKind,
+    canonical_name,
+)
+from guarded_sbatch.core.sbatch.values import TIME_FORMATS, parse_node_count, parse_positive_int, strtol_prefix
+from guarded_sbatch.core.sbatch.values import parse_time_limit as _parse_time_limit
 
-TIME_FORMATS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS or UNLIMITED"
+__all__ = ["TIME_FORMATS", "EffectiveOptions", "OptionValue", "effective_options", "parse_time_limit"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +50,11 @@ class EffectiveOptions:
 
     @property
     def nodes(self) -> int:
+        """The minimum node count ("2-4" -> 2, "1k" -> 1024), at least 1."""
         text = self.get("nodes")
-        if not text:
+        if text is None:
             return 1
-        match = re.match(r"^(\d+)", text)  # "2-4" -> at least 2; "2" -> 2
-        return max(1, int(match.group(1))) if match else 1
+        return max(1, parse_node_count(text, where=self.source("nodes") or "--nodes")[0])
 
     @property
     def tasks_per_node(self) -> int:
@@ -88,53 +96,65 @@ def effective_options(
     directives: Sequence[tuple[str, ParsedOption]],
     env: Mapping[str, str],
 ) -> EffectiveOptions:
-    """Merge: `directives` are (where, option) from the script, in order; later lines win over earlier ones."""
+    """Merge as sbatch does: #SBATCH lines (in order), then SBATCH_* variables, then the command line; a later
+    setting wins. Every value is checked where it is set, as sbatch does (a bad SBATCH_TIMELIMIT is refused even
+    when --time overrides it). `directives` are (where, option); a heterogeneous job's first component counts."""
     values: dict[str, OptionValue] = {}
     for where, option in directives:
         if option.name == ":":
-            break  # heterogeneous job: the first component is the training job
-        values[option.name] = OptionValue(option.value, where)
+            break
+        _set(values, option.name, option.value, where)
     for variable, name in SBATCH_ENV_VARS.items():
-        if variable in env and env[variable] != "":
-            kind = SBATCH_OPTIONS[name][1]
-            values[name] = OptionValue(None if kind is ArgKind.NONE else env[variable], variable)
+        if variable in env:
+            _set_from_env(values, name, env[variable], variable)
     for option in command_line:
         if option.name == ":":
             break
-        values[option.name] = OptionValue(option.value, "command line")
-    if "time" in values and values["time"].value is not None:
-        parse_time_limit(values["time"].value, where=values["time"].source)
+        _set(values, option.name, option.value, "command line")
+    if "quiet" in values and "verbose" in values and values["quiet"].source == "command line":
+        raise UsageError("--quiet (-Q) and --verbose (-v) (or SBATCH_DEBUG) together: sbatch refuses both; drop one")
     return EffectiveOptions(values)
 
 
 def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
-    """Slurm's --time formats to seconds; None for UNLIMITED/INFINITE."""
-    value = text.strip()
-    if value.upper() in ("UNLIMITED", "INFINITE", "-1"):
-        return None
-    days = 0
-    rest = value
-    if "-" in value:
-        day_text, rest = value.split("-", 1)
-        if not day_text.isdigit() or not rest:
-            raise _bad_time(text, where)
-        days = int(day_text)
-        parts = rest.split(":")
-        if len(parts) > 3 or not all(p.isdigit() for p in parts):
-            raise _bad_time(text, where)
-        hours, minutes, seconds = (int(p) for p in (parts + ["0", "0"])[:3])
-    else:
-        parts = rest.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
-            raise _bad_time(text, where)
-        numbers = [int(p) for p in parts]
-        if len(numbers) == 1:
-            hours, minutes, seconds = 0, numbers[0], 0
-        elif len(numbers) == 2:
-            hours, minutes, seconds = 0, numbers[0], numbers[1]
+    """Slurm's --time grammar (sbatch_values.parse_time_limit): seconds as Slurm stores them; None = no limit."""
+    return _parse_time_limit(text, where=where)
+
+
+def _set(values: dict[str, OptionValue], name: str, value: str | None, where: str) -> None:
+    name = canonical_name(name)
+    if value is not None:
+        value = _checked(name, value, where)
+    values[name] = OptionValue(value, where)
+
+
+def _set_from_env(values: dict[str, OptionValue], name: str, text: str, variable: str) -> None:
+    """sbatch's rules for options given by variables: a flag is set by "", "yes" or a non-zero number and
+    cleared by anything else; an optional value that is empty counts as none."""
+    kind = SBATCH_OPTIONS[name][1]
+    if kind is ArgKind.NONE:
+        number, rest = strtol_prefix(text)
+        if text == "" or text.lower() == "yes" or (number and not rest):
+            values[canonical_name(name)] = OptionValue(None, variable)
         else:
-            hours, minutes, seconds = numbers
-    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+            values.pop(canonical_name(name), None)
+        return
+    _set(values, name, None if (kind is ArgKind.OPTIONAL and text == "") else text, variable)
+
+
+def _checked(name: str, value: str, where: str) -> str:
+    """Check a value the way sbatch does before it keeps it; returns the value sbatch keeps."""
+    if name in ("time", "time-min"):
+        _parse_time_limit(value, where=f"--{name}, {where}")
+    elif name == "nodes":
+        parse_node_count(value, where=where)
+    elif name in POSITIVE_INT_OPTIONS:
+        parse_positive_int(value, name, where=where)
+    elif name == "no-kill" and value.lower() not in ("set", "off", "no"):
+        raise UsageError(f"--no-kill={value!r} ({where}): sbatch takes only set, off or no")
+    elif name in ("output", "error", "input") and value.lower() == "none":
+        return "/dev/null"
+    return value
 
 
 def format_duration(seconds: float) -> str:
@@ -155,7 +175,7 @@ def gpu_count(text: str, *, gres: bool = False) -> int | None:
         if gres and len(parts) == 1:
             return 1
         last = parts[-1].split("(")[0]
-        if last.isdigit():
+        if re.fullmatch(r"[0-9]{1,9}", last):  # ASCII digits only: int() would take '²' or 5000 digits
             return int(last)
     return None
 
@@ -163,9 +183,5 @@ def gpu_count(text: str, *, gres: bool = False) -> int | None:
 def _leading_int(text: str | None) -> int | None:
     if not text:
         return None
-    match = re.match(r"^(\d+)", text)
-    return int(match.group(1)) if match else None
-
-
-def _bad_time(text: str, where: str) -> UsageError:
-    return UsageError(f"time limit {text!r} ({where}) is not a Slurm time: use {TIME_FORMATS}")
+    number, _ = strtol_prefix(text)
+    return number if number and number > 0 else None

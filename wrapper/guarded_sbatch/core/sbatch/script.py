@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import ParsedOption, parse_sbatch_words
+from guarded_sbatch.core.sbatch.argv import ParsedOption
+from guarded_sbatch.core.sbatch.directives import scan_directives
 from guarded_sbatch.core.sbatch.launcher import LauncherLine, detect_launcher
 from guarded_sbatch.core.sbatch.shell_words import ShellSyntaxError, Word, split_commands
 
@@ -100,18 +101,29 @@ def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScri
 def parse_script_text(
     text: str, path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None
 ) -> ParsedScript:
-    lines = text.replace("\r\n", "\n").split("\n")
-    if not lines[0].startswith("#!"):
+    if not text.startswith("#!"):
         raise UsageError(
             f"{path} line 1 must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses it otherwise"
         )
-    directives: list[Directive] = []
-    ignored: list[IgnoredDirective] = []
+    if "\r\n" in text:
+        line = text[: text.index("\r\n")].count("\n") + 1
+        raise UsageError(
+            f"{path} has DOS line breaks (\\r\\n, first on line {line}); sbatch refuses it: convert it with "
+            f"`dos2unix {path}`"
+        )
+    lines = text.split("\n")
+    scan = scan_directives(text, path)
+    directives = [Directive(d.line_number, d.text, d.options) for d in scan.lines if d.options]
+    ignored = [IgnoredDirective(number, line, why) for number, line, why in scan.skipped]
+    ignored += [
+        IgnoredDirective(number, lines[number - 1], "#SLURM is sbatch's old spelling: it applies it; write #SBATCH")
+        for number in scan.slurm_magic_lines
+    ]
+    header_end = scan.hetjob_line or scan.first_command_line or len(lines) + 1
     variables: dict[str, str] = {}
     exported: set[str] = set()
     commands: list[ScriptCommand] = []
     launchers: list[LauncherLine] = []
-    in_header = True
     heredoc_end: str | None = None
     for line_number, line in _logical_lines(lines):
         stripped = line.strip()
@@ -123,14 +135,16 @@ def parse_script_text(
             continue
         if stripped.startswith("#"):
             if DIRECTIVE.match(stripped):
-                if in_header:
-                    directives.append(_parse_directive(stripped, line_number, path))
-                else:
-                    ignored.append(IgnoredDirective(line_number, stripped, "after the first command: sbatch ignores it"))
+                if line_number >= header_end:
+                    why = "after the first command: sbatch ignores it"
+                    if scan.hetjob_line:
+                        why = "from '#SBATCH hetjob' on: another job component (the pre-flight judges the first)"
+                    ignored.append(IgnoredDirective(line_number, stripped, why))
+                elif not line.startswith("#SBATCH"):
+                    ignored.append(IgnoredDirective(line_number, stripped, "indented: sbatch reads only #SBATCH at column 0"))
             elif NEAR_DIRECTIVE.match(stripped):
                 ignored.append(IgnoredDirective(line_number, stripped, "not spelled exactly '#SBATCH': sbatch ignores it"))
             continue
-        in_header = False
         heredoc = HEREDOC.search(line)
         if heredoc:
             heredoc_end = heredoc.group(1)
@@ -150,7 +164,7 @@ def parse_script_text(
         path=path,
         text=text,
         directives=tuple(directives),
-        ignored_directives=tuple(ignored),
+        ignored_directives=tuple(sorted(ignored, key=lambda item: item.line_number)),
         variables=variables,
         exported=frozenset(exported),
         commands=tuple(commands),
@@ -202,26 +216,6 @@ def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
     if buffer:
         joined.append((start, buffer))
     return joined
-
-
-def _parse_directive(line: str, line_number: int, path: Path) -> Directive:
-    body = line[len("#SBATCH") :]
-    where = f"{path} line {line_number}"
-    try:
-        commands = split_commands(body)
-    except ShellSyntaxError as exc:
-        raise UsageError(f"malformed #SBATCH line ({where}): {exc}: {line!r}") from None
-    words = [word.text for command in commands for word in command]
-    if not words:
-        raise UsageError(f"malformed #SBATCH line ({where}): no option after #SBATCH; write e.g. '#SBATCH --time=1:00:00'")
-    if len(commands) > 1 or not words[0].startswith("-"):
-        raise UsageError(f"malformed #SBATCH line ({where}): {line!r}; write options as '#SBATCH --name=value'")
-    options, used = parse_sbatch_words(words, where=where)
-    if used < len(words):
-        raise UsageError(f"malformed #SBATCH line ({where}): unexpected {words[used]!r} after the options in {line!r}")
-    if any(option.name == "wrap" for option in options):
-        raise UsageError(f"malformed #SBATCH line ({where}): --wrap cannot be used inside a script")
-    return Directive(line_number, line, tuple(options))
 
 
 def _record_assignments(words: list[Word], variables: dict[str, str], exported: set[str]) -> bool:

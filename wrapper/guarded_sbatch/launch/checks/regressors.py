@@ -1,4 +1,4 @@
-"""The silent regressors of DESIGN §3.1, each judged from the intended config, the reference and the job shape."""
+"""The silent regressors of the config-diff check, each judged from the intended config, the reference and the job shape."""
 
 from __future__ import annotations
 

@@ -1,0 +1,122 @@
+"""The layer rules of docs/architecture.md, checked on every module-level and lazy import of the package.
+
+Each package may import only the packages listed for it (plus itself); the package graph has no cycles.
+A new arrow against the flow fails here, with the file and line that made it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch"
+
+# package -> packages it may import. The flow: cli -> launch -> scheduler ; sidecar -> sources -> judge -> actions.
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "judge": {"core"},
+    "sources": {"core"},
+    "scheduler": {"core"},
+    "actions": {"core", "scheduler", "judge"},
+    "launch": {"core", "scheduler"},
+    "site": {"core", "launch", "scheduler"},
+    "sidecar": {"core", "sources", "judge", "scheduler", "actions"},
+    "cli": {"core", "launch", "scheduler", "sidecar", "sources", "judge", "actions", "site"},
+    "__main__": {"cli"},
+}
+# narrower rules inside an allowed arrow: (importer package, imported module prefix) pairs that are refused
+REFUSED: list[tuple[str, str]] = [
+    ("actions", "scheduler.slurm"),  # actions use the scheduler interface, not a concrete backend
+    ("actions", "scheduler.local"),
+    ("actions", "judge.decide"),  # actions carry out a verdict; they never judge
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT).with_suffix("").parts
+    return ".".join(p for p in parts if p != "__init__")
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            found.extend((name, node.lineno) for name in names if name.startswith("guarded_sbatch."))
+            if node.module == "guarded_sbatch":
+                found.extend((f"guarded_sbatch.{alias.name}", node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}:{node.lineno}: relative import; write the absolute guarded_sbatch.* path")
+        elif isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names if alias.name.startswith("guarded_sbatch."))
+    return found
+
+
+def _package_of(module: str) -> str:
+    return module.split(".", 1)[0] if module else ""
+
+
+def _edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        importer = _package_of(_module_name(path))
+        for target, line in _imports(path):
+            imported = target.removeprefix("guarded_sbatch.")
+            if (PACKAGE_ROOT / imported.split(".")[0]).is_dir() or (PACKAGE_ROOT / f"{imported.split('.')[0]}.py").is_file():
+                edges[(importer, imported)].append(f"{path.relative_to(PACKAGE_ROOT.parent)}:{line}")
+    return edges
+
+
+def test_every_module_lives_in_a_package() -> None:
+    loose = sorted(p.name for p in PACKAGE_ROOT.glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
+    assert loose == [], f"modules beside the packages: {loose}; put each in the package of its room"
+
+
+def test_every_package_is_in_the_layer_table() -> None:
+    packages = {p.name for p in PACKAGE_ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert packages <= set(ALLOWED), f"packages without a layer rule: {sorted(packages - set(ALLOWED))}"
+
+
+def test_imports_follow_the_flow() -> None:
+    wrong = []
+    for (importer, imported), where in _edges().items():
+        target = _package_of(imported)
+        if target == importer or importer == "":
+            continue
+        if target not in ALLOWED.get(importer, set()):
+            wrong.append(f"{importer} -> {imported} ({', '.join(where)})")
+        for refused_importer, prefix in REFUSED:
+            if importer == refused_importer and (imported == prefix or imported.startswith(prefix + ".")):
+                wrong.append(f"{importer} -> {imported}: refused ({', '.join(where)})")
+    assert wrong == [], "imports against the layer rules:\n" + "\n".join(sorted(set(wrong)))
+
+
+def test_no_cycles_between_modules() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    known = {_module_name(p) for p in PACKAGE_ROOT.rglob("*.py")}
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        source = _module_name(path)
+        for target, _ in _imports(path):
+            name = target.removeprefix("guarded_sbatch.")
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name and name != source and not (source.startswith(name + ".") or name == ""):
+                graph[source].add(name)
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)

@@ -1,0 +1,41 @@
+"""The rule for sources that cannot be read: never a STOP because data could not be read.
+
+`judge(history, policy, context, sources)` is what a watcher calls: `decide` on the history, then this rule.
+With nothing read and a read error: WAIT (source unreadable). With the judged source unreadable now and no
+STOP in what was read before: WAIT, naming the error and the step judged up to. A STOP found in what was
+read before stands (a run that is clearly broken is not let off because its log vanished).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from guarded_sbatch.judge.decide import decide
+from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+
+
+@dataclass(frozen=True)
+class SourceReadState:
+    read_error: str = ""  # why nothing at all could be read at this poll ("" when something was)
+    active_error: str = ""  # why the source being judged could not be read at this poll
+
+
+def judge(
+    history: MetricHistory,
+    policy: JudgePolicy | None,
+    context: RunContext | None,
+    sources: SourceReadState = SourceReadState(),
+) -> Verdict:
+    verdict = decide(history, policy or JudgePolicy(), context)
+    if not len(history) and sources.read_error:
+        return Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"no metrics could be read: {sources.read_error}")
+    if sources.active_error and verdict.decision is not Decision.STOP:
+        return Verdict(
+            Decision.WAIT, Reason.SOURCE_UNREADABLE,
+            f"cannot read the metrics now ({sources.active_error}); judged up to step {verdict.last_step}, "
+            "waiting for the source to come back",
+            verdict.anomalies, verdict.last_step, verdict.summary,
+        )
+    return verdict
