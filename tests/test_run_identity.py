@@ -76,6 +76,8 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     assert json.loads(plan.env["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: plan.sources.mlflow_tag}
     sources = plan.for_job("42", since=123.0)
     assert sources.stdout == str(project.root / "slurm-42.out") and sources.since == 123.0
+    plan.sources.tb_paths = [str(project.root / "runs" / "$SLURM_JOB_ID")]
+    assert plan.for_job("42").tb_paths == [str(project.root / "runs" / "42")]  # filled in once the id is known
     eta = next(r for r in report.results if r.name == "eta")
     assert "steps=4000 / steps_per_epoch=200" in eta.evidence[0]  # the ETA follows --steps given to the script
     _, user_set = _project_check(tmp_path / "b", ["train.sh"], env={"PATH": os.environ["PATH"], "WANDB_RUN_ID": "mine1234"})

@@ -66,6 +66,8 @@ class SourcePlan:
             return str(path if path.is_absolute() else Path(self.sources.workdir) / path)
 
         def with_job(paths: list[str]) -> list[str]:
+            if self.local:  # no SLURM_* variables in a local job: the shell expands them to nothing
+                return [_SHELL_EXPANDED.sub("", p) for p in paths]
             return [_SHELL_EXPANDED.sub(lambda m: self.job_name if m.group(1) == "SLURM_JOB_NAME" else job_id, p)
                     for p in paths]
 
@@ -95,7 +97,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
         error_pattern=options.get("error") or "",
         job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
-        array=array,
+        array=array, local=getattr(context.scheduler, "name", "") == "local",
     )
     export = (options.get("export") or "ALL").upper()
     if env and not export.startswith("ALL"):
