@@ -80,7 +80,8 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     assert plan.for_job("42").tb_paths == [str(project.root / "runs" / "42")]  # filled in once the id is known
     eta = next(r for r in report.results if r.name == "eta")
     assert "steps=4000 / steps_per_epoch=200" in eta.evidence[0]  # the ETA follows --steps given to the script
-    _, user_set = _project_check(tmp_path / "b", ["train.sh"], env={"PATH": os.environ["PATH"], "WANDB_RUN_ID": "mine1234"})
+    env = {"PATH": os.environ["PATH"], "WANDB_RUN_ID": "mine1234"}
+    _, user_set = _project_check(tmp_path / "b", ["train.sh"], env=env)
     plan = user_set.details["source_plan"]
     assert plan.sources.wandb_run_id == "mine1234" and "WANDB_RUN_ID" not in plan.env  # the user's id is kept
     assert plan.sources.tb_paths == [str(tmp_path / "b" / "project" / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
@@ -138,7 +139,8 @@ def test_the_recorded_folder_is_read_without_files_from_before_the_run(tmp_path:
     since = time.time()
     new = _events(folder, [1.0, 0.9, 0.8])
     _events(tmp_path / "runs" / "other", [float("nan")] * 12)  # a neighbour, written now
-    sources = SourceSet(_settings(tmp_path, RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(folder)])), None)
+    identity = RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(folder)])
+    sources = SourceSet(_settings(tmp_path, identity), None)
     sources.read()
     assert sources.files_inspected() == [str(new)] and str(old) not in sources.files_inspected()
     assert [round(float(v), 3) for v in sources.history().series("train/loss")[1]] == [1.0, 0.9, 0.8]
@@ -218,7 +220,8 @@ def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(t
     payload = json.loads(once.stdout)
     assert payload["data_source"] == "tensorboard_ok" and payload["last_step"] == 60
     watched = project.cli("monitor", "--job", job_id, "--fast-interval", "1", timeout=60)
-    assert "synthetic-tanh-mlp-bs64-lr5e-2 (job" in watched.stdout and "runs/synthetic-tanh-mlp-bs64-lr5e-2" in watched.stdout
+    assert "synthetic-tanh-mlp-bs64-lr5e-2 (job" in watched.stdout
+    assert "runs/synthetic-tanh-mlp-bs64-lr5e-2" in watched.stdout
     project.env["GUARDED_SBATCH_BACKEND"] = "nowhere"
     bad = project.cli("monitor", "--job", job_id)
     assert bad.returncode == 2 and "GUARDED_SBATCH_BACKEND" in bad.stderr

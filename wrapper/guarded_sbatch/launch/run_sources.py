@@ -45,10 +45,12 @@ class SourcePlan:
         """Report notes: what the sidecar will read as this run's own, and what it could not pin down."""
         own = [f"TensorBoard {path} ({label})" for path, label in zip(self.sources.tb_paths, self.sources.tb_from)]
         if self.sources.wandb_run_id:
-            own.append(f"W&B run {self.sources.wandb_run_id} ({'exported as WANDB_RUN_ID' if 'WANDB_RUN_ID' in self.env else self.sources.wandb_id_from})")
+            how = "exported as WANDB_RUN_ID" if "WANDB_RUN_ID" in self.env else self.sources.wandb_id_from
+            own.append(f"W&B run {self.sources.wandb_run_id} ({how})")
         if self.sources.mlflow_tag:
             own.append(f"the MLflow run tagged {MLFLOW_TAG}={self.sources.mlflow_tag}")
-        own.append(f"the job's log {self.output_pattern}" + (f" and {self.error_pattern}" if self.error_pattern else ""))
+        error = f" and {self.error_pattern}" if self.error_pattern else ""
+        own.append(f"the job's log {self.output_pattern}{error}")
         return [f"the sidecar reads this run's own: {'; '.join(own)}",
                 *(f"not pinned to this run: {item}" for item in self.sources.unresolved)]
 
