@@ -197,7 +197,8 @@ def test_restart_blocked_by_the_preflight_deletes_nothing(tmp_path: Path, reques
     project, paths, name = make_run_project(tmp_path, request, "local", fail=True)
     job_id = launch(project, "local", paths)
     wait_for(lambda: state_of("local", project.env, job_id) is JobState.FAILED, 60, what="the job to fail")
-    (project.root / "runs").rmdir()  # no tracker any more: the monitoring check fails
+    script = project.root / "train.sh"  # its log folder is gone: sbatch would not create it, the paths check fails
+    script.write_text(script.read_text().replace("--output=train-%j.out", "--output=gone/train-%j.out"))
     blocked = project.cli("restart", name, "--yes", timeout=120)
     assert blocked.returncode == 3, blocked.stderr
     assert "nothing was stopped or deleted" in blocked.stderr

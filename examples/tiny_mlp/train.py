@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--diverge-at", type=int, default=None, help="multiply the LR by 300 from this step")
     parser.add_argument("--flush-secs", type=float, default=5.0)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--wandb", action="store_true", help="also log to W&B (WANDB_PROJECT, WANDB_MODE=offline, ...)")
     args = parser.parse_args(argv)
     config = {"lr": 0.05, "batch_size": 64, "seed": 0, "epochs": 3, "steps_per_epoch": 200, "step_seconds": 0.05,
               "logdir": "runs/synthetic-tanh-mlp-bs64-lr5e-2"}
@@ -71,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     }
     velocity = {k: np.zeros_like(v) for k, v in params.items()}
     writer, log_scalars = make_writer(args.logdir, args.flush_secs)
+    run = None
+    if args.wandb:
+        from wandb_logging import start_run  # W&B only when asked for (it takes a few seconds to start)
+
+        run = start_run({**config, "steps": args.steps})
     warmup = max(1, args.steps // 20)
 
     def forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -101,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         if step % 50 == 0:
             metrics["eval/loss"] = float(np.mean((forward(x_eval)[1] - y_eval) ** 2))
         log_scalars(step, metrics)
+        if run is not None:
+            run.log(metrics, step=step)
         if step % 10 == 0 or "eval/loss" in metrics:
             shown = {"loss": round(loss, 6), "grad_norm": grad_norm, "learning_rate": lr, "step": step}
             if "eval/loss" in metrics:
@@ -111,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"epoch {step // steps_per_epoch} done, epoch_time {time.time() - epoch_started:.1f}s", flush=True)
             epoch_started = time.time()
     writer.close()
+    if run is not None:
+        run.finish()
     print(f"training finished after {args.steps} steps", flush=True)
     return 0
 

@@ -201,7 +201,7 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     from guarded_sbatch.scheduler import get_scheduler
 
     config = load_config()
-    plan = plan_cleanup(record, config.run_roots)
+    plan = plan_cleanup(_with_own_wandb_runs(record), config.run_roots)
     print(f"guarded-sbatch: {verb} {plan.render()}", file=sys.stderr)
     for refusal in plan.refusals:
         print(f"guarded-sbatch: path guard: {refusal.refused}", file=sys.stderr)
@@ -217,3 +217,19 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     except GuardedError as exc:
         raise type(exc)(f"{verb} stopped before deleting anything: {exc.message}", exit_code=exc.exit_code) from None
     return [o.detail for o in outcomes if not o.ok]
+
+
+def _with_own_wandb_runs(record: RunRecord) -> RunRecord:
+    """The run as the cleanup plans it: with the local folders of the W&B run its job wrote (the id
+    guarded-sbatch gave it), also when its sidecar never saw them; never another run's."""
+    import dataclasses
+
+    from guarded_sbatch.sources.discovery import own_wandb_logs
+
+    sources = record.sources or {}
+    run_id = str(sources.get("wandb_run_id") or "")
+    if not run_id:
+        return record
+    folders = [str(log.parent) for log in own_wandb_logs(list(sources.get("wandb_dirs") or []), run_id)]
+    extra = [f for f in folders if f not in record.wandb_paths]
+    return dataclasses.replace(record, wandb_paths=[*record.wandb_paths, *extra]) if extra else record

@@ -78,6 +78,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
             "launch blocked by the pre-flight: fix the failed checks above, or waive one with "
             "--guard-waive CHECK=\"REASON\""
         )
+    if any(o.name == "test-only" for o in launch.parsed_options):  # sbatch's dry run: no job, no sidecar
+        return _test_only(launch, backend, scheduler)
     return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
 
 
@@ -91,6 +93,16 @@ def refuse_own_options_after_script(launch: object, *, check_only: bool) -> None
             command = "guarded-sbatch check" if check_only else "guarded-sbatch"
             raise UsageError(f"{name} comes after the script {script}, so it would be one of the script's own "
                              f"arguments (as in sbatch); put it before the script: `{command} {name} ... {script}`")
+def _test_only(launch: object, backend: str, scheduler: object) -> int:
+    from guarded_sbatch.scheduler.base import SubmitRequest
+
+    words = [*launch.sbatch_options, str(launch.script), *launch.script_args]  # type: ignore[attr-defined]
+    if backend == "slurm":
+        return _pass_through_to_sbatch(tuple(words))
+    request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
+                            script_args=launch.script_args, workdir=Path.cwd())  # type: ignore[attr-defined]
+    print(scheduler.test_only(request), file=sys.stderr)  # type: ignore[attr-defined]
+    return int(ExitCode.OK)
 
 
 def launcher_job_of(launch: object, config: object) -> object | None:
@@ -137,8 +149,11 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         full_interval_s=config.check_interval_s,
         job_poll_s=sidecar_config.job_poll_s,
     )
+    plan = report.details.get("source_plan")  # type: ignore[attr-defined]
     request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
-                            script_args=launch.script_args, workdir=cwd)  # type: ignore[attr-defined]
+                            script_args=launch.script_args, workdir=cwd,  # type: ignore[attr-defined]
+                            env=dict(plan.env) if plan is not None else {})  # type: ignore[attr-defined]
+    since = _own_files_since(report.run_name, cwd, restart=guard.restart)  # type: ignore[attr-defined]
 
     def announce(job_id: str) -> None:
         print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
@@ -152,13 +167,22 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                    (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
                 "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
                 "planned_end": _planned_end(report),
+                "config_path": str(report.details.get("intended_config") or ""),  # type: ignore[attr-defined]
             },
+            sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
         )
     except GuardedError as exc:
         if exc.message.startswith("training job "):
             raise  # submit_guarded says what became of the training job
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
                         "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
+    from guarded_sbatch.launch.run_reference import save_config_snapshot
+
+    try:
+        save_config_snapshot(submission.record, report.details.get("intended_run_config"))  # type: ignore[attr-defined]
+    except OSError as exc:
+        print(f"guarded-sbatch: could not keep the run's config with its record ({exc}); it cannot become a "
+              "reference", file=sys.stderr)
     if keep_script:  # a script rendered from a launcher command: keep it with the run as job.sbatch
         from guarded_sbatch.launch.launcher_job import keep_with_run
 
@@ -185,6 +209,21 @@ def audit_launch(config: object, record: object, report: object) -> None:
     for problem in filter(None, problems):
         print(f"guarded-sbatch: warning: the site's audit record was not written ({problem}); "
               "your job runs anyway", file=sys.stderr)
+def _own_files_since(run_name: str | None, cwd: Path, *, restart: bool) -> float:
+    """Files created before this are not the run's own: its submission, or for a restart the start of the
+    run it continues (a restart keeps reading its own folder)."""
+    import time
+
+    from guarded_sbatch.core.registry import list_runs
+
+    now = time.time() - 1.0  # the compute node's clock may trail this one by a little
+    if not restart or not run_name:
+        return now
+    earlier = [r for r in list_runs() if r.run_name == run_name and r.submit_dir == str(cwd)]
+    if not earlier:
+        return now
+    previous = earlier[-1]
+    return float(previous.sources.get("since") or previous.submitted_at or now)
 
 
 def _planned_end(report: object) -> float | None:

@@ -30,6 +30,7 @@ usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch status [--all] [--project DIR] [--json]
        guarded-sbatch kill RUN [--yes]
        guarded-sbatch restart RUN [--yes] [guard options]
+       guarded-sbatch reference RUN
        guarded-sbatch --version | --help;  guarded-sbatch COMMAND --help
 
 A drop-in for sbatch: runs the launch pre-flight (config diff, run name, paths, tracker, ETA),
@@ -44,7 +45,7 @@ guard options (before the script; sbatch has none of these):
   --guard-epochs N, --guard-seconds-per-epoch S   for the ETA
   --guard-restart               this is a restart: the name and output folder may exist
   --guard-tb PATH, --guard-wandb PATH, --guard-log PATH   where the sidecar reads metrics
-                                (default: discovered in the job's working folder)
+                                (default: the run's own, resolved from its config and arguments)
   --guard-stop-command CMD      how the sidecar stops the run (default: cancel the job)
   --guard-notes PATH            the project notes file the sidecar appends to on STOP
   --guard-backend slurm|local   where jobs run (default: slurm when sbatch answers, else local)
@@ -105,6 +106,7 @@ linked to the old one. Guard options (e.g. --guard-waive CHECK=REASON) apply to 
     "run": Command("guarded_sbatch.cli.run", "run_under_guard", color_stream="stderr"),
     "check-sweep": Command("guarded_sbatch.cli.sweep", "run_check_sweep", color_stream="stderr"),
     "stop": Command("guarded_sbatch.cli.run", "run_stop"),
+    "reference": Command("guarded_sbatch.cli.reference", "run_reference"),
 }
 SUBCOMMANDS = tuple(COMMANDS)
 HELP_WORDS = ("-h", "--help")

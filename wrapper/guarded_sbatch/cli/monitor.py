@@ -70,13 +70,14 @@ def run_sidecar_command(argv: list[str]) -> int:
     from guarded_sbatch.scheduler import get_scheduler
 
     run_dir: Path = args.run_dir
-    run_name = args.run_name or _run_name_from(run_dir) or f"job-{args.job}"
+    record = _record_in(run_dir)
+    run_name = args.run_name or (record.run_name if record else None) or f"job-{args.job}"
     settings = SidecarSettings(
         run_name=run_name, job_id=args.job, state_file=run_dir / "sidecar-state.json",
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args), **_anywhere_settings(args),
+        policy=_policy(args), identity=_identity_of(record), **_anywhere_settings(args),
     )
     settings.notify, settings.audit = _site_actions()
     try:
@@ -106,11 +107,26 @@ def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
     print(f"sidecar: alert (sidecar_error): {outcome.detail}", flush=True)
 
 
-def _run_name_from(run_dir: Path) -> str | None:
+def _record_in(run_dir: Path) -> object | None:
     from guarded_sbatch.core.fsutil import read_json
+    from guarded_sbatch.core.registry import RunRecord
 
     raw = read_json(run_dir / "run.json")
-    return raw.get("run_name") if isinstance(raw, dict) else None
+    return RunRecord.from_json(raw) if isinstance(raw, dict) and raw.get("run_id") else None
+
+
+def _identity_of(record: object | None) -> object | None:
+    from guarded_sbatch.core.run_sources import RunSources
+
+    return RunSources.from_json(getattr(record, "sources", None)) if record is not None else None
+
+
+def _guarded_run(job_id: str, backend: str) -> object | None:
+    """The guarded run of this job on this backend (a local job id and a Slurm job id may be equal)."""
+    from guarded_sbatch.core.registry import list_runs
+
+    matches = [r for r in list_runs() if r.job_id == job_id and r.backend == backend]
+    return matches[-1] if matches else None
 
 
 def run_monitor(argv: list[str]) -> int:
@@ -135,14 +151,23 @@ def run_monitor(argv: list[str]) -> int:
     if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
                          "a W&B run path, or --job")
+    backend, record = None, None
+    if args.job:
+        from guarded_sbatch.cli.launch import choose_backend
+        from guarded_sbatch.core.config import load_config
+
+        backend = choose_backend(load_config(), args.backend)
+        record = _guarded_run(args.job, backend)
     state_dir = args.state_dir or _monitor_state_dir(args)
+    explicit = bool(args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run)
     settings = SidecarSettings(
-        run_name=args.target or args.job or args.stop_target or "monitored run", job_id=args.job,
+        run_name=args.target or getattr(record, "run_name", None) or args.job or args.stop_target or "monitored run",
+        job_id=args.job,
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
         notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
         log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args), **_anywhere_settings(args),
+        policy=_policy(args), identity=None if explicit else _identity_of(record), **_anywhere_settings(args),
     )
     if args.once:
         verdict, data_source = check_once(settings)
@@ -153,11 +178,10 @@ def run_monitor(argv: list[str]) -> int:
             print(one_line(verdict, data_source))
         return int(ExitCode.OK)
     scheduler: Any = None
-    if args.job:
-        from guarded_sbatch.core.config import load_config
+    if backend is not None:
         from guarded_sbatch.scheduler import get_scheduler
 
-        scheduler = get_scheduler(args.backend or load_config().scheduler_backend())
+        scheduler = get_scheduler(backend)
     elif args.stop_target:  # no job: the target itself says when the run has ended
         from guarded_sbatch.actions.stop_targets import parse_stop_target
         from guarded_sbatch.actions.target_watch import TargetWatch

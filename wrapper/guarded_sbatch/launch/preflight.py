@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -22,6 +23,8 @@ from guarded_sbatch.launch.context import PreflightContext, load_intended_config
 from guarded_sbatch.launch.fsinfo import Mount
 from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
+from guarded_sbatch.launch.run_reference import default_reference, family_reference
+from guarded_sbatch.launch.run_sources import plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
 from guarded_sbatch.scheduler.base import Scheduler
@@ -81,7 +84,7 @@ def run_preflight(
     environ = dict(os.environ if env is None else env)
     if launch.script is not None:
         script_path = launch.script if launch.script.is_absolute() else (cwd or Path.cwd()) / launch.script
-        script = parse_script(script_path, environ)
+        script = parse_script(script_path, environ, launch.script_args)
     elif launch.wrap is not None:
         script = parse_wrap(launch.wrap, environ)
     else:
@@ -115,6 +118,12 @@ def run_preflight(
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
+    try:
+        source_plan: object = plan_run_sources(context, now=time.time())
+        notes.extend(source_plan.describe())  # type: ignore[attr-defined]
+    except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
+        source_plan = None
+        notes.append(f"could not resolve the run's own sources: {exc}")
     return PreflightReport(
         results=results,
         waivers=tuple(applied),
@@ -125,11 +134,12 @@ def run_preflight(
         launch_command=launch_command(launch),
         details={"workdir": str(workdir), "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
                  "reference": str(context.reference.config.path) if context.reference else None,
-                 "total_steps": _total_steps(context)},  # fmt: skip
+                 "total_steps": _total_steps(context), "source_plan": source_plan,
+                 "intended_run_config": context.intended},  # fmt: skip
     )
 
 
-TOTAL_STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters")
+TOTAL_STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters", "steps")
 
 
 def _total_steps(context: PreflightContext) -> int | None:
@@ -170,11 +180,17 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
         script_dir = (script_path if script_path.is_absolute() else context.workdir / script_path).parent
         if script_dir not in roots:
             roots.append(script_dir)
+    own_config = context.intended.path if context.intended is not None else None
+    context.reference = family_reference(own_config)  # named with `guarded-sbatch reference RUN`
+    if context.reference is not None:
+        return
     settings = context.config
     context.reference = select_reference(
         context.intended, roots, settings.reference_dirs, settings.reference_max_depth,
         settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4),
     )  # fmt: skip
+    if context.reference is None:
+        context.reference = default_reference(own_config)  # this config's last run that finished healthy
     if context.reference is None and context.intended is not None:
         context.reference_problem = (
             f"no config modified in the last {settings.reference_max_age_days:g} days under "

@@ -28,6 +28,8 @@ class Reference:
     folder: Path  # where its logs may be
     score: float | None  # None when the user named it
     candidates_seen: int = 0
+    logs: tuple[Path, ...] = ()  # its own log files (a guarded run's stdout), for the ETA
+    how: str = ""  # how it was chosen, when not by similarity or --guard-reference
 
 
 def reference_from_path(path: Path) -> RunConfig:

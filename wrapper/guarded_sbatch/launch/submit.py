@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,7 @@ def submit_guarded(
     waivers: list[dict[str, str]] | None = None,
     on_training_submitted: object | None = None,
     record_fields: dict[str, object] | None = None,
+    sources_for_job: Callable[[str], dict[str, object]] | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail."""
@@ -118,7 +120,7 @@ def submit_guarded(
         on_training_submitted(job_id)
     try:
         return _guard_submitted(scheduler, request, job_id, run_name, template_text, sidecar, resources,
-                                waivers, record_fields)
+                                waivers, record_fields, sources_for_job)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
         raise _unguarded(scheduler, job_id, exc) from None
 
@@ -148,6 +150,7 @@ def _guard_submitted(
     scheduler: Scheduler, request: SubmitRequest, job_id: str, run_name: str, template_text: str,
     sidecar: SidecarOptions, resources: SidecarResources, waivers: list[dict[str, str]] | None,
     record_fields: dict[str, object] | None,
+    sources_for_job: Callable[[str], dict[str, object]] | None = None,
 ) -> GuardedSubmission:
     record = create_run(
         run_name, scheduler.name, job_id,
@@ -155,6 +158,7 @@ def _guard_submitted(
         script_args=list(request.script_args), submit_dir=str(request.workdir or Path.cwd()),
         tb_paths=[str(p) for p in sidecar.tb_paths], wandb_paths=[str(p) for p in sidecar.wandb_paths],
         log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(record_fields or {}),
+        sources=sources_for_job(job_id) if sources_for_job else {},
     )
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"

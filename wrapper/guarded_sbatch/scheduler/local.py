@@ -10,6 +10,7 @@ import getpass
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.redact import redact, redact_args
+from guarded_sbatch.core.run_sources import expand_filename_pattern
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 
@@ -53,7 +55,7 @@ def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, s
     kill_flag = (effective.get("kill-on-invalid-dep") or "yes").lower() in {"yes", "true", "1"}
     return LocalOptions(
         job_name=effective.job_name or "",
-        output=effective.get("output") or "guarded-local-%j.out",
+        output=effective.get("output") or "slurm-%j.out",  # sbatch's default
         error=effective.get("error"),
         chdir=effective.get("chdir"),
         time_limit_s=effective.time_limit_s,
@@ -63,18 +65,10 @@ def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, s
 
 
 def expand_output_pattern(pattern: str, job_id: str, job_name: str, user: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "%" and i + 1 < len(pattern):
-            code = pattern[i + 1]
-            out.append({"j": job_id, "A": job_id, "x": job_name, "u": user, "%": "%"}.get(code, "%" + code))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return "".join(out)
+    """sbatch's filename pattern on this machine (%j %x %u %A %a %N; %a of a job that is no array is
+    4294967294, as Slurm writes it)."""
+    return expand_filename_pattern(pattern, job_id=job_id, job_name=job_name, user=user,
+                                   node=socket.gethostname().split(".")[0], array_task="4294967294")
 
 
 class LocalScheduler:
@@ -103,7 +97,25 @@ class LocalScheduler:
             handle.write(str(current + 1))
         return str(current + 1)
 
+    def test_only(self, request: SubmitRequest) -> str:
+        """What `sbatch --test-only` says (on stderr), without creating a job, as sbatch does."""
+        base = Path(request.workdir or os.getcwd())
+        script = request.script if request.script.is_absolute() else base / request.script
+        parse_local_options(tuple(o for o in request.sbatch_options if o != "--test-only"), script,
+                            {**os.environ, **request.env})  # the same errors a real submission would give
+        start = time.strftime("%Y-%m-%dT%H:%M:%S")
+        return (f"sbatch: Job {self._peek_next_id()} to start at {start} using 1 processors on nodes "
+                f"{socket.gethostname().split('.')[0]} in partition local")
+
+    def _peek_next_id(self) -> str:
+        try:
+            return str(int((self.root / "counter").read_text(encoding="utf-8").strip() or "0") + 1)
+        except (OSError, ValueError):
+            return "1"
+
     def submit(self, request: SubmitRequest) -> str:
+        if "--test-only" in request.sbatch_options:
+            raise UsageError("--test-only creates no job; use LocalScheduler.test_only")
         base = Path(request.workdir or os.getcwd())
         script = request.script if request.script.is_absolute() else base / request.script
         options = parse_local_options(request.sbatch_options, script, {**os.environ, **request.env})

@@ -8,6 +8,7 @@ from pathlib import Path
 from guarded_sbatch.actions.notify import NotifySettings
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import Config, SidecarJobSettings
+from guarded_sbatch.core.run_sources import RunSources
 from guarded_sbatch.judge.policy import JudgePolicy
 
 
@@ -29,6 +30,7 @@ class SidecarSettings:
     job_poll_s: float = SidecarJobSettings.job_poll_s
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
+    identity: RunSources | None = None  # a guarded run's own sources, from its record: read only these
     log_commands: list[str] = field(default_factory=list)  # commands whose stdout is the recent log
     log_command_timeout_s: float = 30.0
     stop_target: str | None = None  # tmux:SESSION | pid:PID | ssh:HOST[:PORT]:PID (actions/stop_targets.py)

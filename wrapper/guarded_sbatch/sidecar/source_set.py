@@ -4,6 +4,7 @@ source, and the highest-priority source that has data is the one judged."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import sanitize_points
 
 if TYPE_CHECKING:
+    from guarded_sbatch.core.run_sources import RunSources
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.scheduler.base import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -20,7 +22,7 @@ PRIORITY = {"wandb": 0, "tensorboard": 1, "mlflow": 2, "csv": 2, "textlog": 3}
 
 
 class SourceSet:
-    def __init__(self, settings: "SidecarSettings", scheduler: "Scheduler | None") -> None:
+    def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None) -> None:
         self.settings = settings
         self.scheduler = scheduler
         self.sources: list[MetricSource] = []
@@ -34,6 +36,8 @@ class SourceSet:
         self._job_info_loaded = False
         self._opened: set[tuple[str, str]] = set()
         self.notes: list[str] = []  # points dropped or clamped on the way in (steps outside int64, ...)
+        self._job_start: float | None = None
+        self.ownership_note = ""  # candidates seen but not attributable to this run
 
     def _load_job_info(self) -> None:
         if self._job_info_loaded or self.scheduler is None or self.settings.job_id is None:
@@ -43,18 +47,31 @@ class SourceSet:
         except GuardedError:
             return  # try again next poll
         self._job_info_loaded = True
-        self._stdout = Path(info.stdout_path) if info.stdout_path else None
+        self._stdout = Path(info.stdout_path) if info.stdout_path and "%" not in info.stdout_path else None
         self._work_dir = Path(info.work_dir) if info.work_dir else None
+        self._job_start = info.start_time
+
+    def _add(self, source: MetricSource) -> None:
+        key = (source.kind, source.describe())
+        if key not in self._opened:
+            self.sources.append(source)
+            self._opened.add(key)
 
     def _ensure_sources(self) -> None:
-        from guarded_sbatch.sources.discovery import discover_sources, open_source
+        from guarded_sbatch.sources.discovery import (
+            discover_owned,
+            fresh_files,
+            open_source,
+        )
 
+        identity = self.settings.identity
+        accept = fresh_files(identity.since) if identity is not None else None
         # explicit paths may not exist yet (the trainer creates them): retried at every poll
         for kind, paths in (("wandb", self.settings.wandb_paths), ("tensorboard", self.settings.tb_paths),
                             ("textlog", self.settings.log_paths)):
             for path in paths:
                 if (kind, str(path)) not in self._opened:
-                    self.sources.append(open_source(kind, path))
+                    self.sources.append(_open_tensorboard(path, accept) if kind == "tensorboard" else open_source(kind, path))
                     self._opened.add((kind, str(path)))
         if self.settings.wandb_run and ("wandb_api", self.settings.wandb_run) not in self._opened:
             from guarded_sbatch.sources.wandb_api import WandbApiSource
@@ -68,19 +85,97 @@ class SourceSet:
                 spool = self.settings.state_file.parent / f"command-log-{index}.log"
                 self.sources.append(CommandLogSource(command, spool, timeout_s=self.settings.log_command_timeout_s))
                 self._opened.add(("command", command))
+        self.ownership_note = ""
+        if identity is not None:
+            self._ensure_own_sources(identity)
+            self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
+            return
         explicit = bool(self.settings.tb_paths or self.settings.wandb_paths or self.settings.log_paths
                         or self.settings.wandb_run or self.settings.log_commands)
         if explicit and not self.settings.search_dirs:
             return
         self._load_job_info()
         roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
-        known = {(s.kind, s.describe()) for s in self.sources}
+        # a job's own files are those written since it started; a folder given by hand is read as it is
+        since = self._job_start if self.settings.job_id is not None and not self.settings.search_dirs else None
         for root in roots:
-            for source in discover_sources(root, stdout_path=self._stdout):
-                if (source.kind, source.describe()) not in known:
-                    self.sources.append(source)
-                    known.add((source.kind, source.describe()))
+            found = discover_owned(root, since=since, claimed=self._claimed_by_others() if since else ())
+            for source in found.sources:
+                self._add(source)
+            self.ownership_note = found.note()
+        if self._stdout is not None and self._stdout.is_file():
+            from guarded_sbatch.sources.textlog import TextLogSource
+
+            self._add(TextLogSource(self._stdout))
         self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
+
+    def _ensure_own_sources(self, identity: RunSources) -> None:
+        """A guarded run: exactly the sources its record names; discovery only where the record is silent,
+        and then only files written since the run started that no other guarded run claims."""
+        from guarded_sbatch.core.run_sources import MLFLOW_TAG
+        from guarded_sbatch.sources import discovery
+        from guarded_sbatch.sources.mlflow import MlflowSource
+        from guarded_sbatch.sources.textlog import TextLogSource
+        from guarded_sbatch.sources.wandb_log import WandbLogSource
+
+        accept = discovery.fresh_files(identity.since)
+        for path in identity.tb_paths:
+            self._add(_open_tensorboard(Path(path), accept))
+        if identity.wandb_run_id:
+            logs = discovery.own_wandb_logs(identity.wandb_dirs, identity.wandb_run_id)
+            if logs:  # the newest first: after a requeue the run goes on in a new folder
+                self._add(WandbLogSource(logs[-1]))
+                self.sources.sort(key=lambda s: -discovery.modified_at(Path(s.describe())) if s.kind == "wandb" else 0)
+        if (identity.mlflow_tag or identity.mlflow_run_id) and not any(s.kind == "mlflow" for s in self.sources):
+            for store in discovery.mlflow_stores(identity.mlflow_uri, identity.workdir):
+                if store.exists():
+                    run_id = identity.mlflow_run_id or discovery.mlflow_tagged_run(store, MLFLOW_TAG, identity.mlflow_tag)
+                    if run_id:
+                        self._add(MlflowSource(store, run_id))
+        for log in self._own_logs(identity):
+            self._add(TextLogSource(log))
+        if not identity.tb_paths and not self.settings.tb_paths:
+            found = discovery.discover_owned(identity.workdir, since=identity.since, claimed=self._claimed_by_others(),
+                                             include_wandb=not identity.wandb_run_id)
+            for source in found.sources:
+                if source.kind != "mlflow":
+                    self._add(source)
+            self.ownership_note = found.note()
+
+    def _own_logs(self, identity: RunSources) -> list[Path]:
+        """The job's stdout and stderr files: as the scheduler names them, else as recorded; a %N (the node,
+        known once the job runs) matches the one such file written since the run started."""
+        self._load_job_info()
+        logs: list[Path] = [self._stdout] if self._stdout is not None else []
+        for pattern in (identity.stdout, identity.stderr):
+            if not pattern:
+                continue
+            if "%N" not in pattern:
+                path = Path(pattern)
+            else:
+                matches = [p for p in Path(pattern).parent.glob(Path(pattern).name.replace("%N", "*"))
+                           if p.is_file() and p.stat().st_mtime >= identity.since]
+                if len(matches) != 1:
+                    continue
+                path = matches[0]
+            if path not in logs and path.is_file():
+                logs.append(path)
+        return logs
+
+    def _claimed_by_others(self) -> list[str]:
+        """Folders other guarded runs call their own (theirs even when written since this run started)."""
+        from guarded_sbatch.core.registry import list_runs
+
+        claimed: list[str] = []
+        for record in list_runs():
+            if record.job_id == self.settings.job_id:
+                continue
+            claimed.extend(record.tb_paths)
+            claimed.extend(record.wandb_paths)
+            sources = record.sources or {}
+            claimed.extend(sources.get("tb_paths") or [])
+            claimed.extend(sources.get("output_dirs") or [])
+        return claimed
 
     def read(self) -> int:
         """Read every source; return the number of new points of the active one."""
@@ -122,10 +217,12 @@ class SourceSet:
                 added[id(source)] = 0
         active = self._active()
         if active is None:
+            if self.ownership_note and not self.read_error:  # WAIT, naming what was seen but not read
+                self.read_error = f"found metrics that may not be this run's: {self.ownership_note}"
             return 0
         return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
 
-    def _active(self) -> "MetricSource | None":
+    def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
         for source in self.sources:
             history = self.histories.get(id(source))
@@ -144,7 +241,7 @@ class SourceSet:
         active = self._active()
         return active.kind if active is not None else None
 
-    def history(self) -> "MetricHistory":
+    def history(self) -> MetricHistory:
         from guarded_sbatch.judge.history import MetricHistory
 
         active = self._active()
@@ -211,7 +308,13 @@ def _one_line(exc: BaseException, describe: object = None) -> str:
     return (where + text)[:500]
 
 
-def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
+def _open_tensorboard(path: Path, accept: Callable[[Path], bool] | None) -> MetricSource:
+    from guarded_sbatch.sources.tensorboard import TensorBoardSource
+
+    return TensorBoardSource(path, accept=accept)
+
+
+def _unreachable_path(source: MetricSource, *, had_data: bool) -> str:
     """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
     A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
     path = getattr(source, "path", None)

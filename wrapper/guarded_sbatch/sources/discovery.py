@@ -5,8 +5,10 @@ Priority: W&B (local .wandb log) → TensorBoard → MLflow / Lightning CSV → 
 
 from __future__ import annotations
 
+import math
 import os
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,41 +91,180 @@ def scan(folder: Path, *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIM
 
 
 def _newest(paths: list[Path]) -> Path:
-    def modified(path: Path) -> float:
-        try:
-            return path.stat().st_mtime
-        except OSError:
-            return 0.0
-
-    return max(paths, key=modified)
+    return max(paths, key=modified_at)
 
 
-def _tensorboard_root(folders: list[Path], base: Path) -> Path:
-    """The deepest common folder of the event folders (so train/ and validation/ are read as one run)."""
-    common = Path(os.path.commonpath([str(f) for f in folders]))
-    return common if common != base.parent else base
+def modified_at(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def created_at(path: Path) -> float:
+    """When a metrics file was started: TensorBoard puts it in the name (events.out.tfevents.<time>.<host>),
+    else the last write (a file last written before a job started cannot be that job's)."""
+    parts = path.name.split(".")
+    if "tfevents" in parts:
+        index = parts.index("tfevents") + 1
+        if index < len(parts) and parts[index].isdigit():
+            return float(parts[index])
+    return modified_at(path)
+
+
+def fresh_files(since: float | None) -> Callable[[Path], bool] | None:
+    """The event-file filter of a run that started at `since` (None: every file)."""
+    if since is None:
+        return None
+    whole_second = math.floor(since)  # TensorBoard's file names hold whole seconds
+    return lambda path: created_at(path) >= whole_second
+
+
+_SPLIT_FOLDERS = {"train", "training", "val", "valid", "validation", "eval", "evaluation", "test"}
+
+
+def run_roots(event_folders: list[Path], base: Path) -> dict[Path, list[Path]]:
+    """Event folders grouped by the run they belong to: train/ and validation/ are one run (their parent);
+    sibling runs (runs/a, runs/b) stay apart, never merged."""
+    roots: dict[Path, list[Path]] = {}
+    for folder in event_folders:
+        root = folder.parent if folder.name.lower() in _SPLIT_FOLDERS and folder != base else folder
+        roots.setdefault(root, []).append(folder)
+    return roots
+
+
+@dataclass
+class Discovery:
+    sources: list[MetricSource] = field(default_factory=list)
+    ambiguous: list[str] = field(default_factory=list)  # what could not be attributed to the run, and why
+
+    def note(self) -> str:
+        return "; ".join(self.ambiguous)
+
+
+def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None,
+                   claimed: Collection[str] = (), include_wandb: bool = True, max_depth: int = MAX_DEPTH,
+                   time_budget_s: float = TIME_BUDGET_S) -> Discovery:
+    """The sources under `folder` that clearly belong to one run: written since `since`, not claimed by another
+    guarded run, and of one run only. Several candidates of a kind: none is read, and the candidates are named."""
+    root = Path(folder)
+    result = Discovery()
+    if not root.is_dir():
+        return result
+    found = scan(root, max_depth=max_depth, time_budget_s=time_budget_s)
+    taken = {str(Path(p).resolve()) for p in claimed}
+
+    def own(path: Path) -> bool:
+        return not _claimed(path, taken) and (since is None or modified_at(path) >= since)
+
+    def pick(kind: str, mine: list[Path]) -> Path | None:
+        if len(mine) > 1:
+            listed = ", ".join(str(p) for p in sorted(mine)[:6]) + (" ..." if len(mine) > 6 else "")
+            result.ambiguous.append(f"{len(mine)} {kind} candidates, none clearly this run's ({listed}); "
+                                    "name the run's own with its config's logdir/output_dir or --guard-tb/--guard-wandb")
+            return None
+        return mine[0] if mine else None
+
+    if include_wandb:
+        log = pick("W&B", [p for p in found.wandb_logs if own(p)])
+        if log is not None:
+            result.sources.append(WandbLogSource(log))
+    accept = fresh_files(since)
+    tb_candidates = []
+    for run_root, folders in run_roots(found.tensorboard_folders, root).items():
+        if _claimed(run_root, taken):
+            continue
+        if accept is not None and not any(accept(f) for folder in folders for f in _event_files(folder)):
+            continue  # nothing in it was written since the job started: an older run's
+        tb_candidates.append(run_root)
+    tb_root = pick("TensorBoard", tb_candidates)
+    if tb_root is not None:
+        result.sources.append(TensorBoardSource(tb_root, accept=accept))
+    for store in found.mlflow_stores:
+        if since is None:
+            result.sources.append(MlflowSource(store))
+        else:  # a store holds every job's runs: only the run tagged with this run's id is read (source_set)
+            result.ambiguous.append(f"MLflow store {store}: no run tagged as this run's")
+    for kind, paths, make in (("Lightning CSV", found.csv_files, LightningCsvSource),
+                              ("trainer_state.json", found.trainer_states, TrainerStateSource)):
+        chosen = pick(kind, [p for p in paths if own(p)])
+        if chosen is not None:
+            result.sources.append(make(chosen))  # type: ignore[operator]
+    return result
+
+
+def _event_files(folder: Path) -> list[Path]:
+    try:
+        return [Path(entry.path) for entry in os.scandir(folder) if "tfevents" in entry.name]
+    except OSError:
+        return []
+
+
+def _claimed(path: Path, taken: set[str]) -> bool:
+    resolved = path.resolve()
+    return str(resolved) in taken or any(str(parent) in taken for parent in resolved.parents)
 
 
 def discover_sources(folder: str | os.PathLike[str], stdout_path: str | os.PathLike[str] | None = None,
                      *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIME_BUDGET_S) -> list[MetricSource]:
-    """Every source found for the run, in priority order (the first one is the data source to use)."""
-    root = Path(folder)
-    sources: list[MetricSource] = []
-    if root.is_dir():
-        found = scan(root, max_depth=max_depth, time_budget_s=time_budget_s)
-        if found.wandb_logs:
-            sources.append(WandbLogSource(_newest(found.wandb_logs)))
-        if found.tensorboard_folders:
-            sources.append(TensorBoardSource(_tensorboard_root(found.tensorboard_folders, root)))
-        for store in found.mlflow_stores:
-            sources.append(MlflowSource(store))
-        if found.csv_files:
-            sources.append(LightningCsvSource(_newest(found.csv_files)))
-        if found.trainer_states:
-            sources.append(TrainerStateSource(_newest(found.trainer_states)))
+    """Every source found for one run in a folder, in priority order (the first one is the data source to
+    use); sibling runs are never merged (see discover_owned)."""
+    sources = discover_owned(folder, max_depth=max_depth, time_budget_s=time_budget_s).sources
     if stdout_path is not None and Path(stdout_path).is_file():
         sources.append(TextLogSource(stdout_path))
     return sources
+
+
+def own_wandb_logs(folders: list[str], run_id: str) -> list[Path]:
+    """Every local log of W&B run `run_id` (run-<date>-<id>/ or offline-run-<date>-<id>/; a requeue of an
+    offline run makes a second folder), newest last."""
+    logs: set[Path] = set()
+    for folder in folders:
+        base = Path(folder)
+        for wandb_dir in (base / "wandb", base):
+            try:
+                logs.update(p for p in wandb_dir.glob(f"*run-*-{run_id}/run-{run_id}.wandb") if p.is_file())
+            except OSError:
+                continue
+    return sorted(logs, key=modified_at)
+
+
+def mlflow_stores(uri: str, workdir: str) -> list[Path]:
+    """Where the job's MLflow runs are: its MLFLOW_TRACKING_URI when local, else MLflow's defaults in its folder."""
+    base = Path(workdir)
+    if uri.startswith("sqlite:///"):
+        rest = uri[len("sqlite:///"):]
+        return [Path("/" + rest.lstrip("/")) if rest.startswith("/") else base / rest]
+    uri = uri.removeprefix("file://")
+    if uri and "://" not in uri:
+        return [Path(uri) if Path(uri).is_absolute() else base / uri]
+    if uri:
+        return []  # a tracking server: read through its API, not here
+    return [base / "mlflow.db", base / "mlruns"]
+
+
+def mlflow_tagged_run(store: Path, key: str, value: str) -> str | None:
+    """The id of the run in `store` carrying tag key=value (as MLFLOW_RUN_CONTEXT sets it), or None."""
+    if store.is_file():
+        import sqlite3
+
+        try:
+            connection = sqlite3.connect(f"file:{store.resolve().as_posix()}?mode=ro", uri=True, timeout=5)
+            try:
+                row = connection.execute("SELECT run_uuid FROM tags WHERE key = ? AND value = ? LIMIT 1",
+                                         (key, value)).fetchone()
+            finally:
+                connection.close()
+        except sqlite3.Error:
+            return None
+        return str(row[0]) if row else None
+    try:
+        for tag in store.glob(f"*/*/tags/{key}"):
+            if tag.read_text(encoding="utf-8", errors="replace").strip() == value:
+                return tag.parent.parent.name
+    except OSError:
+        return None
+    return None
 
 
 def open_source(kind: str, path: str | os.PathLike[str]) -> MetricSource:

@@ -83,8 +83,9 @@ class TensorBoardSource:
     kind = "tensorboard"
 
     def __init__(self, path: str | os.PathLike[str], *, check_crc: bool = True,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES, accept: Callable[[Path], bool] | None = None) -> None:
         self.path = Path(path)
+        self.accept = accept  # which event files to read (a run's own); None: all
         self.check_crc = check_crc
         self.chunk_bytes = chunk_bytes
         self.bad_records = 0  # crc failures and undecodable events
@@ -106,7 +107,7 @@ class TensorBoardSource:
     def _refresh_files(self) -> list[_EventFile]:
         root = self.path if self.path.is_dir() else self.path.parent
         for file_path in find_event_files(self.path):
-            if file_path not in self._files:
+            if file_path not in self._files and (self.accept is None or self.accept(file_path)):
                 relative = file_path.parent.relative_to(root).as_posix() if self.path.is_dir() else "."
                 prefix = "" if relative == "." else relative + "/"
                 self._files[file_path] = _EventFile(file_path, prefix)

@@ -7,7 +7,7 @@ plainly (`DATA=/scratch/x`, `export WANDB_PROJECT=coco`) plus the environment.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,8 +88,9 @@ def read_script_text(path: Path) -> str:
         raise UsageError(f"batch script {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
-def parse_script(path: Path, env: Mapping[str, str] | None = None) -> ParsedScript:
-    return parse_script_text(read_script_text(path), path, env)
+def parse_script(path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None) -> ParsedScript:
+    """`args`: the script's real arguments, so `"$@"`, `$1`, `$#` on its lines expand as bash would."""
+    return parse_script_text(read_script_text(path), path, env, args)
 
 
 def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScript:
@@ -97,7 +98,9 @@ def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScri
     return parse_script_text(f"#!/bin/sh\n{command}\n", Path("--wrap"), env)
 
 
-def parse_script_text(text: str, path: Path, env: Mapping[str, str] | None = None) -> ParsedScript:
+def parse_script_text(
+    text: str, path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None
+) -> ParsedScript:
     if not text.startswith("#!"):
         raise UsageError(
             f"{path} line 1 must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses it otherwise"
@@ -145,9 +148,9 @@ def parse_script_text(text: str, path: Path, env: Mapping[str, str] | None = Non
         heredoc = HEREDOC.search(line)
         if heredoc:
             heredoc_end = heredoc.group(1)
-        known = {**(env or {}), **variables}
+        known = {**(env or {}), **variables, **_positional(args)}
         try:
-            simple_commands = split_commands(line, known)
+            simple_commands = [_spread_all_args(words, args) for words in split_commands(line, known)]
         except ShellSyntaxError as exc:
             raise UsageError(f"{path} line {line_number}: {exc}; bash would fail on it too") from None
         for words in simple_commands:
@@ -168,6 +171,33 @@ def parse_script_text(text: str, path: Path, env: Mapping[str, str] | None = Non
         launcher=launchers[0] if launchers else None,
         other_launchers=tuple(launchers[1:]),
     )
+
+
+_ALL_ARGS = "\0guarded-sbatch:all-args\0"
+
+
+def _positional(args: Sequence[str] | None) -> dict[str, str]:
+    """$1.., $#, and a marker for "$@" / $* (spread into words by _spread_all_args); nothing when the
+    arguments are not known, so those words stay unresolved."""
+    if args is None:
+        return {}
+    values = {str(index): value for index, value in enumerate(args, start=1)}
+    values.update({"#": str(len(args)), "@": _ALL_ARGS, "*": _ALL_ARGS})
+    return values
+
+
+def _spread_all_args(words: list[Word], args: Sequence[str] | None) -> list[Word]:
+    if args is None or not any(_ALL_ARGS in word.text for word in words):
+        return words
+    spread: list[Word] = []
+    for word in words:
+        if word.text == _ALL_ARGS:
+            spread.extend(Word(arg) for arg in args)
+        elif _ALL_ARGS in word.text:  # `--x="$@"`: joined, as "$*" would be
+            spread.append(Word(word.text.replace(_ALL_ARGS, " ".join(args)), word.unresolved))
+        else:
+            spread.append(word)
+    return spread
 
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:

@@ -24,15 +24,23 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
     reference = context.reference
     if reference is None:
         why = context.reference_problem or "no similar config under " + "/, ".join(context.config.reference_dirs) + "/"
-        return CheckResult(NAME, CheckStatus.FAILED,
-                           f"no reference run ({why}): point me at one with --guard-reference",
+        if context.launch.guard_options.reference is not None or intended.path is None:
+            # the one named is unusable (a mistake), or there is no config file: never launch on defaults alone
+            return CheckResult(NAME, CheckStatus.FAILED, f"no reference run ({why}): fix --guard-reference",
+                               (f"intended config: {intended.path or 'command-line overrides only'}",))  # fmt: skip
+        # The first run of a config has nothing to be compared with; that is not wrong, only unchecked.
+        return CheckResult(NAME, CheckStatus.WARNED,
+                           f"not checked: no reference run yet ({why}); the silent regressors (batch, LR, precision, "
+                           "optimizer, workers) are judged against one. When this run finishes healthy it becomes the "
+                           "reference of its config; or name one: `guarded-sbatch reference RUN`, --guard-reference",
                            (f"intended config: {intended.path or 'command-line overrides only'}",))  # fmt: skip
     findings: list[tuple[CheckStatus, str]] = []
     evidence: list[str] = [
         f"intended: {intended.path or 'command-line overrides'}"
         + (f" + overrides {', '.join(f'{k}={v}' for k, v in intended.overrides.items())}" if intended.overrides else ""),
         f"reference: {reference.config.path}"
-        + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None else " (given)"),
+        + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None
+           else f" ({reference.how})" if reference.how else " (given)"),
     ]  # fmt: skip
     diffs = key_diff(intended, reference.config)
     evidence.extend(diffs[:MAX_LISTED_DIFFS])

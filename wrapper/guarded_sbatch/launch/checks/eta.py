@@ -16,6 +16,7 @@ from guarded_sbatch.scheduler.base import SubmitRequest
 
 NAME = CheckName.ETA.value
 EPOCH_KEYS = ("num_train_epochs", "epochs", "num_epochs", "max_epochs", "n_epochs", "train_epochs")
+STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters", "steps")
 MAX_PLAUSIBLE_WAIT_S = 365 * 24 * 3600.0
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
 EXPLICIT = re.compile(
@@ -40,7 +41,11 @@ def seconds_per_epoch_from_logs(folder: Path) -> tuple[float, str] | None:
         logs = sorted(p for p in folder.rglob("*") if p.suffix in LOG_SUFFIXES and p.is_file() and len(p.relative_to(folder).parts) <= 3)
     except OSError:
         return None
-    for log in logs[:50]:
+    return seconds_per_epoch_from_log_files(logs[:50])
+
+
+def seconds_per_epoch_from_log_files(logs: list[Path]) -> tuple[float, str] | None:
+    for log in logs:
         try:
             if log.stat().st_size > MAX_LOG_BYTES:
                 continue
@@ -77,7 +82,10 @@ def check_eta(context: PreflightContext) -> CheckResult:
     seconds_per_epoch, speed_from = _speed(context)
     if epochs is None or seconds_per_epoch is None:
         missing = [m for m, v in (("the number of epochs (--guard-epochs)", epochs), ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch)) if v is None]
-        return CheckResult(NAME, CheckStatus.WARNED, f"cannot estimate the run time: give {' and '.join(missing)}")
+        why = "" if seconds_per_epoch is not None else (
+            " (no reference run whose log shows its epoch time)" if context.reference is None
+            else f" (the reference's logs show no epoch time: {context.reference.folder})")
+        return CheckResult(NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}")
     run_seconds = epochs * seconds_per_epoch
     evidence.append(f"{epochs:g} epochs ({epochs_from}) × {seconds_per_epoch:g} s per epoch ({speed_from}) = {format_duration(run_seconds)}")
     now = context.now
@@ -129,6 +137,11 @@ def _epochs(context: PreflightContext) -> tuple[float | None, str]:
     if context.launch.guard_options.epochs is not None:
         return float(context.launch.guard_options.epochs), "--guard-epochs"
     if context.intended is not None:
+        # a step budget (`--steps 4000`, max_steps) wins over the epochs key: trainers stop at whichever is set
+        steps, per_epoch = context.intended.find(STEP_KEYS), context.intended.find(("steps_per_epoch",))
+        total, size = (as_number(steps[1]) if steps else None), (as_number(per_epoch[1]) if per_epoch else None)
+        if total and size and total > 0 and size > 0:
+            return total / size, f"{steps[0]}={total:g} / steps_per_epoch={size:g}"  # type: ignore[index]
         found = context.intended.find(EPOCH_KEYS)
         if found is not None:
             number = as_number(found[1])
@@ -141,7 +154,8 @@ def _speed(context: PreflightContext) -> tuple[float | None, str]:
     if context.launch.guard_options.seconds_per_epoch is not None:
         return context.launch.guard_options.seconds_per_epoch, "--guard-seconds-per-epoch"
     if context.reference is not None:
-        found = seconds_per_epoch_from_logs(context.reference.folder)
+        found = (seconds_per_epoch_from_log_files(list(context.reference.logs)) if context.reference.logs
+                 else seconds_per_epoch_from_logs(context.reference.folder))
         if found is not None:
             return found[0], f"reference logs: {found[1]}"
     return None, ""

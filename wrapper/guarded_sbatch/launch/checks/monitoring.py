@@ -13,6 +13,7 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 NAME = CheckName.MONITORING.value
 MAX_SOURCE_BYTES = 1024 * 1024
 IMPORT = r"^\s*(?:import|from)\s+{}\b"
+TENSORBOARD_USE = r"^\s*(?:import|from)\s+(?:tensorboard|tensorboardX|torch\.utils\.tensorboard)\b|EventFileWriter"
 
 
 @dataclass
@@ -86,7 +87,8 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
         if outcome.exists and outcome.is_dir:
             tensorboard.because.append(f"{outcome.path} exists")
             tensorboard.settings.setdefault("log_dir", str(outcome.path))
-    if "SummaryWriter" in source or "TensorBoardLogger" in source or "tensorboard" in report_to.lower() or "tensorboard" in args:
+    if ("SummaryWriter" in source or "TensorBoardLogger" in source or "tensorboard" in report_to.lower()
+            or "tensorboard" in args or re.search(TENSORBOARD_USE, source, re.MULTILINE)):
         tensorboard.because.append(f"{where} writes TensorBoard events")
     if tensorboard.because:
         trackers.append(tensorboard)
@@ -125,9 +127,14 @@ def _call_argument(source: str, prefix: str) -> str | None:
 def check_monitoring(context: PreflightContext) -> CheckResult:
     trackers = detect_trackers(context)
     if not trackers:
-        return CheckResult(NAME, CheckStatus.FAILED,
-                           "no tracker found (no WANDB_API_KEY / import wandb, NEPTUNE_API_TOKEN, MLFLOW_TRACKING_URI, "
-                           "runs/ or lightning_logs/): the sidecar would have nothing to watch")  # fmt: skip
+        # The job's own stdout/stderr is always there and the sidecar reads the common trainers' log lines.
+        stdout = context.options.get("output") or "slurm-%j.out"
+        return CheckResult(NAME, CheckStatus.PASSED,
+                           f"no tracker found: the sidecar watches the job's own log ({stdout}); it can judge only "
+                           "what the trainer prints there (loss / eval lines)",
+                           ("not found: WANDB_API_KEY / import wandb, NEPTUNE_API_TOKEN, MLFLOW_TRACKING_URI / mlflow, "
+                            "TensorBoard writers, runs/ or lightning_logs/",),
+                           {"trackers": [{"kind": "stdout", "settings": {"output": stdout}}]})  # fmt: skip
     evidence = [f"{t.kind}: {'; '.join(t.because)}" + (f" — {', '.join(f'{k}={v}' for k, v in t.settings.items())}" if t.settings else "") for t in trackers]
     main = trackers[0]
     details = {"trackers": [{"kind": t.kind, "settings": t.settings} for t in trackers]}

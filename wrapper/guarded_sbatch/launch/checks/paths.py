@@ -126,7 +126,12 @@ def check_paths(context: PreflightContext) -> CheckResult:
         verdict = _verdict(ref, outcome, context.config.stat_timeout_s)
         evidence.append(f"{ref.role}: {ref.path} ({ref.label}): {verdict or 'ok'}")
         if verdict:
-            (warned if ref.role == "other" else failed).append(f"{ref.role} path {ref.path} ({ref.label}) {verdict}")
+            # trainers create their output folder with its parents (os.makedirs); sbatch does not create its own
+            trainer_creates = ref.role == "output" and not outcome.exists and not outcome.timed_out and not outcome.error
+            if trainer_creates:
+                verdict = f"{verdict}; the trainer must create it (most do: os.makedirs)"
+                evidence[-1] = f"{ref.role}: {ref.path} ({ref.label}): {verdict}"
+            (warned if ref.role == "other" or trainer_creates else failed).append(f"{ref.role} path {ref.path} ({ref.label}) {verdict}")
     if failed:
         return CheckResult(NAME, CheckStatus.FAILED, "; ".join(failed), tuple(evidence))
     if warned:

@@ -1,0 +1,227 @@
+"""Run identity (issue 12), piece by piece: what the launch resolves as the run's own, and how the sidecar
+reads only that (real writers: tensorboard's EventFileWriter, wandb offline, mlflow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from e2e_helpers import make_project
+from guarded_sbatch.core.run_sources import (
+    MLFLOW_TAG,
+    RunSources,
+    expand_filename_pattern,
+)
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.core.sbatch.script import parse_script_text
+from guarded_sbatch.launch.preflight import run_preflight
+from guarded_sbatch.launch.results import CheckStatus
+from guarded_sbatch.sidecar.loop import check_once
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.source_set import SourceSet
+from guarded_sbatch.sources.discovery import discover_owned
+from source_writers import tb_event, write_tb_events
+
+SCRIPT = '#!/bin/bash\n#SBATCH --job-name=x\npython train.py --config c.yaml --tb "$@" --count $# --second=$2\n'
+
+
+def test_script_arguments_expand_as_bash_would() -> None:
+    launcher = parse_script_text(SCRIPT, Path("t.sh"), {}, ["--steps", "4000", "--logdir", "runs/a b"]).launcher
+    assert launcher is not None
+    words = [w.text for w in launcher.program_args]
+    assert words == ["--config", "c.yaml", "--tb", "--steps", "4000", "--logdir", "runs/a b", "--count", "4",
+                     "--second=4000"]
+    assert launcher.overrides == {"tb": "true", "steps": "4000", "logdir": "runs/a b", "count": "4", "second": "4000"}
+    assert launcher.unresolved_args == ()
+    unknown = parse_script_text(SCRIPT, Path("t.sh"), {}).launcher  # arguments not known: left unresolved
+    assert unknown is not None and "$@" in unknown.unresolved_args
+    empty = parse_script_text(SCRIPT, Path("t.sh"), {}, []).launcher
+    assert empty is not None and [w.text for w in empty.program_args][:3] == ["--config", "c.yaml", "--tb"]
+
+
+def test_filename_patterns_expand_like_slurm() -> None:
+    expand = expand_filename_pattern
+    assert expand("slurm-%j.out", job_id="17", job_name="n", user="u") == "slurm-17.out"
+    assert expand("logs/%x-%u-%A_%a-%5j-%%.out", job_id="17", job_name="n", user="u",
+                  array_task="4294967294") == "logs/n-u-17_4294967294-00017-%.out"
+    assert expand("o-%N.out", job_id="1", job_name="n", user="u") == "o-%N.out"  # the node: known once it runs
+    assert expand("o-%N.out", job_id="1", job_name="n", user="u", node="c1") == "o-c1.out"
+
+
+def _project_check(tmp_path: Path, argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    project = make_project(tmp_path)
+    launch = split_sbatch_argv(argv)
+    return project, run_preflight(launch, _config(), None, cwd=project.root, env=env or {"PATH": os.environ["PATH"]})
+
+
+def _config():  # type: ignore[no-untyped-def]
+    from guarded_sbatch.core.config import Config
+
+    return Config()
+
+
+def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_path: Path) -> None:
+    project, report = _project_check(tmp_path, ["train.sh", "--steps", "4000", "--logdir", "runs/mine"])
+    plan = report.details["source_plan"]
+    assert plan.sources.tb_paths == [str(project.root / "runs" / "mine")] and plan.sources.tb_from == ["--logdir"]
+    assert len(plan.env["WANDB_RUN_ID"]) == 8 and plan.env["WANDB_RUN_ID"] == plan.sources.wandb_run_id
+    assert plan.env["WANDB_RESUME"] == "allow"
+    assert json.loads(plan.env["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: plan.sources.mlflow_tag}
+    sources = plan.for_job("42", since=123.0)
+    assert sources.stdout == str(project.root / "slurm-42.out") and sources.since == 123.0
+    plan.sources.tb_paths = [str(project.root / "runs" / "$SLURM_JOB_ID")]
+    assert plan.for_job("42").tb_paths == [str(project.root / "runs" / "42")]  # filled in once the id is known
+    eta = next(r for r in report.results if r.name == "eta")
+    assert "steps=4000 / steps_per_epoch=200" in eta.evidence[0]  # the ETA follows --steps given to the script
+    env = {"PATH": os.environ["PATH"], "WANDB_RUN_ID": "mine1234"}
+    _, user_set = _project_check(tmp_path / "b", ["train.sh"], env=env)
+    plan = user_set.details["source_plan"]
+    assert plan.sources.wandb_run_id == "mine1234" and "WANDB_RUN_ID" not in plan.env  # the user's id is kept
+    assert plan.sources.tb_paths == [str(tmp_path / "b" / "project" / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
+
+
+def test_a_missing_output_parent_warns_but_a_missing_dataset_fails(tmp_path: Path) -> None:
+    _, report = _project_check(tmp_path, ["train.sh", "--logdir", "nowhere/yet/run"])
+    paths = next(r for r in report.results if r.name == "paths")
+    assert paths.status is CheckStatus.WARNED and "the trainer must create it" in paths.finding
+    _, report = _project_check(tmp_path / "b", ["train.sh", "--data_dir", "/no/such/dataset"])
+    paths = next(r for r in report.results if r.name == "paths")
+    assert paths.status is CheckStatus.FAILED and "/no/such/dataset" in paths.finding
+
+
+def _events(folder: Path, values: list[float]) -> Path:
+    return write_tb_events(folder, [tb_event(step, "train/loss", value) for step, value in enumerate(values, 1)])
+
+
+def test_discovery_never_merges_sibling_runs_and_skips_files_older_than_the_job(tmp_path: Path) -> None:
+    _events(tmp_path / "runs" / "old", [1.0, float("nan")])
+    time.sleep(1.1)  # event file names carry whole seconds
+    since = time.time()
+    found = discover_owned(tmp_path, since=since)
+    assert found.sources == [] and found.ambiguous == []  # only an older run's files: nothing of this run's
+    _events(tmp_path / "runs" / "mine" / "train", [1.0, 0.9])
+    _events(tmp_path / "runs" / "mine" / "validation", [1.1])
+    found = discover_owned(tmp_path, since=since)
+    assert [s.describe() for s in found.sources] == [str(tmp_path / "runs" / "mine")]  # train/ + validation/
+    _events(tmp_path / "runs" / "neighbour", [1.0])
+    found = discover_owned(tmp_path, since=since)
+    assert found.sources == [] and "2 TensorBoard candidates" in found.note()
+    assert str(tmp_path / "runs" / "neighbour") in found.note()
+    claimed = discover_owned(tmp_path, since=since, claimed=[str(tmp_path / "runs" / "neighbour")])
+    assert [s.describe() for s in claimed.sources] == [str(tmp_path / "runs" / "mine")]
+
+
+def _settings(tmp_path: Path, identity: RunSources, **extra: object) -> SidecarSettings:
+    return SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
+                           identity=identity, **extra)  # type: ignore[arg-type]
+
+
+def test_ambiguous_ownership_is_wait_naming_the_candidates_never_stop(tmp_path: Path) -> None:
+    since = time.time() - 1
+    _events(tmp_path / "runs" / "a", [1.0, float("nan")] * 10)
+    _events(tmp_path / "runs" / "b", [1.0, float("nan")] * 10)
+    verdict, data_source = check_once(_settings(tmp_path, RunSources(since=since, workdir=str(tmp_path))))
+    assert verdict.decision.value == "WAIT" and data_source == "unreachable"
+    assert "runs/a" in verdict.message and "runs/b" in verdict.message
+
+
+def test_the_recorded_folder_is_read_without_files_from_before_the_run(tmp_path: Path) -> None:
+    folder = tmp_path / "runs" / "same-name"
+    old = _events(folder, [float("nan")] * 12)
+    time.sleep(1.1)
+    since = time.time()
+    new = _events(folder, [1.0, 0.9, 0.8])
+    _events(tmp_path / "runs" / "other", [float("nan")] * 12)  # a neighbour, written now
+    identity = RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(folder)])
+    sources = SourceSet(_settings(tmp_path, identity), None)
+    sources.read()
+    assert sources.files_inspected() == [str(new)] and str(old) not in sources.files_inspected()
+    assert [round(float(v), 3) for v in sources.history().series("train/loss")[1]] == [1.0, 0.9, 0.8]
+
+
+WANDB_RUN = textwrap.dedent("""
+    import sys, wandb
+    run = wandb.init(project="identity")
+    for step in range(20):
+        run.log({"train/loss": float("nan") if sys.argv[1] == "nan" and step > 5 else 1.0 / (step + 1)}, step=step)
+    run.finish()
+""")
+
+
+def _wandb_run(work: Path, run_id: str, kind: str) -> None:
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_GIT="true", WANDB_CONSOLE="off",
+               WANDB_RUN_ID=run_id)
+    (work / "w.py").write_text(WANDB_RUN)
+    subprocess.run([sys.executable, "w.py", kind], cwd=work, env=env, check=True, capture_output=True, timeout=120)
+
+
+def test_the_sidecar_reads_exactly_its_own_wandb_run_in_a_shared_wandb_folder(tmp_path: Path) -> None:
+    _wandb_run(tmp_path, "mine0001", "ok")
+    _wandb_run(tmp_path, "other001", "nan")  # newer: "the newest .wandb" would be this one
+    identity = RunSources(since=0.0, workdir=str(tmp_path), wandb_run_id="mine0001", wandb_dirs=[str(tmp_path)])
+    sources = SourceSet(_settings(tmp_path, identity), None)
+    sources.read()
+    assert sources.active_kind == "wandb" and sources.describe().endswith("/mine0001")
+    assert all("other001" not in f for f in sources.files_inspected())
+
+
+MLFLOW_RUNS = textwrap.dedent("""
+    import json, os, sys, mlflow
+    mlflow.set_tracking_uri(sys.argv[1])
+    for name, tag in (("mine", sys.argv[2]), ("neighbour", "someone-else")):
+        os.environ["MLFLOW_RUN_CONTEXT"] = json.dumps({"guarded_sbatch.run": tag})
+        with mlflow.start_run(run_name=name):
+            for step in range(8):
+                mlflow.log_metric("train/loss", float("nan") if name == "neighbour" else 1.0 / (step + 1), step=step)
+""")
+
+
+def test_the_mlflow_run_is_the_one_carrying_the_runs_tag_not_the_newest(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    (tmp_path / "m.py").write_text(MLFLOW_RUNS)
+    subprocess.run([sys.executable, "m.py", f"sqlite:///{tmp_path / 'mlflow.db'}", "tag-of-mine"], cwd=tmp_path,
+                   check=True, capture_output=True, timeout=240)
+    identity = RunSources(since=0.0, workdir=str(tmp_path), mlflow_tag="tag-of-mine")
+    sources = SourceSet(_settings(tmp_path, identity), None)
+    sources.read()
+    assert sources.active_kind == "mlflow"
+    values = sources.history().series("train/loss")[1]
+    assert len(values) == 8 and not any(math.isnan(v) for v in values)  # no NaN: not the neighbour's newer run
+
+
+def test_local_test_only_creates_no_job(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    result = project.cli("--guard-backend", "local", "--test-only", "train.sh")
+    assert result.returncode == 0, result.stderr
+    assert "sbatch: Job 1 to start at" in result.stderr and result.stdout == ""
+    assert not (project.state_dir / "local-jobs" / "1").exists() and not (project.state_dir / "runs").exists()
+
+
+def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    project.env["GUARDED_SBATCH_BACKEND"] = "local"
+    result = project.cli("train.sh", "--steps", "60", "--step-seconds", "0")
+    assert result.returncode == 0, result.stderr
+    job_id = result.stdout.split()[-1]
+    from e2e_helpers import wait_for
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    wait_for(lambda: scheduler.state(job_id).is_terminal, 60, 0.5, "the job to end")
+    once = project.cli("monitor", "--once", "--json", "--job", job_id)
+    assert once.returncode == 0, once.stderr
+    payload = json.loads(once.stdout)
+    assert payload["data_source"] == "tensorboard_ok" and payload["last_step"] == 60
+    watched = project.cli("monitor", "--job", job_id, "--fast-interval", "1", timeout=60)
+    assert "synthetic-tanh-mlp-bs64-lr5e-2 (job" in watched.stdout
+    assert "runs/synthetic-tanh-mlp-bs64-lr5e-2" in watched.stdout
+    project.env["GUARDED_SBATCH_BACKEND"] = "nowhere"
+    bad = project.cli("monitor", "--job", job_id)
+    assert bad.returncode == 2 and "GUARDED_SBATCH_BACKEND" in bad.stderr

@@ -1,0 +1,110 @@
+"""Finished guarded runs as references: `guarded-sbatch reference RUN` names one for its config family, and a
+run that finished healthy is the default reference of its family when the project has no other.
+
+A config family is the run's config file (its resolved path). Each guarded run keeps a snapshot of the config
+it was launched with (config.json in its run folder), so an edited config file does not change the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.launch.reference import Reference
+from guarded_sbatch.launch.runconfig import RunConfig
+
+SNAPSHOT = "config.json"
+MAX_LOG_COPY_BYTES = 4 * 1024 * 1024
+
+
+def family_key(config_path: str | Path) -> str:
+    resolved = str(Path(config_path).resolve())
+    return hashlib.sha1(resolved.encode()).hexdigest()[:16]
+
+
+def references_dir() -> Path:
+    return state_dir() / "references"
+
+
+def save_config_snapshot(record: RunRecord, intended: RunConfig | None) -> None:
+    """Keep the config the run was launched with (overrides applied) beside its record."""
+    if intended is None:
+        return
+    write_json_atomic(record.folder / SNAPSHOT, {
+        "path": str(intended.path) if intended.path else "", "values": _plain(intended.values),
+        "overrides": _plain(intended.overrides), "files": [str(f) for f in intended.files],
+    })
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
+
+
+def finished_healthy(record: RunRecord) -> tuple[bool, str]:
+    """Whether the run ended on its own with its sidecar content, and if not, why."""
+    state = read_json(record.sidecar_state_file)
+    if not isinstance(state, dict):
+        return False, "its sidecar never wrote a state (did it run?)"
+    if not state.get("finished"):
+        return False, "it has not finished (or its sidecar has not seen it end)"
+    if state.get("last_decision") == "STOP":
+        return False, f"its sidecar stopped it ({state.get('last_reason')})"
+    if state.get("last_job_state") != "COMPLETED":
+        return False, f"its job ended {state.get('last_job_state') or 'in an unknown state'}, not COMPLETED"
+    return True, f"finished COMPLETED at step {state.get('last_step')}, last check {state.get('last_decision')}"
+
+
+def make_reference(record: RunRecord) -> Path:
+    """`guarded-sbatch reference RUN`: make this finished run the reference of its config family."""
+    ok, why = finished_healthy(record)
+    if not ok:
+        raise UsageError(f"run {record.run_id} cannot be a reference: {why}")
+    snapshot = record.folder / SNAPSHOT
+    if not record.config_path or not snapshot.is_file():
+        raise UsageError(f"run {record.run_id} has no recorded config (launched without a config file, or by an "
+                         "older guarded-sbatch); pass --guard-reference FILE at launch instead")
+    target = references_dir() / f"{family_key(record.config_path)}.json"
+    write_json_atomic(target, {"run_id": record.run_id, "config_path": record.config_path, "why": why})
+    return target
+
+
+def _reference_of(record: RunRecord, how: str) -> Reference | None:
+    raw = read_json(record.folder / SNAPSHOT)
+    if not isinstance(raw, dict) or not isinstance(raw.get("values"), dict):
+        return None
+    config = RunConfig(record.folder / SNAPSHOT, dict(raw["values"]), (record.folder / SNAPSHOT,),
+                       dict(raw.get("overrides") or {}))
+    logs = tuple(Path(p) for p in (record.sources.get("stdout"), record.sources.get("stderr")) if p and Path(p).is_file())
+    return Reference(config, record.folder, None, 0, logs=logs, how=f"{how}: run {record.run_id}")
+
+
+def family_reference(config_path: Path | None) -> Reference | None:
+    """The reference named with `guarded-sbatch reference RUN` for this config family, if any."""
+    if config_path is None:
+        return None
+    raw = read_json(references_dir() / f"{family_key(config_path)}.json")
+    if not isinstance(raw, dict):
+        return None
+    record = next((r for r in list_runs() if r.run_id == raw.get("run_id")), None)
+    return _reference_of(record, "named with `guarded-sbatch reference`") if record is not None else None
+
+
+def default_reference(config_path: Path | None) -> Reference | None:
+    """The newest guarded run of this config family that finished healthy."""
+    if config_path is None:
+        return None
+    key = family_key(config_path)
+    for record in reversed(list_runs()):
+        if record.config_path and family_key(record.config_path) == key and finished_healthy(record)[0]:
+            found = _reference_of(record, "the last run of this config that finished healthy")
+            if found is not None:
+                return found
+    return None

@@ -1,0 +1,195 @@
+"""Resolve, at launch, what belongs to this run: its TensorBoard / output folders (config keys and launcher
+arguments, `"$@"` already expanded from the script's real arguments), a W&B run id and an MLflow tag
+exported to the job, and its own stdout/stderr files. The result goes into the run's record; the sidecar
+reads exactly these (core/run_sources.py)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import re
+import secrets
+import socket
+import string
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from guarded_sbatch.core.run_sources import (
+    MLFLOW_TAG,
+    RunSources,
+    expand_filename_pattern,
+)
+from guarded_sbatch.launch.context import PreflightContext
+
+TB_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",
+           "tb_log_dir", "summary_dir")  # fmt: skip
+OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
+               "default_root_dir")  # fmt: skip
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+_SHELL_EXPANDED = re.compile(r"\$\{?(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\}?")
+
+
+@dataclass
+class SourcePlan:
+    """The part known before submission, and the environment the job gets."""
+
+    sources: RunSources
+    env: dict[str, str] = field(default_factory=dict)  # exported to the training job
+    output_pattern: str = "slurm-%j.out"
+    error_pattern: str = ""
+    job_name: str = ""
+    array: bool = False
+    local: bool = False
+
+    def describe(self) -> list[str]:
+        """Report notes: what the sidecar will read as this run's own, and what it could not pin down."""
+        own = [f"TensorBoard {path} ({label})" for path, label in zip(self.sources.tb_paths, self.sources.tb_from)]
+        if self.sources.wandb_run_id:
+            how = "exported as WANDB_RUN_ID" if "WANDB_RUN_ID" in self.env else self.sources.wandb_id_from
+            own.append(f"W&B run {self.sources.wandb_run_id} ({how})")
+        if self.sources.mlflow_tag:
+            own.append(f"the MLflow run tagged {MLFLOW_TAG}={self.sources.mlflow_tag}")
+        error = f" and {self.error_pattern}" if self.error_pattern else ""
+        own.append(f"the job's log {self.output_pattern}{error}")
+        return [f"the sidecar reads this run's own: {'; '.join(own)}",
+                *(f"not pinned to this run: {item}" for item in self.sources.unresolved)]
+
+    def for_job(self, job_id: str, *, since: float | None = None) -> RunSources:
+        """The run's sources once its job id is known (%j, $SLURM_JOB_ID filled in)."""
+        user = _user()
+        node = socket.gethostname().split(".")[0] if self.local else None
+
+        def expand(pattern: str) -> str:
+            if not pattern:
+                return ""
+            text = expand_filename_pattern(pattern, job_id=job_id, job_name=self.job_name, user=user, node=node,
+                                           array_task=None if self.array else "4294967294")
+            path = Path(text)
+            return str(path if path.is_absolute() else Path(self.sources.workdir) / path)
+
+        def with_job(paths: list[str]) -> list[str]:
+            if self.local:  # no SLURM_* variables in a local job: the shell expands them to nothing
+                return [_SHELL_EXPANDED.sub("", p) for p in paths]
+            return [_SHELL_EXPANDED.sub(lambda m: self.job_name if m.group(1) == "SLURM_JOB_NAME" else job_id, p)
+                    for p in paths]
+
+        return replace(
+            self.sources, since=since if since is not None else self.sources.since,
+            tb_paths=with_job(self.sources.tb_paths), output_dirs=with_job(self.sources.output_dirs),
+            stdout=expand(self.output_pattern), stderr=expand(self.error_pattern),
+        )
+
+
+def new_wandb_run_id() -> str:
+    """Eight lowercase letters and digits, as wandb's own generate_id makes them."""
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+
+
+def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
+    workdir = context.workdir
+    sources = RunSources(since=now, workdir=str(workdir))
+    env: dict[str, str] = {}
+    _folders(context, sources)
+    _wandb(context, sources, env)
+    _mlflow(context, sources, env)
+    options = context.options
+    array = options.has("array")
+    plan = SourcePlan(
+        sources=sources, env=env,
+        output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
+        error_pattern=options.get("error") or "",
+        job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
+        array=array, local=getattr(context.scheduler, "name", "") == "local",
+    )
+    export = (options.get("export") or "ALL").upper()
+    if env and not export.startswith("ALL"):
+        sources.unresolved.append(f"--export={options.get('export')} keeps {', '.join(env)} from the job: "
+                                  "add them to --export so the sidecar can find the run's own tracker run")
+    return plan
+
+
+def _folders(context: PreflightContext, sources: RunSources) -> None:
+    config = context.intended
+    if config is None:
+        sources.unresolved.append("no run config or launcher arguments: the run's output folder is unknown")
+        return
+    found_tb: list[tuple[str, str]] = []
+    found_out: list[tuple[str, str]] = []
+    for key, value in config.values.items():
+        name = key.rsplit(".", 1)[-1].replace("-", "_").lower()
+        if not isinstance(value, str) or not value.strip() or "://" in value:
+            continue
+        label = f"--{key}" if key in config.overrides else f"config key {key}"
+        if name in TB_KEYS:
+            found_tb.append((label, value))
+        elif name in OUTPUT_KEYS:
+            found_out.append((label, value))
+    for label, value in found_out:
+        if _needs_shell(value):
+            sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand")
+        else:
+            sources.output_dirs.append(str(context.resolve(value)))
+    # event files go to the TensorBoard folder when one is named, else somewhere under the output folder
+    for label, value in found_tb or found_out:
+        if _needs_shell(value):
+            if found_tb:
+                sources.unresolved.append(f"TensorBoard folder {value!r} ({label}) needs a shell to expand")
+            continue
+        path = str(context.resolve(value))
+        if path not in sources.tb_paths:
+            sources.tb_paths.append(path)
+            sources.tb_from.append(label)
+    if not sources.tb_paths and not found_tb:
+        sources.unresolved.append("no TensorBoard / output folder in the run's config or arguments (logdir, "
+                                  "output_dir, ...): TensorBoard files are looked for only if they are clearly "
+                                  "this run's")
+
+
+def _needs_shell(value: str) -> bool:
+    return "$" in _SHELL_EXPANDED.sub("", value) or "`" in value
+
+
+def _wandb(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> None:
+    wandb_dir = context.env.get("WANDB_DIR", "")
+    sources.wandb_dirs = [str(context.resolve(wandb_dir))] if wandb_dir else []
+    sources.wandb_dirs.append(str(context.workdir))
+    program = context.program_path()
+    if program is not None and str(program.parent) not in sources.wandb_dirs:
+        sources.wandb_dirs.append(str(program.parent))
+    given = context.env.get("WANDB_RUN_ID", "")
+    if given:
+        sources.wandb_run_id, sources.wandb_id_from = given, "WANDB_RUN_ID set by the user"
+    elif re.search(r"\bWANDB_RUN_ID=", context.script.text):
+        sources.unresolved.append("the script sets WANDB_RUN_ID with a shell expression: the W&B run is "
+                                  "identified once its log appears")
+    else:
+        sources.wandb_run_id, sources.wandb_id_from = new_wandb_run_id(), "guarded-sbatch"
+        env["WANDB_RUN_ID"] = sources.wandb_run_id
+        if not context.env.get("WANDB_RESUME"):
+            env["WANDB_RESUME"] = "allow"  # a requeued job continues the same W&B run
+
+
+def _mlflow(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> None:
+    sources.mlflow_uri = context.env.get("MLFLOW_TRACKING_URI", "")
+    sources.mlflow_run_id = context.env.get("MLFLOW_RUN_ID", "")
+    existing = context.env.get("MLFLOW_RUN_CONTEXT", "")
+    tags: dict[str, str] = {}
+    if existing:
+        try:
+            parsed = json.loads(existing)
+        except ValueError:
+            sources.unresolved.append("MLFLOW_RUN_CONTEXT is not JSON: the job's MLflow run cannot be tagged")
+            return
+        if not isinstance(parsed, dict):
+            return
+        tags = {str(k): str(v) for k, v in parsed.items()}
+    sources.mlflow_tag = tags.get(MLFLOW_TAG) or secrets.token_hex(8)
+    tags[MLFLOW_TAG] = sources.mlflow_tag
+    env["MLFLOW_RUN_CONTEXT"] = json.dumps(tags)  # mlflow.start_run() puts these tags on the run it creates
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "%u"
