@@ -194,3 +194,35 @@ def test_the_local_cluster_runs_the_preflight_and_a_local_sidecar(guarded_env: P
     assert "Decision: STOP" in sidecar_out()
     wait_for(lambda: local.state(record.sidecar_id).is_terminal, 60, 0.5, what="the local sidecar to end")
     assert "step 599" not in Path(str(job.paths.stdout)).read_text()
+
+
+@pytest.mark.slurm
+def test_map_array_gives_each_array_task_its_own_sidecar(guarded_env: Path, slurm_cluster: None) -> None:
+    import cloudpickle
+
+    from guarded_sbatch.core.marker import marker_in
+    from guarded_sbatch.core.registry import find_run
+    from guarded_sbatch.core.runner import run_command
+    from guarded_sbatch.launch.executor import GuardedExecutor
+    from guarded_sbatch.scheduler.slurm import SlurmScheduler
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    name = f"array-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"
+    (guarded_env / "runs").mkdir()
+    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=name, tb_dir=guarded_env / "runs" / name)
+    executor.update_parameters(timeout_min=5, mem_gb=0.3, cpus_per_task=1)
+    tb_dirs = [str(guarded_env / "runs" / name / f"seed{i}") for i in range(3)]
+    jobs = executor.map_array(healthy_training, tb_dirs, [20] * 3, list(range(3)))
+    try:
+        assert len(jobs) == 3 and all("_" in job.job_id for job in jobs)  # one array, three tasks
+        records = [find_run(job.job_id) for job in jobs]
+        assert len({r.sidecar_id for r in records}) == 3 and all(r.sidecar_id for r in records)
+        for job, record in zip(jobs, records):
+            assert record.job_id == job.job_id
+            line = run_command(["scontrol", "-o", "show", "job", job.job_id], timeout=20).stdout
+            assert marker_in(line.split(" Comment=", 1)[1].split(" ", 1)[0]) is not None, line
+        assert [job.result() for job in jobs] == ["done 0", "done 1", "done 2"]
+    finally:
+        scheduler = SlurmScheduler()
+        for job in jobs:
+            scheduler.cancel(job.job_id)

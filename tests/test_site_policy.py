@@ -131,11 +131,12 @@ def test_bad_policy_is_one_clear_line(tmp_path: Path) -> None:
 
 def test_render_command_writes_the_policy_file(tmp_path: Path) -> None:
     target = tmp_path / "guarded_sbatch_policy.lua"
-    out = subprocess.run([sys.executable, "-m", "guarded_sbatch.site.policy", str(site_config(tmp_path)), str(target)],
+    out = subprocess.run([sys.executable, "-m", "guarded_sbatch", "admin", "render-policy", str(site_config(tmp_path)),
+                          str(target)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert 'unguarded_training = "reject"' in target.read_text()
-    missing = subprocess.run([sys.executable, "-m", "guarded_sbatch.site.policy", str(tmp_path / "nope.toml")],
+    missing = subprocess.run([sys.executable, "-m", "guarded_sbatch", "admin", "render-policy", str(tmp_path / "nope.toml")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "is not a file" in missing.stderr
 
@@ -154,3 +155,10 @@ def test_user_config_loosening_a_locked_key_is_refused_through_the_shim(tmp_path
     assert out.stderr.strip().splitlines() == [
         f"guarded-sbatch: error: {user}: 'checks.mandatory' is locked by the site config {site}; remove it from your config"
     ]
+
+
+def test_plugin_dir_names_the_installed_lua_plugins() -> None:
+    out = subprocess.run([sys.executable, "-m", "guarded_sbatch", "admin", "plugin-dir"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert {p.name for p in Path(out.stdout.strip()).glob("*.lua")} >= {"job_submit.lua", "cli_filter.lua"}

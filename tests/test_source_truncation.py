@@ -59,7 +59,8 @@ def test_tensorboard_file_cut_at_every_byte(tmp_path: Path) -> None:
 def test_text_log_cut_at_every_byte(tmp_path: Path) -> None:
     # One real trainer's lines each (no two of them log the same key at the same step).
     text = "".join(TRAINER_LINES[i][0] + "\n" for i in (0, 1, 2, 3, 4, 5, 15, 16))
-    text += "[batch=5/10]:\n\tTrain loss/train/total: 2.5\r\n 10%|█  | 1/10 [00:01<00:09]\r{'loss': 1.5, 'epoch': 0.2}\n"
+    # the second HF dict takes its training bar's step (2); the first, with no bar before it, is the 1st dict
+    text += "[batch=5/10]:\n\tTrain loss/train/total: 2.5\r\n 20%|██ | 2/10 [00:01<00:09]\r{'loss': 1.5, 'epoch': 0.2}\n"
     _check_cuts(text.encode("utf-8"), tmp_path / "slurm-1.out", TextLogSource)
 
 

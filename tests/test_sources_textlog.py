@@ -55,11 +55,11 @@ TRAINER_LINES = [
      150, {"train_loss": 3.5921, "test_acc1": 74.15}),
     ("INFO:maskrcnn_benchmark.trainer:eta: 1 day, 7:39:00  iter: 120  loss: nan (nan)  lr: 0.004920  max mem: 6252",
      120, {"loss": NAN, "lr": 0.00492}),
-    ("iter 1152 step 144: loss 11.4630, iter time: 1260.82ms", 144, {"loss": 11.463}),
+    ("iter 1152 step 144: loss 11.4630, iter time: 1260.82ms", 1152, {"loss": 11.463}),  # litgpt: iter is the axis
     ("Iter 100: Train loss 6.437, Learning Rate 7.000e-05, It/sec 0.921, Peak mem 8.626 GB", 100,
      {"Train loss": 6.437, "Learning Rate": 7e-05}),
     ("| epoch   1 |   200/ 2983 batches | lr 20.0000 | ms/batch 11.61 | loss   nan | ppl      nan",
-     2983 + 200, {"lr": 20.0, "loss": NAN}),
+     200, {"lr": 20.0, "loss": NAN}),  # epochs printed from 1: epoch 1 starts at step 0
     ("Epoch 0:  22%|██▏       | 4/18 [00:17<01:02,  4.47s/it, loss=9.947, v_num=193315]", 4, {"loss": 9.947}),
     ("Epoch 3, global step 400: 'val_loss' reached 0.12345 (best 0.12345), saving model to '/x' as top 1",
      400, {"val_loss": 0.12345}),
@@ -108,9 +108,10 @@ def test_carriage_returns_ansi_and_duplicate_ranks(tmp_path: Path) -> None:
     _write(log, bar + "\r" + bar + "\r{'loss': 1.5, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.1}\n", "w")
     _write(log, "".join(line.format(r=r) for r in range(4)))
     points = TextLogSource(log).read_new()
-    assert sorted((p.key, p.step) for p in points) == [("epoch", 1), ("grad_norm", 1), ("grad_norm", 7),
-                                                      ("learning_rate", 1), ("loss", 1), ("loss", 7)]
-    hf_grad = next(p for p in points if p.key == "grad_norm" and p.step == 1)
+    # the HF dict takes the step of HF's training bar (10/100), not its position among the dicts
+    assert sorted((p.key, p.step) for p in points) == [("epoch", 10), ("grad_norm", 7), ("grad_norm", 10),
+                                                      ("learning_rate", 10), ("loss", 7), ("loss", 10)]
+    hf_grad = next(p for p in points if p.key == "grad_norm" and p.step == 10)
     assert math.isnan(hf_grad.value)
 
 

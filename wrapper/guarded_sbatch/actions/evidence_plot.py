@@ -74,8 +74,7 @@ def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[flo
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png", file=sys.stderr)
-        return 2
+        raise SystemExit("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png")
     series, verdict = _from_input(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
     plot_metrics(Path(argv[1]), series, verdict)
     return 0

@@ -54,7 +54,7 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 {ExitCode.help_text()}
 """
 
-SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar")
+SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "admin")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,6 +93,7 @@ def dispatch(args: list[str]) -> int:
         "status": _status,
         "kill": _kill,
         "restart": _restart,
+        "admin": _admin,
     }
     return handlers[command](args if command is None else args[1:])
 
@@ -135,3 +136,9 @@ def _restart(args: list[str]) -> int:
     from guarded_sbatch.cli.lifecycle import run_restart
 
     return run_restart(args)
+
+
+def _admin(args: list[str]) -> int:
+    from guarded_sbatch.cli.admin import run_admin
+
+    return run_admin(args)

@@ -35,9 +35,12 @@ def _policy(args: object) -> object:
 
 
 def _intervals(parser: ArgumentParser) -> None:
-    parser.add_argument("--fast-interval", type=positive_float, default=60.0, help="seconds between reads")
-    parser.add_argument("--full-interval", type=positive_float, default=1800.0, help="seconds between full reports")
-    parser.add_argument("--job-poll", type=positive_float, default=300.0, help="seconds between scheduler calls")
+    parser.add_argument("--fast-interval", type=positive_float, default=SidecarSettings.fast_interval_s,
+                        help="seconds between reads")
+    parser.add_argument("--full-interval", type=positive_float, default=SidecarSettings.full_interval_s,
+                        help="seconds between full reports")
+    parser.add_argument("--job-poll", type=positive_float, default=SidecarSettings.job_poll_s,
+                        help="seconds between scheduler calls")
 
 
 def run_sidecar_command(argv: list[str]) -> int:

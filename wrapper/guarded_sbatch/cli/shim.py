@@ -12,7 +12,26 @@ from pathlib import Path
 
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.site.shim import REAL_SBATCH_ENV, SHIM_ACTIVE_ENV, SHIM_PATH_ENV, decide, find_real_sbatch
+from guarded_sbatch.core.fsutil import write_text_atomic
+from guarded_sbatch.site.shim import (
+    REAL_SBATCH_ENV,
+    SHIM_ACTIVE_ENV,
+    SHIM_PATH_ENV,
+    decide,
+    find_real_sbatch,
+    training_commands_cache,
+    training_commands_cache_text,
+)
+
+
+def _refresh_fast_path_cache() -> None:
+    """Write the site's training_commands for the bash fast path; best effort (no cache: Python decides)."""
+    try:
+        text = training_commands_cache_text(os.environ)
+        if text is not None:
+            write_text_atomic(training_commands_cache(os.environ), text)
+    except (GuardedError, OSError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,6 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sbatch (guarded-sbatch shim): internal error ({type(exc).__name__}: {exc}); the job goes to sbatch "
               "unchecked; please report this to your site admin", file=sys.stderr)
         guard, why = False, "shim error"
+    _refresh_fast_path_cache()
     if os.environ.get("GUARDED_SBATCH_SHIM_DEBUG"):
         print(f"guarded-sbatch shim: {'pre-flight' if guard else 'real sbatch'}: {why}", file=sys.stderr)
     if not guard:
@@ -41,3 +61,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

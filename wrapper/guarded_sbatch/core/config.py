@@ -69,6 +69,9 @@ DEFAULTS: dict[str, Any] = {
     },
 }
 
+_SIDECAR = DEFAULTS["sidecar"]
+_PREFLIGHT = DEFAULTS["preflight"]
+
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 QUIET_ENTRY = re.compile(r"^(?:(?P<days>[A-Za-z,\-]+)\s+)?(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})$")
 
@@ -97,21 +100,23 @@ class QuietWindow:
 
 @dataclass(frozen=True)
 class SidecarJobSettings:
-    partition: str = ""
-    account: str = ""
-    qos: str = ""
-    cpus: int = 1
-    mem: str = "1G"
-    time: str = ""
-    template: str = "sidecar.sbatch"
-    fast_interval_s: float = 60.0  # how often the sidecar reads new metrics
-    job_poll_s: float = 300.0  # how often it may ask the scheduler (≤ 12 calls an hour by default)
+    """The sidecar job's resources and cadence. Every default here is read from DEFAULTS (the one place)."""
+
+    partition: str = _SIDECAR["partition"]
+    account: str = _SIDECAR["account"]
+    qos: str = _SIDECAR["qos"]
+    cpus: int = _SIDECAR["cpus"]
+    mem: str = _SIDECAR["mem"]
+    time: str = _SIDECAR["time"]
+    template: str = _SIDECAR["template"]
+    fast_interval_s: float = _SIDECAR["fast_interval_seconds"]  # how often the sidecar reads new metrics
+    job_poll_s: float = _SIDECAR["job_poll_seconds"]  # how often it may ask the scheduler (≤ 12 an hour)
 
 
 @dataclass(frozen=True)
 class LauncherSettings:
-    signal_margin_s: int = 300  # `#SBATCH --signal=B:USR1@<this>` in jobs built from a launcher command
-    max_requeues: int = 3  # how often such a job requeues itself after checkpointing
+    signal_margin_s: int = DEFAULTS["launcher"]["signal_margin_seconds"]  # `--signal=B:USR1@<this>` in launcher jobs
+    max_requeues: int = DEFAULTS["launcher"]["max_requeues"]  # how often such a job requeues itself after checkpointing
 
 
 @dataclass(frozen=True)
@@ -125,13 +130,13 @@ class Config:
     sidecar: SidecarJobSettings = SidecarJobSettings()
     launcher: LauncherSettings = LauncherSettings()
     template_dirs: tuple[Path, ...] = ()
-    scheduler: str = "auto"  # "slurm" | "local" | "auto"
-    check_interval_s: float = 1800.0
-    reference_dirs: tuple[str, ...] = ("configs", "recipes", "experiments")
-    reference_max_depth: int = 3
-    reference_max_age_days: float = 30.0
-    stat_timeout_s: float = 5.0
-    max_workers_on_network_fs: int = 4
+    scheduler: str = DEFAULTS["scheduler"]  # "slurm" | "local" | "auto"
+    check_interval_s: float = DEFAULTS["check_interval_minutes"] * 60.0
+    reference_dirs: tuple[str, ...] = tuple(_PREFLIGHT["reference_dirs"])
+    reference_max_depth: int = _PREFLIGHT["reference_max_depth"]
+    reference_max_age_days: float = _PREFLIGHT["reference_max_age_days"]
+    stat_timeout_s: float = _PREFLIGHT["stat_timeout_seconds"]
+    max_workers_on_network_fs: int = _PREFLIGHT["max_workers_on_network_fs"]
     locked: frozenset[str] = frozenset()
     sources: tuple[Path, ...] = field(default=(), compare=False)  # files it was loaded from
 

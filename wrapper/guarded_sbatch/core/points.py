@@ -81,3 +81,21 @@ def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[
         previous = per_step.get(point.step)
         if previous is None or point.wall_time >= previous.wall_time:
             per_step[point.step] = point
+
+
+# A crash found in a log travels as a point: its key carries the exception and the evidence line,
+# its value is 1.0 while the crash is the log's last word and 0.0 once training went on after it.
+CRASH_KEY_PREFIX = "__crashed__ "
+_CRASH_SEPARATOR = " || "
+
+
+def crash_key(exception: str, evidence: str) -> str:
+    return f"{CRASH_KEY_PREFIX}{exception.replace(_CRASH_SEPARATOR, ' | ')}{_CRASH_SEPARATOR}{evidence}"
+
+
+def split_crash_key(key: str) -> tuple[str, str] | None:
+    """(exception, evidence line) of a crash key; None for a metric key."""
+    if not key.startswith(CRASH_KEY_PREFIX):
+        return None
+    exception, _, evidence = key[len(CRASH_KEY_PREFIX) :].partition(_CRASH_SEPARATOR)
+    return exception, evidence

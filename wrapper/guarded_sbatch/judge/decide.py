@@ -1,6 +1,7 @@
 """decide(history) -> Verdict: the checks in a fixed, documented order.
 
 Order (the first STOP in this order wins; else the first WAIT; else CONTINUE with every note):
+  0. the log ends in a crash (traceback, CUDA OOM, NCCL timeout...): STOP, however few points
   1. loss-scale collapse (fp16: scale stuck at its floor, steps skipped every time)
   2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`);
      fp16 skipped steps (skip counter moved / loss scale dropped) are excused; then a NaN-iteration
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from guarded_sbatch.judge import checks_eval, checks_finite, checks_trend
+from guarded_sbatch.judge import checks_crash, checks_eval, checks_finite, checks_trend
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
@@ -40,10 +41,14 @@ def decide(
         return Verdict(Decision.WAIT, Reason.NO_DATA, "no metric points yet", last_step=None)
     keys = select_keys(history, policy)
     summary = _summary(history, keys, policy)
+    crashed = checks_crash.check_crashed(history)
+    if crashed is not None:  # dead or dying: thin evidence or no loss key changes nothing
+        return Verdict(Decision.STOP, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
     if keys.train_loss is None and not keys.eval_keys:
         return Verdict(
             Decision.WAIT, Reason.NO_DATA,
-            f"no training loss or eval metric among the logged keys ({', '.join(history.keys()[:8])}); "
+            f"no training loss or eval metric among the logged keys "
+            f"({', '.join([k for k in history.keys() if not checks_crash.is_crash_key(k)][:8])}); "
             "name the loss key in the policy",
             last_step=last_step, summary=summary,
         )

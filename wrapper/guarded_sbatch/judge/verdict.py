@@ -31,6 +31,7 @@ class Reason(enum.Enum):
     NOISY = "noisy"
     STALE = "stale"
     SOURCE_UNREADABLE = "source_unreadable"
+    CRASHED = "crashed"
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ sbatch's refusals surface as the project's SchedulerError with sbatch's message 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import typing as tp
 from collections.abc import Mapping
@@ -30,6 +31,7 @@ from pathlib import Path
 import submitit
 from submitit.core.core import Job
 from submitit.core.utils import DelayedSubmission, FailedJobError, FailedSubmissionError
+from submitit.slurm.slurm import SlurmExecutor
 
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, GuardedError, SchedulerError, UsageError
@@ -102,10 +104,9 @@ class GuardedExecutor(submitit.AutoExecutor):
         if blocking:
             raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in blocking)
                                + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
-        if self.cluster == "slurm":
-            self._mark_submissions()
         try:
-            jobs = super()._internal_process_submissions(delayed_submissions)
+            with self._marked_submissions():
+                jobs = super()._internal_process_submissions(delayed_submissions)
         except (FailedJobError, FailedSubmissionError) as exc:
             message = " ".join(str(exc).split()) or type(exc).__name__
             raise SchedulerError(f"sbatch refused the submission: {message}") from None
@@ -117,21 +118,29 @@ class GuardedExecutor(submitit.AutoExecutor):
                 self._guard(job, run_name, config, "process", job_id_for(int(job.job_id)), get_scheduler("local"))
         return jobs
 
-    def _mark_submissions(self) -> None:
-        """Put the guarded marker on each sbatch call submitit makes (the digest of the file it submits)."""
-        inner = self._executor
-        if getattr(inner, "_guarded_marking", False):
-            return
-        make_command = inner._make_submission_command
-        user_comment = inner.parameters.get("comment")
+    @contextlib.contextmanager
+    def _marked_submissions(self) -> tp.Iterator[None]:
+        """Put the guarded marker on each sbatch call submitit makes (the digest of the file it submits).
 
-        def marked(submission_file_path: Path) -> list[str]:
-            command = list(make_command(submission_file_path))
+        Patched on the class for the duration of this submission: submitit builds a fresh SlurmExecutor of its
+        own for job arrays (map_array), and that one must mark its sbatch call too.
+        """
+        if self.cluster != "slurm":
+            yield
+            return
+        make_command = SlurmExecutor._make_submission_command
+        user_comment = self._executor.parameters.get("comment")
+
+        def marked(executor: SlurmExecutor, submission_file_path: Path) -> list[str]:
+            command = list(make_command(executor, submission_file_path))
             text = Path(submission_file_path).read_bytes()
             return [*command[:-1], f"--comment={comment_with_marker(user_comment, PREFLIGHT, text)}", command[-1]]
 
-        inner._make_submission_command = marked
-        inner._guarded_marking = True
+        SlurmExecutor._make_submission_command = marked  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            SlurmExecutor._make_submission_command = make_command  # type: ignore[method-assign]
 
     def run_name(self) -> str:
         name = self.guard_run_name or str(self._executor.parameters.get("job_name") or "")

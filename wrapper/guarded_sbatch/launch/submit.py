@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.core.config import SidecarJobSettings
 from guarded_sbatch.launch.templates import load_template, render_template
 from guarded_sbatch.core.registry import RunRecord, create_run
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
@@ -27,8 +28,8 @@ class SidecarOptions:
 
 @dataclass(frozen=True)
 class SidecarResources:
-    cpus: int = 1
-    mem: str = "400M"
+    cpus: int = SidecarJobSettings.cpus
+    mem: str = SidecarJobSettings.mem
     partition: str | None = None
     account: str | None = None
     qos: str | None = None

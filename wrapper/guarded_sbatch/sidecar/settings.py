@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.judge.policy import JudgePolicy
 
 
@@ -21,8 +22,8 @@ class SidecarSettings:
     log_paths: list[Path] = field(default_factory=list)
     search_dirs: list[Path] = field(default_factory=list)
     wandb_run: str | None = None  # a W&B run path or URL, read through the online API
-    fast_interval_s: float = 60.0
-    full_interval_s: float = 1800.0
-    job_poll_s: float = 300.0
+    fast_interval_s: float = SidecarJobSettings.fast_interval_s
+    full_interval_s: float = Config.check_interval_s
+    job_poll_s: float = SidecarJobSettings.job_poll_s
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None

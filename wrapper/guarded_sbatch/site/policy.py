@@ -2,20 +2,19 @@
 unguarded one ("reject", "tag" or "allow"). Read from the site config's [enforcement] table only (a user
 config cannot loosen it), and rendered as a small Lua file the plugins load:
 
-    python -m guarded_sbatch.site.policy /etc/guarded-sbatch/site.toml /etc/slurm/guarded_sbatch_policy.lua
+    guarded-sbatch admin render-policy /etc/guarded-sbatch/site.toml /etc/slurm/guarded_sbatch_policy.lua
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.config import DEFAULTS, SITE_CONFIG_ENV, read_toml
-from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.launcher import LauncherLine
 from guarded_sbatch.core.sbatch.script import ParsedScript
 
@@ -123,7 +122,7 @@ def render_lua_policy(policy: EnforcementPolicy) -> str:
 
     return "\n".join([
         f"-- guarded-sbatch enforcement policy, written from {policy.source} by",
-        "-- `python -m guarded_sbatch.site.policy SITE.toml OUT.lua`. Edit the site config and render again;",
+        "-- `guarded-sbatch admin render-policy SITE.toml OUT.lua`. Edit the site config and render again;",
         "-- cli_filter.lua and job_submit.lua read this file on every submission (no reconfigure needed).",
         "return {",
         f"  unguarded_training = {lua_string(policy.unguarded_training)},  -- reject | tag | allow",
@@ -137,27 +136,3 @@ def render_lua_policy(policy: EnforcementPolicy) -> str:
         "",
     ])
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or len(args) > 2 or args[0] in ("-h", "--help"):
-        print("usage: python -m guarded_sbatch.site.policy SITE.toml [OUT.lua]  (prints to stdout without OUT)",
-              file=sys.stderr)
-        return 2
-    try:
-        text = render_lua_policy(load_policy(Path(args[0])))
-        if len(args) == 2:
-            target = Path(args[1])
-            temporary = target.with_name(target.name + ".tmp")
-            temporary.write_text(text, encoding="utf-8")
-            temporary.replace(target)  # slurmctld never reads a half-written policy
-        else:
-            sys.stdout.write(text)
-    except (GuardedError, OSError) as exc:
-        print(f"guarded-sbatch: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

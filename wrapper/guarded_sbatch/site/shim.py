@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from guarded_sbatch.core.config import SITE_CONFIG_ENV
 from guarded_sbatch.core.errors import GuardedError, UsageError
 
 REAL_SBATCH_ENV = "GUARDED_SBATCH_REAL_SBATCH"
@@ -82,3 +83,23 @@ def decide(argv: list[str], env: Mapping[str, str]) -> tuple[bool, str]:
         return False, "already carries guarded-sbatch's marker for this script"
     reason = training_reason(parsed, policy)
     return (True, f"training job ({reason})") if reason else (False, "no training launcher line")
+
+
+def training_commands_cache(env: Mapping[str, str]) -> Path:
+    """Where the bash fast path of shims/sbatch reads the site's training_commands (see shims/sbatch)."""
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or "/tmp") / ".cache")
+    return Path(base) / "guarded-sbatch" / "shim-training-commands"
+
+
+def training_commands_cache_text(env: Mapping[str, str]) -> str | None:
+    """The cache's content for the current site config: `site=<path>` then one training command per line;
+    None without a site config (the fast path then needs no cache)."""
+    from guarded_sbatch.site.policy import load_policy
+
+    site = env.get(SITE_CONFIG_ENV)
+    if not site:
+        return None
+    policy = load_policy(env=env)
+    if any("\n" in needle for needle in policy.training_commands):
+        return None  # a needle the line-based cache cannot hold: no cache, so every call goes to Python
+    return "\n".join([f"site={site}", *policy.training_commands]) + "\n"

@@ -29,3 +29,4 @@ class SourceError(GuardedError):
     """A metric source could not be opened or read (not: a half-written tail, which is retried)."""
 
     exit_code = ExitCode.USAGE
+

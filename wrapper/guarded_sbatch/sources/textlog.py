@@ -3,6 +3,13 @@
 Only complete lines are parsed: bytes after the last newline are kept for the next read, so a line
 being written is never half-read. Carriage returns (tqdm) split records too, ANSI colours are removed,
 rank prefixes and duplicate lines from several ranks fold into one point per (key, step).
+
+Steps: a line's own step-like field, else the step of the nearest earlier line that had one; a log
+that never printed a step numbers its records 1, 2, 3... HF Trainer dicts take the step of HF's
+training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total optimization steps`
+header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
+new value, at the step being computed when it was printed (the last completed step + 1).
+A crash at the end of the log becomes a point with a crash key (see base.crash_key).
 """
 
 from __future__ import annotations
@@ -12,10 +19,13 @@ import math
 import os
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
-from guarded_sbatch.sources.textlog_formats import parse_line
+from guarded_sbatch.core.points import MetricPoint, crash_key, newest_per_key_step
+from guarded_sbatch.sources.textlog_crash import CrashTracker
+from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
+from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
 
 READ_BYTES = 16 * 1024 * 1024
+MAX_RECORD_CHARS = 64 * 1024
 MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
 
 
@@ -30,9 +40,14 @@ class TextLogSource:
         self.lines_with_metrics = 0
         self._offset = 0
         self._pending = b""
-        self._last_step: int | None = None  # for lines without their own step (multi-line records)
-        self._ordinal = 0  # HF console dicts carry no step: the n-th training log dict is step n
+        self._last_step: int | None = None  # carried to lines without their own step
+        self._ordinal = 0  # a log that never printed a step: its n-th record is step n
         self._last_step_per_key: dict[str, int] = {}
+        self._table: list[str] | None = None  # column names of a whitespace table (ultralytics)
+        self._hf = _HFSteps()
+        self._crashes = CrashTracker()
+        self._crash_point: MetricPoint | None = None
+        self._overflow_step: int | None = None
 
     def describe(self) -> str:
         return str(self.path)
@@ -61,7 +76,7 @@ class TextLogSource:
         try:
             size = self.path.stat().st_size
             if size < self._offset:  # truncated or replaced: start again
-                self._offset, self._pending = 0, b""
+                self.__init__(self.path)  # type: ignore[misc]
             if size == self._offset:
                 return b""
             with open(self.path, "rb") as handle:
@@ -73,31 +88,32 @@ class TextLogSource:
         return chunk
 
     def _parse(self, line: str, points: list[MetricPoint]) -> bool:
-        if not line.strip():
+        # no trainer prints a record this long; a longer one is a dump, read over its first part
+        cleaned = clean_line(line[:MAX_RECORD_CHARS])
+        if not cleaned.strip():
             return False
         self.lines_read += 1
-        parsed = parse_line(line)
+        if self._crashes.feed(cleaned, self._last_step):
+            return self._sync_crash(points)
+        parsed = self._parse_record(cleaned)
         if parsed is None:
             return False
-        if parsed.ordinal:
-            if not parsed.is_eval and not any(k.startswith(("eval", "test")) for k in parsed.values):
-                self._ordinal += 1
-            else:
-                # An eval dict shares the last training dict's step; its epoch would overwrite that one.
-                parsed.values.pop("epoch", None)
-            step = self._ordinal
-        elif parsed.step is not None:
-            step = parsed.step
-        elif self._last_step is not None:
-            step = self._last_step
-        else:
-            step = 0
-        if not parsed.ordinal and parsed.step is not None and not parsed.is_eval:
-            self._last_step = step
-        if not parsed.values:
+        if parsed.bar is not None:
+            self._hf.see_bar(*parsed.bar)
+        if parsed.kind in ("hf_header", "hf_summary", "overflow"):
+            self._hf.header.update(parsed.header)
+            self._overflow_step = parsed.step  # `Grad overflow on iteration N`: the scale line follows
             return False
+        own_step = parsed.step is not None or (parsed.kind == "hf_dict" and not parsed.is_eval)
+        if self._crashes.crash is not None:
+            if not own_step:
+                return False  # written after the crash (launcher summaries...): not training metrics
+            self._crashes.clear()
+        repeated = self._sync_crash(points)
+        step = self._step_of(parsed)
+        if parsed.kind == "epoch_header" or not parsed.values:
+            return repeated
         self.lines_with_metrics += 1
-        repeated = False
         for key, value in parsed.values.items():
             previous = self._last_step_per_key.get(key)
             if previous is None or step > previous:
@@ -106,6 +122,112 @@ class TextLogSource:
                 repeated = True
             points.append(MetricPoint(step, parsed.wall_time, key, value))
         return repeated
+
+    def _parse_record(self, cleaned: str) -> ParsedLine | None:
+        message = strip_headers(cleaned)
+        bar = find_bar(message)
+        before_bar = message[: bar.start()] if bar is not None else message
+        columns = table_header(before_bar)
+        if columns is not None:
+            self._table = columns
+            return None
+        if self._table is not None:
+            row = table_row(before_bar, self._table)
+            if row is not None:
+                return row
+        return parse_line(cleaned)
+
+    def _step_of(self, parsed: ParsedLine) -> int:
+        if parsed.kind == "hf_dict":
+            step = self._hf.step_of(parsed, self._last_step)
+            if not parsed.is_eval:
+                self._last_step = step
+            return step
+        if parsed.kind == "loss_scale" and parsed.step is None and self._overflow_step is not None:
+            step, self._overflow_step = self._overflow_step, None
+            return step
+        if parsed.kind == "loss_scale" and parsed.step is None:
+            completed = self._hf.bar_step if self._hf.bar_step is not None else self._last_step
+            return completed + 1 if completed is not None else self._next_ordinal()
+        if parsed.step is not None:
+            if parsed.kind != "loss_scale":
+                self._last_step = parsed.step
+            return parsed.step
+        if self._last_step is not None:
+            return self._last_step
+        return self._next_ordinal()
+
+    def _next_ordinal(self) -> int:
+        self._ordinal += 1
+        return self._ordinal
+
+    def _sync_crash(self, points: list[MetricPoint]) -> bool:
+        """Emit the crash point when a crash is found, and its 0.0 twin when training went on after it."""
+        crash = self._crashes.crash
+        current = self._crash_point
+        key = crash_key(crash.exception, crash.evidence) if crash is not None else None
+        if current is not None and current.key == key:
+            return False
+        if current is not None:  # gone (training went on) or replaced (a chained exception)
+            points.append(current._replace(value=0.0))
+            self._crash_point = None
+        if crash is not None and key is not None:
+            step = crash.step if crash.step is not None else (self._last_step or 0)
+            self._crash_point = MetricPoint(step, 0.0, key, 1.0)
+            points.append(self._crash_point)
+        return current is not None
+
+
+class _HFSteps:
+    """HF Trainer console dicts carry no step: find it from the training bar, or from the epoch."""
+
+    def __init__(self) -> None:
+        self.header: dict[str, int] = {}
+        self.bar_step: int | None = None
+        self._bar_total: int | None = None
+        self._count = 0
+        self._first_raw: float | None = None
+        self._interval: int | None = None
+        self._last: int | None = None
+
+    def see_bar(self, n: int, total: int, described: bool) -> None:
+        if described:
+            return  # `Map: 40%|...`, `Loading checkpoint shards: ...`: not the training bar
+        planned = self.header.get("Total optimization steps")
+        if self._bar_total is None and (planned is None or planned == total):
+            self._bar_total = total
+        if total == self._bar_total:
+            self.bar_step = n
+
+    def step_of(self, parsed: ParsedLine, carried: int | None) -> int:
+        if parsed.is_eval:
+            # at the training bar's step, else at its epoch's, else at the last training dict's
+            epoch_step = self._from_epoch(parsed.values.pop("epoch", None), snap=False)
+            for found in (self.bar_step, epoch_step, self._last, carried):
+                if found is not None:
+                    return found
+            return self._count
+        self._count += 1
+        step = self._from_epoch(parsed.values.get("epoch"))
+        if self.bar_step:
+            step = self.bar_step
+        self._last = step if step is not None else self._count
+        return self._last
+
+    def _from_epoch(self, epoch: float | None, snap: bool = True) -> int | None:
+        epochs, total = self.header.get("Num Epochs"), self.header.get("Total optimization steps")
+        if epoch is None or not math.isfinite(epoch) or not epochs or not total:
+            return None
+        raw = epoch * total / epochs
+        if not snap:
+            return round(raw)
+        if self._first_raw is None:
+            self._first_raw = raw
+        elif self._interval is None and raw > self._first_raw:
+            self._interval = max(1, round(raw - self._first_raw))
+        if self._interval:
+            return max(self._interval, round(raw / self._interval) * self._interval)
+        return max(1, round(raw))
 
 
 class TrainerStateSource:

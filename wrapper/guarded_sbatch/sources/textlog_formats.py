@@ -1,98 +1,84 @@
-"""Pull (step, metric values) out of one cleaned line of a trainer's stdout.
+"""Pull (step, metric values) out of one line of a trainer's stdout.
 
-Covers the formats in shared/reference/log-formats.md: HF Trainer dicts, fairseq (json and simple),
-DeiT-style JSON lines, Megatron, DeepSpeed, nanoGPT, llm.c (stdout and main.log), modded-nanogpt,
-nanochat, torchtitan, timm, the PyTorch ImageNet example, maskrcnn, Composer and OLMo (multi-line),
-litgpt, mlx-lm, word_language_model, Lightning's progress bar and callbacks. Rather than one regex per
-trainer, a line is read as `key <sep> number` pairs (separators `:`, `=`, spaces), the first number of a
-`val (avg)` pair is the current value, and a few per-format rules supply the step.
+Covers the formats of tests/data/trainer_logs (see its SOURCES.md): HF Trainer dicts and bars,
+Lightning bars and callbacks, mmcv/mmengine, Keras, fairseq (old, simple, json), litgpt, DeepSpeed,
+Megatron, torchtitan, timm, nanoGPT, llm.c, nanochat, detectron2, ultralytics tables, mlx-lm,
+Composer/OLMo multi-line records, JSON lines. A line is read as `key <sep> number` pairs (see
+textlog_tokens); per-format rules supply the step and the few lines that mean something else.
+Epoch-and-batch counters become `epoch * batches + batch` with epochs counted from 0 (trainers that
+print epochs from 1 get `(epoch - 1) * batches + batch`). Lines without a step get None: the reader
+carries the step of the nearest earlier line that had one.
 """
 
 from __future__ import annotations
 
 import math
 import re
-import time
 from dataclasses import dataclass, field
 
-_NUM = r"[-+]?(?:nan|NaN|NAN|-?inf(?:inity)?|Inf(?:inity)?|INF|(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
-NUMBER = re.compile(_NUM)
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-_WORD = r"[A-Za-z][\w./@\-]*"
-_PAIR = re.compile(
-    rf"(?<![\w./@\-])(?P<key>{_WORD}(?: {_WORD}){{0,3}})\s*(?:[:=]\s*\[?\s*|\s+)"
-    rf"(?:np\.float\d*\(|tensor\()?(?P<value>{_NUM})(?![\d.])"
+from guarded_sbatch.sources.textlog_tokens import (
+    HEAD, NUMBER, cell_pairs, clean_line, find_bar, find_dict, find_pairs, parse_number, parse_timestamp, strip_headers,
 )
-_DICT = re.compile(r"\{[^{}]*\}")
-_DICT_PAIR = re.compile(
-    rf"""['"](?P<key>[^'"]+)['"]\s*:\s*(?:np\.float\d*\(|tensor\()?['"]?(?P<value>{_NUM})['"]?\s*\)?\s*(?=[,}}])"""
-)
-_TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[,.](\d{1,6}))?")
 
-# Steps computed from epoch and batch: timm, the PyTorch ImageNet example, Lightning's bar, word LM, fairseq.
+_N = NUMBER.pattern
+# (pattern, epochs counted from 1): step = (epoch - base) * batches + batch
 _EPOCH_BATCH = [
-    re.compile(r"\bTrain: (?P<epoch>\d+) \[\s*(?P<batch>\d+)/(?P<total>\d+)"),
-    re.compile(r"\bEpoch: \[(?P<epoch>\d+)\]\[\s*(?P<batch>\d+)/(?P<total>\d+)\]"),
-    re.compile(r"\bEpoch (?P<epoch>\d+):.*?\|\s*(?P<batch>\d+)/(?P<total>\d+) \["),
-    re.compile(r"\| epoch\s+(?P<epoch>\d+) \|\s*(?P<batch>\d+)/\s*(?P<total>\d+) batches"),
-    re.compile(r"\bepoch (?P<epoch>\d+):\s+(?P<batch>\d+) / (?P<total>\d+)"),
+    (re.compile(r"\bEpoch(?:\(train\))?\s{0,4}\[\s{0,8}(?P<epoch>\d+)\]\[\s{0,12}(?P<batch>\d+)/(?P<total>\d+)\]"), 1),
+    (re.compile(r"^Epoch: \[(?P<epoch>\d+)\]\[\s{0,12}(?P<batch>\d+)/(?P<total>\d+)\]"), 0),
+    (re.compile(r"^Train: (?P<epoch>\d+) \[\s{0,12}(?P<batch>\d+)/(?P<total>\d+)"), 0),
+    (re.compile(r"\| epoch\s{1,8}(?P<epoch>\d+) \|\s{0,12}(?P<batch>\d+)/\s{0,12}(?P<total>\d+) batches"), 1),
+    (re.compile(r"\bepoch (?P<epoch>\d+):\s{1,12}(?P<batch>\d+) / (?P<total>\d+)"), 1),
 ]
-_STEP_KEYS = ["global_step", "global step", "num_updates", "step", "s", "iteration", "iter", "_step", "batch"]
-_EVAL_LINE = re.compile(
-    r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|\| valid \||^\s*Test: \[|\bend of epoch\b"
-    r"|^\s*Eval ", re.IGNORECASE)
-_EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel)(?:$|[\W_])", re.IGNORECASE)
-_IGNORED_KEYS = {"rank", "v_num", "eta", "train", "test", "epoch", "end of epoch", "iteration", "iter",
-                 "batch", "validation loss at iteration", "validate step", "global step", "default", "day"}
-_LOSS_SCALE_EVENTS = [
-    re.compile(rf"reducing to (?P<value>{_NUM})"),
-    re.compile(rf"setting loss scale to:?\s*(?P<value>{_NUM})"),
-]
-_SPECIAL_PAIRS = [
-    re.compile(rf"'(?P<key>[\w/.\-]+)' reached (?P<value>{_NUM})"),
-    re.compile(rf"Monitored metric (?P<key>[\w/.\-]+) = (?P<value>{_NUM})"),
-]
-_HF_DICT_MARKERS = {"loss", "eval_loss", "grad_norm", "learning_rate", "train_runtime"}
+_ITER_COUNTER = re.compile(r"\bIter(?:\(train\))?\s{0,4}\[\s{0,12}(\d+)/\d+\]")
+_LITGPT = re.compile(r"\biter (\d+) step \d+\b")
 _EXPLICIT_STEPS = [
-    re.compile(r"\bglobal[_ ]step[=: ]\s*(\d+)"),
+    re.compile(r"\bglobal[_ ]step[=: ]\s{0,8}(\d+)"),
     re.compile(r"\bat iteration (\d+)"),
-    re.compile(r"\bvalidate step:\s*(\d+)"),
+    re.compile(r"\bvalidate step:\s{0,8}(\d+)"),
 ]
-_MODULE_PATH = re.compile(r"^[a-z_]+(?:\.[a-z_]+)+$")
-
-
-def parse_number(text: str) -> float:
-    lowered = text.lower()
-    if "nan" in lowered:
-        return math.nan
-    if "inf" in lowered:
-        return -math.inf if lowered.startswith("-") else math.inf
-    return float(text.replace(",", ""))
-
-
-def clean_line(line: str) -> str:
-    return ANSI.sub("", line).replace("\t", "  ").strip()
-
-
-def parse_timestamp(line: str) -> float:
-    match = _TIMESTAMP.search(line)
-    if match is None:
-        return 0.0
-    year, month, day, hour, minute, second = (int(g) for g in match.groups()[:6])
-    fraction = float("0." + match.group(7)) if match.group(7) else 0.0
-    try:
-        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1)) + fraction
-    except (OverflowError, ValueError):
-        return 0.0
+_STEP_KEYS = ("global_step", "global step", "num_updates", "step", "_step", "s", "iteration", "iter", "it",
+              "batch", "update step")
+_IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test", "iteration", "iter", "batch",
+                 "validation loss at iteration", "validate step", "global step", "micro_step", "default", "day",
+                 "days", "line", "pid", "node", "gpu", "device", "epoch(train)", "epoch(val)", "iter(train)",
+                 "iter(val)", "epoch(test)", "update"}
+_EVAL_LINE = re.compile(
+    r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
+    r"\bend of epoch\b|^Eval |^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
+_EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel|dev)(?:$|[\W_])", re.IGNORECASE)
+_LOSS_SCALE_EVENTS = [
+    re.compile(rf"[Rr]educing dynamic loss scale from {_N} to (?P<value>{_N})"),
+    re.compile(rf"reducing (?:loss scale )?to (?P<value>{_N})"),
+    re.compile(rf"setting loss scale to:?\s{{0,4}}(?P<value>{_N})"),
+    re.compile(rf"loss scale (?:reduced|decreased|lowered) to:?\s{{0,4}}(?P<value>{_N})", re.IGNORECASE),
+]
+_OVERFLOW_ITERATION = re.compile(r"overflow on iteration:?\s{0,4}(\d+)", re.IGNORECASE)
+_SPECIAL_PAIRS = [
+    re.compile(rf"'(?P<key>[\w/.\-]{{1,120}})' reached (?P<value>{_N})"),
+    re.compile(rf"Monitored metric (?P<key>[\w/.\-]{{1,120}}) = (?P<value>{_N})"),
+]
+_HF_MARKERS = {"loss", "eval_loss", "grad_norm", "learning_rate", "train_runtime", "train_loss"}
+_HF_HEADER = re.compile(r"^(Num examples|Num Epochs|Total optimization steps|Gradient Accumulation steps"
+                        r"|Instantaneous batch size per device|Total train batch size.{0,60}|Number of trainable"
+                        r" parameters|Num Batches|Batch size) = ([\d,]+)")
+_KERAS_EPOCH = re.compile(r"^Epoch (\d+)/(\d+)$")
+_MODULE_PATH = re.compile(r"[a-z_]+(?:\.[a-z_0-9]+)+")
+_DICT_STEP_KEYS = ("global_step", "train/global_step", "trainer/global_step", "step", "num_updates", "iteration",
+                   "iter", "_step")
+_DEBUG_DICT = re.compile(r"device=|grad_fn=")
+_COLUMN = re.compile(r"[A-Za-z][\w()\-@/%.]*:?")
+_ROW_FIELD = re.compile(rf"(?:{_N})(?:/\d+)?[A-Za-z%]{{0,3}}:?|all")
 
 
 @dataclass
 class ParsedLine:
     values: dict[str, float] = field(default_factory=dict)
-    step: int | None = None
+    step: int | None = None  # the line's own step; None: the reader carries one
     is_eval: bool = False
-    ordinal: bool = False  # a dict without a step (HF console): counted by the caller
+    kind: str = ""  # "", "hf_dict", "hf_summary", "hf_header", "loss_scale", "overflow", "epoch_header", "bar"
     wall_time: float = 0.0
+    bar: tuple[int, int, bool] | None = None  # tqdm (n, total, has a description)
+    header: dict[str, int] = field(default_factory=dict)  # HF's `Num Epochs = 3`...
 
 
 def _with_eval_prefix(key: str, is_eval: bool) -> str:
@@ -101,80 +87,200 @@ def _with_eval_prefix(key: str, is_eval: bool) -> str:
     return key
 
 
-def parse_dict_line(line: str) -> ParsedLine | None:
-    """HF Trainer / fairseq json / DeiT JSON-lines dicts anywhere in the line."""
-    match = _DICT.search(line)
-    if match is None or ":" not in match.group(0):
-        return None
-    pairs = {m["key"]: parse_number(m["value"]) for m in _DICT_PAIR.finditer(match.group(0))}
-    if not pairs:
-        return None
-    parsed = ParsedLine(wall_time=parse_timestamp(line[: match.start()]))
-    for step_key in ("step", "global_step", "num_updates", "iteration", "iter", "_step"):
-        if step_key in pairs and math.isfinite(pairs[step_key]):
-            parsed.step = int(pairs.pop(step_key))
+def _is_step_key(key: str) -> bool:
+    lowered = key.lower()
+    return lowered in _STEP_KEYS or lowered.endswith(("num_updates", "/global_step", "_global_step"))
+
+
+def _dict_line(message: str, found: tuple[dict[str, float], int, int], wall: float) -> ParsedLine | None:
+    pairs, start, end = found
+    if _DEBUG_DICT.search(message, start, end):
+        return None  # a printed tensor dict (detectron2's loss_dict after its exception)
+    parsed = ParsedLine(wall_time=wall)
+    prefix = message[:start]
+    parsed.is_eval = bool(re.search(r"\|\s?valid\s?\|", prefix))
+    for step_key in (*_DICT_STEP_KEYS, *(k for k in pairs if k.endswith("num_updates"))):
+        value = pairs.get(step_key)
+        if value is not None and math.isfinite(value):
+            parsed.step = int(value)
+            pairs = {k: v for k, v in pairs.items() if k != step_key}
             break
     else:
         epoch = pairs.get("epoch")
-        if pairs.keys() & _HF_DICT_MARKERS or epoch is None or not math.isfinite(epoch) or epoch != int(epoch):
-            parsed.ordinal = True
-        else:
-            parsed.step = int(epoch)
-    parsed.is_eval = bool(re.search(r"\| valid\b", line[: match.start()]))
-    parsed.values = {_with_eval_prefix(k, parsed.is_eval): v for k, v in pairs.items()}
+        if "train_runtime" in pairs:
+            parsed.kind = "hf_summary"
+        elif pairs.keys() & _HF_MARKERS and (epoch is None or not math.isfinite(epoch) or epoch != int(epoch)
+                                             or "learning_rate" in pairs or "eval_loss" in pairs):
+            parsed.kind = "hf_dict"
+            parsed.is_eval = any(k.startswith(("eval_", "test_")) for k in pairs)
+        elif epoch is not None and math.isfinite(epoch):
+            parsed.step = int(epoch)  # DeiT-style epoch records: the epoch is the axis
+            pairs = {k: v for k, v in pairs.items() if k != "epoch"}
+        elif pairs.keys() & _HF_MARKERS:
+            parsed.kind = "hf_dict"
+    parsed.values = {_with_eval_prefix(k, parsed.is_eval and parsed.kind != "hf_dict"): v for k, v in pairs.items()}
     return parsed
 
 
-def parse_text_line(line: str) -> ParsedLine | None:
-    """Any other trainer line: key/number pairs plus a step from the line (or None: use the last one)."""
-    parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(line)))
-    found: dict[str, float] = {}
-    for match in _PAIR.finditer(line):
-        key = match["key"]
-        # A timestamp's date or "[INFO]"-style header words are not metrics.
-        if key.endswith(".py") or key.lower().startswith(("info", "warning", "debug", "error")) \
-                or (_MODULE_PATH.match(key) and line[match.end() : match.end() + 1] in (",", ":", "]")):
-            continue
-        found.setdefault(key, parse_number(match["value"]))
-    special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(line)}
-    if special:  # Lightning callbacks: the rest of the sentence is prose, not metrics
-        found = {k: v for k, v in found.items() if k.lower() in _STEP_KEYS} | special
+def _loss_scale_event(message: str, wall: float) -> ParsedLine | None:
+    if "scale" not in message:
+        return None
     for pattern in _LOSS_SCALE_EVENTS:
-        event = pattern.search(line)
+        event = pattern.search(message)
         if event is not None:
-            found = {"loss_scale": parse_number(event["value"])}
-            break
-    lowered = {k.lower(): k for k in found}
+            iteration = _OVERFLOW_ITERATION.search(message)
+            step = int(iteration.group(1)) if iteration else None
+            return ParsedLine({"loss_scale": parse_number(event["value"])}, step, kind="loss_scale", wall_time=wall)
+    return None
+
+
+def _step_from(message: str, found: dict[str, float]) -> int | None:
+    litgpt = _LITGPT.search(message)
+    if litgpt is not None:
+        return int(litgpt.group(1))
     for pattern in _EXPLICIT_STEPS:
-        match = pattern.search(line)
+        match = pattern.search(message)
         if match is not None:
-            parsed.step = int(match.group(1))
-            break
+            return int(match.group(1))
+    lowered = {k.lower(): v for k, v in found.items()}
+    for key, value in lowered.items():
+        if key.endswith(("global_step", "num_updates")) and math.isfinite(value):
+            return int(value)
+    for pattern, base in _EPOCH_BATCH:
+        match = pattern.search(message)
+        if match is not None:
+            return max(0, int(match["epoch"]) - base) * int(match["total"]) + int(match["batch"])
+    counter = _ITER_COUNTER.search(message)
+    if counter is not None:
+        return int(counter.group(1))
     for step_key in _STEP_KEYS:
-        original = lowered.get(step_key)
-        if original is not None and parsed.step is None and math.isfinite(found[original]):
-            parsed.step = int(found[original])
-    for pattern in _EPOCH_BATCH:
-        match = pattern.search(line) if parsed.step is None else None
-        if match is not None:
-            parsed.step = int(match["epoch"]) * int(match["total"]) + int(match["batch"])
-            break
-    for key in list(found):
-        if key.lower() in _IGNORED_KEYS or key.lower() in _STEP_KEYS or key.lower().endswith(" iter"):
-            del found[key]
+        value = lowered.get(step_key)
+        if value is not None and math.isfinite(value):
+            return int(value)
+    return None
+
+
+def _keep(key: str, message: str, position: int) -> bool:
+    lowered = key.lower()
+    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith(".py"):
+        return False
+    if lowered.startswith(("info", "warning", "debug", "error", "http")):
+        return False
+    # `[olmo.train:816, rank=0]`: a logger's name and line number
+    return not (_MODULE_PATH.fullmatch(key) and message[position - 1 : position] == ":")
+
+
+def parse_text(message: str, wall: float) -> ParsedLine | None:
+    """Any non-dict line: key/number pairs (pipe cells when the line is a `|` table) and a step."""
+    head = message[:HEAD]
+    parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
+    found: dict[str, float] = {}
+    if message.count("|", 0, HEAD) >= 2:
+        for cell in message.split("|", 128):
+            for key, value in cell_pairs(cell):
+                found.setdefault(key, value)
+        candidates = [(k, v, message.find(k) + len(k) + 1) for k, v in found.items()]
+    else:
+        candidates = find_pairs(message)
+        for key, value, _ in candidates:
+            found.setdefault(key, value)
+    special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(head)}
+    parsed.step = _step_from(head, found)
+    if special:  # Lightning callbacks: the rest of the sentence is prose
+        found = special
+    else:
+        keep = {k for k, _, position in candidates if _keep(k, message, position)}
+        found = {k: v for k, v in found.items() if k in keep}
     if not found and parsed.step is None:
         return None
     parsed.values = {_with_eval_prefix(k, parsed.is_eval): v for k, v in found.items()}
-    parsed.wall_time = parse_timestamp(line)
     return parsed
 
 
-def parse_line(line: str) -> ParsedLine | None:
-    cleaned = clean_line(line)
-    if not cleaned or len(cleaned) > 20_000:
+def table_header(message: str) -> list[str] | None:
+    """Column names of a whitespace table (ultralytics): 4+ names, 2+ spaces between every two."""
+    if "  " not in message or "=" in message or len(message) > 400:
         return None
-    if "{" in cleaned and "}" in cleaned:
-        parsed = parse_dict_line(cleaned)
-        if parsed is not None:
-            return parsed
-    return parse_text_line(cleaned)
+    columns = re.split(r"\s{2,}", message.strip())
+    if len(columns) < 4 or len(columns) != len(message.split()):
+        return None
+    if not all(_COLUMN.fullmatch(c) for c in columns):
+        return None
+    return [c.rstrip(":") for c in columns]
+
+
+def table_row(message: str, columns: list[str]) -> ParsedLine | None:
+    fields = message.split()
+    if len(fields) < len(columns) or len(message) > 2000:
+        return None
+    fields = fields[: len(columns)]
+    if not all(_ROW_FIELD.fullmatch(f) for f in fields):
+        return None
+    is_eval = columns[0] == "Class"
+    parsed = ParsedLine(is_eval=is_eval)
+    for name, text in zip(columns, fields):
+        number = NUMBER.match(text)
+        if number is None:
+            continue
+        if name.lower() == "epoch":
+            parsed.step = int(parse_number(number.group()))
+            continue
+        key = re.sub(r"[()]", "", name)
+        parsed.values[f"val/{key}" if is_eval else key] = parse_number(number.group())
+    return parsed if parsed.values else None
+
+
+def parse_line(line: str) -> ParsedLine | None:
+    """One record (split on \\r and \\n)."""
+    line = clean_line(line)
+    message = strip_headers(line)
+    if not message:
+        return None
+    wall = parse_timestamp(line) if line[:1] in "[0123456789" or "[titan]" in line[:20] else 0.0
+    head = message[:HEAD]
+    bar = find_bar(message)
+    if bar is not None:
+        return _bar_line(message, bar, wall)
+    overflow = _OVERFLOW_ITERATION.search(head) if "verflow" in head else None
+    if overflow is not None and "scale" not in head:
+        return ParsedLine(step=int(overflow.group(1)), kind="overflow", wall_time=wall)  # its scale comes next
+    event = _loss_scale_event(head, wall)
+    if event is not None:
+        return event
+    header = _HF_HEADER.match(head)
+    if header is not None:
+        return ParsedLine(kind="hf_header", header={header.group(1): int(header.group(2).replace(",", ""))})
+    keras = _KERAS_EPOCH.match(message)
+    if keras is not None:
+        return ParsedLine(step=int(keras.group(1)), kind="epoch_header", wall_time=wall)
+    if "{" in message and "}" in message:
+        found = find_dict(message)
+        if found is not None:
+            return _dict_line(message, found, wall)
+    return parse_text(message, wall)
+
+
+def _bar_line(message: str, bar: re.Match[str], wall: float) -> ParsedLine | None:
+    """A tqdm bar: its postfix metrics, Lightning's epoch step, and whatever follows the bar."""
+    description = message[: bar.start()].strip()
+    n, total = int(bar.group(2)), int(bar.group(3))
+    postfix = bar.group(4) or ""
+    parsed = ParsedLine(kind="bar", bar=(n, total, bool(description)), wall_time=wall)
+    lightning = re.match(r"(?:Epoch|Validation|Training) ?(\d+)?", description)
+    if lightning is not None and lightning.group(1) is not None:
+        parsed.step = int(lightning.group(1)) * total + n
+    comma = postfix.find(",")
+    if comma >= 0 and "=" in postfix:
+        pairs = [(k, v, p) for k, v, p in find_pairs(postfix, comma) if _keep(k, postfix, p)]
+        for key, value, _ in pairs:
+            if key.lower().endswith("global_step") and math.isfinite(value):
+                parsed.step = int(value)
+            else:
+                parsed.values.setdefault(key, value)
+    rest = message[bar.end() :].strip()
+    if rest:
+        after = parse_line(rest)
+        if after is not None:
+            after.bar = parsed.bar
+            return after
+    return parsed
