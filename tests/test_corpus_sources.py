@@ -78,20 +78,8 @@ def test_wandb_gives_tensorboards_decision_at_every_checkpoint(
     assert not differ, f"{name}: W&B differs from TensorBoard at {len(differ)} checkpoints, first {differ[:3]}"
 
 
-STEPLESS_TEXT = [n for n, spec in corpus.CORPUS.items() if spec.text_format == "hf"]
-
-
-@pytest.mark.parametrize("name", [n for n in corpus.CORPUS if n not in STEPLESS_TEXT])
+@pytest.mark.parametrize("name", list(corpus.CORPUS))
 def test_text_log_gives_tensorboards_decision_at_every_checkpoint(
-        timelines: dict[str, dict[str, list[tuple[int, str, str]]]], name: str) -> None:
-    differ = _differences(timelines[name], "text")
-    assert not differ, f"{name}: the text log differs from TensorBoard at {len(differ)} checkpoints, first {differ[:3]}"
-
-
-@pytest.mark.xfail(strict=True, reason="the corpus' HF console dicts carry no step (epoch rounded to 2 decimals, no "
-                   "progress bar or Trainer header): the reader numbers them by position (text-log half of issue 13)")
-@pytest.mark.parametrize("name", STEPLESS_TEXT)
-def test_hf_text_log_gives_tensorboards_decision_at_every_checkpoint(
         timelines: dict[str, dict[str, list[tuple[int, str, str]]]], name: str) -> None:
     differ = _differences(timelines[name], "text")
     assert not differ, f"{name}: the text log differs from TensorBoard at {len(differ)} checkpoints, first {differ[:3]}"
@@ -122,10 +110,9 @@ def test_tensorboard_and_text_log_give_the_same_decision(generated: dict[str, co
     from_text = decide(MetricHistory.from_points(text_points))
     assert (from_text.decision, from_text.reason) == (from_tb.decision, from_tb.reason), (
         f"{name}: TensorBoard says {from_tb.message!r}, the {labels.text_format} log says {from_text.message!r}")
-    if labels.text_format != "hf":  # HF console dicts carry no step: the reader numbers them 1, 2, 3, ...
-        tb_stop, _ = replay(TensorBoardSource(labels.tensorboard_dir).read_new())
-        text_stop, _ = replay(text_points)
-        assert tb_stop == text_stop, f"{name}: first STOP at {tb_stop} from TensorBoard, {text_stop} from text"
+    tb_stop, _ = replay(TensorBoardSource(labels.tensorboard_dir).read_new())
+    text_stop, _ = replay(text_points)
+    assert tb_stop == text_stop, f"{name}: first STOP at {tb_stop} from TensorBoard, {text_stop} from text"
 
 
 @pytest.mark.parametrize("name", WITH_WANDB)

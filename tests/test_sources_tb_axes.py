@@ -109,7 +109,8 @@ def _raw_event_with_values(step: int, loss: float, value_bytes: bytes) -> bytes:
     from tensorboard.compat.proto.event_pb2 import Event
     from tensorboard.compat.proto.summary_pb2 import Summary
 
-    event = Event(wall_time=1.7e9 + step, step=step, summary=Summary(value=[Summary.Value(tag="loss", simple_value=loss)]))
+    loss_value = Summary.Value(tag="loss", simple_value=loss)
+    event = Event(wall_time=1.7e9 + step, step=step, summary=Summary(value=[loss_value]))
     value = b"\x0a" + bytes([len(value_bytes)]) + value_bytes
     return event.SerializeToString() + b"\x2a" + bytes([len(value)]) + value
 

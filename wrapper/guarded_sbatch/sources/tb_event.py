@@ -66,21 +66,8 @@ def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
             dtype, pos = read_varint(buf, pos)
         elif number == 2 and wire == 2:  # tensor_shape
             length, pos = read_varint(buf, pos)
-            shape_end = pos + length
-            while pos < shape_end:
-                shape_key, pos = read_varint(buf, pos)
-                if shape_key == 0x12:  # dim
-                    dim_length, pos = read_varint(buf, pos)
-                    dim_end = pos + dim_length
-                    while pos < dim_end:
-                        dim_key, pos = read_varint(buf, pos)
-                        if dim_key == 0x08:
-                            size, pos = read_varint(buf, pos)
-                            elements *= to_signed64(size)
-                        else:
-                            pos = skip_field(buf, pos, dim_key & 7)
-                else:
-                    pos = skip_field(buf, pos, shape_key & 7)
+            elements *= _shape_elements(buf, pos, pos + length)
+            pos += length
         elif number == 4 and wire == 2:  # tensor_content
             length, pos = read_varint(buf, pos)
             content = buf[pos : pos + length]
@@ -91,21 +78,12 @@ def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
             pos = _read_fixed(buf, pos, wire, _DOUBLE, values)
         elif number in (_INT_VAL, _INT64_VAL, _HALF_VAL, _UINT32_VAL, _UINT64_VAL) and wire in (0, 2):
             raws: list[int] = []
-            if wire == 0:
-                raw, pos = read_varint(buf, pos)
-                raws.append(raw)
-            else:
-                length, pos = read_varint(buf, pos)
-                packed_end = pos + length
-                while pos < packed_end:
-                    raw, pos = read_varint(buf, pos)
-                    raws.append(raw)
+            pos = _read_varints(buf, pos, wire, raws)
             if number == _HALF_VAL:
                 half_bits.extend(raws)
-            elif number in (_INT_VAL, _INT64_VAL):
-                values.extend(float(to_signed64(raw)) for raw in raws)
             else:
-                values.extend(float(raw) for raw in raws)
+                signed = number in (_INT_VAL, _INT64_VAL)
+                values.extend(float(to_signed64(raw) if signed else raw) for raw in raws)
         else:
             pos = skip_field(buf, pos, wire)
     if pos != end or elements != 1 or dtype == _DT_BOOL:
@@ -120,6 +98,41 @@ def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
         if fmt is not None and len(content) == fmt.size:
             return float(fmt.unpack(content)[0])
     return None
+
+
+def _shape_elements(buf: bytes, pos: int, end: int) -> int:
+    """The number of elements of a TensorShapeProto (dim=2 { size=1 })."""
+    elements = 1
+    while pos < end:
+        shape_key, pos = read_varint(buf, pos)
+        if shape_key == 0x12:  # dim
+            dim_length, pos = read_varint(buf, pos)
+            dim_end = pos + dim_length
+            while pos < dim_end:
+                dim_key, pos = read_varint(buf, pos)
+                if dim_key == 0x08:
+                    size, pos = read_varint(buf, pos)
+                    elements *= to_signed64(size)
+                else:
+                    pos = skip_field(buf, pos, dim_key & 7)
+        else:
+            pos = skip_field(buf, pos, shape_key & 7)
+    if pos != end:
+        raise ValueError("tensor shape overruns")
+    return elements
+
+
+def _read_varints(buf: bytes, pos: int, wire: int, out: list[int]) -> int:
+    if wire == 0:
+        raw, pos = read_varint(buf, pos)
+        out.append(raw)
+        return pos
+    length, pos = read_varint(buf, pos)
+    packed_end = pos + length
+    while pos < packed_end:
+        raw, pos = read_varint(buf, pos)
+        out.append(raw)
+    return pos
 
 
 def _read_fixed(buf: bytes, pos: int, wire: int, fmt: struct.Struct, values: list[float]) -> int:

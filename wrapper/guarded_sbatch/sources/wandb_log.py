@@ -321,28 +321,32 @@ class WandbLogSource:
                 pos += block_left  # like LevelDB: drop the rest of this block
                 continue
             pos = end
-            if chunk_type == FULL:
-                if part.fragments:
-                    self._corrupt(part)
-                records.append(payload)
-            elif chunk_type == FIRST:
-                if part.fragments:
-                    self._corrupt(part)
-                part.fragments = [payload]
-            elif chunk_type in (MIDDLE, LAST):
-                if not part.fragments:
-                    self.bad_records += 1  # a continuation without its start: skip it
-                    continue
-                part.fragments.append(payload)
-                if sum(len(f) for f in part.fragments) > MAX_RECORD_BYTES:
-                    self._corrupt(part)
-                elif chunk_type == LAST:
-                    records.append(b"".join(part.fragments))
-                    part.fragments = []
-            else:
-                self._corrupt(part)
+            self._take_chunk(part, chunk_type, payload, records)
         part.offset = base + pos
         return records
+
+    def _take_chunk(self, part: _LogPart, chunk_type: int, payload: bytes, records: list[bytes]) -> None:
+        """Reassemble records from FULL / FIRST, MIDDLE..., LAST chunks."""
+        if chunk_type == FULL:
+            if part.fragments:
+                self._corrupt(part)
+            records.append(payload)
+        elif chunk_type == FIRST:
+            if part.fragments:
+                self._corrupt(part)
+            part.fragments = [payload]
+        elif chunk_type in (MIDDLE, LAST):
+            if not part.fragments:
+                self.bad_records += 1  # a continuation without its start: skip it
+                return
+            part.fragments.append(payload)
+            if sum(len(f) for f in part.fragments) > MAX_RECORD_BYTES:
+                self._corrupt(part)
+            elif chunk_type == LAST:
+                records.append(b"".join(part.fragments))
+                part.fragments = []
+        else:
+            self._corrupt(part)
 
     def _corrupt(self, part: _LogPart) -> None:
         self.bad_records += 1
