@@ -62,6 +62,7 @@ class WandbAxes:
     _last_log_step: int | None = None
     _axes: dict[str, Axis] = field(default_factory=dict)
     _step_metric_cache: dict[str, str | None] = field(default_factory=dict)
+    _counter_names: set[str] = field(default_factory=lambda: set(STEP_LIKE_KEYS))  # never metrics
 
     def axes(self) -> dict[str, Axis]:
         return dict(self._axes)
@@ -79,10 +80,13 @@ class WandbAxes:
         elif glob_name:
             self.glob_step_metrics.append((glob_name, step_metric))
         self._step_metric_cache.clear()
+        self._counter_names.add(step_metric)
 
     def _step_metric_of(self, key: str) -> str | None:
-        if key in self._step_metric_cache:
+        try:
             return self._step_metric_cache[key]
+        except KeyError:
+            pass
         found = self.step_metrics.get(key)
         if found is None:
             for glob, step_metric in self.glob_step_metrics:
@@ -92,40 +96,48 @@ class WandbAxes:
         self._step_metric_cache[key] = found
         return found
 
-    def _is_counter(self, key: str) -> bool:
-        return key in STEP_LIKE_KEYS or key in self.step_metrics.values() or any(
-            key == s for _, s in self.glob_step_metrics)
-
     def points(self, row: WandbRow) -> list[MetricPoint]:
         """The row's metrics as points on their axes (nothing when the row carries no position at all)."""
-        self.media_paths |= row.media_paths
-        values = {k: v for k, v in row.values.items() if not _under(k, self.media_paths)}
+        if row.media_paths:
+            self.media_paths |= row.media_paths
+        values = row.values
+        if self.media_paths:
+            values = {k: v for k, v in values.items() if not _under(k, self.media_paths)}
         log_step = None if row.step is None else row.step + self.step_offset
         if log_step is not None:
             if self._last_log_step is not None and log_step > self._last_log_step + 1:
                 self.user_steps = True
-            self._last_log_step = log_step if self._last_log_step is None else max(self._last_log_step, log_step)
-        for key, value in values.items():
-            if self._is_counter(key) and math.isfinite(value):
-                self.counters[key] = value
+            if self._last_log_step is None or log_step > self._last_log_step:
+                self._last_log_step = log_step
+        counter_names = self._counter_names
+        for key in counter_names.intersection(values):
+            if math.isfinite(values[key]):
+                self.counters[key] = values[key]
         if self.default_key is None:
             self.default_key = next(
                 (k for k in STEP_LIKE_KEYS if k in values and _is_integral(values[k])), None)
+        default_step, default_axis = self._default_position(log_step)
+        defined = bool(self.step_metrics or self.glob_step_metrics)
         points: list[MetricPoint] = []
+        axes = self._axes
+        timestamp = row.timestamp
         for key, value in values.items():
-            if self._is_counter(key):
+            if key in counter_names:
                 continue
-            step, axis = self._position(key, log_step)
+            step: int | None
+            step_metric = self._step_metric_of(key) if defined else None
+            if step_metric is not None and step_metric in self.counters:
+                step, axis = int(self.counters[step_metric]), axis_of_counter(step_metric)
+            else:
+                step, axis = default_step, default_axis
             if step is None:
                 continue
-            self._axes[key] = axis
-            points.append(MetricPoint(step, row.timestamp, key, value))
+            axes[key] = axis
+            points.append(MetricPoint(step, timestamp, key, value))
         return points
 
-    def _position(self, key: str, log_step: int | None) -> tuple[int | None, Axis]:
-        step_metric = self._step_metric_of(key)
-        if step_metric is not None and step_metric in self.counters:
-            return int(self.counters[step_metric]), axis_of_counter(step_metric)
+    def _default_position(self, log_step: int | None) -> tuple[int | None, Axis]:
+        """Where a key without a step metric goes: the step-like key's value, else `_step`."""
         if self.default_key is not None and self.default_key in self.counters:
             counter = self.counters[self.default_key]
             if _is_integral(counter):
