@@ -134,6 +134,7 @@ def test_a_resumed_run_continues_its_axis(runs: Path, name: str) -> None:
         values = [p.value for p in points if p.key == "loss"]
         assert values[10] == 2.0 and values[9] == pytest.approx(1.09)
         assert len(source.files_inspected()) == 2
+        assert source.describe() == str(next(first.glob("*.wandb")).resolve())  # one run, whichever part opened it
 
 
 def test_a_resume_started_while_watching_is_picked_up(runs: Path, tmp_path: Path) -> None:

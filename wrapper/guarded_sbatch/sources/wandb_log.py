@@ -192,11 +192,20 @@ class WandbLogSource:
         self.axis = WandbAxes()
         self._parts: list[_LogPart] = []
         self._last_step: dict[str, int] = {}
+        self._identity: str | None = None
         self.log_path: Path | None = find_wandb_file(self.path)
 
     def describe(self) -> str:
-        """The log file (stable across reads, so callers can use it to tell sources apart)."""
-        return str(self._parts[0].path if self._parts else self.log_path or self.path)
+        """The run's first log file (stable across reads and resumes, so callers can tell sources apart:
+        a source opened on a resumed part is the same run)."""
+        if self.log_path is None:
+            return str(self.path)
+        if self._identity is None:
+            try:
+                self._identity = str(resumed_parts(self.log_path.resolve())[0])
+            except OSError:
+                self._identity = str(self.log_path)
+        return self._identity
 
     def run_label(self) -> str:
         """entity/project/run_id (display name) once the run record has been read, else the log path."""
