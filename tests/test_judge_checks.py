@@ -46,10 +46,14 @@ def test_unknown_keys_only_is_wait_no_data() -> None:
     assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.NO_DATA)
 
 
-def test_too_few_points_never_stop_even_with_nan() -> None:
+def test_short_log_with_nan_is_judged_on_what_is_there() -> None:
+    one = decide(history(series("loss", range(1, 4), lambda s: 2.0), series("loss", [4], lambda s: NAN)))
+    assert (one.decision, one.reason) == (Decision.WAIT, Reason.NON_FINITE_LOSS)
     verdict = decide(history(series("loss", range(1, 5), lambda s: NAN)))
-    assert verdict.decision is Decision.WAIT
-    assert verdict.reason is Reason.NON_FINITE_LOSS
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_LOSS)
+    assert "since step 1" in verdict.message
+    finite_but_few = decide(history(series("loss", range(1, 4), lambda s: 2.0 * s)))
+    assert (finite_but_few.decision, finite_but_few.reason) == (Decision.WAIT, Reason.TOO_EARLY)
 
 
 def test_healthy_curve_continues() -> None:
@@ -240,8 +244,11 @@ def test_lr_decayed_to_zero_at_the_end_is_healthy_and_restart_is_a_note() -> Non
 
 def test_plateau_from_start_at_chance_is_stop() -> None:
     flat = lambda s: math.log(4) * (1 + 0.01 * math.sin(s * 1.7))  # noqa: E731
+    too_early = decide(history(series("loss", range(0, 100, 5), flat)))
+    assert too_early.decision is Decision.CONTINUE  # not enough steps to call it yet
     early = decide(history(series("loss", range(0, 200, 5), flat)))
-    assert early.decision is Decision.CONTINUE  # not enough steps to call it yet
+    assert (early.decision, early.reason) == (Decision.WAIT, Reason.PLATEAU_FROM_START)  # WAIT before STOP
+    assert "STOP at step 300" in early.message
     verdict = decide(history(series("loss", range(0, 600, 5), flat)), JudgePolicy(chance_loss=math.log(4)))
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.PLATEAU_FROM_START)
 

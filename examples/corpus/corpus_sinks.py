@@ -3,6 +3,7 @@ log in a real trainer's format, and optionally a W&B offline run. All get the sa
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, Literal, TextIO
 
 from corpus_train import LogRecord
 
-TextFormat = Literal["megatron", "nanogpt", "hf", "llmc"]
+TextFormat = Literal["megatron", "nanogpt", "hf", "llmc", "deit"]
 WALL_START = 1_767_000_000.0  # fixed epoch so wall times do not depend on when the corpus was made
 
 
@@ -100,6 +101,19 @@ class TextLogSink:
         parts.append(f"number of skipped iterations: {int(skipped_now):3d}")
         parts.append(f"number of nan iterations: {nan_now:3d}")
         return " | ".join(parts) + " |"
+
+    def _deit(self, r: LogRecord) -> str | None:
+        """DeiT / timm-style JSON lines, one per epoch (step = epoch), written after the epoch's eval."""
+        v = r.values
+        if not r.is_eval:
+            self._epoch_train = {"train_lr": v["train/lr"], "train_loss": v["train/loss"]}
+            return None
+        shown = dict(getattr(self, "_epoch_train", {}))
+        shown["test_loss"] = v["eval/loss"]
+        if "eval/accuracy" in v:
+            shown["test_acc1"] = 100.0 * v["eval/accuracy"]
+        shown |= {"epoch": r.step, "n_parameters": 1284}
+        return json.dumps(shown)
 
     def _nanogpt(self, r: LogRecord) -> str:
         v = r.values

@@ -45,6 +45,10 @@ class TrainSpec:
     bad_inputs: tuple[int, int, float] | None = None  # (first, last, scale): corrupted batches
     eval_set_has_nan: bool = False  # a corrupt row in the held-out file
     hf_nan_filter: bool = False  # log the train loss as HF's Trainer does (logging_nan_inf_filter)
+    bad_rows: int | None = None  # with bad_inputs: only this many rows of the batch are corrupted
+    label_corruption_from: tuple[int, float] | None = None  # (step, rate): a growing share of random labels
+    eval_nan_at: tuple[int, ...] = ()  # evaluations at these steps read a corrupt shard (NaN)
+    log_train_accuracy: bool = False  # the batch accuracy, as runs without a validation set log it
 
 
 @dataclass
@@ -149,10 +153,16 @@ def train(spec: TrainSpec, seed: int = 0) -> Iterator[LogRecord]:
             idx = rng.integers(0, len(x_train), size=spec.batch_size)
             x, y = x_train[idx], y_train[idx]
             if spec.bad_inputs and spec.bad_inputs[0] <= step <= spec.bad_inputs[1]:
-                x = x * np.float32(spec.bad_inputs[2])
+                rows = slice(0, spec.bad_rows) if spec.bad_rows else slice(None)
+                x = x.copy()
+                x[rows] = x[rows] * np.float32(spec.bad_inputs[2])
+            if spec.label_corruption_from and step >= spec.label_corruption_from[0]:
+                share = min(1.0, (step - spec.label_corruption_from[0]) * spec.label_corruption_from[1])
+                flip = rng.random(len(y)) < share
+                y = np.where(flip, rng.integers(0, spec.n_classes, size=len(y)), y)
             lr = lr_at(spec, step)
             dtype = np.float16 if spec.fp16 else np.float64  # float64: no slow subnormals near loss 0
-            loss, grads, _ = model.loss_and_grads(x, y, dtype, loss_scale)
+            loss, grads, out = model.loss_and_grads(x, y, dtype, loss_scale)
             grad_norm = float(math.sqrt(sum(float(np.sum(g.astype(np.float64) ** 2)) for g in grads.values())))
             skipped = spec.fp16 and not math.isfinite(grad_norm)
             if skipped:
@@ -176,13 +186,18 @@ def train(spec: TrainSpec, seed: int = 0) -> Iterator[LogRecord]:
             if step % spec.log_every == 0:
                 logged_loss = hf_running / hf_since_log if spec.hf_nan_filter else loss
                 record = LogRecord(step, {"train/loss": logged_loss, "train/lr": lr, "train/grad_norm": grad_norm})
+                if spec.log_train_accuracy and spec.task == "classify":
+                    record.values["train/accuracy"] = float(np.mean(out.argmax(axis=1) == y))
                 if spec.fp16:
                     record.values["train/loss_scale"] = loss_scale
                     record.values["train/skipped_steps"] = float(skipped_total)
                 hf_running, hf_since_log = 0.0, 0
                 yield record
             if step % spec.eval_every == 0:
-                yield LogRecord(step, model.evaluate(x_eval, y_eval), is_eval=True)
+                evaluated = model.evaluate(x_eval, y_eval)
+                if step in spec.eval_nan_at:
+                    evaluated = {k: math.nan for k in evaluated}
+                yield LogRecord(step, evaluated, is_eval=True)
 
 
 def _apply_update(

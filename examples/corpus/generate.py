@@ -39,6 +39,9 @@ class CorpusSpec:
     onset: Onset = "none"
     stop_within_steps: int | None = None
     reasons: tuple[str, ...] = ()
+    should_wait_first: bool = False  # a `should` case: some poll says WAIT before the first STOP
+    wait_expected_at: tuple[int, int] | None = None  # a healthy run some poll in [a, b] must call WAIT
+    epoch_steps: int | None = None  # logged per epoch: step = epoch, train metrics averaged over it
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class RunLabels:
     onset_step: int | None  # the fault began here: no STOP before it
     stop_within_steps: int | None  # STOP by onset_step + this
     reasons: tuple[str, ...]  # acceptable Reason values of that STOP
+    should_wait_first: bool  # a WAIT at some poll before the first STOP
+    wait_expected_at: tuple[int, int] | None  # healthy, but some poll in this step range says WAIT
     last_step: int
     tensorboard_dir: str
     text_log: str
@@ -107,11 +112,12 @@ CORPUS: dict[str, CorpusSpec] = {
         "unnormalised (x1000) input batches at steps 700-702 kill the ReLUs: the loss jumps to chance and stays",
         TrainSpec(steps=1400, optimizer="sgd", lr=0.05, bad_inputs=(700, 702, 1000.0)),
         "megatron", healthy=False, onset="fault", stop_within_steps=150, reasons=DIVERGE_REASONS,
+        should_wait_first=True,
     ),
     "plateau_dead_relu": CorpusSpec(
         "every ReLU dead from the initialisation (bias -20): flat at chance from step 0",
         TrainSpec(steps=1200, init_bias=-20.0), "nanogpt", healthy=False, onset="start",
-        stop_within_steps=600, reasons=("plateau_from_start",),
+        stop_within_steps=600, reasons=("plateau_from_start",), should_wait_first=True,
     ),
     "zero_lr": CorpusSpec(
         "a schedule bug: the LR is 0 at every step",
@@ -123,17 +129,72 @@ CORPUS: dict[str, CorpusSpec] = {
         TrainSpec(steps=1000, n_train=200, hidden=128, label_noise=0.3, lr=1e-3, schedule="constant",
                   eval_every=25, n_features=30),
         "nanogpt", healthy=False, onset="best_eval", stop_within_steps=700, reasons=("eval_regressing",),
+        should_wait_first=True,
     ),
     "eval_nan": CorpusSpec(
         "a corrupt row in the held-out file: every evaluation returns NaN, training is fine",
         TrainSpec(steps=1000, eval_every=50, eval_set_has_nan=True), "hf", healthy=False, onset="first_eval",
-        stop_within_steps=150, reasons=("eval_failing",),
+        stop_within_steps=150, reasons=("eval_failing",), should_wait_first=True,
     ),
     "fp16_scale_collapse": CorpusSpec(
         "fp16; the input pipeline stops normalising at step 600 (x1e4): every step overflows, the scale sits at 1",
         TrainSpec(steps=1000, fp16=True, log_every=5, bad_inputs=(600, 10_000, 1e4)), "megatron",
         healthy=False, onset="fault", stop_within_steps=200,
         reasons=("loss_scale_collapse", "non_finite_loss", "non_finite_metric"),
+    ),
+    # --- issue 14: what a sidecar meets at every poll ---
+    "tiny_batch_sgd": CorpusSpec(
+        "batch of 2, SGD + momentum, the loss of every single batch logged: very noisy, healthy",
+        TrainSpec(steps=400, batch_size=2, optimizer="sgd", lr=0.01, log_every=1, eval_every=25,
+                  label_noise=0.1, warmup_steps=20),
+        "nanogpt", healthy=True,
+    ),
+    "tiny_batch_sgd_b": CorpusSpec(
+        "batch of 2, SGD, another seed of data and a higher LR: very noisy, healthy",
+        TrainSpec(steps=400, batch_size=2, optimizer="sgd", lr=0.03, log_every=1, eval_every=40,
+                  label_noise=0.2, n_features=10, warmup_steps=20),
+        "llmc", healthy=True,
+    ),
+    "no_validation": CorpusSpec(
+        "no validation set: only the training loss and a training-batch accuracy are logged",
+        TrainSpec(steps=800, eval_every=10**9, log_train_accuracy=True), "llmc", healthy=True,
+    ),
+    "nan_eval_once": CorpusSpec(
+        "one evaluation (step 300) reads a corrupt shard and returns NaN, the next ones are fine",
+        TrainSpec(steps=800, eval_every=50, eval_nan_at=(300,)), "megatron", healthy=True,
+        wait_expected_at=(300, 349),
+    ),
+    "grad_spike": CorpusSpec(
+        "gradient clipping; 4 rows of one batch (step 401) are x100: loss and grad norm jump once and recover",
+        TrainSpec(steps=600, log_every=1, grad_clip=1.0, bad_inputs=(401, 401, 100.0), bad_rows=4),
+        "llmc", healthy=True, wait_expected_at=(401, 420),
+    ),
+    "rare_evals_overfit": CorpusSpec(
+        "like overfit, evaluated every 150 steps only",
+        TrainSpec(steps=2400, n_train=200, hidden=128, label_noise=0.3, lr=1e-3, schedule="constant",
+                  eval_every=150, n_features=30, log_every=10),
+        "nanogpt", healthy=False, onset="best_eval", stop_within_steps=1000, reasons=("eval_regressing",),
+        should_wait_first=True,
+    ),
+    "epoch_overfit": CorpusSpec(
+        "like overfit, logged per epoch (step = epoch, DeiT JSON lines): the eval regresses for many epochs",
+        TrainSpec(steps=1200, n_train=200, hidden=128, label_noise=0.3, lr=1e-3, schedule="constant",
+                  eval_every=25, n_features=30, log_every=1),
+        "deit", healthy=False, onset="best_eval", stop_within_steps=16, reasons=("eval_regressing",),
+        should_wait_first=True, epoch_steps=25,
+    ),
+    "slow_climb": CorpusSpec(
+        "the data pipeline serves a growing share of random labels from step 500: the loss climbs slowly",
+        TrainSpec(steps=1500, lr=1e-3, schedule="constant", label_corruption_from=(500, 1 / 800), log_every=5,
+                  eval_every=50),
+        "megatron", healthy=False, onset="fault", stop_within_steps=700,
+        reasons=("loss_climbing", "eval_regressing"), should_wait_first=True,
+    ),
+    "short_nan": CorpusSpec(
+        "a short log: the LR bug hits at step 20 of 40, the loss is NaN from then on",
+        TrainSpec(task="regress", optimizer="sgd", lr=0.02, steps=40, log_every=2, lr_multiplier_from=(20, 300.0),
+                  eval_every=10**9, warmup_steps=4),
+        "llmc", healthy=False, onset="fault", stop_within_steps=20, reasons=NAN_REASONS,
     ),
 }
 
@@ -145,8 +206,8 @@ def _onset_step(spec: CorpusSpec, records: list[LogRecord]) -> int | None:
     if kind == "start":
         return 0
     if kind == "fault":
-        fault = spec.train.lr_multiplier_from or spec.train.bad_inputs
-        return int(fault[0]) if fault else None
+        fault = spec.train.lr_multiplier_from or spec.train.bad_inputs or spec.train.label_corruption_from
+        return int(fault[0]) // (spec.epoch_steps or 1) if fault else None
     if kind == "first_nonfinite_loss":
         return next(r.step for r in records if not r.is_eval and not math.isfinite(r.values["train/loss"]))
     if kind == "first_eval":
@@ -169,6 +230,8 @@ def generate_run(name: str, out_dir: str | Path, seed: int = 0, *, wandb: bool =
     wandb_sink = WandbSink(run_dir, name) if wandb else None
     started = time.perf_counter()  # the run itself: training and writing, not imports nor wandb's start-up
     records = list(train(spec.train, seed=seed))
+    if spec.epoch_steps:
+        records = per_epoch(records, spec.epoch_steps)
     for record in records:
         for sink in file_sinks:
             sink.write(record)
@@ -186,6 +249,8 @@ def generate_run(name: str, out_dir: str | Path, seed: int = 0, *, wandb: bool =
         onset_step=_onset_step(spec, records),
         stop_within_steps=spec.stop_within_steps,
         reasons=spec.reasons,
+        should_wait_first=spec.should_wait_first,
+        wait_expected_at=spec.wait_expected_at,
         last_step=max(r.step for r in records),
         tensorboard_dir=str(run_dir / "tb"),
         text_log=str(text_log),
@@ -199,7 +264,28 @@ def generate_run(name: str, out_dir: str | Path, seed: int = 0, *, wandb: bool =
 
 def records_of(name: str, seed: int = 0) -> list[LogRecord]:
     """The run's logged records without writing anything (for quick experiments)."""
-    return list(train(CORPUS[name].train, seed=seed))
+    records = list(train(CORPUS[name].train, seed=seed))
+    epoch_steps = CORPUS[name].epoch_steps
+    return per_epoch(records, epoch_steps) if epoch_steps else records
+
+
+def per_epoch(records: list[LogRecord], epoch_steps: int) -> list[LogRecord]:
+    """What a per-epoch logger (Keras, DeiT) writes: step = epoch, the epoch's mean train loss and
+    grad norm, its last LR, then the epoch-end evaluation."""
+    out: list[LogRecord] = []
+    bucket: list[LogRecord] = []
+    for record in records:
+        if not record.is_eval:
+            bucket.append(record)
+            continue
+        epoch = record.step // epoch_steps
+        if bucket:
+            values = {k: float(sum(r.values[k] for r in bucket) / len(bucket)) for k in ("train/loss", "train/grad_norm")}
+            values["train/lr"] = bucket[-1].values["train/lr"]
+            out.append(LogRecord(epoch, values))
+            bucket = []
+        out.append(LogRecord(epoch, dict(record.values), is_eval=True))
+    return out
 
 
 def with_train(name: str, **changes: object) -> CorpusSpec:

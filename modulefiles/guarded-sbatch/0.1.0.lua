@@ -6,8 +6,11 @@
 local install_root = nil  -- nil: the checkout this file is in (<root>/modulefiles/guarded-sbatch/0.1.0.lua)
 local python       = nil  -- nil: <install_root>/.venv/bin/python (a Python with guarded-sbatch installed)
 local site_config  = nil  -- nil: <install_root>/site_configs/site.toml (e.g. /etc/guarded-sbatch/site.toml)
+-- A site_config set above is a production install: the module refuses to load (non-zero, a clear message)
+-- while that file is missing, rather than run with weaker built-in defaults. With nil it only warns.
 local real_sbatch  = nil  -- nil: the first sbatch on PATH outside the shim folder, else /usr/bin/sbatch
 
+local site_config_set = site_config ~= nil
 local this_file = myFileName()
 local root = install_root or this_file:match("^(.*)/[^/]+/[^/]+/[^/]+$")
 local shims = pathJoin(root, "shims")
@@ -41,6 +44,10 @@ setenv("GUARDED_SBATCH_PYTHON", python)
 setenv("GUARDED_SBATCH_REAL_SBATCH", real_sbatch)
 if isFile(site_config) then
   setenv("GUARDED_SBATCH_SITE_CONFIG", site_config)
+elseif site_config_set and mode() == "load" then
+  LmodError("guarded-sbatch: the site config " .. site_config .. " (set in " .. this_file .. ") does not exist; "
+    .. "not loaded, so that no job runs under weaker defaults. Site admin: create it from "
+    .. "site_configs/example-site.toml, or fix `site_config` in the modulefile")
 elseif mode() == "load" then
   LmodMessage("guarded-sbatch: no site config at " .. site_config .. " (built-in defaults apply)")
 end

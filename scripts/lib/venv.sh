@@ -24,17 +24,44 @@ ensure_venv() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
   fi
   if [[ ! -x "$repo/.venv/bin/python" ]]; then
+    echo "guarded-sbatch: [setup 1/3] creating $repo/.venv" >&2
     "$python" -m venv "$repo/.venv"
   fi
   stamp="$repo/.venv/.installed-${extra:-main}"
   if [[ ! -f "$stamp" || "$repo/pyproject.toml" -nt "$stamp" ]]; then
+    echo "guarded-sbatch: [setup 2/3] updating pip" >&2
     "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-    if [[ -n "$extra" ]]; then
-      "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check -e "$repo[$extra]"
-    else
-      "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check -e "$repo"
+    # pip's own progress, one line per package (the first install takes a few minutes: wandb, tensorboard ...)
+    echo "guarded-sbatch: [setup 3/3] installing guarded-sbatch${extra:+[$extra]} and its dependencies" >&2
+    local log="$repo/.venv/install.log" pid
+    "$repo/.venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+      -e "$repo${extra:+[$extra]}" >"$log" 2>&1 &
+    pid=$!
+    tail --pid="$pid" -n +1 -F "$log" 2>/dev/null | grep -E --line-buffered '^(Collecting|Successfully)' >&2 || true
+    if ! wait "$pid"; then
+      tail -n 20 "$log" >&2
+      echo "guarded-sbatch: the install failed (full log: $log)" >&2
+      return 1
     fi
     touch "$stamp"
+    echo "guarded-sbatch: setup done" >&2
   fi
   export PATH="$repo/.venv/bin:$PATH"
+}
+
+# The system tools the tests drive for real (tests/test_anywhere_*.py): tmux, and an sshd the tests start
+# on a local port with a generated key. Installs only what is missing (Debian, as root); idempotent.
+ensure_test_tools() {
+  local missing=()
+  command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+  { command -v sshd >/dev/null 2>&1 || [[ -x /usr/sbin/sshd ]]; } || missing+=(openssh-server)
+  { command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } || missing+=(openssh-client)
+  ((${#missing[@]} == 0)) && return 0
+  if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
+    echo "guarded-sbatch: installing ${missing[*]} for the tests" >&2
+    timeout 600 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "guarded-sbatch: the tests need ${missing[*]}; install them (Debian: apt-get install ${missing[*]})" >&2
+    return 1
+  fi
 }

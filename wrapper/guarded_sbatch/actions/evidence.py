@@ -4,7 +4,6 @@ anomaly marked. Everything passes through redact() before it is written."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ from typing import Any
 from guarded_sbatch.actions.evidence_plot import plot_input
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import write_json_atomic
+from guarded_sbatch.core.jsonnum import dumps as json_dumps, json_number
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.runner import run_command
@@ -31,7 +31,7 @@ class EvidenceBundle:
 
 
 def _finite_or_text(value: float) -> float | str:
-    return value if math.isfinite(value) else repr(value)
+    return json_number(value)
 
 
 def tail_snippet(path: Path, max_bytes: int = SNIPPET_BYTES) -> str:
@@ -89,7 +89,7 @@ def write_evidence(
         "recent_metrics": recent,
     }
     json_path = folder / "evidence.json"
-    text = redact(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    text = redact(json_dumps(payload, indent=2, sort_keys=True))
     write_json_atomic(json_path, json.loads(text))
     return EvidenceBundle(folder, json_path, plot_path, snippet_path)
 

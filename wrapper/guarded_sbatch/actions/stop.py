@@ -4,19 +4,13 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass
 
+from guarded_sbatch.actions.stop_outcome import StopOutcome
 from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.scheduler.base import JobState, Scheduler, SchedulerUnreachableError
 
-
-@dataclass(frozen=True)
-class StopOutcome:
-    method: str  # "stop_command" | "cancel" | "none"
-    ok: bool
-    detail: str
-    final_state: str | None = None
+__all__ = ["StopOutcome", "stop_run"]  # StopOutcome lives in stop_outcome (stop_targets needs it too)
 
 
 def stop_run(
@@ -27,10 +21,26 @@ def stop_run(
     confirm_timeout_s: float = 60.0,
     poll_s: float = 2.0,
     unreachable_retry_s: float = 300.0,
+    stop_target: str | None = None,
+    grace_s: float = 30.0,
 ) -> StopOutcome:
-    """Run stop_command if given, else cancel job_id; then wait until the job is gone.
+    """Stop stop_target (tmux:, pid:, ssh:; actions/stop_targets.py) if given (after stop_command, if both
+    are), else run stop_command if given, else cancel job_id; then wait until the job is gone.
     A scheduler that does not answer (slurmctld restarting) is asked again for up to
     unreachable_retry_s: a STOP must not be lost to a controller hiccup."""
+    if stop_target:
+        from guarded_sbatch.actions.stop_targets import parse_stop_target
+        from guarded_sbatch.actions.stop_targets import stop_target as stop_it
+
+        try:
+            target = parse_stop_target(stop_target)
+            if stop_command:
+                from guarded_sbatch.actions.stop_targets import stop_with_command
+
+                return stop_with_command(stop_command, target, grace_s=grace_s, timeout_s=confirm_timeout_s)
+            return stop_it(target, grace_s=grace_s)
+        except GuardedError as exc:
+            return StopOutcome("target", False, f"stop of {stop_target} failed: {exc}")
     if stop_command:
         try:
             run_command(shlex.split(stop_command), timeout=confirm_timeout_s)

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.core.registry import RunRecord, find_run, list_runs
 
@@ -38,10 +40,9 @@ def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: 
         name = word.partition("=")[0]
         if word in YES_FLAGS:
             yes = True
-        elif word in ("-h", "--help"):
-            extra = " [guard options]" if allow_guard_options else ""
-            raise UsageError(f"usage: guarded-sbatch {command} RUN [--yes]{extra} (RUN: run id, job id or run name)",
-                             exit_code=ExitCode.USAGE)
+        elif word == "--json":
+            raise UsageError(f"`guarded-sbatch {command}` has no --json output; `guarded-sbatch status --json` "
+                             "shows the run's state afterwards")
         elif allow_guard_options and name in GUARD_OPTIONS:
             guard.append(word)
             if GUARD_OPTIONS[name] and "=" not in word:
@@ -83,6 +84,7 @@ def kill_command(argv: list[str]) -> int:
     failed = _clean_up(record, yes=args.yes, verb="kill")
     record.ended = "killed"  # its jobs are stopped either way
     record.save()
+    _audit("kill", record, reason="cleanup incomplete" if failed else "killed and cleaned up")
     if failed:
         raise UsageError(f"run killed but the cleanup is incomplete: {len(failed)} step(s) not done (see above), "
                          f"first: {failed[0]}")
@@ -101,7 +103,7 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         raise UsageError(f"run {record.run_id} was submitted from Python (GuardedExecutor): kill it here, then "
                          "submit the function again from Python")
     launch_argv = restart_launch_argv(record, args.guard_options)
-    run_launch = launch or _run_launch
+    run_launch = launch or (_run_under_guard if record.launched_by == "run" else _run_launch)
     # The pre-flight runs first, so a blocked relaunch deletes nothing.
     print("guarded-sbatch: pre-flight for the restart (nothing deleted yet):", file=sys.stderr)
     if _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=True, color=False)) != 0:
@@ -112,7 +114,9 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         raise UsageError(f"run stopped but not relaunched: {len(failed)} cleanup step(s) not done (see above), "
                          f"first: {failed[0]}; fix that and run the restart again")
     before = {r.run_id for r in list_runs()}
-    code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False))
+    print("guarded-sbatch: relaunching (the pre-flight above passed; it runs again, quietly):", file=sys.stderr)
+    code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False,
+                                                            show_report=False))
     new_runs = [r for r in list_runs() if r.run_id not in before]
     record.ended = "restarted"
     record.save()
@@ -122,6 +126,8 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     new_record = new_runs[-1]
     new_record.restarted_from = record.run_id
     new_record.save()
+    _audit("restart", record, reason=f"relaunched as job {new_record.job_id}", new_job=new_record.job_id,
+           new_run=new_record.run_id)
     print(f"guarded-sbatch: run {record.run_name} restarted as job {new_record.job_id} ({new_record.run_id})",
           file=sys.stderr)
     return int(ExitCode.OK)
@@ -153,10 +159,25 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
     return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, record.script, *record.script_args]
 
 
-def _run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
+def _run_under_guard(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
+    from guarded_sbatch.cli.run import run_under_guard  # a `guarded-sbatch run` run: its argv ends in -- COMMAND
+
+    return run_under_guard(argv, check_only=check_only, color=color)
+
+
+def _audit(event: str, record: RunRecord, **fields: str) -> None:
+    try:
+        problem = AuditLog.from_config(load_config()).record(event, job=record.job_id, run=record.run_id, **fields)
+    except GuardedError as exc:
+        problem = exc.message
+    if problem:
+        print(f"guarded-sbatch: warning: the site's audit record was not written ({problem})", file=sys.stderr)
+
+
+def _run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
     from guarded_sbatch.cli.launch import run_launch
 
-    return run_launch(argv, check_only=check_only, color=color)
+    return run_launch(argv, check_only=check_only, color=color, show_report=show_report)
 
 
 def _in_folder(folder: str, action: Callable[[], int]) -> int:

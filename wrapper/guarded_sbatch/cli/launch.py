@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
 
+from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, UsageError
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
@@ -21,14 +22,22 @@ def choose_backend(config: object, requested: str | None) -> str:
     return backend
 
 
-def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
+def run_check(argv: list[str], *, color: bool) -> int:
+    return run_launch(argv, check_only=True, color=color)
+
+
+def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import format_report, launch_command, run_preflight
     from guarded_sbatch.scheduler import get_scheduler
 
     launch = split_sbatch_argv(argv)
+    refuse_own_options_after_script(launch, check_only=check_only)
     guard = launch.guard_options
+    if guard.json and not check_only:
+        raise UsageError("--json applies to `guarded-sbatch check` only (a launch prints what sbatch prints); "
+                         "use `guarded-sbatch check --json [options] script.sh`, or --parsable for the job id alone")
     if launch.info_only and not check_only:
         return _pass_through_to_sbatch(launch.sbatch_options)
     if launch.script is None:
@@ -58,10 +67,11 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
             launch.script.unlink(missing_ok=True)  # type: ignore[union-attr]
     if launcher_job is not None:
         report = dataclasses.replace(report, launch_command=launch_command(command_line))
-    print(redact(format_report(report, color=color)), file=sys.stderr)
+    if show_report or report.blocked:
+        print(redact(format_report(report, color=color, launching=not check_only)), file=sys.stderr)
     if check_only:
         if guard.json:
-            print(redact(json.dumps(report.to_json(), default=str)))
+            print(redact(json_dumps(report.to_json())))
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
     if report.blocked:
         raise BlockedError(
@@ -69,6 +79,18 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool) -> int:
             "--guard-waive CHECK=\"REASON\""
         )
     return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
+
+
+def refuse_own_options_after_script(launch: object, *, check_only: bool) -> None:
+    """sbatch's rule: every word after the script is the script's. Our own options there are almost surely
+    meant for us, so say where they go instead of passing them on silently."""
+    for word in launch.script_args:  # type: ignore[attr-defined]
+        name = word.partition("=")[0]
+        if name.startswith("--guard-") or (check_only and name == "--json"):
+            script = launch.script  # type: ignore[attr-defined]
+            command = "guarded-sbatch check" if check_only else "guarded-sbatch"
+            raise UsageError(f"{name} comes after the script {script}, so it would be one of the script's own "
+                             f"arguments (as in sbatch); put it before the script: `{command} {name} ... {script}`")
 
 
 def launcher_job_of(launch: object, config: object) -> object | None:
@@ -144,7 +166,23 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         submission.record.save()
     print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
+    audit_launch(config, submission.record, report)
     return int(ExitCode.OK)
+
+
+def audit_launch(config: object, record: object, report: object) -> None:
+    """The site's audit trail: the launch, and each waiver with its reason (core/audit.py)."""
+    audit = AuditLog.from_config(config)
+    job, run = record.job_id, record.run_name  # type: ignore[attr-defined]
+    problems = [audit.record("launch", job=job, run=run, sidecar=record.sidecar_id,  # type: ignore[attr-defined]
+                             backend=record.backend, script=record.script,  # type: ignore[attr-defined]
+                             submit_dir=record.submit_dir,  # type: ignore[attr-defined]
+                             waivers=len(report.waivers))]  # type: ignore[attr-defined]
+    problems += [audit.record("waiver", job=job, run=run, check=w.check, reason=w.reason)
+                 for w in report.waivers]  # type: ignore[attr-defined]
+    for problem in filter(None, problems):
+        print(f"guarded-sbatch: warning: the site's audit record was not written ({problem}); "
+              "your job runs anyway", file=sys.stderr)
 
 
 def _planned_end(report: object) -> float | None:

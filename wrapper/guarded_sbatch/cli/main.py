@@ -5,22 +5,30 @@ stdout carries only what sbatch would print (or --json output); everything for p
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from guarded_sbatch import __version__
-from guarded_sbatch.core.errors import ExitCode, GuardedError
+from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 
 USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch [guard options] [sbatch options] torchrun|accelerate|deepspeed|python ARGS...
-       guarded-sbatch check [guard options] [sbatch options] script.sh [script args] [--json]
-       guarded-sbatch monitor [--once] [--json] [--tb PATH] [--wandb PATH] [--log PATH] [--job ID] [PATH]
-       guarded-sbatch status [--json]
+       guarded-sbatch check [--json] [guard options] [sbatch options] script.sh [script args]
+       guarded-sbatch monitor [--once [--json]] [--tb PATH] [--wandb PATH] [--log PATH] [--job ID] [PATH]
+                              [--log-command CMD] [--stop tmux:S|pid:P|ssh:HOST[:PORT]:P|slurm:J]
+       guarded-sbatch show RUN [--png FILE] [--json]
+       guarded-sbatch run [guard options] [--guard-tmux NAME] -- COMMAND...   (workstation: no Slurm)
+       guarded-sbatch check-sweep [guard options] sweep.yaml [--json]
+       guarded-sbatch stop tmux:SESSION|pid:PID|ssh:HOST[:PORT]:PID [--grace S]
+       guarded-sbatch status [--all] [--project DIR] [--json]
        guarded-sbatch kill RUN [--yes]
        guarded-sbatch restart RUN [--yes] [guard options]
-       guarded-sbatch --version | --help
+       guarded-sbatch --version | --help;  guarded-sbatch COMMAND --help
 
 A drop-in for sbatch: runs the launch pre-flight (config diff, run name, paths, tracker, ETA),
 blocks on a failed check unless you waive it, then submits the job unchanged plus a sidecar job
@@ -54,7 +62,50 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 {ExitCode.help_text()}
 """
 
-SUBCOMMANDS = ("check", "monitor", "status", "kill", "restart", "sidecar", "admin")
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: where its handler lives (imported only when it runs) and, for those without an
+    argparse parser of their own, the help `COMMAND --help` prints."""
+
+    module: str
+    function: str
+    help: str = ""  # empty: the handler's own parser answers --help
+    color_stream: str = ""  # "stdout" / "stderr": pass color= for that stream
+
+
+# One row per subcommand (keep it a table: other branches add rows, e.g. run, check-sweep, reference).
+COMMANDS: dict[str, Command] = {
+    "check": Command("guarded_sbatch.cli.launch", "run_check", color_stream="stderr", help="""\
+usage: guarded-sbatch check [--json] [guard options] [sbatch options] script.sh [script args]
+
+The pre-flight alone: the report on stderr, nothing submitted; exit 3 when it would block the launch.
+--json (before the script) also prints the report as one JSON object on stdout.
+"""),
+    "monitor": Command("guarded_sbatch.cli.monitor", "run_monitor"),
+    "show": Command("guarded_sbatch.cli.show", "run_show"),
+    "sidecar": Command("guarded_sbatch.cli.monitor", "run_sidecar_command"),
+    "status": Command("guarded_sbatch.cli.lifecycle", "run_status", color_stream="stdout"),
+    "kill": Command("guarded_sbatch.cli.lifecycle", "run_kill", help="""\
+usage: guarded-sbatch kill RUN [--yes]
+
+Stop the run (training job and sidecar), then clean up in order: checkpoints, artifacts, tracker run.
+RUN is a run id, job id or run name (see `guarded-sbatch status`). Asks for a typed "yes" on a
+terminal; --yes goes ahead without asking.
+"""),
+    "restart": Command("guarded_sbatch.cli.lifecycle", "run_restart", help="""\
+usage: guarded-sbatch restart RUN [--yes] [guard options]
+
+Run the pre-flight for a relaunch first (a blocked one deletes nothing), then stop and clean up the run
+as `kill` does, and launch it again from its submit folder with its recorded options; the new run is
+linked to the old one. Guard options (e.g. --guard-waive CHECK=REASON) apply to the relaunch.
+"""),
+    "admin": Command("guarded_sbatch.cli.admin", "run_admin"),  # answers --help itself
+    "run": Command("guarded_sbatch.cli.run", "run_under_guard", color_stream="stderr"),
+    "check-sweep": Command("guarded_sbatch.cli.sweep", "run_check_sweep", color_stream="stderr"),
+    "stop": Command("guarded_sbatch.cli.run", "run_stop"),
+}
+SUBCOMMANDS = tuple(COMMANDS)
+HELP_WORDS = ("-h", "--help")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,24 +129,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def dispatch(args: list[str]) -> int:
-    if not args or args[0] in ("-h", "--help"):
+    if not args or args[0] in HELP_WORDS:
         print(USAGE, file=sys.stdout if args else sys.stderr, end="")
         return int(ExitCode.OK if args else ExitCode.USAGE)
     if args[0] in ("-V", "--version"):
         print(f"guarded-sbatch {__version__}")
         return int(ExitCode.OK)
-    command = args[0] if args[0] in SUBCOMMANDS else None
-    handlers: dict[str | None, Callable[[list[str]], int]] = {
-        None: lambda a: _launch(a, check_only=False),
-        "check": lambda a: _launch(a, check_only=True),
-        "monitor": _monitor,
-        "sidecar": _sidecar,
-        "status": _status,
-        "kill": _kill,
-        "restart": _restart,
-        "admin": _admin,
-    }
-    return handlers[command](args if command is None else args[1:])
+    command = COMMANDS.get(args[0])
+    if command is None:
+        refuse_typo(args[0])
+        return _launch(args, check_only=False)
+    rest = args[1:]
+    if command.help and rest[:1] and rest[0] in HELP_WORDS:
+        print(command.help, end="")
+        return int(ExitCode.OK)
+    handler: Callable[..., int] = getattr(importlib.import_module(command.module), command.function)
+    if command.color_stream:
+        return handler(rest, color=use_color(getattr(sys, command.color_stream)))
+    return handler(rest)
+
+
+def refuse_typo(word: str) -> None:
+    """`guarded-sbatch stauts`: a near miss of a subcommand that is no file is a typo, not a script."""
+    if word.startswith("-") or os.path.exists(word) or "/" in word or "." in word:
+        return
+    close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.7)
+    if close:
+        raise UsageError(f"unknown command {word!r}: did you mean `guarded-sbatch {close[0]}`? "
+                         f"(the commands are {', '.join(c for c in SUBCOMMANDS if c != 'sidecar')}; "
+                         "a batch script must be an existing file)")
 
 
 def use_color(stream: object) -> bool:
@@ -106,39 +168,3 @@ def _launch(args: list[str], *, check_only: bool) -> int:
     from guarded_sbatch.cli.launch import run_launch
 
     return run_launch(args, check_only=check_only, color=use_color(sys.stderr))
-
-
-def _monitor(args: list[str]) -> int:
-    from guarded_sbatch.cli.monitor import run_monitor
-
-    return run_monitor(args)
-
-
-def _sidecar(args: list[str]) -> int:
-    from guarded_sbatch.cli.monitor import run_sidecar_command
-
-    return run_sidecar_command(args)
-
-
-def _status(args: list[str]) -> int:
-    from guarded_sbatch.cli.lifecycle import run_status
-
-    return run_status(args, color=use_color(sys.stdout))
-
-
-def _kill(args: list[str]) -> int:
-    from guarded_sbatch.cli.lifecycle import run_kill
-
-    return run_kill(args)
-
-
-def _restart(args: list[str]) -> int:
-    from guarded_sbatch.cli.lifecycle import run_restart
-
-    return run_restart(args)
-
-
-def _admin(args: list[str]) -> int:
-    from guarded_sbatch.cli.admin import run_admin
-
-    return run_admin(args)

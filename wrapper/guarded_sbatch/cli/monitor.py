@@ -5,17 +5,28 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
+from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
-from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
+from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
+from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
 
 
 def _add_source_flags(parser: ArgumentParser) -> None:
     parser.add_argument("--tb", action="append", type=Path, default=[], help="TensorBoard event folder or file")
     parser.add_argument("--wandb", action="append", type=Path, default=[], help="W&B run folder or .wandb file")
     parser.add_argument("--log", action="append", type=Path, default=[], help="a text log of the run")
+    parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
+                        help="a command whose stdout is the run's recent log, run at each poll "
+                             "(e.g. \"ssh gpu07 tail -c 2000000 /scratch/run/train.log\"); failure means WAIT")
+    parser.add_argument("--log-command-timeout", type=positive_float, default=30.0, metavar="S",
+                        help="seconds the log command may take (default 30)")
     parser.add_argument("--train-loss-key", help="the metric to judge as training loss")
     parser.add_argument("--eval-key", help="the key eval metric")
     parser.add_argument("--baseline", type=float, help="the key metric of a reference run")
@@ -50,10 +61,12 @@ def run_sidecar_command(argv: list[str]) -> int:
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--run-name")
     parser.add_argument("--stop-command")
+    _stop_flags(parser)
     parser.add_argument("--notes", type=Path)
     _add_source_flags(parser)
     _intervals(parser)
     args = parser.parse_args(argv)
+    _check_stop_target(args)
     from guarded_sbatch.scheduler import get_scheduler
 
     run_dir: Path = args.run_dir
@@ -63,9 +76,34 @@ def run_sidecar_command(argv: list[str]) -> int:
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args),
+        policy=_policy(args), **_anywhere_settings(args),
     )
-    return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+    settings.notify, settings.audit = _site_actions()
+    try:
+        return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+    except Exception as exc:
+        _alert_sidecar_error(settings, exc)
+        raise
+
+
+def _site_actions() -> tuple[object | None, object | None]:
+    """Alerts and audit trail, read here at run time so the URLs (secrets) never pass through a job script."""
+    try:
+        config = load_config()
+    except GuardedError as exc:
+        print(f"sidecar: alerts and audit off: the config could not be read ({exc.message})", flush=True)
+        return None, None
+    notify = NotifySettings(urls=config.notify_urls, on=config.notify_on, wait_long_s=config.notify_wait_long_s)
+    return notify, AuditLog.from_config(config)
+
+
+def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
+    if settings.notify is None:
+        return
+    outcome = send_alert(settings.notify, Alert(
+        event="sidecar_error", run=settings.run_name, job_id=settings.job_id, decision="-", reason="sidecar_error",
+        message=f"the sidecar stopped with {type(exc).__name__}: {exc}; the run is no longer watched"))
+    print(f"sidecar: alert (sidecar_error): {outcome.detail}", flush=True)
 
 
 def _run_name_from(run_dir: Path) -> str | None:
@@ -83,37 +121,49 @@ def run_monitor(argv: list[str]) -> int:
     parser.add_argument("--job", help="a job id to watch (and stop on STOP)")
     parser.add_argument("--backend", choices=["slurm", "local", "process"])
     parser.add_argument("--stop-command")
+    _stop_flags(parser)
     parser.add_argument("--notes", type=Path)
     parser.add_argument("--state-dir", type=Path, help="where the watcher keeps state and evidence")
     _add_source_flags(parser)
     _intervals(parser)
     args = parser.parse_args(argv)
+    _check_stop_target(args)
+    if args.json and not args.once:
+        raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
+                         "use `guarded-sbatch monitor --once --json ...`")
     search_dirs, wandb_run = _classify_target(args.target, args)
-    if not (args.tb or args.wandb or args.log or search_dirs or wandb_run or args.job):
-        raise UsageError("monitor needs something to read: --tb, --wandb, --log, a folder, a W&B run path, or --job")
+    if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job):
+        raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
+                         "a W&B run path, or --job")
     state_dir = args.state_dir or _monitor_state_dir(args)
     settings = SidecarSettings(
-        run_name=args.target or args.job or "monitored run", job_id=args.job,
+        run_name=args.target or args.job or args.stop_target or "monitored run", job_id=args.job,
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
         notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
         log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args),
+        policy=_policy(args), **_anywhere_settings(args),
     )
     if args.once:
         verdict, data_source = check_once(settings)
         if args.json:
             payload = {**verdict.to_json(), "data_source": data_source}
-            print(json.dumps(payload, default=str, allow_nan=False))
+            print(json_dumps(payload))
         else:
-            print(f"{verdict.decision.value} ({verdict.reason.value}): {verdict.message} [{data_source}]")
+            print(one_line(verdict, data_source))
         return int(ExitCode.OK)
-    scheduler = None
+    scheduler: Any = None
     if args.job:
         from guarded_sbatch.core.config import load_config
         from guarded_sbatch.scheduler import get_scheduler
 
         scheduler = get_scheduler(args.backend or load_config().scheduler_backend())
+    elif args.stop_target:  # no job: the target itself says when the run has ended
+        from guarded_sbatch.actions.stop_targets import parse_stop_target
+        from guarded_sbatch.actions.target_watch import TargetWatch
+
+        scheduler = TargetWatch(parse_stop_target(args.stop_target), grace_s=args.stop_grace)
+        settings.job_id = args.stop_target
     settings.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
     return Sidecar(settings, scheduler, sys.stdout).run()
 
@@ -127,7 +177,8 @@ def _classify_target(target: str | None, args: object) -> tuple[list[Path], str 
     if path.is_file():
         getattr(args, "log").append(path) if not target.endswith(".wandb") else getattr(args, "wandb").append(path)
         return [], None
-    if target.startswith(("http://", "https://")) or target.count("/") == 2:
+    parts = target.split("/")
+    if target.startswith(("http://", "https://")) or len(parts) == 3 or (len(parts) == 4 and parts[2] == "runs"):
         return [], target  # a W&B run URL or entity/project/run_id
     raise UsageError(f"{target!r} is neither a folder, a file, nor a W&B run path (entity/project/run_id)")
 
@@ -137,5 +188,36 @@ def _monitor_state_dir(args: object) -> Path:
 
     from guarded_sbatch.core.fsutil import state_dir
 
-    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "tb", "wandb", "log")])
+    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "tb", "wandb", "log", "log_command")])
     return state_dir() / "monitor" / hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def _stop_flags(parser: ArgumentParser) -> None:
+    parser.add_argument("--stop", dest="stop_target", metavar="TARGET",
+                        help="how to stop the run on STOP: tmux:SESSION, pid:PID (its process group), "
+                             "ssh:[USER@]HOST[:PORT]:PID, slurm:JOBID; with --stop-command, the command runs "
+                             "first and the target is checked (and stopped) after the grace period")
+    parser.add_argument("--stop-grace", type=positive_float, default=30.0, metavar="S",
+                        help="seconds between interrupt, terminate and kill (default 30)")
+
+
+def _check_stop_target(args: Any) -> None:
+    """Bad targets fail now, not at the STOP; slurm:JOBID is the job to watch and cancel."""
+    if not args.stop_target:
+        return
+    from guarded_sbatch.actions.stop_targets import parse_stop_target
+
+    target = parse_stop_target(args.stop_target)
+    if target.kind == "slurm":
+        if args.job and args.job != target.value:
+            raise UsageError(f"--stop {args.stop_target} and --job {args.job} name different jobs")
+        args.job, args.backend, args.stop_target = target.value, "slurm", None
+
+
+def _anywhere_settings(args: object) -> dict[str, Any]:
+    return {
+        "log_commands": list(getattr(args, "log_command", [])),
+        "log_command_timeout_s": getattr(args, "log_command_timeout", 30.0),
+        "stop_target": getattr(args, "stop_target", None),
+        "stop_grace_s": getattr(args, "stop_grace", 30.0),
+    }

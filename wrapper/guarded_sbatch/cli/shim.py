@@ -6,11 +6,14 @@ The decision (guard or hand to the real sbatch) is site/shim.py's; this module p
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
+from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import write_text_atomic
 from guarded_sbatch.site.shim import (
@@ -47,9 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"sbatch (guarded-sbatch shim): internal error ({type(exc).__name__}: {exc}); the job goes to sbatch "
               "unchecked; please report this to your site admin", file=sys.stderr)
         guard, why = False, "shim error"
+    if guard and not site_enabled():
+        guard, why = False, "guarded-sbatch is switched off by the site (enabled = false in the site config)"
     _refresh_fast_path_cache()
     if os.environ.get("GUARDED_SBATCH_SHIM_DEBUG"):
         print(f"guarded-sbatch shim: {'pre-flight' if guard else 'real sbatch'}: {why}", file=sys.stderr)
+    if not guard and is_bypass(why):
+        audit_bypass(args, why)
     if not guard:
         sys.stdout.flush()
         # exec, not a subprocess: the script may come on stdin, and stdout / exit code must be sbatch's own
@@ -57,6 +64,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ[SHIM_ACTIVE_ENV] = str(os.getpid())
     os.environ[REAL_SBATCH_ENV] = str(real)
     return guarded_sbatch_main(args)
+
+
+BYPASS_WORDS = ("training", "marker", "shim error", "switched off")
+
+
+def is_bypass(why: str) -> bool:
+    """A job the shim let past the pre-flight that an admin would want to know about: training by --wrap,
+    a script carrying a (possibly copied) marker, a shim error, the site switch-off."""
+    return any(word in why for word in BYPASS_WORDS) and "no training launcher" not in why
+
+
+def site_enabled() -> bool:
+    try:
+        return load_config().enabled
+    except GuardedError:
+        return True  # a broken user config must not switch the guard off; the launch reports it
+
+
+def audit_bypass(args: list[str], why: str) -> None:
+    try:
+        problem = AuditLog.from_config(load_config()).record("shim_bypass", reason=why, argv=shlex.join(args))
+    except GuardedError:
+        return
+    if problem:
+        print(f"sbatch (guarded-sbatch shim): warning: audit record not written ({problem})", file=sys.stderr)
 
 
 if __name__ == "__main__":

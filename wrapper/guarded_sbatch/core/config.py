@@ -36,8 +36,16 @@ DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (
 )
 DEFAULT_NAME_PATTERN = r"[a-z0-9][a-z0-9.]*(-[a-z0-9][a-z0-9.]*){2,}"
 
+NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
+SITE_ONLY_KEYS = ("locked", "enabled", "audit")  # a user config may not set these
+
 DEFAULTS: dict[str, Any] = {
     "locked": [],
+    "enabled": True,  # site switch-off: false makes the shim hand every job to the real sbatch untouched
+    # alerts through apprise URLs (secrets: never printed or written); site and user URLs both get them
+    "notify": {"urls": [], "on": list(NOTIFY_EVENTS), "wait_long_minutes": 60.0},
+    # the admins' append-only record of launches, waivers, STOPs, kills, restarts and shim bypasses
+    "audit": {"log": "", "syslog": False},
     "scheduler": "auto",
     "check_interval_minutes": 30.0,
     "run_roots": [],
@@ -138,6 +146,12 @@ class Config:
     stat_timeout_s: float = _PREFLIGHT["stat_timeout_seconds"]
     max_workers_on_network_fs: int = _PREFLIGHT["max_workers_on_network_fs"]
     locked: frozenset[str] = frozenset()
+    enabled: bool = True
+    notify_urls: tuple[str, ...] = field(default=(), repr=False)  # secrets
+    notify_on: frozenset[str] = frozenset(NOTIFY_EVENTS)
+    notify_wait_long_s: float = 3600.0
+    audit_log: Path | None = None
+    audit_syslog: bool = False
     sources: tuple[Path, ...] = field(default=(), compare=False)  # files it was loaded from
 
     def can_waive(self, check: str) -> bool:
@@ -197,10 +211,14 @@ def load_config(
     if user_path.is_file():
         user = read_toml(user_path)
         _check_known_keys(user, DEFAULTS, user_path)
-        if "locked" in user:
-            raise UsageError(f"{user_path}: 'locked' belongs in the site config only; remove it from your config")
+        for key in SITE_ONLY_KEYS:
+            if key in user:
+                raise UsageError(f"{user_path}: '{key}' belongs in the site config only; remove it from your config")
         _refuse_locked_changes(user, merged, [str(k) for k in merged.get("locked", [])], user_path, site_path)
+        site_urls = list(merged["notify"]["urls"])
         _deep_merge(merged, user)
+        if isinstance(merged["notify"].get("urls"), list):
+            merged["notify"]["urls"] = site_urls + [u for u in merged["notify"]["urls"] if u not in site_urls]
         sources.append(user_path)
     return _build(merged, sources[-1] if sources else Path("<defaults>"), tuple(sources), environ)
 
@@ -300,6 +318,16 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
     sidecar = data["sidecar"]
     preflight = data["preflight"]
     launcher = data["launcher"]
+    notify = data["notify"]
+    notify_on = str_list("notify.on", notify["on"])
+    for event in notify_on:
+        if event not in NOTIFY_EVENTS:
+            raise fail("notify.on", f"names an unknown event {event!r}; the events are {', '.join(NOTIFY_EVENTS)}")
+    if not isinstance(data["enabled"], bool):
+        raise fail("enabled", "must be true or false")
+    audit = data["audit"]
+    if not isinstance(audit["log"], str) or not isinstance(audit["syslog"], bool):
+        raise fail("audit", "needs log = \"PATH\" (or \"\") and syslog = true|false")
     max_requeues = launcher["max_requeues"]
     if isinstance(max_requeues, bool) or not isinstance(max_requeues, int) or max_requeues < 0:
         raise fail("launcher.max_requeues", "must be a whole number ≥ 0")
@@ -336,6 +364,12 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             number("preflight.max_workers_on_network_fs", preflight["max_workers_on_network_fs"], int)
         ),
         locked=frozenset(str_list("locked", data["locked"])),
+        enabled=data["enabled"],
+        notify_urls=tuple(str_list("notify.urls", notify["urls"])),
+        notify_on=frozenset(notify_on),
+        notify_wait_long_s=number("notify.wait_long_minutes", notify["wait_long_minutes"], float) * 60.0,
+        audit_log=_expand_path(audit["log"], env) if audit["log"] else None,
+        audit_syslog=audit["syslog"],
         sources=sources,
     )
 

@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.jsonnum import json_safe
+
 
 def state_dir() -> Path:
     """Where guarded-sbatch keeps its own state ($GUARDED_SBATCH_STATE_DIR, else XDG state home)."""
@@ -23,7 +25,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True, default=str)
+            # one encoding for NaN/Infinity everywhere (core/jsonnum.py)
+            json.dump(json_safe(data), handle, indent=2, sort_keys=True, default=str, allow_nan=False)
             handle.write("\n")
         os.replace(tmp, path)
     except BaseException:

@@ -19,7 +19,10 @@ _SMOOTH_EVALS = 3
 def eval_trend(steps: np.ndarray, values: np.ndarray, direction: str, policy: JudgePolicy) -> dict[str, Any]:
     """improving / flat / regressing of an eval series, relative to its own best."""
     finite = np.isfinite(values)
+    trailing_bad = int(len(finite) - (np.flatnonzero(finite)[-1] + 1)) if finite.any() else int(len(finite))
     steps, values = steps[finite], values[finite]
+    if trailing_bad:  # the latest evals are NaN/Inf: no trend to claim
+        return {"trend": "not finite", "non_finite_in_a_row": trailing_bad, "evals": int(len(values))}
     if len(values) < 2:
         return {"trend": "unknown", "evals": int(len(values))}
     sign = 1.0 if direction == "min" else -1.0  # work with "lower is better"
@@ -42,9 +45,10 @@ def eval_trend(steps: np.ndarray, values: np.ndarray, direction: str, policy: Ju
 
 
 def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    """STOP when the key metric, smoothed over 3 evaluations (a lucky low is not a best), has been worse
-    than its best smoothed value by more than eval_regress_rel for eval_regress_patience_points
-    evaluations in a row and eval_regress_patience_steps steps."""
+    """The key metric, smoothed over 3 evaluations (a lucky low is not a best), worse than its best smoothed
+    value by more than eval_regress_rel: WAIT at the first such evaluation; STOP once it has stayed worse
+    for eval_regress_patience_points evaluations, or for eval_regress_patience_steps steps over at least
+    2 evaluations, whichever comes first (so runs that eval rarely, or per epoch, get there too)."""
     key = keys.key_metric
     if key is None:
         return None
@@ -53,27 +57,37 @@ def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePo
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
     smooth = _SMOOTH_EVALS
-    if len(values) < policy.eval_regress_patience_points + smooth:
+    if len(values) < smooth + 1:
         return None
     oriented = values if direction == "min" else -values
     smoothed = np.median(sliding_window_view(oriented, smooth), axis=1)  # smoothed[j] ends at index j + 2
     best_index = int(np.argmin(smoothed))
     best = float(smoothed[best_index])
     worse = smoothed - best > policy.eval_regress_rel * max(abs(best), 1e-12)
+    if not worse[-1]:
+        return None
     good = np.nonzero(~worse)[0]
     streak = len(worse) - 1 - int(good[-1])
-    if streak < policy.eval_regress_patience_points:
-        return None
+    onset = int(steps[len(steps) - streak])
     best_step = int(steps[best_index + smooth - 1])
-    if int(steps[-1]) - best_step < policy.eval_regress_patience_steps:
-        return None
+    last_step = int(steps[-1])
     sign = 1.0 if direction == "min" else -1.0
-    return Finding.stop(
+    recent = ", ".join(f"{fmt(float(v))}@{int(s)}" for s, v in zip(steps[-min(streak + 1, 5):], values[-min(streak + 1, 5):]))
+    evidence = (
+        f"{key} 3-eval median {fmt(sign * float(smoothed[-1]))} at step {last_step} vs its best "
+        f"{fmt(sign * best)} (step {best_step}), worse at each of the last {streak} evaluations since step "
+        f"{onset} (recent: {recent})"
+    )
+    anomaly = Anomaly("eval_regressing", key, onset, float(values[-1]), evidence)
+    if streak >= policy.eval_regress_patience_points or (
+        streak >= 2 and last_step - onset >= policy.eval_regress_patience_steps
+    ):
+        return Finding.stop(Reason.EVAL_REGRESSING, f"{evidence}: the run is overfitting or degrading", anomaly)
+    return Finding.wait(
         Reason.EVAL_REGRESSING,
-        f"{key} has regressed from its best {fmt(sign * best)} (3-eval median at step {best_step}) to "
-        f"{fmt(sign * float(smoothed[-1]))}, worse at each of the last {streak} evaluations: the run is "
-        "overfitting or degrading",
-        Anomaly("eval_regressing", key, int(steps[len(steps) - streak]), float(values[-1])),
+        f"{evidence}; STOP after {policy.eval_regress_patience_points} evaluations or "
+        f"{policy.eval_regress_patience_steps} steps unless it recovers",
+        anomaly,
     )
 
 
@@ -117,11 +131,9 @@ def check_lr_schedule(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
             Anomaly("lr_zero", keys.lr, int(steps[0]), 0.0),
         )
     peak_so_far = np.maximum.accumulate(values)
-    restarts = [
-        i for i in range(1, len(values))
-        if values[i - 1] > 0 and values[i - 1] < peak_so_far[i - 1] / policy.lr_restart_ratio
-        and values[i] >= policy.lr_restart_ratio * values[i - 1]
-    ]
+    before, after = values[:-1], values[1:]
+    ratio = policy.lr_restart_ratio
+    restarts = (np.nonzero((before > 0) & (before < peak_so_far[:-1] / ratio) & (after >= ratio * before))[0] + 1).tolist()
     if restarts:
         i = restarts[-1]
         return Finding.note(

@@ -187,11 +187,23 @@ def check_nonfinite_optimizer_metrics(
                 f"{key} is {values[-1]} at the last {streak} logged steps (since step {onset})",
                 Anomaly("nan", key, onset, None, f"{key} non-finite"),
             )
+        if streak:
+            onset = int(steps[len(steps) - streak])
+            return Finding.wait(
+                Reason.NON_FINITE_METRIC,
+                f"{key} is {values[-1]} at step {int(steps[-1])} ({streak} logged step(s) since step {onset}, "
+                "not a skipped fp16 step); STOP after "
+                f"{policy.nonfinite_patience_points}",
+                Anomaly("nan", key, onset, None, f"{key} non-finite"),
+            )
     return None
 
 
 def check_eval_failing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """Non-finite evaluations: the key metric's newest eval non-finite is WAIT, N in a row (any eval key)
+    is STOP; an earlier failure that was followed by finite evals is a note."""
     notes: list[Anomaly] = []
+    waiting: Finding | None = None
     for key in keys.eval_keys:
         steps, values = history.series(key)
         bad = ~np.isfinite(values)
@@ -202,11 +214,23 @@ def check_eval_failing(history: MetricHistory, keys: RunKeys, policy: JudgePolic
             onset = int(steps[len(steps) - streak])
             return Finding.stop(
                 Reason.EVAL_FAILING,
-                f"evaluation failed (non-finite {key}) at each of the last {streak} evaluations, since step {onset}",
+                f"evaluation failed ({key} = {values[-1]}) at each of the last {streak} evaluations, "
+                f"steps {', '.join(str(int(s)) for s in steps[-streak:][:6])}",
                 Anomaly("eval_failing", key, onset, None, f"{key} non-finite {streak} times in a row"),
             )
+        if streak and key == keys.key_metric and waiting is None:
+            onset = int(steps[len(steps) - streak])
+            waiting = Finding.wait(
+                Reason.EVAL_FAILING,
+                f"{key} is {values[-1]} at step {int(steps[-1])} ({streak} non-finite evaluation(s) in a row "
+                f"since step {onset}); STOP after {policy.eval_fail_patience}",
+                Anomaly("eval_nan", key, onset, None, f"{key} non-finite at step {onset}"),
+            )
+            continue
         last_bad = int(steps[np.nonzero(bad)[0][-1]])
         notes.append(Anomaly("eval_nan", key, last_bad, None, f"{key} non-finite at step {last_bad}"))
+    if waiting is not None:
+        return Finding(waiting.decision, waiting.reason, waiting.message, waiting.anomalies + tuple(notes))
     if notes:
         return Finding.note(Reason.EVAL_FAILING, "an evaluation returned a non-finite value", *notes)
     return None

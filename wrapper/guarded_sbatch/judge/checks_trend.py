@@ -1,15 +1,19 @@
 """Spikes, sustained divergence, gradient-norm explosions and the plateau from the start.
 
-Detector (documented choice): each finite value is compared with the median and a robust sigma
-(1.4826 x MAD, never below 1% of |median|) of the logged values in the trailing
-`baseline_window_steps` before it. A value is *elevated* when it is more than `spike_z` sigmas
-above that median (OLMo's 6 sigma, but robust) and at least `spike_min_ratio` x the median (when the
-median is positive). While elevated, the baseline is frozen at the value it had when the episode
-began, so a lasting jump cannot become its own baseline. An episode ends (recovered) once the values
-have stayed within half that threshold (median + z/2 sigma) for 20 steps and at least 2 points. An episode that has lasted `spike_patience_steps` steps and
-`spike_patience_points` elevated points (llm-foundry: > 4 consecutive logged steps) and is still
-open is a STOP: DIVERGENCE when its recent median is >= `divergence_ratio` x the baseline median,
-else LOSS_SPIKE. Everything is a function of the history alone, counted in steps.
+Detector (documented choice): each finite value is compared with the median and robust scale of the
+logged values in the trailing `baseline_window_steps` before it (see baseline.py: quantile-based,
+scale-free). A value is *elevated* when it is more than `spike_z` scales above that median (OLMo's
+6 sigma, but robust) and at least `spike_min_ratio` x the median (when the median is positive).
+While elevated, the baseline is frozen at the value it had when the episode began, so a lasting jump
+cannot become its own baseline. An episode ends (recovered) once the median of the values of the last
+20 steps (at least 2 points) is within half that threshold. An open episode is WAIT (a note while it is one point
+and the newest value is back under the threshold: single-batch noise); it is *sustained* once it
+has lasted `spike_patience_steps` steps or `spike_patience_points_any_axis` logged points, whichever
+comes first (so a run logged per epoch gets there too), with at least `spike_patience_points` elevated
+points making up 60 % of it. A sustained episode is a STOP (DIVERGENCE when its recent median is
+>= `divergence_ratio` x the baseline median, else LOSS_SPIKE) unless the key eval metric, evaluated
+since the episode began, is at or near its best: then it stays WAIT. Everything is a function of the
+history alone.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, points_in, robust_center_scale
+from guarded_sbatch.judge.baseline import trailing_baselines
+from guarded_sbatch.judge.eval_gate import eval_near_best_since
+from guarded_sbatch.judge.findings import Finding, fmt, points_in, typical_spacing
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 
-_MIN_BASELINE_POINTS = 8
 _RECOVERY_POINTS = 2
 _RECOVERY_STEPS = 20
 
@@ -40,104 +45,71 @@ class Episode:
     total_points: int = 1
     end_step: int | None = None  # None: still open at the end of the history
     recent: list[float] | None = None
+    peak_step: int = 0
+    last_elevated: bool = True  # the newest point of the episode is elevated
 
 
-_BLOCK_VALUES = 1 << 18  # values per block of windows: 2 MB of float64 per temporary copy
-
-
-def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: float) -> tuple[np.ndarray, np.ndarray]:
-    """Median and robust sigma of the `window_points` values before each index (NaN where too few).
-
-    Sigma is the smaller of 1.4826 x MAD of the values and 1.4826 x MAD of their successive
-    differences / sqrt(2): the second ignores a slow trend inside the window (a loss still falling),
-    which would otherwise pass for noise and hide a real jump.
-    """
-    n = len(values)
-    medians = np.full(n, np.nan)
-    sigmas = np.full(n, np.nan)
-    diffs = np.diff(values, prepend=values[0] if n else 0.0)
-    for i in range(_MIN_BASELINE_POINTS, min(n, window_points + 1)):
-        medians[i], sigma = robust_center_scale(values[:i], relative_floor)
-        sigmas[i] = max(min(sigma, _diff_sigma(diffs[1:i])), relative_floor * abs(medians[i]), 1e-12)
-    if n > window_points:
-        windows = sliding_window_view(values, window_points)[:-1]  # windows[j] = values[j : j + w] (a view)
-        diff_windows = sliding_window_view(diffs, window_points - 1)[2:]  # diffs inside values[j : j + w]
-        # np.median copies what it sorts: rows in blocks keep the copies small whatever the history's length
-        block = max(1, _BLOCK_VALUES // window_points)
-        for start in range(0, len(windows), block):
-            rows = windows[start : start + block]
-            med = np.median(rows, axis=1)
-            mad = np.median(np.abs(rows - med[:, None]), axis=1)
-            diff_rows = diff_windows[start : start + len(rows)]
-            diff_med = np.median(diff_rows, axis=1)
-            diff_mad = np.median(np.abs(diff_rows - diff_med[:, None]), axis=1)
-            sigma = np.minimum(MAD_TO_SIGMA * mad, MAD_TO_SIGMA * diff_mad / np.sqrt(2))
-            at = window_points + start
-            medians[at : at + len(rows)] = med
-            sigmas[at : at + len(rows)] = np.maximum(np.maximum(sigma, relative_floor * np.abs(med)), 1e-12)
-    return medians, sigmas
-
-
-def _diff_sigma(diffs: np.ndarray) -> float:
-    if len(diffs) < 2:
-        return float("inf")
-    center = float(np.median(diffs))
-    return MAD_TO_SIGMA * float(np.median(np.abs(diffs - center))) / float(np.sqrt(2))
+def window_points(steps: np.ndarray, policy: JudgePolicy) -> int:
+    return points_in(policy.baseline_window_steps, steps, minimum=16, maximum=policy.baseline_max_points)
 
 
 def scan_episodes(
     steps: np.ndarray,
     values: np.ndarray,
-    window_steps: int,
+    policy: JudgePolicy,
     z: float,
     min_ratio: float,
-    relative_floor: float,
 ) -> list[Episode]:
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
-    medians, sigmas = trailing_baselines(values, points_in(window_steps, steps), relative_floor)
-
-    def is_elevated(value: float, median: float, sigma: float) -> bool:
-        if value <= median + z * sigma:
-            return False
-        return median <= 0 or value >= min_ratio * median
-
+    medians, sigmas = trailing_baselines(values, window_points(steps, policy), policy.relative_noise_floor)
+    with np.errstate(invalid="ignore"):
+        candidate = (values > medians + z * sigmas) & ((medians <= 0) | (values >= min_ratio * medians))
+    starts = np.nonzero(candidate)[0]
+    spacing = typical_spacing(steps)
     episodes: list[Episode] = []
-    current: Episode | None = None
-    calm_points = 0
-    calm_since = 0
-    for i in range(len(values)):
-        value = float(values[i])
-        if current is None:
-            if np.isnan(medians[i]) or not is_elevated(value, medians[i], sigmas[i]):
-                continue
-            current = Episode(int(steps[i]), float(medians[i]), float(sigmas[i]), value, recent=[value])
-            calm_points = 0
-            continue
-        current.total_points += 1
-        current.recent = (current.recent or [])[-7:] + [value]
-        if is_elevated(value, current.base_median, current.base_sigma):
-            current.elevated_points += 1
-            current.peak = max(current.peak, value)
-        if value > current.base_median + 0.5 * z * current.base_sigma:
-            calm_points = 0
-        else:
-            if calm_points == 0:
-                calm_since = int(steps[i])
-            calm_points += 1
-            if calm_points >= _RECOVERY_POINTS and int(steps[i]) - calm_since >= _RECOVERY_STEPS:
-                current.end_step = int(steps[i])
-                episodes.append(current)
-                current = None
-    if current is not None:
+    position = 0
+    while True:
+        later = starts[np.searchsorted(starts, position):]
+        if len(later) == 0:
+            break
+        i = int(later[0])
+        base, sigma = float(medians[i]), float(sigmas[i])
+        threshold, calm_level = base + z * sigma, base + 0.5 * z * sigma
+        rest_v, rest_s = values[i + 1 :], steps[i + 1 :]
+        # recovered at the first point where the median of the last ~20 steps of points is back under the
+        # calm level: single heavy-tailed batches (tiny-batch noise) neither keep it open nor close it
+        k = int(max(_RECOVERY_POINTS, min(_RECOVERY_STEPS + 1, np.ceil(_RECOVERY_STEPS / spacing) + 1)))
+        end = None
+        if len(rest_v) >= k:
+            window_medians = np.median(sliding_window_view(rest_v, k), axis=1)
+            spans = rest_s[k - 1 :] - rest_s[0] >= _RECOVERY_STEPS
+            calm = np.nonzero((window_medians <= calm_level) & spans)[0]
+            if len(calm):
+                end = int(calm[0]) + k - 1  # index into rest
+        segment = values[i : i + 2 + end] if end is not None else values[i:]
+        with np.errstate(invalid="ignore"):
+            elevated = (segment > threshold) & ((base <= 0) | (segment >= min_ratio * base))
+        elevated[0] = True
+        peak_at = int(np.argmax(np.where(elevated, segment, -np.inf)))
+        current = Episode(
+            int(steps[i]), base, sigma, float(segment[peak_at]),
+            elevated_points=int(np.count_nonzero(elevated)), total_points=len(segment),
+            end_step=int(rest_s[end]) if end is not None else None,
+            recent=[float(v) for v in segment[-8:]], peak_step=int(steps[i + peak_at]),
+            last_elevated=bool(elevated[-1]),
+        )
+        position = i + 2 + end if end is not None else len(values)
         episodes.append(current)
     return episodes
 
 
-def _sustained(episode: Episode, last_step: int, patience_steps: int, patience_points: int) -> bool:
+def _sustained(episode: Episode, last_step: int, patience_steps: int, patience_points: int,
+               any_axis_points: int) -> bool:
+    long_enough = last_step - episode.start_step >= patience_steps or episode.total_points >= any_axis_points
     return (
         episode.end_step is None
-        and last_step - episode.start_step >= patience_steps
+        and long_enough
         and episode.elevated_points >= patience_points
         and episode.elevated_points >= 0.6 * episode.total_points
     )
@@ -149,46 +121,52 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
     steps, values = history.series(keys.train_loss)
     if np.count_nonzero(np.isfinite(values)) < policy.min_loss_points:
         return None
-    episodes = scan_episodes(
-        steps, values, policy.baseline_window_steps, policy.spike_z, policy.spike_min_ratio, policy.relative_noise_floor
-    )
+    episodes = scan_episodes(steps, values, policy, policy.spike_z, policy.spike_min_ratio)
     last_step = int(steps[-1])
     notes = [
         Anomaly(
             "recovered_spike", keys.train_loss, e.start_step, e.peak,
-            f"spike to {fmt(e.peak)} (baseline {fmt(e.base_median)}) recovered by step {e.end_step}",
+            f"spike to {fmt(e.peak)} at step {e.peak_step} (baseline {fmt(e.base_median)}) recovered by step {e.end_step}",
         )
         for e in episodes
         if e.end_step is not None
     ][-5:]
     open_episode = episodes[-1] if episodes and episodes[-1].end_step is None else None
-    if open_episode is not None:
-        e = open_episode
-        recent_median = float(np.median(e.recent or [e.peak]))
-        diverging = e.base_median > 0 and recent_median >= policy.divergence_ratio * e.base_median
-        kind = "divergence" if diverging else "spike"
-        anomaly = Anomaly(
-            kind, keys.train_loss, e.start_step, recent_median,
-            f"loss {fmt(recent_median)} vs baseline {fmt(e.base_median)} since step {e.start_step}",
-        )
-        if _sustained(e, last_step, policy.spike_patience_steps, policy.spike_patience_points):
-            reason = Reason.DIVERGENCE if diverging else Reason.LOSS_SPIKE
-            what = "diverged" if diverging else "jumped and has not recovered"
-            return Finding.stop(
-                reason,
-                f"training loss {what}: {fmt(recent_median)} vs {fmt(e.base_median)} before step {e.start_step}, "
-                f"elevated for {last_step - e.start_step} steps ({e.elevated_points} logged points)",
-                anomaly, *notes,
+    if open_episode is None:
+        if notes:
+            return Finding.note(Reason.LOSS_SPIKE, f"{len(notes)} loss spike(s) recovered", *notes)
+        return None
+    e = open_episode
+    recent_median = float(np.median(e.recent or [e.peak]))
+    diverging = e.base_median > 0 and recent_median >= policy.divergence_ratio * e.base_median
+    kind = "divergence" if diverging else "spike"
+    evidence = (
+        f"{keys.train_loss} {fmt(recent_median)} (median of the last {len(e.recent or [])} points, peak "
+        f"{fmt(e.peak)} at step {e.peak_step}) vs baseline {fmt(e.base_median)} before step {e.start_step}"
+    )
+    anomaly = Anomaly(kind, keys.train_loss, e.start_step, recent_median, evidence)
+    sustained = _sustained(e, last_step, policy.spike_patience_steps, policy.spike_patience_points,
+                           policy.spike_patience_points_any_axis)
+    if sustained:
+        reason = Reason.DIVERGENCE if diverging else Reason.LOSS_SPIKE
+        what = "diverged" if diverging else "jumped and has not recovered"
+        held = f"elevated for {last_step - e.start_step} steps ({e.elevated_points} of {e.total_points} logged points)"
+        good_eval = eval_near_best_since(history, keys, policy, e.start_step)
+        if good_eval is not None:
+            return Finding.wait(
+                reason, f"training loss {what}: {evidence}, {held}; but {good_eval}: waiting", anomaly, *notes
             )
-        return Finding.wait(
-            Reason.LOSS_SPIKE,
-            f"training loss spiked at step {e.start_step} ({fmt(e.peak)} vs baseline {fmt(e.base_median)}); "
-            f"watching whether it recovers within {policy.spike_patience_steps} steps",
-            anomaly, *notes,
-        )
-    if notes:
-        return Finding.note(Reason.LOSS_SPIKE, f"{len(notes)} loss spike(s) recovered", *notes)
-    return None
+        return Finding.stop(reason, f"training loss {what}: {evidence}, {held}", anomaly, *notes)
+    if e.elevated_points == 1 and not e.last_elevated:
+        # one noisy point, the values since back under the threshold: a note, not a reason to wait
+        return Finding.note(Reason.LOSS_SPIKE, f"one-point loss spike at step {e.start_step}, recovering",
+                            anomaly, *notes)
+    return Finding.wait(
+        Reason.LOSS_SPIKE,
+        f"training loss spiked at step {e.start_step}: {evidence}; watching whether it recovers within "
+        f"{policy.spike_patience_steps} steps or {policy.spike_patience_points_any_axis} logged points",
+        anomaly, *notes,
+    )
 
 
 def check_grad_explosion(
@@ -202,33 +180,47 @@ def check_grad_explosion(
         steps, values = steps[keep], values[keep]
     if np.count_nonzero(np.isfinite(values)) < policy.min_loss_points:
         return None
-    episodes = scan_episodes(
-        steps, values, policy.baseline_window_steps, policy.grad_spike_z, policy.grad_explosion_ratio,
-        policy.relative_noise_floor,
-    )
+    episodes = scan_episodes(steps, values, policy, policy.grad_spike_z, policy.grad_explosion_ratio)
     if not episodes:
         return None
     e = episodes[-1]
-    if e.end_step is None and _sustained(e, int(steps[-1]), policy.grad_patience_steps, policy.grad_patience_points):
-        return Finding.stop(
+    last_step = int(steps[-1])
+    if e.end_step is None:
+        evidence = (
+            f"{keys.grad_norm} {fmt(float(np.median(e.recent or [e.peak])))} (peak {fmt(e.peak)} at step "
+            f"{e.peak_step}) vs {fmt(e.base_median)} before step {e.start_step}"
+        )
+        anomaly = Anomaly("grad_explosion", keys.grad_norm, e.start_step, e.peak, evidence)
+        if _sustained(e, last_step, policy.grad_patience_steps, policy.grad_patience_points,
+                      policy.spike_patience_points_any_axis):
+            good_eval = eval_near_best_since(history, keys, policy, e.start_step)
+            message = f"gradient norm exploded: {evidence}, for {last_step - e.start_step} steps"
+            if good_eval is not None:
+                return Finding.wait(Reason.GRAD_EXPLOSION, f"{message}; but {good_eval}: waiting", anomaly)
+            return Finding.stop(Reason.GRAD_EXPLOSION, message, anomaly)
+        if e.elevated_points == 1 and not e.last_elevated:
+            return Finding.note(Reason.GRAD_EXPLOSION, f"one-point gradient-norm spike at step {e.start_step}, "
+                                "recovering", anomaly)
+        return Finding.wait(
             Reason.GRAD_EXPLOSION,
-            f"gradient norm exploded: {fmt(float(np.median(e.recent or [e.peak])))} vs {fmt(e.base_median)} "
-            f"before step {e.start_step}, for {int(steps[-1]) - e.start_step} steps",
-            Anomaly("grad_explosion", keys.grad_norm, e.start_step, e.peak),
+            f"gradient norm exploding: {evidence}; watching whether it recovers within "
+            f"{policy.grad_patience_steps} steps",
+            anomaly,
         )
     return Finding.note(
         Reason.GRAD_EXPLOSION,
-        "gradient-norm spike(s)",
-        *[Anomaly("grad_spike", keys.grad_norm, x.start_step, x.peak,
-                  "recovered" if x.end_step is not None else "ongoing") for x in episodes[-3:]],
+        "gradient-norm spike(s) recovered",
+        *[Anomaly("grad_spike", keys.grad_norm, x.start_step, x.peak, f"recovered by step {x.end_step}")
+          for x in episodes[-3:]],
     )
 
 
 def check_plateau_from_start(
     history: MetricHistory, keys: RunKeys, policy: JudgePolicy, context: RunContext | None
 ) -> Finding | None:
-    """Flat from step 0 (at chance level when known). A history that starts late is a resume and a
-    run that improved first and flattened later (end of a decayed schedule) is not a plateau."""
+    """Flat from step 0 (at chance level when known): WAIT from half of `plateau_min_steps`, STOP after
+    all of it. A history that starts late is a resume and a run that improved first and flattened
+    later (end of a decayed schedule) is not a plateau."""
     if not keys.train_loss:
         return None
     steps, values = history.series(keys.train_loss)
@@ -239,11 +231,12 @@ def check_plateau_from_start(
     min_steps = policy.plateau_min_steps
     if context is not None and context.total_steps:
         min_steps = max(min_steps, context.total_steps // 10)
-    if steps[-1] - steps[0] < min_steps:
+    span = int(steps[-1] - steps[0])
+    if span < min_steps // 2:
         return None
     head_points = max(5, points_in(50, steps, minimum=5, maximum=50))
     head = float(np.median(values[:head_points]))
-    window = points_in(policy.baseline_window_steps, steps, minimum=5, maximum=512)
+    window = points_in(policy.baseline_window_steps, steps, minimum=5, maximum=policy.baseline_max_points)
     medians, _ = trailing_baselines(values, window, policy.relative_noise_floor)
     tail = float(np.median(values[-window:]))
     best = float(np.nanmin(np.append(medians, tail)))
@@ -255,9 +248,15 @@ def check_plateau_from_start(
         near = abs(tail - policy.chance_loss) <= policy.plateau_chance_tolerance * abs(policy.chance_loss)
         if not near:
             return None
-    return Finding.stop(
-        Reason.PLATEAU_FROM_START,
+    evidence = (
         f"training loss flat since the start: {fmt(head)} at step {int(steps[0])}, {fmt(tail)} at step "
-        f"{int(steps[-1])} (best {improvement:.1%} better): the run is not learning",
-        Anomaly("plateau", keys.train_loss, int(steps[0]), tail),
+        f"{int(steps[-1])} (best {improvement:.1%} better)"
     )
+    anomaly = Anomaly("plateau", keys.train_loss, int(steps[0]), tail, evidence)
+    if span < min_steps:  # half the patience: say so before stopping
+        return Finding.wait(
+            Reason.PLATEAU_FROM_START,
+            f"{evidence}; STOP at step {int(steps[0]) + min_steps} if it stays flat",
+            anomaly,
+        )
+    return Finding.stop(Reason.PLATEAU_FROM_START, f"{evidence}: the run is not learning", anomaly)

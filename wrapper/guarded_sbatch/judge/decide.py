@@ -8,14 +8,18 @@ Order (the first STOP in this order wins; else the first WAIT; else CONTINUE wit
      counter (Megatron prints no loss for those)
   3. non-finite grad norm or LR (outside skipped steps)
   4. evaluations failing (non-finite) every time
-  5. training-loss spike that does not recover / sustained divergence
-  6. gradient-norm explosion
+  5. training-loss spike that does not recover / sustained divergence (WAIT while the key eval is
+     at or near its best), then a slow climb of the training loss above its best
+  6. gradient-norm explosion (open: WAIT)
   7. LR schedule stuck at 0
   8. plateau from the start
-  9. key eval metric regressing from its own best
+  9. key eval metric regressing from its own best (WAIT first, STOP after a patience in evals or steps)
  10. staleness (only while a live job is watched) -> WAIT
 Notes (recovered spikes, a NaN that went away, LR restarts, eval vs baseline) never stop a run.
-Thin evidence: with fewer than `min_loss_points` training-loss points every STOP becomes a WAIT.
+Thin evidence: with fewer than `min_loss_points` training-loss points every STOP becomes a WAIT, except
+the non-finite ones (a short log that ends in NaN is judged on what is there). The NaN checks run even
+when no loss key is logged (a log whose only signal is `grad norm: nan`).
+Every WAIT and STOP message names its evidence: the metric, its values and their steps.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from guarded_sbatch.judge import checks_crash, checks_eval, checks_finite, checks_trend
+from guarded_sbatch.core.jsonnum import non_finite_text
+from guarded_sbatch.judge import checks_climb, checks_crash, checks_eval, checks_finite, checks_trend
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
@@ -44,7 +49,7 @@ def decide(
     crashed = checks_crash.check_crashed(history)
     if crashed is not None:  # dead or dying: thin evidence or no loss key changes nothing
         return Verdict(Decision.STOP, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
-    if keys.train_loss is None and not keys.eval_keys:
+    if keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys):
         return Verdict(
             Decision.WAIT, Reason.NO_DATA,
             f"no training loss or eval metric among the logged keys "
@@ -61,6 +66,7 @@ def decide(
         checks_finite.check_nonfinite_optimizer_metrics(history, keys, policy, excused),
         checks_finite.check_eval_failing(history, keys, policy),
         checks_trend.check_loss_trend(history, keys, policy),
+        checks_climb.check_loss_climb(history, keys, policy),
         checks_trend.check_grad_explosion(history, keys, policy, excused),
         checks_eval.check_lr_schedule(history, keys, policy),
         checks_trend.check_plateau_from_start(history, keys, policy, context),
@@ -76,7 +82,7 @@ def decide(
 
     for finding in present:
         if finding.decision is Decision.STOP:
-            if thin and keys.train_loss is not None:
+            if thin and keys.train_loss is not None and finding.reason not in HARD_REASONS:
                 return Verdict(
                     Decision.WAIT, finding.reason,
                     f"{finding.message} (only {loss_points} training-loss points: waiting for more)",
@@ -92,11 +98,29 @@ def decide(
             f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
             anomalies, last_step, summary,
         )
+    if keys.train_loss is None and not keys.eval_keys:
+        return Verdict(
+            Decision.WAIT, Reason.NO_DATA,
+            f"no training loss or eval metric among the logged keys ({', '.join(history.keys()[:8])}); "
+            "only optimizer metrics, which look finite",
+            anomalies, last_step, summary,
+        )
     notes = [f.message for f in present]
     message = "healthy" + (f" ({'; '.join(notes)})" if notes else "")
     if keys.train_loss is None:
         message += f"; no training loss logged, judged on {keys.key_metric} only"
     return Verdict(Decision.CONTINUE, Reason.HEALTHY, message, anomalies, last_step, summary)
+
+
+# findings that are facts, not trends: a few points are enough evidence
+HARD_REASONS = frozenset({
+    Reason.NON_FINITE_LOSS, Reason.HIDDEN_NAN, Reason.NON_FINITE_METRIC, Reason.EVAL_FAILING,
+    Reason.LOSS_SCALE_COLLAPSE,
+})
+
+
+def _has_optimizer_signal(keys: RunKeys) -> bool:
+    return any((keys.grad_norm, keys.nan_counter, keys.loss_scale, keys.lr))
 
 
 def _check_stale(policy: JudgePolicy, context: RunContext | None) -> Finding | None:
@@ -132,7 +156,7 @@ def _summary(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> dict
 
 def _json_float(value: Any) -> Any:
     if isinstance(value, float) and not np.isfinite(value):
-        return str(value)
+        return non_finite_text(value)  # the one encoding of core/jsonnum.py
     return value
 
 

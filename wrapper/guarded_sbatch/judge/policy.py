@@ -30,27 +30,39 @@ class JudgePolicy:
     loss_scale_window_steps: int = 100
     loss_scale_min_skip_rate: float = 0.8
 
-    # spikes (robust z-score against median/MAD of the trailing window, OLMo-like 6 sigma)
-    baseline_window_steps: int = 200
+    # spikes (robust z-score against the median / quantile scale of the trailing window, OLMo-like 6 sigma)
+    baseline_window_steps: int = 400
+    baseline_max_points: int = 400
     spike_z: float = 6.0
     spike_min_ratio: float = 1.25  # and at least this much above the baseline median (when positive)
-    relative_noise_floor: float = 0.01  # sigma never below 1% of |median|: scale-free, no zero MAD
-    # a spike still elevated after this many steps (and this many logged points) is a STOP
+    relative_noise_floor: float = 0.01  # scale never below 1% of |median|: scale-free, no zero MAD
+    # a spike still elevated after this many steps, or this many logged points on any axis (epochs),
+    # with this many elevated points, is a STOP (a WAIT while the key eval is at or near its best)
     spike_patience_steps: int = 60
     spike_patience_points: int = 5
+    spike_patience_points_any_axis: int = 30
     divergence_ratio: float = 2.0  # sustained and >= this x baseline median: divergence
 
-    # gradient norm explosions (same detector, own thresholds)
+    # gradient norm explosions (same detector, own thresholds); an open explosion is WAIT
     grad_spike_z: float = 8.0
     grad_explosion_ratio: float = 10.0
     grad_patience_steps: int = 60
     grad_patience_points: int = 5
 
-    # evaluation
-    eval_fail_patience: int = 3  # last N evals all non-finite: STOP
-    eval_regress_rel: float = 0.10  # 3-eval median worse than its best by more than 10% ...
-    eval_regress_patience_steps: int = 300  # ... for this many steps ...
-    eval_regress_patience_points: int = 4  # ... and this many evals in a row: STOP
+    # slow climb of the training loss: median of the trailing window above its best by this much is
+    # WAIT; STOP after the patience (steps or window medians, whichever first) unless the eval is good
+    climb_rel: float = 0.15
+    climb_window_steps: int = 200
+    climb_patience_steps: int = 400
+    climb_patience_points: int = 60
+
+    # evaluation: WAIT when the 3-eval median is worse than its best by more than eval_regress_rel;
+    # STOP after eval_regress_patience_points evals in a row, or eval_regress_patience_steps steps
+    # (and at least 2 evals), whichever comes first
+    eval_fail_patience: int = 3  # last N evals all non-finite: STOP (the first one: WAIT)
+    eval_regress_rel: float = 0.10
+    eval_regress_patience_steps: int = 300
+    eval_regress_patience_points: int = 4
     eval_flat_rel: float = 0.005
 
     # learning rate

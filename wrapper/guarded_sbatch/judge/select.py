@@ -13,6 +13,8 @@ from guarded_sbatch.judge.checks_crash import is_crash_key
 
 # most common training-loss names first: used to break ties between several loss keys
 _PREFERRED_LOSS_NAMES = ("loss", "train/loss", "train_loss", "loss/train", "lm loss", "lm_loss", "trl")
+_TRAIN_WORDS = frozenset({"train", "training", "trn"})
+_EVAL_WORDS = frozenset({"eval", "val", "valid", "validation", "test", "dev", "evaluation"})
 _HIGHER_IS_BETTER = re.compile(
     r"acc|f1|bleu|rouge|auc|precision|recall|map\b|iou|exact_match|score|top1|top5|acc1|acc5|r2|dice",
     re.IGNORECASE,
@@ -58,9 +60,12 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         return max(keys, key=lambda k: (len(history.series(k)[0]), -_name_rank(k), -len(k), k))
 
     train_loss = policy.train_loss_key or most_points(with_role(Role.TRAIN_LOSS))
-    evals = [k for k in with_role(Role.EVAL_METRIC) if k != train_loss]
-    # eval losses before other eval metrics: the loss is what every run has and the judge knows best
-    evals.sort(key=lambda k: (not set(key_words(k)) & {"loss", "nll", "ce", "tel"}, k))
+    # a `train`-tagged accuracy (a run without validation) is not an evaluation
+    evals = [k for k in with_role(Role.EVAL_METRIC) if k != train_loss and not _train_tagged(k)]
+    # eval losses before other eval metrics: the loss is what every run has and the judge knows best;
+    # a loss before its perplexity (Megatron's text log prints both, TB/W&B often only the loss)
+    evals.sort(key=lambda k: (not set(key_words(k)) & {"loss", "nll", "ce", "tel"},
+                              bool(set(key_words(k)) & {"ppl", "perplexity"}), k))
     if policy.key_metric:
         evals = [policy.key_metric] + [k for k in evals if k != policy.key_metric]
     directions: dict[str, Direction] = {}
@@ -85,6 +90,11 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         skipped=most_points(preferred_skipped),
         nan_counter=most_points(nan_counters),
     )
+
+
+def _train_tagged(key: str) -> bool:
+    words = set(key_words(key))
+    return bool(words & _TRAIN_WORDS) and not words & _EVAL_WORDS
 
 
 def _name_rank(key: str) -> int:

@@ -23,6 +23,7 @@ class Reason(enum.Enum):
     LOSS_SCALE_COLLAPSE = "loss_scale_collapse"
     LOSS_SPIKE = "loss_spike"
     DIVERGENCE = "divergence"
+    LOSS_CLIMBING = "loss_climbing"
     GRAD_EXPLOSION = "grad_explosion"
     EVAL_REGRESSING = "eval_regressing"
     EVAL_FAILING = "eval_failing"

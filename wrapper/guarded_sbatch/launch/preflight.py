@@ -213,7 +213,7 @@ SYMBOLS = {CheckStatus.PASSED: "ok  ", CheckStatus.WARNED: "warn", CheckStatus.F
 COLOURS = {CheckStatus.PASSED: "\033[32m", CheckStatus.WARNED: "\033[33m", CheckStatus.FAILED: "\033[31m"}
 
 
-def format_report(report: PreflightReport, *, color: bool) -> str:
+def format_report(report: PreflightReport, *, color: bool, launching: bool = False) -> str:
     def paint(text: str, status: CheckStatus) -> str:
         return f"{COLOURS[status]}{text}\033[0m" if color else text
 
@@ -234,8 +234,12 @@ def format_report(report: PreflightReport, *, color: bool) -> str:
         names = ", ".join(report.blocking_checks)
         lines.append(paint(f"BLOCKED by: {names}. Fix them, or waive one with --guard-waive NAME=\"reason\".", CheckStatus.FAILED))
     else:
-        lines.append("Clear to launch:" if not report.waivers else "Clear to launch with waivers (recorded with the run):")
-        lines.extend(["```", report.launch_command, "```"])
+        waivers = " (waivers recorded with the run)" if report.waivers else ""
+        if launching:  # the submission follows at once: no command to copy, nothing to run again
+            lines.append(f"Clear{waivers}: submitting now.")
+        else:
+            lines.append(f"Clear to launch{waivers}. To submit it, run:")
+            lines.extend(["```", report.launch_command, "```"])
     return "\n".join(lines)
 
 

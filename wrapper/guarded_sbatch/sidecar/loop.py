@@ -21,9 +21,12 @@ from typing import Any, TextIO
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
-from guarded_sbatch.judge.verdict import Decision, Verdict
-from guarded_sbatch.sidecar.report import DATA_SOURCE_LABELS, CheckReport, render_final_summary
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.sidecar.report import (
+    DATA_SOURCE_LABELS, CheckReport, cadence_line, render_final_summary, startup_line,
+)
 from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
@@ -75,13 +78,14 @@ class Sidecar:
             self.state.started_at = now
             self.state.full_interval_s = self.settings.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
+        self.emit(cadence_line(self.settings))
         try:
             while True:
                 exit_code = self.poll_once()
                 self.state.save(self.settings.state_file)
                 if exit_code is not None:
                     return exit_code
-                self.sleep(self.settings.fast_interval_s)
+                self.sleep(self._poll_interval(self.clock()))
         finally:
             if self._job_watch is not None:
                 self._job_watch.close()
@@ -102,6 +106,9 @@ class Sidecar:
         if verdict.decision is Decision.STOP:
             return self._stop(verdict, now)
         ended = self.job_state.is_terminal
+        if not ended and self._starting_up(now, verdict):
+            return None
+        self._maybe_alert_wait_or_crash(verdict, now, ended)
         changed = (verdict.decision.value, verdict.reason.value) != (self.state.last_decision, self.state.last_reason)
         new_anomaly = any(self._anomaly_id(a) not in self.state.reported_anomalies for a in verdict.anomalies)
         if ended or changed or new_anomaly or now >= self.state.next_full_report_at:
@@ -192,7 +199,9 @@ class Sidecar:
         self.state.full_reports += 1
         report = CheckReport(
             when=now, data_source=self.state.data_source, run=self._run_label(), verdict=verdict,
-            evidence=self.sources.files_inspected()[:6], next_check=None if ending else now + interval,
+            evidence=self.sources.files_inspected()[:6],
+            next_check=None if ending else now + self._poll_interval(now),
+            next_full_report=None if ending else now + interval, poll_interval_s=self._poll_interval(now),
         )
         self.emit("\n" + report.render())
 
@@ -250,11 +259,12 @@ class Sidecar:
         from guarded_sbatch.actions.stop import stop_run
 
         self._full_report(verdict, now, ending=True)
-        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command)
+        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
+                           stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
         self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
-        evidence_path = None
+        evidence_path, plot_path = None, None
         try:
             bundle = write_evidence(
                 self.settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
@@ -263,7 +273,7 @@ class Sidecar:
                 files_inspected=self.sources.files_inspected(), log_path=self.sources.stdout_path(),
                 stop_detail=outcome.detail,
             )
-            evidence_path = str(bundle.json_path)
+            evidence_path, plot_path = str(bundle.json_path), bundle.plot_path
         except OSError as exc:
             self.emit(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n")
         note_detail = "not configured"
@@ -277,9 +287,11 @@ class Sidecar:
                 note_detail = f"appended to {self.settings.notes_path}"
             except GuardedError as exc:
                 note_detail = f"FAILED: {exc}"
+        alert_detail = self._alert("stop", verdict, evidence=evidence_path,
+                                   plot=plot_path)  # after the stop, never before
         summary = render_final_summary(
             run=self.settings.run_name, job_id=self.settings.job_id, verdict=verdict, stop_detail=outcome.detail,
-            evidence_path=evidence_path, note_detail=note_detail, when=self.clock(),
+            evidence_path=evidence_path, note_detail=note_detail, when=self.clock(), alert_detail=alert_detail,
         )
         self.emit("\n" + summary)
         self._remember(verdict)
@@ -287,6 +299,30 @@ class Sidecar:
         self.state.final_summary = summary
         self.state.evidence = evidence_path or ""
         return 0
+
+    # ---- start-up grace and alerts (sidecar/report.py, actions/notify.py); kept apart from the rest ----
+    def _poll_interval(self, now: float) -> float:
+        """Look for the first metrics often during the start-up grace, then at the normal cadence."""
+        if not self.state.last_new_data_at and now - self.state.started_at < self.settings.startup_grace_s:
+            return min(self.settings.fast_interval_s, self.settings.startup_poll_s)
+        return self.settings.fast_interval_s
+
+    def _starting_up(self, now: float, verdict: Verdict) -> bool:
+        """No metrics yet within the grace after the start: one line, not an "unreachable" report."""
+        if self.state.last_new_data_at or now - self.state.started_at >= self.settings.startup_grace_s:
+            return False
+        if verdict.decision is not Decision.WAIT or verdict.reason not in (Reason.SOURCE_UNREADABLE, Reason.NO_DATA):
+            return False
+        if not self.state.startup_note_shown:
+            self.state.startup_note_shown = True
+            self.emit(startup_line(self.settings, self.sources.describe()))
+        return True
+
+    def _maybe_alert_wait_or_crash(self, verdict: Verdict, now: float, ended: bool) -> None:
+        alert_wait_or_crash(self, verdict, now, ended)
+
+    def _alert(self, event: str, verdict: Verdict, *, evidence: str | None = None, plot: Path | None = None) -> str:
+        return alert(self, event, verdict, evidence=evidence, plot=plot)
 
 
 def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunContext) -> Verdict:

@@ -6,6 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.timefmt import local_timestamp
@@ -27,7 +28,9 @@ class CheckReport:
     run: str
     verdict: Verdict
     evidence: Sequence[str]
-    next_check: float | None  # None: the loop is ending
+    next_check: float | None  # the next poll; None: the loop is ending
+    next_full_report: float | None = None  # the next full report, unless something changes first
+    poll_interval_s: float | None = None
 
     def render(self) -> str:
         anomalies = "; ".join(
@@ -44,15 +47,74 @@ class CheckReport:
             f"- Evidence: {', '.join(self.evidence) or 'none'}",
             f"- Decision: {self.verdict.decision.value}",
             f"- Reason: {_reason(self.verdict)}",
-            f"- Next check: {local_timestamp(self.next_check) if self.next_check else 'none (ending)'}",
+            f"- Next check: {self._next_check()}",
         ]
         return redact("\n".join(lines)) + "\n"
 
 
+    def _next_check(self) -> str:
+        if not self.next_check:
+            return "none (ending)"
+        text = local_timestamp(self.next_check, seconds=True)
+        if self.poll_interval_s:
+            text += f" (every {_duration(self.poll_interval_s)})"
+        if self.next_full_report:
+            text += f"; next full report by {local_timestamp(self.next_full_report)} or at any change"
+        return text
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def cadence_text(settings: object) -> str:
+    """The line that says how often the sidecar looks (printed once at its start)."""
+    fast = float(getattr(settings, "fast_interval_s", 60.0))
+    full = float(getattr(settings, "full_interval_s", 1800.0))
+    poll = float(getattr(settings, "job_poll_s", 300.0))
+    return (f"checks the metrics every {_duration(fast)}, acts at once on a STOP, prints a full report every "
+            f"{_duration(full)} and on any change, asks the scheduler at most every {_duration(poll)}")
+
+
+def cadence_line(settings: object) -> str:
+    notify = getattr(settings, "notify", None)
+    alerts = notify.describe() if notify is not None else "no alerts configured"
+    return f"sidecar: {cadence_text(settings)}; alerts: {alerts}\n"
+
+
+def startup_line(settings: object, sources: str) -> str:
+    fast = float(getattr(settings, "fast_interval_s", 60.0))
+    poll = min(fast, float(getattr(settings, "startup_poll_s", 10.0)))
+    grace = float(getattr(settings, "startup_grace_s", 300.0))
+    return (f"sidecar: waiting for the run's first metrics ({sources}); looking every {poll:.0f} s for up to "
+            f"{grace:.0f} s before reporting a missing source\n")
+
+
 def _reason(verdict: Verdict) -> str:
-    if not verdict.message or verdict.message.startswith(verdict.reason.value):
-        return verdict.message or verdict.reason.value  # "healthy (...)", not "healthy: healthy (...)"
-    return f"{verdict.reason.value}: {verdict.message}"
+    message = verdict.message.strip()
+    reason = verdict.reason.value
+    if not message or message == reason:
+        return reason
+    if message.startswith(reason):  # "healthy (...)", never "healthy: healthy (...)"
+        return message
+    return f"{reason}: {message}"
+
+
+def one_line(verdict: Verdict, data_source: str) -> str:
+    """`monitor --once` without --json: decision, step, loss and the reason in one line."""
+    summary = verdict.summary or {}
+    keys = summary.get("keys") or {}
+    parts = [verdict.decision.value]
+    if verdict.last_step is not None:
+        parts.append(f"step {verdict.last_step}")
+    loss = summary.get("train_loss")
+    if isinstance(loss, dict) and "value" in loss:
+        parts.append(f"{keys.get('train_loss') or 'loss'}={_fmt(loss['value'])}")
+    return f"{' '.join(parts)}: {_reason(verdict)} [{data_source}]"
 
 
 def summarise_metrics(verdict: Verdict) -> str:
@@ -72,13 +134,13 @@ def summarise_metrics(verdict: Verdict) -> str:
 
 def _fmt(value: object) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}" if math.isfinite(value) else repr(value)
+        return f"{value:.4g}" if math.isfinite(value) else non_finite_text(value)
     return str(value)
 
 
 def render_final_summary(
     *, run: str, job_id: str | None, verdict: Verdict, stop_detail: str, evidence_path: str | None,
-    note_detail: str, when: float,
+    note_detail: str, when: float, alert_detail: str | None = None,
 ) -> str:
     lines = [
         "FINAL_SUMMARY",
@@ -91,4 +153,6 @@ def render_final_summary(
         f"- Evidence: {evidence_path or 'none'}",
         f"- Project note: {note_detail}",
     ]
+    if alert_detail is not None:
+        lines.insert(-1, f"- Alert: {alert_detail}")
     return redact("\n".join(lines)) + "\n"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.actions.notify import NotifySettings
+from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.judge.policy import JudgePolicy
 
@@ -27,3 +29,11 @@ class SidecarSettings:
     job_poll_s: float = SidecarJobSettings.job_poll_s
     min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
+    log_commands: list[str] = field(default_factory=list)  # commands whose stdout is the recent log
+    log_command_timeout_s: float = 30.0
+    stop_target: str | None = None  # tmux:SESSION | pid:PID | ssh:HOST[:PORT]:PID (actions/stop_targets.py)
+    stop_grace_s: float = 30.0
+    notify: NotifySettings | None = None  # alerts on stop / wait_long / crash (actions/notify.py)
+    audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there
+    startup_grace_s: float = 300.0  # no metrics yet this soon after the start is normal, not "unreachable"
+    startup_poll_s: float = 10.0  # how often to look for the first metrics during the grace

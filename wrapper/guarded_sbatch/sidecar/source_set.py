@@ -58,8 +58,15 @@ class SourceSet:
 
             self.sources.append(WandbApiSource(self.settings.wandb_run))
             self._opened.add(("wandb_api", self.settings.wandb_run))
+        for index, command in enumerate(self.settings.log_commands):
+            if ("command", command) not in self._opened:
+                from guarded_sbatch.sources.command_log import CommandLogSource
+
+                spool = self.settings.state_file.parent / f"command-log-{index}.log"
+                self.sources.append(CommandLogSource(command, spool, timeout_s=self.settings.log_command_timeout_s))
+                self._opened.add(("command", command))
         explicit = bool(self.settings.tb_paths or self.settings.wandb_paths or self.settings.log_paths
-                        or self.settings.wandb_run)
+                        or self.settings.wandb_run or self.settings.log_commands)
         if explicit and not self.settings.search_dirs:
             return
         self._load_job_info()
@@ -144,7 +151,10 @@ class SourceSet:
     def stdout_path(self) -> Path | None:
         if self._stdout is not None:
             return self._stdout
-        return self.settings.log_paths[0] if self.settings.log_paths else None
+        if self.settings.log_paths:
+            return self.settings.log_paths[0]
+        spools = [getattr(s, "spool_path") for s in self.sources if hasattr(s, "spool_path")]
+        return spools[0] if spools else None  # a log read through a command: our copy of what it printed
 
     def stdout_grew(self) -> bool:
         path = self.stdout_path()

@@ -37,6 +37,9 @@ class SidecarState:
     peak_rss_mb: float = 0.0  # of the last sidecar process, read at its exit
     cpu_seconds: float = 0.0  # all sidecar processes of this run together
     scheduler_calls: int = 0  # state/info/cancel/watch calls, all sidecar processes together
+    wait_since: float = 0.0  # when the current run of WAIT decisions began (for the wait_long alert)
+    alerts_sent: list[str] = field(default_factory=list)  # events already alerted (each once per run)
+    startup_note_shown: bool = False
 
     @classmethod
     def load(cls, path: Path) -> "SidecarState":

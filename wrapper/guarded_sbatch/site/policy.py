@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ class EnforcementPolicy:
     tag: str = "guarded-sbatch:unguarded"
     tag_field: str = "admin_comment"
     source: str = "<defaults>"
+    switched_off: bool = False  # `enabled = false` in the site config
 
 
 def policy_from_table(table: Mapping[str, Any], source: str) -> EnforcementPolicy:
@@ -78,10 +79,14 @@ def load_policy(site_path: Path | None = None, env: Mapping[str, str] | None = N
         return EnforcementPolicy()
     if not site_path.is_file():
         raise UsageError(f"site config {site_path} is not a file; ask your site admin (or fix {SITE_CONFIG_ENV})")
-    table = read_toml(site_path).get("enforcement", {})
+    site = read_toml(site_path)
+    table = site.get("enforcement", {})
     if not isinstance(table, dict):
         raise UsageError(f"{site_path}: 'enforcement' must be a table ([enforcement])")
-    return policy_from_table(table, str(site_path))
+    policy = policy_from_table(table, str(site_path))
+    if site.get("enabled", True) is False:  # the site switch-off: the plugins let every job through
+        policy = replace(policy, unguarded_training="allow", switched_off=True)
+    return policy
 
 
 def is_exempt(program: str, policy: EnforcementPolicy) -> bool:
@@ -125,7 +130,8 @@ def render_lua_policy(policy: EnforcementPolicy) -> str:
         "-- `guarded-sbatch admin render-policy SITE.toml OUT.lua`. Edit the site config and render again;",
         "-- cli_filter.lua and job_submit.lua read this file on every submission (no reconfigure needed).",
         "return {",
-        f"  unguarded_training = {lua_string(policy.unguarded_training)},  -- reject | tag | allow",
+        f"  unguarded_training = {lua_string(policy.unguarded_training)},  -- reject | tag | allow"
+        + ("  (the site switched guarded-sbatch off: enabled = false)" if policy.switched_off else ""),
         f"  launchers = {items(policy.launchers)},",
         f"  training_commands = {items(policy.training_commands)},",
         f"  exempt_programs = {items(policy.exempt_programs)},",

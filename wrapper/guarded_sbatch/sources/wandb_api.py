@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from guarded_sbatch.core.points import Axis, MetricPoint
@@ -68,7 +69,12 @@ def _convert(rows: Iterable[Mapping[str, Any]], axes: WandbAxes) -> tuple[list[M
 
 
 class WandbApiSource:
-    """History of an online W&B run, fetched incrementally by step (needs network and an API key)."""
+    """History of an online W&B run, fetched incrementally by step (needs network and an API key).
+
+    Each request runs in a background thread and is waited for at most timeout_s: the client retries on
+    its own for minutes, and a watcher must not hang on it. A request still out at the next poll is waited
+    for again (never two at once); until it answers, the source is unreachable, which the judge reads as WAIT.
+    """
 
     kind = "wandb"
 
@@ -79,6 +85,8 @@ class WandbApiSource:
         self.page_size = page_size
         self.timeout_s = timeout_s
         self._next_step = 0
+        self._run: Any = None
+        self._pending: _Request | None = None
         self.axis = WandbAxes()
 
     def describe(self) -> str:
@@ -92,17 +100,44 @@ class WandbApiSource:
         return [f"https://wandb.ai/{entity_project}/runs/{run_id}"]
 
     def read_new(self) -> list[MetricPoint]:
-        try:
-            import wandb  # noqa: PLC0415 - heavy, and only this online path needs it
-
-            api = wandb.Api(timeout=int(self.timeout_s))
-            run = api.run(self.run_path)
-            rows = run.scan_history(keys=self.keys, page_size=self.page_size, min_step=self._next_step)
-            points, last_log_step = _convert(rows, self.axis)
-        except Exception as exc:  # the client raises many types (network, auth, not found)
+        if self._pending is None:
+            self._pending = _Request(self._fetch, self._next_step)
+        request = self._pending
+        if not request.done.wait(self.timeout_s):
+            raise SourceError(f"W&B run {self.run_path} unreachable: no answer in {self.timeout_s:g} s "
+                              "(the request is still out; waiting for it)")
+        self._pending = None
+        if request.error is not None:
+            exc = request.error
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SourceError(f"W&B run {self.run_path} could not be read ({first_line}); "
-                              "check the network and WANDB_API_KEY, or read the local .wandb log") from None
-        if last_log_step is not None:
-            self._next_step = last_log_step + 1  # pages go by _step, whatever axis the points are on
+                              "check the network and WANDB_API_KEY, or read the local .wandb log")
+        points, last_log_step = _convert(request.rows, self.axis)
+        if last_log_step is not None:  # pages go by _step, whatever axis the points are on
+            self._next_step = max(self._next_step, last_log_step + 1)
         return points
+
+    def _fetch(self, min_step: int) -> list[Mapping[str, Any]]:
+        if self._run is None:
+            import wandb  # heavy: only in the watcher, and only for an online run
+
+            api = wandb.Api(timeout=int(self.timeout_s))
+            self._run = api.run(self.run_path)
+        rows = self._run.scan_history(keys=self.keys, page_size=self.page_size, min_step=min_step)
+        return list(rows)  # the pages are fetched while iterating: here, in the background thread
+
+
+class _Request:
+    def __init__(self, fetch: Callable[[int], list[Mapping[str, Any]]], min_step: int) -> None:
+        self.done = threading.Event()
+        self.rows: list[Mapping[str, Any]] = []
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fetch, min_step), daemon=True, name="wandb-api-read").start()
+
+    def _run(self, fetch: Callable[[int], list[Mapping[str, Any]]], min_step: int) -> None:
+        try:
+            self.rows = fetch(min_step)
+        except Exception as exc:  # noqa: BLE001 - the client raises many types (network, auth, not found)
+            self.error = exc
+        finally:
+            self.done.set()

@@ -1,0 +1,13 @@
+"""What a stop did: the method, whether it took (checked), and the steps, for the evidence."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    method: str  # "stop_command" | "cancel" | "none" | "tmux" | "pid" | "ssh" | "target"
+    ok: bool
+    detail: str
+    final_state: str | None = None

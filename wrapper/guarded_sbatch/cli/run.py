@@ -1,0 +1,202 @@
+"""`guarded-sbatch run [guard options] [--guard-tmux NAME] -- COMMAND...`: a guarded run on a workstation
+or an interactive node, without a batch script.
+
+The pre-flight reads the command line itself (`python train.py ...`, `accelerate launch ...`, `torchrun ...`,
+`deepspeed ...`) as the launcher line of a one-line script. A clean (or waived) launch then runs as a job of
+the local backend, with its watcher as a second local job (`after:` the first), recorded in the registry like
+any guarded run, so `status`, `kill` and `restart` work on it. With --guard-tmux NAME the command runs in a
+new detached tmux session NAME (its output tee'd to a log the watcher reads); the local job lasts as long
+as the session, and the watcher stops the run by interrupting, then killing, the session.
+
+`guarded-sbatch stop TARGET [--grace S]` stops a target by hand (tmux:, pid:, ssh:) and says whether it took.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
+from guarded_sbatch.core.redact import redact
+
+RUN_USAGE = ("usage: guarded-sbatch run [guard options] [--job-name NAME] [--time LIMIT] [--guard-tmux NAME] "
+             "-- COMMAND...  (e.g. -- python train.py --config c.yaml)")
+TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run's 60 s
+
+
+def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False) -> int:
+    from guarded_sbatch.core.config import load_config
+    from guarded_sbatch.core.fsutil import state_dir
+    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.launch.preflight import format_report, run_preflight
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    if argv[:1] in (["-h"], ["--help"]):
+        print(RUN_USAGE)
+        return int(ExitCode.OK)
+    if "--" not in argv:
+        raise UsageError(f"the command to run goes after `--`; {RUN_USAGE}")
+    split = argv.index("--")
+    options, command = argv[:split], argv[split + 1:]
+    if not command:
+        raise UsageError(f"no command after `--`; {RUN_USAGE}")
+    tmux, options = _take_tmux(options)
+    if tmux and not check_only and "--guard-restart" in options:
+        _wait_session_gone(tmux)  # the killed run's session may still be on its way out
+    if tmux and not check_only and _tmux_session_exists(tmux):
+        raise UsageError(f"tmux session {tmux} already exists: pick another --guard-tmux name or end that session")
+    (state_dir() / "run-staging").mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=state_dir() / "run-staging"))
+    script = staging / "command.sh"  # what the pre-flight reads; also the job itself without tmux
+    script.write_text("#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"
+                      f"exec {shlex.join(command)}\n", encoding="utf-8")
+    launch = split_sbatch_argv([*options, str(script)])
+    if launch.guard_options.backend not in (None, "local"):
+        raise UsageError("`guarded-sbatch run` runs here (local backend); for Slurm use guarded-sbatch [options] COMMAND")
+    config = load_config()
+    scheduler = LocalScheduler()
+    report = run_preflight(launch, config, scheduler, restart=launch.guard_options.restart)
+    words = ["guarded-sbatch", "run", *options, *(["--guard-tmux", tmux] if tmux else []), "--", *command]
+    report = dataclasses.replace(report, launch_command=shlex.join(words))
+    print(redact(format_report(report, color=color)), file=sys.stderr)
+    if check_only or report.blocked:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing runs from it
+        if report.blocked and not check_only:
+            raise BlockedError("launch blocked by the pre-flight: nothing was started; fix the failed checks above, "
+                               "or waive one with --guard-waive CHECK=\"REASON\"")
+        return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
+    job_script, stop_command = script, None
+    log_paths: tuple[Path, ...] = ()
+    if tmux:
+        job_script, log = _tmux_job(staging, tmux, command)
+        log_paths = (log,)
+        stop_command = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{tmux}",
+                                   "--grace", str(TMUX_STOP_GRACE_S)])
+    return _start(launch, report, config, scheduler, job_script, command, tmux, log_paths, stop_command)
+
+
+def _take_tmux(options: list[str]) -> tuple[str | None, list[str]]:
+    rest: list[str] = []
+    name: str | None = None
+    index = 0
+    while index < len(options):
+        word = options[index]
+        if word == "--guard-tmux" or word.startswith("--guard-tmux="):
+            if "=" in word:
+                name = word.partition("=")[2]
+            elif index + 1 < len(options):
+                index += 1
+                name = options[index]
+            else:
+                raise UsageError("--guard-tmux needs a session name, e.g. --guard-tmux=train-a")
+            if not name or any(ch in name for ch in ":. '\"$`\\"):
+                raise UsageError(f"--guard-tmux {name!r}: use a plain session name (letters, digits, - and _)")
+        else:
+            rest.append(word)
+        index += 1
+    return name, rest
+
+
+def _tmux_session_exists(name: str) -> bool:
+    from guarded_sbatch.actions.stop_targets import tmux_session_exists
+
+    return tmux_session_exists(name)
+
+
+def _wait_session_gone(name: str, timeout_s: float = 2 * TMUX_STOP_GRACE_S + 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _tmux_session_exists(name) and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def _tmux_job(staging: Path, session: str, command: list[str]) -> tuple[Path, Path]:
+    """The local job of a tmux run: start the session, live as long as it does, exit with the command's
+    status; cancelled, it stops the session (detached, so the job's own SIGKILL cannot cut that short)."""
+    log, status = staging / "output.log", staging / "exit-status"
+    inner = staging / "in-tmux.sh"
+    inner.write_text(
+        "#!/bin/bash\n# guarded-sbatch run: the command, inside its tmux session\nexport PYTHONUNBUFFERED=1\n"
+        f"cd {shlex.quote(os.getcwd())}\n{shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}\n"
+        f"echo \"${{PIPESTATUS[0]}}\" > {shlex.quote(str(status))}\n", encoding="utf-8")
+    stopper = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{session}",
+                          "--grace", str(TMUX_STOP_GRACE_S)])
+    outer = staging / "tmux-job.sh"
+    outer.write_text(f"""#!/bin/bash
+# guarded-sbatch run: the local job of tmux session {session}
+stop() {{ setsid {stopper} >> {shlex.quote(str(staging / 'stop.log'))} 2>&1 < /dev/null & wait $!; exit 143; }}
+trap stop TERM INT
+env -u TMUX tmux new-session -d -s {shlex.quote(session)} "bash {shlex.quote(str(inner))}" || exit 1
+echo "guarded-sbatch run: tmux session {session}; attach with: tmux attach -t {session}"
+while tmux has-session -t ={shlex.quote(session)} 2>/dev/null; do sleep 1 & wait $!; done
+exit "$(cat {shlex.quote(str(status))} 2>/dev/null || echo 1)"
+""", encoding="utf-8")
+    log.touch()
+    return outer, log
+
+
+def _start(launch: object, report: object, config: object, scheduler: object, job_script: Path,
+           command: list[str], tmux: str | None, log_paths: tuple[Path, ...], stop_command: str | None) -> int:
+    from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
+    from guarded_sbatch.scheduler.base import SubmitRequest
+
+    guard = launch.guard_options  # type: ignore[attr-defined]
+    cwd = Path.cwd()
+
+    def absolute(path: Path) -> Path:
+        return path if path.is_absolute() else cwd / path
+
+    sidecar_config = config.sidecar  # type: ignore[attr-defined]
+    sidecar = SidecarOptions(
+        tb_paths=tuple(map(absolute, guard.tb)), wandb_paths=tuple(map(absolute, guard.wandb)),
+        log_paths=(*map(absolute, guard.log), *log_paths), stop_command=guard.stop_command or stop_command,
+        notes_path=absolute(guard.notes) if guard.notes else None, fast_interval_s=sidecar_config.fast_interval_s,
+        full_interval_s=config.check_interval_s, job_poll_s=sidecar_config.job_poll_s,  # type: ignore[attr-defined]
+    )
+    run_name = report.run_name or Path(command[0]).name  # type: ignore[attr-defined]
+    options = tuple(launch.sbatch_options)  # type: ignore[attr-defined]
+    if not any(o.name == "job-name" for o in launch.parsed_options):  # type: ignore[attr-defined]
+        options = (f"--job-name={run_name}", *options)
+    request = SubmitRequest(script=job_script, sbatch_options=options, workdir=cwd)
+    submission = submit_guarded(
+        scheduler, request, run_name=run_name, sidecar=sidecar, resources=SidecarResources(),  # type: ignore[arg-type]
+        waivers=[w.to_json() for w in report.waivers],  # type: ignore[attr-defined]
+        record_fields={
+            **{key: str(absolute(path)) for key, path in
+               (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
+            "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
+            "launched_by": "run",
+        },
+    )
+    record = submission.record
+    # what `restart` repeats: restart_launch_argv() gives [guard words] [options] "--" COMMAND...
+    record.sbatch_options = [*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else [])]  # type: ignore[attr-defined]
+    record.script, record.script_args = "--", list(command)
+    record.log_paths = [str(absolute(p)) for p in guard.log]  # not the tmux log: a restart writes a new one
+    record.save()
+    print(submission.job_id)
+    where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
+    print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} as local job {submission.job_id}; "
+          f"its watcher is local job {submission.sidecar_id}; run folder {record.folder}", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def run_stop(argv: list[str]) -> int:
+    from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target
+    from guarded_sbatch.cli.args import ArgumentParser, positive_float
+
+    parser = ArgumentParser(prog="guarded-sbatch stop", description="stop a run by hand and check that it took")
+    parser.add_argument("target", help="tmux:SESSION, pid:PID, ssh:[USER@]HOST[:PORT]:PID")
+    parser.add_argument("--grace", type=positive_float, default=30.0, help="seconds between the signals")
+    args = parser.parse_args(argv)
+    target = parse_stop_target(args.target)
+    if target.kind == "slurm":
+        raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
+    outcome = stop_target(target, grace_s=args.grace)
+    print(f"{'stopped' if outcome.ok else 'NOT stopped'}: {outcome.detail}")
+    return int(ExitCode.OK) if outcome.ok else 1

@@ -1,0 +1,206 @@
+"""`guarded-sbatch show RUN`: one run in the terminal, live or ended.
+
+The run's state, its sidecar's latest report (and FINAL_SUMMARY), a plot of loss / eval / lr drawn in the
+terminal (plotext; plain columns of numbers when stdout is not a terminal), the anomalies as judged now,
+and the evidence paths. `--png FILE` writes the same curves as a PNG (matplotlib, in a child process so
+the login path stays light), for a live run as much as for a stopped one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, TextIO
+
+from guarded_sbatch.actions.evidence import plot_in_subprocess
+from guarded_sbatch.cli.args import ArgumentParser
+from guarded_sbatch.cli.lifecycle import run_status_row
+from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.core.fsutil import read_json
+from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.registry import RunRecord, find_run
+from guarded_sbatch.judge.policy import RunContext
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.source_set import SourceSet
+
+PLOT_LABELS = ("train_loss", "key_metric", "lr")
+PLAIN_ROWS = 12
+
+
+def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
+    parser = ArgumentParser(prog="guarded-sbatch show",
+                            description="one run: latest report, curves, anomalies, evidence")
+    parser.add_argument("run", help="run id, job id or run name (see `guarded-sbatch status`)")
+    parser.add_argument("--png", type=Path, metavar="FILE", help="also write the curves as a PNG to FILE")
+    parser.add_argument("--json", action="store_true", help="the same as one JSON object on stdout (no plot)")
+    parser.add_argument("--plain", action="store_true", help="numbers instead of a terminal plot")
+    args = parser.parse_args(argv)
+    out = out or sys.stdout
+    record = find_run(args.run)
+    view = gather(record)
+    if args.png:
+        write_png(view, args.png)
+    if args.json:
+        out.write(json_dumps({k: v for k, v in view.items() if k not in ("verdict_obj",)}, indent=2) + "\n")
+        return int(ExitCode.OK)
+    terminal = bool(getattr(out, "isatty", lambda: False)()) and not args.plain
+    out.write(render(view, terminal=terminal, color=terminal and "NO_COLOR" not in os.environ))
+    if args.png:
+        out.write(f"\nPlot written to {args.png}\n")
+    return int(ExitCode.OK)
+
+
+def gather(record: RunRecord) -> dict[str, Any]:
+    row = run_status_row(record)
+    series, verdict, source = _judge_now(record)
+    evidence_dir = record.evidence_dir
+    evidence = sorted(str(p) for p in evidence_dir.iterdir()) if evidence_dir.is_dir() else []
+    if not series:  # the metric files are gone: the curves the STOP kept
+        series = _series_from_evidence(evidence_dir / "evidence.json")
+    keys = (verdict.summary or {}).get("keys", {}) if verdict else {}
+    plotted: dict[str, str] = {label: str(keys[label]) for label in PLOT_LABELS if keys.get(label) in series}
+    if not plotted:  # no judged keys: the first few series there are
+        plotted = {key: key for key in list(series)[:3]}
+    return {
+        "run": record.run_name, "run_id": record.run_id, "job_id": record.job_id, "state": row["state"],
+        "stopped_by": row["stopped_by"], "age": row["age"], "elapsed": row["elapsed"], "exit_code": row["exit_code"],
+        "decision_now": verdict.decision.value if verdict else None,
+        "reason_now": verdict.message if verdict else None,
+        "anomalies": [_anomaly_text(a) for a in verdict.anomalies] if verdict else [],
+        "source": source, "report": latest_report(record.folder),
+        "series": {key: series[key] for key in plotted.values()},
+        "plotted": plotted, "evidence": evidence, "folder": str(record.folder), "verdict_obj": verdict,
+    }
+
+
+def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float]]], Any, str]:
+    settings = SidecarSettings(
+        run_name=record.run_name, job_id=record.job_id, state_file=record.folder / ".show-state.json",
+        evidence_dir=record.evidence_dir, tb_paths=[Path(p) for p in record.tb_paths],
+        wandb_paths=[Path(p) for p in record.wandb_paths], log_paths=[Path(p) for p in record.log_paths],
+        search_dirs=[] if (record.tb_paths or record.wandb_paths or record.log_paths) or not record.submit_dir
+        else [Path(record.submit_dir)],
+    )
+    sources = SourceSet(settings, None)
+    sources.read()
+    verdict = judge_sources(sources, None, RunContext(job_live=False))
+    history = sources.history()
+    series = {}
+    for key in history.keys():
+        steps, values = history.series(key)
+        series[key] = ([int(s) for s in steps], [float(v) for v in values])
+    return series, verdict, sources.describe()
+
+
+def _series_from_evidence(path: Path) -> dict[str, tuple[list[int], list[float]]]:
+    raw = read_json(path)
+    if not isinstance(raw, dict):
+        return {}
+    return {key: (list(entry["steps"]), [float(v) for v in entry["values"]])  # "NaN" and "Infinity" parse
+            for key, entry in (raw.get("recent_metrics") or {}).items()}
+
+
+def _anomaly_text(anomaly: Any) -> str:
+    where = f"{anomaly.kind} in {anomaly.metric} at step {anomaly.step}"
+    return where + (f" ({anomaly.message})" if anomaly.message else "")
+
+
+def latest_report(folder: Path) -> str:
+    """The sidecar's last full report block, and its FINAL_SUMMARY when there is one."""
+    outputs = sorted(folder.glob("sidecar-*.out"), key=lambda p: p.stat().st_mtime)
+    lines = "".join(p.read_text(encoding="utf-8", errors="replace") for p in outputs).splitlines()
+    blocks = [_block(lines, marker) for marker in ("## Training Check", "FINAL_SUMMARY")]
+    return "\n\n".join(b for b in blocks if b)
+
+
+def _block(lines: list[str], marker: str) -> str:
+    starts = [i for i, line in enumerate(lines) if line.startswith(marker)]
+    if not starts:
+        return ""
+    block = [lines[starts[-1]]]
+    for line in lines[starts[-1] + 1:]:
+        if line.startswith("- "):
+            block.append(line)
+        elif line.strip() or len(block) > 1:
+            break
+    return "\n".join(block)
+
+
+def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
+    head = [f"# {view['run']} (job {view['job_id']}): {view['state']}"
+            + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
+            + (f", exit {view['exit_code']}" if view["exit_code"] is not None else ""),
+            f"age {view['age'] or '-'}, ran {view['elapsed'] or '-'}; metrics: {view['source']}",
+            f"judged now: {view['decision_now'] or '-'}: {view['reason_now'] or '-'}", ""]
+    parts = ["\n".join(head)]
+    parts.append(view["report"] or "(no sidecar report yet)")
+    curves = plot_terminal(view, color=color) if terminal else plot_plain(view)
+    parts.append(curves)
+    parts.append("Anomalies: " + ("; ".join(view["anomalies"]) or "none"))
+    parts.append("Evidence: " + (", ".join(view["evidence"]) or "none yet") + f"\nRun folder: {view['folder']}")
+    return "\n\n".join(p.rstrip() for p in parts if p) + "\n"
+
+
+def plot_terminal(view: dict[str, Any], *, color: bool) -> str:
+    import plotext as plt  # noqa: PLC0415 - only `show` on a terminal draws
+
+    plotted = [(label, key) for label, key in view["plotted"].items() if key in view["series"]]
+    if not plotted:
+        return "(no metrics to plot yet)"
+    width = min(shutil.get_terminal_size((100, 30)).columns, 120)
+    drawn = []
+    for label, key in plotted:
+        steps, values = view["series"][key]
+        finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
+        plt.clear_figure()
+        plt.plotsize(width, 12)
+        plt.theme("pro" if color else "clear")
+        if finite:
+            plt.plot([s for s, _ in finite], [v for _, v in finite], marker="braille")
+        bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
+        if bad:
+            plt.vline(bad[0], "red" if color else None)
+        plt.title(f"{key} ({label})" + (f" — not finite from step {bad[0]}" if bad else ""))
+        plt.xlabel("step")
+        drawn.append(plt.build())
+    return "\n".join(drawn)
+
+
+def plot_plain(view: dict[str, Any]) -> str:
+    """Columns of numbers for a pipe: the last PLAIN_ROWS steps of each plotted key."""
+    lines = []
+    for label, key in view["plotted"].items():
+        if key not in view["series"]:
+            continue
+        steps, values = view["series"][key]
+        picked = list(zip(steps, values))[-PLAIN_ROWS:]
+        lines.append(f"{key} ({label}), last {len(picked)} of {len(steps)} points:")
+        lines.extend(f"  step {s:>8}  {_number(v)}" for s, v in picked)
+    return "\n".join(lines) or "(no metrics yet)"
+
+
+def _number(value: float) -> str:
+    if math.isfinite(value):
+        return f"{value:.6g}"
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+
+def write_png(view: dict[str, Any], path: Path) -> None:
+    verdict = view["verdict_obj"] or Verdict(Decision.WAIT, Reason.NO_DATA, "")
+    if not view["series"]:
+        raise UsageError(f"run {view['run_id']} has no metrics to plot yet; try again once it has logged some")
+    path = path.expanduser().resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="guarded-sbatch-show-") as folder:
+        try:
+            plot_in_subprocess(Path(folder), path, view["series"], verdict)
+        except RuntimeError as exc:
+            raise UsageError(f"could not write {path}: {exc}") from None
+
+
