@@ -119,7 +119,7 @@ class WandbApiSource:
 
     def _fetch(self, min_step: int) -> list[Mapping[str, Any]]:
         if self._run is None:
-            import wandb  # heavy: only in the watcher, and only for an online run
+            import wandb  # noqa: PLC0415 - heavy: only in the watcher, and only for an online run
 
             api = wandb.Api(timeout=int(self.timeout_s))
             self._run = api.run(self.run_path)
