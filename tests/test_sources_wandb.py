@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from source_writers import wandb_history_with_pb2, write_wandb_offline_run
 
+from guarded_sbatch.core.points import Axis
 from guarded_sbatch.sources.base import SourceError
+from guarded_sbatch.sources.wandb_axis import WandbAxes
 from guarded_sbatch.sources.wandb_api import parse_run_path, rows_to_points
 from guarded_sbatch.sources.wandb_log import BLOCK_SIZE, WandbLogSource, find_wandb_file
 
@@ -107,6 +109,17 @@ def test_rows_from_the_public_api_become_points() -> None:
                                                  (1, "grad_norm"), (2, "gn")]
     assert points[0].wall_time == 1.7e9 and math.isnan(points[2].value) and points[3].value == math.inf
     assert points[4].value == -math.inf and points[4].wall_time == 0.0
+
+
+def test_api_rows_use_the_step_like_key_and_skip_media() -> None:
+    rows = [
+        {"_step": 0, "iter": 0, "train/loss": 4.0, "loss_vis": {"_type": "image-file", "size": 69, "width": 8}},
+        {"_step": 1, "iter": 250, "train/loss": "NaN", "val/loss": 3.0},
+    ]
+    axes = WandbAxes()
+    points = rows_to_points(rows, axes)
+    assert [(p.step, p.key) for p in points] == [(0, "train/loss"), (250, "train/loss"), (250, "val/loss")]
+    assert math.isnan(points[1].value) and axes.axes()["train/loss"] is Axis.STEP
 
 
 def test_run_paths_and_urls() -> None:

@@ -144,7 +144,11 @@ class TextLogSink:
             shown = {"loss": round(v["train/loss"], 6), "grad_norm": v["train/grad_norm"],
                      "learning_rate": v["train/lr"]}
         shown["epoch"] = epoch
-        return str(shown)
+        # The Trainer's tqdm bar shares the job's output file (stderr): `\r`-updated, the dict written below it.
+        done = r.step * 100 // self._total
+        bar = "█" * (done // 10)
+        elapsed = f"00:{r.step % 60:02d}"
+        return f"{done:3d}%|{bar:<10}| {r.step}/{self._total} [{elapsed}<00:30, 31.25it/s]\r{shown}"
 
 
 def _ppl(loss: float) -> float:

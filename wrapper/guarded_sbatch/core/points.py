@@ -1,8 +1,47 @@
-"""The point model every source yields and the judge reads."""
+"""The point model every source yields and the judge reads.
+
+A point's `step` is a position on its series' x-axis, and a series' axis is one of `Axis`: training
+steps (iterations, optimizer updates), epochs (Keras `epoch_loss` with step = epoch), or log calls
+(W&B's `_step` when nothing step-like was logged). The axis is per key, not per point: a reader that
+knows it exposes `axes() -> dict[str, Axis]` (keys it does not list are on `Axis.STEP`), so a window
+"of 100 steps" is only ever counted on a step axis, and epoch or log-call series count points.
+`MetricPoint` keeps exactly its four fields: the TensorBoard reader builds millions of them with
+`tuple.__new__`, and every other source builds them positionally.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from enum import Enum
 from typing import NamedTuple
+
+
+class Axis(str, Enum):
+    STEP = "step"  # training steps / iterations / optimizer updates
+    EPOCH = "epoch"  # one point per epoch (step = epoch number)
+    LOG_CALL = "log_call"  # the count of log calls (W&B `_step` with nothing step-like logged)
+
+
+# Names a trainer gives its step counter, and its epoch counter, when it logs them as values.
+STEP_LIKE_KEYS = ("trainer/global_step", "train/global_step", "global_step", "iter", "step")
+EPOCH_LIKE_KEYS = ("epoch", "trainer/epoch", "train/epoch")
+
+
+def axis_of_counter(name: str) -> Axis:
+    """The axis a logged counter (a W&B step_metric, a step-like key) stands for."""
+    last = name.rsplit("/", 1)[-1].lower()
+    return Axis.EPOCH if last in ("epoch", "epochs") else Axis.STEP
+
+
+def axis_of(axes: Mapping[str, Axis], key: str) -> Axis:
+    """A key's axis in a reader's map (`Axis.STEP` when the reader does not list it)."""
+    return axes.get(key, Axis.STEP)
+
+
+def source_axes(source: object) -> dict[str, Axis]:
+    """The per-key axis map of any source: its `axes()` when it has one, else empty (every key on steps)."""
+    axes = getattr(source, "axes", None)
+    return dict(axes()) if callable(axes) else {}
 
 
 class MetricPoint(NamedTuple):

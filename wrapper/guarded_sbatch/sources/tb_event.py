@@ -2,7 +2,8 @@
 
 Field numbers (tensorboard/compat/proto): Event wall_time=1 (double), step=2 (int64), summary=5;
 Summary value=1; Value tag=1, simple_value=2 (float), tensor=8; TensorProto dtype=1, tensor_shape=2,
-tensor_content=4, float_val=5, double_val=6, int_val=7, int64_val=10, half_val=13.
+tensor_content=4, float_val=5, double_val=6, int_val=7, int64_val=10, half_val=13, uint32_val=16,
+uint64_val=17. half_val carries DT_HALF and DT_BFLOAT16 alike: the dtype says how to read its 16 bits.
 """
 
 from __future__ import annotations
@@ -16,85 +17,131 @@ _FLOAT = struct.Struct("<f")
 _HALF = struct.Struct("<e")
 _UINT16 = struct.Struct("<H")
 
-# TensorFlow DataType enum values for the numeric scalars we accept.
-_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_INT64, _DT_BFLOAT16, _DT_HALF = 1, 2, 3, 9, 14, 19
+# TensorFlow DataType enum values (tensorflow/core/framework/types.proto).
+_DT_FLOAT, _DT_DOUBLE, _DT_INT32, _DT_UINT8, _DT_INT16, _DT_INT8 = 1, 2, 3, 4, 5, 6
+_DT_INT64, _DT_BOOL, _DT_BFLOAT16, _DT_UINT16, _DT_HALF, _DT_UINT32, _DT_UINT64 = 9, 10, 14, 17, 19, 22, 23
 _CONTENT_FORMATS = {
     _DT_FLOAT: struct.Struct("<f"),
     _DT_DOUBLE: struct.Struct("<d"),
     _DT_INT32: struct.Struct("<i"),
+    _DT_UINT8: struct.Struct("<B"),
+    _DT_INT16: struct.Struct("<h"),
+    _DT_INT8: struct.Struct("<b"),
     _DT_INT64: struct.Struct("<q"),
+    _DT_UINT16: struct.Struct("<H"),
     _DT_HALF: struct.Struct("<e"),
+    _DT_UINT32: struct.Struct("<I"),
+    _DT_UINT64: struct.Struct("<Q"),
 }
+# Repeated numeric fields of TensorProto, by field number: (wire type when packed, how one decodes).
+_FLOAT_VAL, _DOUBLE_VAL, _INT_VAL, _INT64_VAL, _HALF_VAL, _UINT32_VAL, _UINT64_VAL = 5, 6, 7, 10, 13, 16, 17
+
+
+def _bits16(raw: int, dtype: int) -> float:
+    """half_val holds the 16 bits of a DT_HALF (IEEE binary16) or of a DT_BFLOAT16 (a float32's top half)."""
+    if dtype == _DT_BFLOAT16:
+        return _FLOAT.unpack(struct.pack("<I", (raw & 0xFFFF) << 16))[0]
+    return _HALF.unpack(_UINT16.pack(raw & 0xFFFF))[0]
 
 
 def _decode_tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
-    """The value of a one-element numeric TensorProto, or None for anything else."""
+    """The value of a one-element numeric TensorProto, or None for anything else (strings, bools,
+    complex numbers, several elements, malformed bytes): one odd tensor never costs its event."""
+    try:
+        return _tensor_scalar(buf, pos, end)
+    except (ValueError, IndexError, struct.error):
+        return None
+
+
+def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
     dtype = 0
     elements = 1
     content: bytes | None = None
     values: list[float] = []
+    half_bits: list[int] = []
     while pos < end:
-        key = buf[pos]
-        pos += 1
-        if key == 0x08:  # dtype
+        key, pos = read_varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 1 and wire == 0:  # dtype
             dtype, pos = read_varint(buf, pos)
-        elif key == 0x12:  # tensor_shape
+        elif number == 2 and wire == 2:  # tensor_shape
             length, pos = read_varint(buf, pos)
-            shape_end = pos + length
-            while pos < shape_end:
-                shape_key, pos = read_varint(buf, pos)
-                if shape_key == 0x12:  # dim
-                    dim_length, pos = read_varint(buf, pos)
-                    dim_end = pos + dim_length
-                    while pos < dim_end:
-                        dim_key, pos = read_varint(buf, pos)
-                        if dim_key == 0x08:
-                            size, pos = read_varint(buf, pos)
-                            elements *= to_signed64(size)
-                        else:
-                            pos = skip_field(buf, pos, dim_key & 7)
-                else:
-                    pos = skip_field(buf, pos, shape_key & 7)
-        elif key == 0x22:  # tensor_content
+            elements *= _shape_elements(buf, pos, pos + length)
+            pos += length
+        elif number == 4 and wire == 2:  # tensor_content
             length, pos = read_varint(buf, pos)
             content = buf[pos : pos + length]
             pos += length
-        elif key == 0x2A:  # float_val, packed
-            length, pos = read_varint(buf, pos)
-            values.extend(v for (v,) in _FLOAT.iter_unpack(buf[pos : pos + length]))
-            pos += length
-        elif key == 0x2D:  # float_val, unpacked
-            values.append(_FLOAT.unpack_from(buf, pos)[0])
-            pos += 4
-        elif key == 0x32:  # double_val, packed
-            length, pos = read_varint(buf, pos)
-            values.extend(v for (v,) in _DOUBLE.iter_unpack(buf[pos : pos + length]))
-            pos += length
-        elif key == 0x31:  # double_val, unpacked
-            values.append(_DOUBLE.unpack_from(buf, pos)[0])
-            pos += 8
-        elif key in (0x3A, 0x52, 0x6A):  # int_val, int64_val, half_val (packed varints)
-            length, pos = read_varint(buf, pos)
-            packed_end = pos + length
-            while pos < packed_end:
-                raw, pos = read_varint(buf, pos)
-                if key == 0x6A:
-                    values.append(_HALF.unpack(_UINT16.pack(raw & 0xFFFF))[0])
-                else:
-                    values.append(float(to_signed64(raw)))
+        elif number == _FLOAT_VAL and wire in (2, 5):
+            pos = _read_fixed(buf, pos, wire, _FLOAT, values)
+        elif number == _DOUBLE_VAL and wire in (1, 2):
+            pos = _read_fixed(buf, pos, wire, _DOUBLE, values)
+        elif number in (_INT_VAL, _INT64_VAL, _HALF_VAL, _UINT32_VAL, _UINT64_VAL) and wire in (0, 2):
+            raws: list[int] = []
+            pos = _read_varints(buf, pos, wire, raws)
+            if number == _HALF_VAL:
+                half_bits.extend(raws)
+            else:
+                signed = number in (_INT_VAL, _INT64_VAL)
+                values.extend(float(to_signed64(raw) if signed else raw) for raw in raws)
         else:
-            pos = skip_field(buf, pos, key & 7)
-    if pos != end or elements != 1:
+            pos = skip_field(buf, pos, wire)
+    if pos != end or elements != 1 or dtype == _DT_BOOL:
         return None
+    values.extend(_bits16(raw, dtype) for raw in half_bits)
     if values:
         return float(values[0]) if len(values) == 1 else None
     if content is not None:
         if dtype == _DT_BFLOAT16 and len(content) == 2:
-            return _FLOAT.unpack(b"\x00\x00" + content)[0]
+            return _bits16(_UINT16.unpack(content)[0], dtype)
         fmt = _CONTENT_FORMATS.get(dtype)
         if fmt is not None and len(content) == fmt.size:
             return float(fmt.unpack(content)[0])
     return None
+
+
+def _shape_elements(buf: bytes, pos: int, end: int) -> int:
+    """The number of elements of a TensorShapeProto (dim=2 { size=1 })."""
+    elements = 1
+    while pos < end:
+        shape_key, pos = read_varint(buf, pos)
+        if shape_key == 0x12:  # dim
+            dim_length, pos = read_varint(buf, pos)
+            dim_end = pos + dim_length
+            while pos < dim_end:
+                dim_key, pos = read_varint(buf, pos)
+                if dim_key == 0x08:
+                    size, pos = read_varint(buf, pos)
+                    elements *= to_signed64(size)
+                else:
+                    pos = skip_field(buf, pos, dim_key & 7)
+        else:
+            pos = skip_field(buf, pos, shape_key & 7)
+    if pos != end:
+        raise ValueError("tensor shape overruns")
+    return elements
+
+
+def _read_varints(buf: bytes, pos: int, wire: int, out: list[int]) -> int:
+    if wire == 0:
+        raw, pos = read_varint(buf, pos)
+        out.append(raw)
+        return pos
+    length, pos = read_varint(buf, pos)
+    packed_end = pos + length
+    while pos < packed_end:
+        raw, pos = read_varint(buf, pos)
+        out.append(raw)
+    return pos
+
+
+def _read_fixed(buf: bytes, pos: int, wire: int, fmt: struct.Struct, values: list[float]) -> int:
+    if wire == 2:  # packed
+        length, pos = read_varint(buf, pos)
+        values.extend(v for (v,) in fmt.iter_unpack(buf[pos : pos + length]))
+        return pos + length
+    values.append(fmt.unpack_from(buf, pos)[0])
+    return pos + fmt.size
 
 
 def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, list[tuple[str, float]]]:
@@ -127,27 +174,10 @@ def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, 
                     continue
                 length, pos = read_varint(data, pos + 1)
                 value_end = pos + length
-                tag = b""
-                value: float | None = None
-                while pos < value_end:
-                    value_key = data[pos]
-                    pos += 1
-                    if value_key == 0x0A:
-                        length, pos = read_varint(data, pos)
-                        tag = data[pos : pos + length]
-                        pos += length
-                    elif value_key == 0x15:
-                        value = _FLOAT.unpack_from(data, pos)[0]
-                        pos += 4
-                    elif value_key == 0x42:
-                        length, pos = read_varint(data, pos)
-                        value = _decode_tensor_scalar(data, pos, pos + length)
-                        pos += length
-                    else:
-                        pos = skip_field(data, pos, value_key & 7) if value_key < 0x80 else _skip_long_key(
-                            data, pos - 1)
-                if pos != value_end:
+                if value_end > summary_end:
                     raise ValueError("summary value overruns")
+                tag, value = _decode_value(data, pos, value_end)
+                pos = value_end
                 if value is not None and tag:
                     name = tag_names.get(tag)
                     if name is None:
@@ -162,6 +192,31 @@ def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, 
     if pos != end:
         raise ValueError("event overruns its record")
     return wall_time, step, scalars
+
+
+def _decode_value(data: bytes, pos: int, end: int) -> tuple[bytes, float | None]:
+    """(tag, scalar or None) of one Summary.Value; a value that does not decode is skipped, not its event."""
+    tag = b""
+    value: float | None = None
+    try:
+        while pos < end:
+            value_key, pos = read_varint(data, pos)
+            if value_key == 0x0A:
+                length, pos = read_varint(data, pos)
+                tag = data[pos : pos + length]
+                pos += length
+            elif value_key == 0x15:
+                value = _FLOAT.unpack_from(data, pos)[0]
+                pos += 4
+            elif value_key == 0x42:
+                length, pos = read_varint(data, pos)
+                value = _decode_tensor_scalar(data, pos, pos + length)
+                pos += length
+            else:
+                pos = skip_field(data, pos, value_key & 7)
+    except (ValueError, IndexError, struct.error):
+        return tag, None
+    return tag, (value if pos == end else None)
 
 
 def _skip_long_key(data: bytes, pos: int) -> int:

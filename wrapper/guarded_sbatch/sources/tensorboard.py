@@ -11,12 +11,13 @@ from __future__ import annotations
 import gc
 import os
 import struct
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.files import guarded_reader, open_regular
 from guarded_sbatch.sources.tb_event import decode_event
 from guarded_sbatch.sources.tfrecord import (
@@ -31,7 +32,10 @@ from guarded_sbatch.sources.tfrecord import (
 
 EVENT_FILE_MARKER = "tfevents"
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
-MAX_DEPTH = 4
+MAX_DEPTH = 8  # logs/<project>/<sweep>/<run>/<version>/<split>/ is common; deeper is bounded by entries
+MAX_ENTRIES = 20_000
+_SKIPPED_FOLDERS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", "checkpoints",
+                    "wandb", "media"}
 
 _HEADER = HEADER_STRUCT
 _UINT32 = UINT32_STRUCT
@@ -53,26 +57,39 @@ def _sort_key(path: Path) -> tuple[str, int, str]:
     return str(path.parent), created, path.name
 
 
-def find_event_files(root: Path, max_depth: int = MAX_DEPTH) -> list[Path]:
+def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES) -> list[Path]:
+    """Event files under root, breadth-first to max_depth folders deep and at most max_entries entries.
+
+    Symlinked run folders are followed (experiment trees often link runs in from scratch space), each
+    real folder once, so a link back up the tree cannot loop. Paths keep the link's name: that is
+    the run name TensorBoard shows.
+    """
     if root.is_file():
         return [root]
     found: list[Path] = []
-    stack = [(root, 0)]
-    while stack:
-        folder, depth = stack.pop()
+    seen: set[tuple[int, int]] = set()
+    queue: deque[tuple[Path, int]] = deque([(root, 0)])
+    entries_left = max_entries
+    while queue and entries_left > 0:
+        folder, depth = queue.popleft()
         try:
+            info = folder.stat()
+            if (info.st_dev, info.st_ino) in seen:
+                continue
+            seen.add((info.st_dev, info.st_ino))
             entries = list(os.scandir(folder))
         except OSError:
             continue
-        for entry in entries:
+        for entry in entries[:entries_left]:
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    if depth < max_depth:
-                        stack.append((Path(entry.path), depth + 1))
+                if entry.is_dir():
+                    if depth < max_depth and entry.name not in _SKIPPED_FOLDERS:
+                        queue.append((Path(entry.path), depth + 1))
                 elif EVENT_FILE_MARKER in entry.name and entry.is_file():
                     found.append(Path(entry.path))
             except OSError:
                 continue
+        entries_left -= len(entries)
     return sorted(found, key=_sort_key)
 
 
@@ -103,6 +120,10 @@ class TensorBoardSource:
 
     def files_inspected(self) -> list[str]:
         return [str(p) for p in self._files]
+
+    def axes(self) -> dict[str, Axis]:
+        """Keras writes `epoch_loss`, `epoch_accuracy`, ... with step = epoch: those series are on epochs."""
+        return {key: Axis.EPOCH for key in self._last_step if key.rsplit("/", 1)[-1].startswith("epoch_")}
 
     def _refresh_files(self) -> list[_EventFile]:
         root = self.path if self.path.is_dir() else self.path.parent

@@ -12,9 +12,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.core.points import Axis, MetricPoint
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.files import guarded_reader
+from guarded_sbatch.sources.wandb_axis import WandbAxes, WandbRow
 
 _URL = re.compile(r"^(?:https?://[^/]+/)?(?P<entity>[^/\s]+)/(?P<project>[^/\s]+)/(?:runs/)?(?P<run>[^/?#\s]+)")
 _NON_FINITE = {"nan": math.nan, "infinity": math.inf, "inf": math.inf, "-infinity": -math.inf, "-inf": -math.inf}
@@ -38,22 +39,34 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def rows_to_points(rows: Iterable[Mapping[str, Any]]) -> list[MetricPoint]:
-    """Turn scan_history rows into points; rows without a usable _step are skipped, as are media,
-    histograms, strings and bools; NaN/Infinity (as floats or as the strings the API sends) are kept."""
+def rows_to_points(rows: Iterable[Mapping[str, Any]], axes: WandbAxes | None = None) -> list[MetricPoint]:
+    """Turn scan_history rows into points on the run's x-axis (see wandb_axis: a step-like key such as
+    `iter`, else `_step`); rows without a usable _step are skipped, as are media, histograms, strings
+    and bools; NaN/Infinity (as floats or as the strings the API sends) are kept."""
+    return _convert(rows, axes or WandbAxes())[0]
+
+
+def _convert(rows: Iterable[Mapping[str, Any]], axes: WandbAxes) -> tuple[list[MetricPoint], int | None]:
+    """(points, the largest `_step` seen: where the next page starts)."""
     points: list[MetricPoint] = []
+    last_log_step: int | None = None
     for row in rows:
         step = _number(row.get("_step"))
         if step is None or not math.isfinite(step):
             continue
-        wall_time = _number(row.get("_timestamp")) or 0.0
+        last_log_step = int(step) if last_log_step is None else max(last_log_step, int(step))
+        decoded = WandbRow(step=int(step), timestamp=_number(row.get("_timestamp")) or 0.0)
         for key, raw in row.items():
             if key.startswith("_"):
                 continue
+            if isinstance(raw, Mapping) and "_type" in raw:
+                decoded.media_paths.add(key)
+                continue
             value = _number(raw)
             if value is not None:
-                points.append(MetricPoint(int(step), wall_time, key, value))
-    return points
+                decoded.values[key] = value
+        points.extend(axes.points(decoded))
+    return points, last_log_step
 
 
 @guarded_reader
@@ -76,9 +89,13 @@ class WandbApiSource:
         self._next_step = 0
         self._run: Any = None
         self._pending: _Request | None = None
+        self.axis = WandbAxes()
 
     def describe(self) -> str:
         return self.run_path
+
+    def axes(self) -> dict[str, Axis]:
+        return self.axis.axes()
 
     def files_inspected(self) -> list[str]:
         entity_project, run_id = self.run_path.rsplit("/", 1)
@@ -97,14 +114,14 @@ class WandbApiSource:
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SourceError(f"W&B run {self.run_path} could not be read ({first_line}); "
                               "check the network and WANDB_API_KEY, or read the local .wandb log")
-        points = rows_to_points(request.rows)
-        if points:
-            self._next_step = max(self._next_step, max(p.step for p in points) + 1)
+        points, last_log_step = _convert(request.rows, self.axis)
+        if last_log_step is not None:  # pages go by _step, whatever axis the points are on
+            self._next_step = max(self._next_step, last_log_step + 1)
         return points
 
     def _fetch(self, min_step: int) -> list[Mapping[str, Any]]:
         if self._run is None:
-            import wandb  # heavy: only in the watcher, and only for an online run
+            import wandb  # noqa: PLC0415 - heavy: only in the watcher, and only for an online run
 
             api = wandb.Api(timeout=int(self.timeout_s))
             self._run = api.run(self.run_path)

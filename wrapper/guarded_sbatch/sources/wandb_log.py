@@ -6,10 +6,15 @@ MIDDLE=3 LAST=4, zero padding when fewer than 7 bytes remain in a block. The che
 over the type byte and the data. Each record is a `wandb_internal_pb2.Record`; we decode its history
 items by hand (field numbers checked against wandb/proto/wandb_internal.proto):
 
-    Record: num=1, history=2 (HistoryRecord), run=17 (RunRecord)
+    Record: num=1, history=2 (HistoryRecord), metric=12 (MetricRecord), run=17 (RunRecord)
     HistoryRecord: item=1 (HistoryItem, repeated), step=2 (HistoryStep: num=1)
     HistoryItem: key=1, nested_key=2 (repeated), integer=5 (sint64), number=6 (double), value_json=16
+    MetricRecord: name=1, glob_name=2, step_metric=4
     RunRecord: run_id=1, entity=2, project=3, display_name=8
+
+Which x-axis each key is on, and which items are media, is wandb_axis's business. A resumed run
+(`wandb.init(id=..., resume=...)`) writes a new run folder with the same id: every part is read,
+oldest first, and a part whose `_step` count restarted (offline resumes do) continues after the last.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.files import guarded_reader, open_regular
+from guarded_sbatch.sources.wandb_axis import WandbAxes, WandbRow
 from guarded_sbatch.sources.wire import iter_fields, read_double, read_varint
 
 FILE_MAGIC = b":W&B\xe1\xbe"
@@ -60,6 +66,27 @@ def find_wandb_file(path: Path) -> Path | None:
     return None
 
 
+def _run_id_of(log: Path) -> str:
+    """The run id of a log in a `run-<time>-<id>` / `offline-run-<time>-<id>` folder, else ""."""
+    folder = log.parent.name
+    if "run-" not in folder or not log.name.startswith("run-"):
+        return ""
+    return folder.rsplit("-", 1)[-1] if folder.rsplit("-", 1)[-1] == log.stem[len("run-"):] else ""
+
+
+def resumed_parts(log: Path) -> list[Path]:
+    """The log files of the same run id beside `log` (earlier parts of a resumed run), oldest first."""
+    run_id = _run_id_of(log)
+    if not run_id:
+        return [log]
+    try:
+        parts = [p for p in log.parent.parent.glob(f"*run-*-{run_id}/run-{run_id}.wandb") if _run_id_of(p) == run_id]
+    except OSError:
+        return [log]
+    parts = sorted(set(parts) | {log}, key=lambda p: p.parent.name.split("run-", 1)[-1])
+    return parts
+
+
 @dataclass
 class RunInfo:
     run_id: str = ""
@@ -69,10 +96,14 @@ class RunInfo:
 
 
 @dataclass
-class _HistoryRow:
-    step: int | None = None
-    values: dict[str, float] = field(default_factory=dict)
-    timestamp: float = 0.0
+class _LogPart:
+    """One `.wandb` file and where its reading stands."""
+
+    path: Path
+    offset: int = 0
+    fragments: list[bytes] = field(default_factory=list)
+    first_step: int | None = None
+    last_step: int | None = None
 
 
 def _parse_value_json(text: bytes) -> float | None:
@@ -90,7 +121,8 @@ def _parse_value_json(text: bytes) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _decode_item(buf: bytes, start: int, end: int) -> tuple[str, float | None]:
+def _decode_item(buf: bytes, start: int, end: int) -> tuple[str, float | None, bool]:
+    """(dotted key, numeric value or None, whether this item is a media dict's `_type`)."""
     key = ""
     nested: list[str] = []
     value: float | None = None
@@ -106,27 +138,38 @@ def _decode_item(buf: bytes, start: int, end: int) -> tuple[str, float | None]:
         elif number == 5 and wire_type == 0:
             raw = read_varint(buf, payload_start)[0]
             value = float((raw >> 1) ^ -(raw & 1))
-    return (".".join(nested) if nested else key), value
+    is_type = len(nested) > 1 and nested[-1] == "_type"
+    return (".".join(nested) if nested else key), value, is_type
 
 
-def decode_history(buf: bytes, start: int, end: int) -> _HistoryRow:
-    row = _HistoryRow()
+def decode_history(buf: bytes, start: int, end: int) -> WandbRow:
+    row = WandbRow()
     for number, wire_type, payload_start, payload_end in iter_fields(buf, start, end):
         if number == 1 and wire_type == 2:
-            key, value = _decode_item(buf, payload_start, payload_end)
+            key, value, is_type = _decode_item(buf, payload_start, payload_end)
+            if is_type:
+                row.media_paths.add(key.rsplit(".", 1)[0])
             if value is None:
                 continue
             if key == "_step":
                 row.step = int(value) if math.isfinite(value) else row.step
             elif key == "_timestamp":
                 row.timestamp = value
-            elif not key.startswith("_"):
+            elif not key.startswith("_") and "._" not in key:
                 row.values[key] = value
         elif number == 2 and wire_type == 2 and row.step is None:
             for step_number, step_wire, step_start, _ in iter_fields(buf, payload_start, payload_end):
                 if step_number == 1 and step_wire == 0:
                     row.step = read_varint(buf, step_start)[0]
     return row
+
+
+def _decode_metric(buf: bytes, start: int, end: int, axes: WandbAxes) -> None:
+    fields = {1: "", 2: "", 4: ""}
+    for number, wire_type, payload_start, payload_end in iter_fields(buf, start, end):
+        if number in fields and wire_type == 2:
+            fields[number] = buf[payload_start:payload_end].decode("utf-8", "replace")
+    axes.define(fields[1], fields[2], fields[4])
 
 
 def _decode_run(buf: bytes, start: int, end: int, info: RunInfo) -> None:
@@ -138,7 +181,7 @@ def _decode_run(buf: bytes, start: int, end: int, info: RunInfo) -> None:
 
 @guarded_reader
 class WandbLogSource:
-    """History points from a W&B run's local `.wandb` log, read incrementally."""
+    """History points from a W&B run's local `.wandb` log (and its resumed parts), read incrementally."""
 
     kind = "wandb"
 
@@ -148,14 +191,23 @@ class WandbLogSource:
         self.bad_records = 0  # chunks with a bad checksum, broken fragment sequences, undecodable records
         self.header_error = ""
         self.version: int | None = None
-        self._offset = 0
-        self._fragments: list[bytes] = []
+        self.axis = WandbAxes()
+        self._parts: list[_LogPart] = []
         self._last_step: dict[str, int] = {}
+        self._identity: str | None = None
         self.log_path: Path | None = find_wandb_file(self.path)
 
     def describe(self) -> str:
-        """The log file (stable across reads, so callers can use it to tell sources apart)."""
-        return str(self.log_path or self.path)
+        """The run's first log file (stable across reads and resumes, so callers can tell sources apart:
+        a source opened on a resumed part is the same run)."""
+        if self.log_path is None:
+            return str(self.path)
+        if self._identity is None:
+            try:
+                self._identity = str(resumed_parts(self.log_path.resolve())[0])
+            except OSError:
+                self._identity = str(self.log_path)
+        return self._identity
 
     def run_label(self) -> str:
         """entity/project/run_id (display name) once the run record has been read, else the log path."""
@@ -165,66 +217,92 @@ class WandbLogSource:
         return self.describe()
 
     def files_inspected(self) -> list[str]:
-        return [str(self.log_path)] if self.log_path else []
+        return [str(part.path) for part in self._parts] or ([str(self.log_path)] if self.log_path else [])
+
+    def axes(self) -> dict[str, Axis]:
+        """Per key: the axis its steps are on (see wandb_axis)."""
+        return self.axis.axes()
+
+    def _refresh_parts(self) -> None:
+        newest = find_wandb_file(self.path) if self.path.is_dir() or self.log_path is None else self.log_path
+        if newest is None:
+            return
+        self.log_path = self.log_path or newest
+        try:
+            newest = newest.resolve()  # latest-run is a link: the run folder's name carries the id
+        except OSError:
+            pass
+        run_id = _run_id_of(self._parts[0].path) if self._parts else None
+        if run_id is not None and _run_id_of(newest) != run_id:
+            newest = self._parts[-1].path  # another run took latest-run: stay with ours
+        known = {part.path for part in self._parts}
+        for path in resumed_parts(newest):
+            if path not in known:
+                self._parts.append(_LogPart(path))
 
     def read_new(self) -> list[MetricPoint]:
-        if self.log_path is None:
-            self.log_path = find_wandb_file(self.path)
-            if self.log_path is None:
-                return []
-        records = self._read_records()
+        self._refresh_parts()
         points: list[MetricPoint] = []
         repeated = False
-        for record in records:
-            try:
-                repeated |= self._decode_record(record, points)
-            except (ValueError, IndexError, struct.error, UnicodeDecodeError):
-                self.bad_records += 1
+        for index, part in enumerate(self._parts):
+            previous = self._parts[index - 1] if index else None
+            for record in self._read_records(part):
+                try:
+                    repeated |= self._decode_record(record, part, previous, points)
+                except (ValueError, IndexError, struct.error, UnicodeDecodeError):
+                    self.bad_records += 1
         return newest_per_key_step(points) if repeated else points
 
-    def _decode_record(self, record: bytes, points: list[MetricPoint]) -> bool:
+    def _decode_record(self, record: bytes, part: _LogPart, previous: _LogPart | None,
+                       points: list[MetricPoint]) -> bool:
         repeated = False
         for number, wire_type, start, end in iter_fields(record, 0, len(record)):
             if number == 2 and wire_type == 2:
                 row = decode_history(record, start, end)
-                if row.step is None:
-                    continue
-                for key, value in row.values.items():
-                    previous = self._last_step.get(key)
-                    if previous is None or row.step > previous:
-                        self._last_step[key] = row.step
+                if row.step is not None:
+                    if part.first_step is None:
+                        part.first_step = row.step
+                        # An offline resume counts log() calls from 0 again: continue after the last part.
+                        if previous is not None and previous.last_step is not None and row.step <= previous.last_step:
+                            self.axis.step_offset = previous.last_step + 1 - row.step
+                    part.last_step = row.step + self.axis.step_offset
+                for point in self.axis.points(row):
+                    last = self._last_step.get(point.key)
+                    if last is None or point.step > last:
+                        self._last_step[point.key] = point.step
                     else:
                         repeated = True
-                    points.append(MetricPoint(row.step, row.timestamp, key, value))
+                    points.append(point)
+            elif number == 12 and wire_type == 2:
+                _decode_metric(record, start, end, self.axis)
             elif number == 17 and wire_type == 2:
                 _decode_run(record, start, end, self.run)
         return repeated
 
-    def _read_records(self) -> list[bytes]:
-        assert self.log_path is not None
+    def _read_records(self, part: _LogPart) -> list[bytes]:
         try:
-            with os.fdopen(open_regular(self.log_path), "rb") as handle:
-                if self._offset == 0:
+            with os.fdopen(open_regular(part.path), "rb") as handle:
+                if part.offset == 0:
                     header = handle.read(HEADER_SIZE)
                     if len(header) < HEADER_SIZE:
                         return []  # the writer has not written the header yet
                     if header[:6] != FILE_MAGIC or header[6] not in (0, 1):
                         if not self.header_error:
                             self.bad_records += 1
-                        self.header_error = f"{self.log_path} does not start with a W&B log header"
+                        self.header_error = f"{part.path} does not start with a W&B log header"
                         return []
                     self.version = header[6]
-                    self._offset = HEADER_SIZE
-                handle.seek(self._offset)
+                    part.offset = HEADER_SIZE
+                handle.seek(part.offset)
                 data = handle.read(READ_BYTES)
         except OSError:
             return []
-        return self._split_chunks(data)
+        return self._split_chunks(part, data)
 
-    def _split_chunks(self, data: bytes) -> list[bytes]:
+    def _split_chunks(self, part: _LogPart, data: bytes) -> list[bytes]:
         records: list[bytes] = []
         pos = 0
-        base = self._offset
+        base = part.offset
         while True:
             block_left = BLOCK_SIZE - (base + pos) % BLOCK_SIZE
             if block_left < CHUNK_HEADER_SIZE:
@@ -242,7 +320,7 @@ class WandbLogSource:
                 pos += block_left
                 continue
             if length > block_left - CHUNK_HEADER_SIZE:
-                self._corrupt()
+                self._corrupt(part)
                 pos += block_left
                 continue
             end = pos + CHUNK_HEADER_SIZE + length
@@ -250,33 +328,37 @@ class WandbLogSource:
                 break  # partial chunk at the end: retried on the next read
             payload = data[pos + CHUNK_HEADER_SIZE : end]
             if zlib.crc32(payload, zlib.crc32(bytes((chunk_type,)))) != checksum:
-                self._corrupt()
+                self._corrupt(part)
                 pos += block_left  # like LevelDB: drop the rest of this block
                 continue
             pos = end
-            if chunk_type == FULL:
-                if self._fragments:
-                    self._corrupt()
-                records.append(payload)
-            elif chunk_type == FIRST:
-                if self._fragments:
-                    self._corrupt()
-                self._fragments = [payload]
-            elif chunk_type in (MIDDLE, LAST):
-                if not self._fragments:
-                    self.bad_records += 1  # a continuation without its start: skip it
-                    continue
-                self._fragments.append(payload)
-                if sum(len(f) for f in self._fragments) > MAX_RECORD_BYTES:
-                    self._corrupt()
-                elif chunk_type == LAST:
-                    records.append(b"".join(self._fragments))
-                    self._fragments = []
-            else:
-                self._corrupt()
-        self._offset = base + pos
+            self._take_chunk(part, chunk_type, payload, records)
+        part.offset = base + pos
         return records
 
-    def _corrupt(self) -> None:
+    def _take_chunk(self, part: _LogPart, chunk_type: int, payload: bytes, records: list[bytes]) -> None:
+        """Reassemble records from FULL / FIRST, MIDDLE..., LAST chunks."""
+        if chunk_type == FULL:
+            if part.fragments:
+                self._corrupt(part)
+            records.append(payload)
+        elif chunk_type == FIRST:
+            if part.fragments:
+                self._corrupt(part)
+            part.fragments = [payload]
+        elif chunk_type in (MIDDLE, LAST):
+            if not part.fragments:
+                self.bad_records += 1  # a continuation without its start: skip it
+                return
+            part.fragments.append(payload)
+            if sum(len(f) for f in part.fragments) > MAX_RECORD_BYTES:
+                self._corrupt(part)
+            elif chunk_type == LAST:
+                records.append(b"".join(part.fragments))
+                part.fragments = []
+        else:
+            self._corrupt(part)
+
+    def _corrupt(self, part: _LogPart) -> None:
         self.bad_records += 1
-        self._fragments = []
+        part.fragments = []
