@@ -14,7 +14,9 @@ else LOSS_SPIKE. Everything is a function of the history alone, counted in steps
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -45,18 +47,31 @@ class Episode:
 _BLOCK_VALUES = 1 << 18  # values per block of windows: 2 MB of float64 per temporary copy
 
 
-def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: float) -> tuple[np.ndarray, np.ndarray]:
+def trailing_baselines(
+    values: np.ndarray, window_points: int, relative_floor: float, cache: dict[str, Any] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Median and robust sigma of the `window_points` values before each index (NaN where too few).
 
     Sigma is the smaller of 1.4826 x MAD of the values and 1.4826 x MAD of their successive
     differences / sqrt(2): the second ignores a slow trend inside the window (a loss still falling),
     which would otherwise pass for noise and hide a real jump.
+
+    With a `cache` (MetricHistory.stats_cache) the figures of a prefix of `values` seen at the last
+    call are reused: each index depends only on the values before it, so only the new ones are computed.
     """
     n = len(values)
     medians = np.full(n, np.nan)
     sigmas = np.full(n, np.nan)
+    start = 0
+    if cache is not None:
+        seen = cache.get("values")
+        if (seen is not None and cache.get("window") == (window_points, relative_floor) and len(seen) <= n
+                and np.array_equal(seen, values[: len(seen)], equal_nan=True)):
+            start = len(seen)
+            medians[:start] = cache["medians"]
+            sigmas[:start] = cache["sigmas"]
     diffs = np.diff(values, prepend=values[0] if n else 0.0)
-    for i in range(_MIN_BASELINE_POINTS, min(n, window_points + 1)):
+    for i in range(max(start, _MIN_BASELINE_POINTS), min(n, window_points + 1)):
         medians[i], sigma = robust_center_scale(values[:i], relative_floor)
         sigmas[i] = max(min(sigma, _diff_sigma(diffs[1:i])), relative_floor * abs(medians[i]), 1e-12)
     if n > window_points:
@@ -64,17 +79,20 @@ def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: f
         diff_windows = sliding_window_view(diffs, window_points - 1)[2:]  # diffs inside values[j : j + w]
         # np.median copies what it sorts: rows in blocks keep the copies small whatever the history's length
         block = max(1, _BLOCK_VALUES // window_points)
-        for start in range(0, len(windows), block):
-            rows = windows[start : start + block]
+        for start_row in range(max(0, start - window_points), len(windows), block):
+            rows = windows[start_row : start_row + block]
             med = np.median(rows, axis=1)
             mad = np.median(np.abs(rows - med[:, None]), axis=1)
-            diff_rows = diff_windows[start : start + len(rows)]
+            diff_rows = diff_windows[start_row : start_row + len(rows)]
             diff_med = np.median(diff_rows, axis=1)
             diff_mad = np.median(np.abs(diff_rows - diff_med[:, None]), axis=1)
             sigma = np.minimum(MAD_TO_SIGMA * mad, MAD_TO_SIGMA * diff_mad / np.sqrt(2))
-            at = window_points + start
+            at = window_points + start_row
             medians[at : at + len(rows)] = med
             sigmas[at : at + len(rows)] = np.maximum(np.maximum(sigma, relative_floor * np.abs(med)), 1e-12)
+    if cache is not None:
+        cache.update(values=values.copy(), window=(window_points, relative_floor), medians=medians,
+                     sigmas=sigmas, reused=start)
     return medians, sigmas
 
 
@@ -92,10 +110,14 @@ def scan_episodes(
     z: float,
     min_ratio: float,
     relative_floor: float,
+    cache: dict[str, Any] | None = None,
 ) -> list[Episode]:
+    """The episodes of a series. With a `cache` the scan resumes where the last call on an unchanged
+    prefix of the same series ended (see trailing_baselines)."""
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
-    medians, sigmas = trailing_baselines(values, points_in(window_steps, steps), relative_floor)
+    window_points = points_in(window_steps, steps)
+    medians, sigmas = trailing_baselines(values, window_points, relative_floor, cache)
 
     def is_elevated(value: float, median: float, sigma: float) -> bool:
         if value <= median + z * sigma:
@@ -106,7 +128,14 @@ def scan_episodes(
     current: Episode | None = None
     calm_points = 0
     calm_since = 0
-    for i in range(len(values)):
+    first = 0
+    params = (window_points, z, min_ratio, relative_floor)
+    saved = cache.get("scan") if cache is not None else None
+    if (saved is not None and cache is not None and saved["params"] == params and saved["count"] <= cache["reused"]
+            and np.array_equal(saved["steps"], steps[: saved["count"]])):
+        episodes, current, calm_points, calm_since = list(saved["episodes"]), saved["current"], *saved["calm"]
+        first = saved["count"]
+    for i in range(first, len(values)):
         value = float(values[i])
         if current is None:
             if np.isnan(medians[i]) or not is_elevated(value, medians[i], sigmas[i]):
@@ -129,6 +158,9 @@ def scan_episodes(
                 current.end_step = int(steps[i])
                 episodes.append(current)
                 current = None
+    if cache is not None:
+        cache["scan"] = {"params": params, "count": len(values), "steps": steps.copy(), "episodes": list(episodes),
+                         "current": copy.deepcopy(current), "calm": (calm_points, calm_since)}
     if current is not None:
         episodes.append(current)
     return episodes
@@ -150,7 +182,8 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
     if np.count_nonzero(np.isfinite(values)) < policy.min_loss_points:
         return None
     episodes = scan_episodes(
-        steps, values, policy.baseline_window_steps, policy.spike_z, policy.spike_min_ratio, policy.relative_noise_floor
+        steps, values, policy.baseline_window_steps, policy.spike_z, policy.spike_min_ratio, policy.relative_noise_floor,
+        history.stats_cache(keys.train_loss, "loss_trend"),
     )
     last_step = int(steps[-1])
     notes = [
@@ -158,9 +191,8 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
             "recovered_spike", keys.train_loss, e.start_step, e.peak,
             f"spike to {fmt(e.peak)} (baseline {fmt(e.base_median)}) recovered by step {e.end_step}",
         )
-        for e in episodes
-        if e.end_step is not None
-    ][-5:]
+        for e in [x for x in episodes if x.end_step is not None][-5:]  # format only the ones kept
+    ]
     open_episode = episodes[-1] if episodes and episodes[-1].end_step is None else None
     if open_episode is not None:
         e = open_episode
@@ -204,7 +236,7 @@ def check_grad_explosion(
         return None
     episodes = scan_episodes(
         steps, values, policy.baseline_window_steps, policy.grad_spike_z, policy.grad_explosion_ratio,
-        policy.relative_noise_floor,
+        policy.relative_noise_floor, history.stats_cache(keys.grad_norm, "grad_trend"),
     )
     if not episodes:
         return None
@@ -244,7 +276,8 @@ def check_plateau_from_start(
     head_points = max(5, points_in(50, steps, minimum=5, maximum=50))
     head = float(np.median(values[:head_points]))
     window = points_in(policy.baseline_window_steps, steps, minimum=5, maximum=512)
-    medians, _ = trailing_baselines(values, window, policy.relative_noise_floor)
+    medians, _ = trailing_baselines(values, window, policy.relative_noise_floor,
+                                    history.stats_cache(keys.train_loss, "plateau"))
     tail = float(np.median(values[-window:]))
     best = float(np.nanmin(np.append(medians, tail)))
     scale = max(abs(head), 1e-12)
