@@ -115,6 +115,16 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         full_interval_s=config.check_interval_s,
         job_poll_s=sidecar_config.job_poll_s,
     )
+    shared = None
+    if (guard.monitor or sidecar_config.mode) == "per-user":
+        from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions
+
+        shared = SharedMonitorOptions(
+            max_runs=sidecar_config.max_runs_per_monitor, time_limit=sidecar_config.monitor_time,
+            partition=sidecar_config.partition, qos=sidecar_config.qos, account=sidecar_config.account,
+            mem=sidecar_config.monitor_mem, fast_interval_s=sidecar_config.fast_interval_s,
+            job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),  # type: ignore[attr-defined]
+        )
     request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
                             script_args=launch.script_args, workdir=cwd)  # type: ignore[attr-defined]
 
@@ -131,6 +141,7 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                 "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
                 "planned_end": _planned_end(report),
             },
+            shared=shared,
         )
     except GuardedError as exc:
         raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
@@ -142,7 +153,8 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                              remove_original=submission.record.backend == "slurm")
         submission.record.script, submission.record.script_args = str(kept), []
         submission.record.save()
-    print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
+    watcher = "shared monitor job" if shared is not None and submission.record.sidecar_id else "sidecar job"
+    print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
 

@@ -47,7 +47,9 @@ DEFAULTS: dict[str, Any] = {
     "quiet_hours": [],
     "checks": {"mandatory": [], "waivable": list(CHECK_NAMES)},
     "sidecar": {"partition": "", "account": "", "qos": "", "cpus": 1, "mem": "1G", "time": "", "template": "sidecar.sbatch",
-                "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0},
+                "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0,
+                # per-job: a sidecar job per run; per-user: one shared monitor job watches all of a user's runs
+                "mode": "per-job", "max_runs_per_monitor": 200, "monitor_time": "", "monitor_mem": "2G"},
     # read by guarded_sbatch.site.policy (the shim and, rendered to Lua, Slurm's plugins); site config only
     "enforcement": {
         "unguarded_training": "tag",  # reject | tag | allow
@@ -106,6 +108,10 @@ class SidecarJobSettings:
     template: str = "sidecar.sbatch"
     fast_interval_s: float = 60.0  # how often the sidecar reads new metrics
     job_poll_s: float = 300.0  # how often it may ask the scheduler (≤ 12 calls an hour by default)
+    mode: str = "per-job"  # "per-job" | "per-user" (one shared monitor job per user and cluster)
+    max_runs_per_monitor: int = 200
+    monitor_time: str = ""  # the shared monitor's --time; it requeues itself before the limit
+    monitor_mem: str = "2G"
 
 
 @dataclass(frozen=True)
@@ -315,6 +321,10 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             template=str(sidecar["template"]),
             fast_interval_s=float(number("sidecar.fast_interval_seconds", sidecar["fast_interval_seconds"], float)),
             job_poll_s=float(number("sidecar.job_poll_seconds", sidecar["job_poll_seconds"], float)),
+            mode=_monitor_mode(sidecar["mode"], fail),
+            max_runs_per_monitor=int(number("sidecar.max_runs_per_monitor", sidecar["max_runs_per_monitor"], int)),
+            monitor_time=str(sidecar["monitor_time"]),
+            monitor_mem=str(sidecar["monitor_mem"]),
         ),
         launcher=LauncherSettings(
             signal_margin_s=int(number("launcher.signal_margin_seconds", launcher["signal_margin_seconds"], int)),
@@ -379,3 +389,9 @@ def _weekdays(text: str, entry: str, where: str) -> frozenset[int]:
             day = (day + 1) % 7
             days.add(day)
     return frozenset(days)
+
+
+def _monitor_mode(value: object, fail: Any) -> str:
+    if value not in ("per-job", "per-user"):
+        raise fail("sidecar.mode", f"must be \"per-job\" or \"per-user\", not {value!r}")
+    return str(value)

@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
 from guarded_sbatch.launch.templates import load_template, render_template
 from guarded_sbatch.core.registry import RunRecord, create_run
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
@@ -60,6 +61,13 @@ def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
     return args
 
 
+def shared_entry(options: SidecarOptions) -> dict[str, object]:
+    """What the shared monitor needs to watch a run (its registration, beside run_dir and run_name)."""
+    return {"tb": [str(p) for p in options.tb_paths], "wandb": [str(p) for p in options.wandb_paths],
+            "log": [str(p) for p in options.log_paths], "stop_command": options.stop_command or "",
+            "notes": str(options.notes_path) if options.notes_path else "", "full_interval_s": options.full_interval_s}
+
+
 def render_sidecar_script(
     template_text: str, record: RunRecord, options: SidecarOptions, resources: SidecarResources,
     *, python: str = sys.executable,
@@ -93,6 +101,7 @@ def submit_guarded(
     waivers: list[dict[str, str]] | None = None,
     on_training_submitted: object | None = None,
     record_fields: dict[str, object] | None = None,
+    shared: SharedMonitorOptions | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail."""
@@ -107,6 +116,12 @@ def submit_guarded(
         tb_paths=[str(p) for p in sidecar.tb_paths], wandb_paths=[str(p) for p in sidecar.wandb_paths],
         log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(record_fields or {}),
     )
+    if shared is not None:  # per-user monitor mode: register with it instead of a sidecar of our own
+        monitor_id = register_with_monitor(scheduler, record, shared_entry(sidecar), shared)
+        if monitor_id is not None:
+            record.sidecar_id = monitor_id
+            record.save()
+            return GuardedSubmission(record, job_id, monitor_id)
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"
     script_path.write_text(script_text, encoding="utf-8")
