@@ -133,25 +133,25 @@ class MetricHistory:
 
     def add(self, points: Iterable[MetricPoint]) -> int:
         """Add points; returns how many were given. A repeated (key, step) replaces the older value."""
-        points = points if isinstance(points, (list, tuple)) else list(points)
-        if not points:
-            return 0
-        steps, walls, keys, values = zip(*points)  # transposed at C speed: no Python loop per point
-        step_array = np.array(steps, dtype=np.int64)
-        wall_array = np.array(walls, dtype=np.float64)
-        value_array = np.array(values, dtype=np.float64)
-        names = list(dict.fromkeys(keys))  # first-seen order
-        if len(names) == 1:
-            self._add_one(names[0], step_array, wall_array, value_array)
-            return len(points)
-        code_of = {name: code for code, name in enumerate(names)}
-        codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int32, count=len(keys))
-        order = np.argsort(codes, kind="stable")  # grouped by key, arrival order kept inside each group
-        bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
-        for code, name in enumerate(names):
-            chosen = order[bounds[code] : bounds[code + 1]]
-            self._add_one(name, step_array[chosen], wall_array[chosen], value_array[chosen])
-        return len(points)
+        return self.add_batches([points])
+
+    def add_batches(self, batches: Iterable[Iterable[MetricPoint]]) -> int:
+        """The same as add() of all the batches' points together, holding only one batch of point
+        objects at a time (a backlog of a million points is kept as arrays, not objects)."""
+        parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        count = 0
+        for batch in batches:
+            points = batch if isinstance(batch, (list, tuple)) else list(batch)
+            count += len(points)
+            for name, columns in _columns_of(points).items():
+                parts.setdefault(name, []).append(columns)
+        for name in list(parts):
+            pieces = parts.pop(name)
+            if len(pieces) == 1:
+                self._add_one(name, *pieces[0])
+            else:
+                self._add_one(name, *(np.concatenate([p[i] for p in pieces]) for i in range(3)))
+        return count
 
     def add_columns(self, columns: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> int:
         """Add points given as columns per key: {key: (steps, wall_times, values)}, each in arrival
@@ -237,3 +237,25 @@ class MetricHistory:
             if np.any(inside):
                 copy._add_one(key, series.steps[inside], series.walls[inside], series.values[inside])
         return copy
+
+
+def _columns_of(points: Sequence[MetricPoint]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{key: (steps, wall_times, values)} in arrival order, keys in first-seen order."""
+    if not points:
+        return {}
+    steps, walls, keys, values = zip(*points)  # transposed at C speed: no Python loop per point
+    step_array = np.array(steps, dtype=np.int64)
+    wall_array = np.array(walls, dtype=np.float64)
+    value_array = np.array(values, dtype=np.float64)
+    names = list(dict.fromkeys(keys))
+    if len(names) == 1:
+        return {names[0]: (step_array, wall_array, value_array)}
+    code_of = {name: code for code, name in enumerate(names)}
+    codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int32, count=len(keys))
+    order = np.argsort(codes, kind="stable")  # grouped by key, arrival order kept inside each group
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    columns = {}
+    for code, name in enumerate(names):
+        chosen = order[bounds[code] : bounds[code + 1]]
+        columns[name] = (step_array[chosen], wall_array[chosen], value_array[chosen])
+    return columns

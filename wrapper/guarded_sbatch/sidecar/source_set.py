@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 from guarded_sbatch.core.errors import GuardedError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from guarded_sbatch.core.points import MetricPoint
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.scheduler.base import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -85,16 +88,17 @@ class SourceSet:
         before = self._active()
         added: dict[int, int] = {}
         for source in self.sources:
-            try:
-                points = source.read_new()
-            except (GuardedError, OSError) as exc:
-                self.read_error = self.errors[id(source)] = f"{source.describe()}: {exc}"
-                continue
             history = self.histories.setdefault(id(source), MetricHistory())
-            missing = _unreachable_path(source, had_data=bool(len(history)))
+            had_data = bool(len(history))
+            failures: list[Exception] = []
+            # a backlog (a restarted watcher, a long run) is read in bounded batches and kept as arrays
+            added[id(source)] = history.add_batches(_batches(source, failures))
+            if failures:
+                self.read_error = self.errors[id(source)] = f"{source.describe()}: {failures[0]}"
+                continue
+            missing = _unreachable_path(source, had_data=had_data)
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
-            added[id(source)] = history.add(points) if points else 0
         active = self._active()
         if active is None:
             return 0
@@ -167,6 +171,26 @@ class SourceSet:
         path_parts = [p for p in (run.entity, run.project, run.run_id) if p]
         log_path = getattr(source, "log_path", None)
         return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
+
+
+_BATCH_POINTS = 50_000
+
+
+def _batches(source: "MetricSource", failures: list[Exception]) -> "Iterator[list[MetricPoint]]":
+    """The source's new points, in batches where the reader can stop early (TensorBoard); a read
+    error ends the batches and is put in failures (what was read before it is kept)."""
+    batched = source.kind == "tensorboard"
+    while True:
+        try:
+            points = source.read_new(max_points=_BATCH_POINTS) if batched else source.read_new()  # type: ignore[call-arg]
+        except (GuardedError, OSError) as exc:
+            failures.append(exc)
+            return
+        if not points:
+            return
+        yield points
+        if not batched:
+            return
 
 
 def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
