@@ -76,7 +76,7 @@ class _Series:
     def _append(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
         end = self.n + len(steps)
         if end > len(self._steps):
-            capacity = max(end, self.n + max(_MIN_BLOCK, self.n // 2))
+            capacity = max(end, self.n + max(_MIN_BLOCK, self.n // 4))
             for name in ("_steps", "_values", "_walls"):
                 old = getattr(self, name)
                 grown = np.empty(capacity, dtype=old.dtype)
@@ -138,19 +138,16 @@ class MetricHistory:
     def add_batches(self, batches: Iterable[Iterable[MetricPoint]]) -> int:
         """The same as add() of all the batches' points together, holding only one batch of point
         objects at a time (a backlog of a million points is kept as arrays, not objects)."""
-        parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        touched: dict[str, None] = {}
         count = 0
         for batch in batches:
             points = batch if isinstance(batch, (list, tuple)) else list(batch)
             count += len(points)
             for name, columns in _columns_of(points).items():
-                parts.setdefault(name, []).append(columns)
-        for name in list(parts):
-            pieces = parts.pop(name)
-            if len(pieces) == 1:
-                self._add_one(name, *pieces[0])
-            else:
-                self._add_one(name, *(np.concatenate([p[i] for p in pieces]) for i in range(3)))
+                self._add_one(name, *columns, thin=False)
+                touched[name] = None
+        for name in touched:  # thinned once, after all the batches: what one add of them all does
+            self._thin_if_full(self._series[name])
         return count
 
     def add_columns(self, columns: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> int:
@@ -165,7 +162,7 @@ class MetricHistory:
                 count += len(step_array)
         return count
 
-    def _add_one(self, key: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+    def _add_one(self, key: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, *, thin: bool = True) -> None:
         series = self._series.get(key)
         if series is None:
             series = self._series[key] = _Series()
@@ -175,6 +172,10 @@ class MetricHistory:
             newest = float(positive.max())
             if self._last_wall_time is None or newest > self._last_wall_time:
                 self._last_wall_time = newest
+        if thin:
+            self._thin_if_full(series)
+
+    def _thin_if_full(self, series: _Series) -> None:
         if series.n > self._max_points_per_key:
             series.thin(int(series.steps[-1]) - self._full_resolution_steps)
 

@@ -173,7 +173,7 @@ class SourceSet:
         return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
 
 
-_BATCH_POINTS = 50_000
+_BATCH_POINTS = 20_000
 
 
 def _batches(source: "MetricSource", failures: list[Exception]) -> "Iterator[list[MetricPoint]]":
