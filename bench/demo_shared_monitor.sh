@@ -35,14 +35,14 @@ echo "$(date +%s) requeue monitor job $MONITOR from outside"; scontrol requeue "
 while squeue -h -u "$(id -un)" -o '%j' | grep -q synthetic-regression; do sleep 5; done
 sleep 30  # the monitor's last poll and exit
 kill "$SAMPLER"
-echo "--- training jobs (squeue -t all):"; squeue -h -t all -u "$(id -un)" -o '%i %j %T' | grep synthetic-regression | sort -k2
-echo "--- monitor jobs seen per sample (distinct ids):"; awk '{for(i=2;i<=NF;i++){split($i,a,":"); ids[a[1]]=1}; n=NF-1; c[n]++} END{for(k in c) print k" monitor job(s) listed in "c[k]" samples"; for(i in ids) print "monitor id "i}' "$DEMO/monitor-jobs.log"
+echo "--- monitor jobs listed per squeue sample, every 2 s from before the first launch (distinct ids):"; awk '{for(i=2;i<=NF;i++){split($i,a,":"); ids[a[1]]=1}; n=NF-1; c[n]++} END{for(k in c) print k" monitor job(s) listed in "c[k]" samples"; for(i in ids) print "monitor id "i}' "$DEMO/monitor-jobs.log"
 echo "--- per run:"; for d in "$DEMO"/state/runs/*/; do python - "$d" <<'PY'
 import json, sys, pathlib
 d = pathlib.Path(sys.argv[1]); s = json.loads((d / "sidecar-state.json").read_text())
 out = (d / "sidecar-monitor.out").read_text()
+stop = [line[len("sidecar: stop "):] for line in out.splitlines() if line.startswith("sidecar: stop ")]
 print(d.name[-8:], s["last_decision"], s["last_reason"], "restarts", s["restarts"], "evidence", bool(s["evidence"]),
-      "FINAL_SUMMARY x", out.count("FINAL_SUMMARY"), "stop calls", out.count("sidecar: stop "))
+      "FINAL_SUMMARY x", out.count("FINAL_SUMMARY"), "| job", stop or s["last_job_state"])
 PY
 done
 echo "--- notes: $(grep -c '^### ' "$DEMO/NOTES.md" 2>/dev/null) STOP note(s)"; grep '^### ' "$DEMO/NOTES.md"
