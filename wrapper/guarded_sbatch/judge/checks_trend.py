@@ -135,14 +135,24 @@ def scan_episodes(
             and np.array_equal(saved["steps"], steps[: saved["count"]])):
         episodes, current, calm_points, calm_since = list(saved["episodes"]), saved["current"], *saved["calm"]
         first = saved["count"]
-    for i in range(first, len(values)):
-        value = float(values[i])
+    # where no episode is open only the elevated points matter: find them at once, not point by point
+    tail_values, tail_medians = values[first:], medians[first:]
+    with np.errstate(invalid="ignore"):
+        starts = first + np.flatnonzero(~np.isnan(tail_medians) & (tail_values > tail_medians + z * sigmas[first:])
+                                        & ((tail_medians <= 0) | (tail_values >= min_ratio * tail_medians)))
+    i = first
+    while i < len(values):
         if current is None:
-            if np.isnan(medians[i]) or not is_elevated(value, medians[i], sigmas[i]):
-                continue
+            at = int(np.searchsorted(starts, i))
+            if at == len(starts):
+                break
+            i = int(starts[at])
+            value = float(values[i])
             current = Episode(int(steps[i]), float(medians[i]), float(sigmas[i]), value, recent=[value])
             calm_points = 0
+            i += 1
             continue
+        value = float(values[i])
         current.total_points += 1
         current.recent = (current.recent or [])[-7:] + [value]
         if is_elevated(value, current.base_median, current.base_sigma):
@@ -158,6 +168,7 @@ def scan_episodes(
                 current.end_step = int(steps[i])
                 episodes.append(current)
                 current = None
+        i += 1
     if cache is not None:
         cache["scan"] = {"params": params, "count": len(values), "steps": steps.copy(), "episodes": list(episodes),
                          "current": copy.deepcopy(current), "calm": (calm_points, calm_since)}
