@@ -56,8 +56,7 @@ class _Series:
         count = len(steps)
         if count == 0:
             return
-        ordered = count == 1 or bool(np.all(steps[1:] > steps[:-1]))
-        if ordered and (self.n == 0 or steps[0] > self._steps[self.n - 1]):
+        if self.appends(steps):
             self._append(steps, walls, values)
             return
         all_steps = np.concatenate((self.steps, steps))
@@ -72,6 +71,11 @@ class _Series:
             np.concatenate((self.walls, walls))[chosen],
             np.concatenate((self.values, values))[chosen],
         )
+
+    def appends(self, steps: np.ndarray) -> bool:
+        """Whether `steps` only extend the series (strictly increasing, after its last step)."""
+        ordered = len(steps) < 2 or bool(np.all(steps[1:] > steps[:-1]))
+        return ordered and (self.n == 0 or not len(steps) or steps[0] > self._steps[self.n - 1])
 
     def _append(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
         end = self.n + len(steps)
@@ -135,17 +139,39 @@ class MetricHistory:
         """Add points; returns how many were given. A repeated (key, step) replaces the older value."""
         return self.add_batches([points])
 
-    def add_batches(self, batches: Iterable[Iterable[MetricPoint]]) -> int:
+    def add_batches(self, batches: Iterable[Any], *, newest_by_wall_time: bool = False) -> int:
         """The same as add() of all the batches' points together, holding only one batch of point
-        objects at a time (a backlog of a million points is kept as arrays, not objects)."""
-        touched: dict[str, None] = {}
+        objects at a time (a backlog of a million points is kept as arrays, not objects). A batch is
+        a sequence of MetricPoints or {key: (steps, wall_times, values)}. With newest_by_wall_time, a
+        (key, step) repeated across batches keeps its latest wall time (the later on a tie): what the
+        reader that made the batches does inside each one."""
+        touched: dict[str, int] = {}  # key -> its number of points before this call
+        collected: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         count = 0
         for batch in batches:
-            points = batch if isinstance(batch, (list, tuple)) else list(batch)
-            count += len(points)
-            for name, columns in _columns_of(points).items():
-                self._add_one(name, *columns, thin=False)
-                touched[name] = None
+            if isinstance(batch, dict):
+                columns = {k: tuple(np.asarray(c, dtype=t) for c, t in zip(v, (np.int64, np.float64, np.float64)))
+                           for k, v in batch.items()}
+            else:
+                columns = _columns_of(batch if isinstance(batch, (list, tuple)) else list(batch))
+            for name, (steps, walls, values) in columns.items():
+                count += len(steps)
+                series = self._series.get(name)
+                before = touched.setdefault(name, series.n if series is not None else 0)
+                if name in collected:
+                    collected[name].append((steps, walls, values))
+                elif not newest_by_wall_time or series is None or series.appends(steps):
+                    self._add_one(name, steps, walls, values, thin=False)
+                else:  # a repeat across batches: take back this call's points, settle them at the end
+                    tail = (series.steps[before:].copy(), series.walls[before:].copy(), series.values[before:].copy())
+                    series.n = before
+                    collected[name] = [tail, (steps, walls, values)]
+        for name, pieces in collected.items():
+            steps, walls, values = (np.concatenate([p[i] for p in pieces]) for i in range(3))
+            order = np.lexsort((np.arange(len(steps)), walls, steps))
+            sorted_steps = steps[order]
+            chosen = order[np.append(sorted_steps[1:] != sorted_steps[:-1], True)]
+            self._add_one(name, steps[chosen], walls[chosen], values[chosen], thin=False)
         for name in touched:  # thinned once, after all the batches: what one add of them all does
             self._thin_if_full(self._series[name])
         return count

@@ -92,7 +92,8 @@ class SourceSet:
             had_data = bool(len(history))
             failures: list[Exception] = []
             # a backlog (a restarted watcher, a long run) is read in bounded batches and kept as arrays
-            added[id(source)] = history.add_batches(_batches(source, failures))
+            added[id(source)] = history.add_batches(_batches(source, failures),
+                                                    newest_by_wall_time=source.kind == "tensorboard")
             if failures:
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {failures[0]}"
                 continue
