@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-    from guarded_sbatch.core.points import MetricPoint
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.scheduler.base import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -174,16 +172,17 @@ class SourceSet:
         return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
 
 
-_BATCH_POINTS = 20_000
+_BATCH_POINTS = 100_000
 
 
-def _batches(source: "MetricSource", failures: list[Exception]) -> "Iterator[list[MetricPoint]]":
+def _batches(source: "MetricSource", failures: list[Exception]) -> "Iterator[Any]":
     """The source's new points, in batches where the reader can stop early (TensorBoard); a read
     error ends the batches and is put in failures (what was read before it is kept)."""
     batched = source.kind == "tensorboard"
     while True:
         try:
-            points = source.read_new(max_points=_BATCH_POINTS) if batched else source.read_new()  # type: ignore[call-arg]
+            # TensorBoard: numpy columns, no object per point
+            points = source.read_columns(max_points=_BATCH_POINTS) if batched else source.read_new()  # type: ignore[attr-defined]
         except (GuardedError, OSError) as exc:
             failures.append(exc)
             return
