@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, points_in, robust_center_scale
+from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, points_in
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
@@ -71,9 +71,15 @@ def trailing_baselines(
             medians[:start] = cache["medians"]
             sigmas[:start] = cache["sigmas"]
     diffs = np.diff(values, prepend=values[0] if n else 0.0)
-    for i in range(max(start, _MIN_BASELINE_POINTS), min(n, window_points + 1)):
-        medians[i], sigma = robust_center_scale(values[:i], relative_floor)
-        sigmas[i] = max(min(sigma, _diff_sigma(diffs[1:i])), relative_floor * abs(medians[i]), 1e-12)
+    first_window = np.arange(max(start, _MIN_BASELINE_POINTS), min(n, window_points + 1))
+    for block in range(0, len(first_window), 128):  # the first window, still filling: values[:i] per i, at once
+        growing = first_window[block : block + 128]
+        med, mad = _prefix_median_mad(values, growing)
+        sigma = np.maximum(np.maximum(MAD_TO_SIGMA * mad, relative_floor * np.abs(med)), 1e-12)
+        diff_med, diff_mad = _prefix_median_mad(diffs[1:], growing - 1)
+        diff_sigma = np.where(growing - 1 >= 2, MAD_TO_SIGMA * diff_mad / float(np.sqrt(2)), np.inf)
+        medians[growing] = med
+        sigmas[growing] = np.maximum(np.maximum(np.minimum(sigma, diff_sigma), relative_floor * np.abs(med)), 1e-12)
     if n > window_points:
         windows = sliding_window_view(values, window_points)[:-1]  # windows[j] = values[j : j + w] (a view)
         diff_windows = sliding_window_view(diffs, window_points - 1)[2:]  # diffs inside values[j : j + w]
@@ -96,11 +102,28 @@ def trailing_baselines(
     return medians, sigmas
 
 
-def _diff_sigma(diffs: np.ndarray) -> float:
-    if len(diffs) < 2:
-        return float("inf")
-    center = float(np.median(diffs))
-    return MAD_TO_SIGMA * float(np.median(np.abs(diffs - center))) / float(np.sqrt(2))
+def _prefix_median_mad(values: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.median and MAD of values[:k] for each k in lengths, exactly: each prefix is one row, padded
+    with as many -inf as +inf (the middle of a row is the middle of its prefix)."""
+    med = np.full(len(lengths), np.nan)
+    mad = np.full(len(lengths), np.nan)
+    longest = int(lengths.max()) if len(lengths) else 0
+    for parity in (0, 1):
+        rows = np.flatnonzero((lengths % 2 == parity) & (lengths > 0))
+        if not len(rows):
+            continue
+        width = longest + ((longest - parity) % 2)  # same parity as the prefixes: pads come in pairs
+        ks = lengths[rows]
+        column = np.arange(width)
+        inside = column[None, :] < ks[:, None]
+        pad_low = (column[None, :] >= ks[:, None]) & (column[None, :] < (ks + (width - ks) // 2)[:, None])
+        matrix = np.where(inside, values[np.minimum(column, len(values) - 1)][None, :], np.inf)
+        matrix[pad_low] = -np.inf
+        center = np.median(matrix, axis=1)
+        deviations = np.where(inside, np.abs(matrix - center[:, None]), np.inf)
+        deviations[pad_low] = -np.inf
+        med[rows], mad[rows] = center, np.median(deviations, axis=1)
+    return med, mad
 
 
 def scan_episodes(
