@@ -116,3 +116,32 @@ def test_a_stop_requested_by_a_killed_monitor_is_not_repeated(tmp_path: Path) ->
     monitor.poll(clock[0])
     assert slurm.cancelled == []
     assert "stop requested already" in (run_dir / REPORT_FILE).read_text()
+
+
+def test_launches_register_with_one_monitor_job_and_a_full_monitor_sends_them_back(tmp_path: Path) -> None:
+    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
+
+    class Submitting(FakeSlurm):
+        def __init__(self) -> None:
+            super().__init__([])
+            self.submitted: list[str] = []
+
+        def submit(self, request: object) -> str:
+            job = str(900 + len(self.submitted))
+            self.submitted.append(getattr(request, "script").read_text())
+            self.jobs[job] = JobState.PENDING
+            return job
+
+    slurm = Submitting()
+    folder = tmp_path / "monitor"
+    options = SharedMonitorOptions(max_runs=2, time_limit="1-00:00:00", qos="lowprio")
+    ids = [register_with_monitor(slurm, RunRecord(f"r{i}", f"run{i}", "slurm", str(100 + i)), {"tb": []}, options,  # type: ignore[arg-type]
+                                 folder=folder) for i in range(3)]
+    assert ids == ["900", "900", None]  # one monitor; the third run gets a sidecar of its own
+    assert len(slurm.submitted) == 1 and "--time=1-00:00:00" in slurm.submitted[0] and "--qos=lowprio" in slurm.submitted[0]
+    assert "--signal=B:USR1@" in slurm.submitted[0] and "--requeue" in slurm.submitted[0]
+    slurm.jobs["900"] = JobState.COMPLETED  # the monitor left: the next launch submits a new one
+    registry.retire(folder, "100")
+    assert register_with_monitor(slurm, RunRecord("r3", "run3", "slurm", "103"), {"tb": []}, options,  # type: ignore[arg-type]
+                                 folder=folder) == "901"

@@ -153,7 +153,7 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                              remove_original=submission.record.backend == "slurm")
         submission.record.script, submission.record.script_args = str(kept), []
         submission.record.save()
-    watcher = "shared monitor job" if shared is not None and submission.record.sidecar_id else "sidecar job"
+    watcher = "shared monitor job" if submission.record.monitor_id else "sidecar job"
     print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
     return int(ExitCode.OK)

@@ -119,7 +119,7 @@ def submit_guarded(
     if shared is not None:  # per-user monitor mode: register with it instead of a sidecar of our own
         monitor_id = register_with_monitor(scheduler, record, shared_entry(sidecar), shared)
         if monitor_id is not None:
-            record.sidecar_id = monitor_id
+            record.monitor_id = monitor_id  # not sidecar_id: kill/restart cancel that one, and this job is shared
             record.save()
             return GuardedSubmission(record, job_id, monitor_id)
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
