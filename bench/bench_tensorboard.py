@@ -4,7 +4,11 @@
 
 Writes an event file of N scalars with tensorboard's own EventFileWriter, then measures each reader in
 its own subprocess (so each gets its own peak RSS): a full read, and the incremental read after 1k new
-events are appended to the same file. Prints times, ratios and peak RSS; asserts nothing.
+events are appended to the same file. Then whole process against whole process, alternating so both
+see the same machine load: `guarded-sbatch monitor --once --json --tb DIR` (read, history, judge, JSON)
+against a script that loads the file with EventAccumulator; wall time, CPU time and peak RSS of each.
+Last, a watcher's poll on that history: read + add + decide after 1k new events (CPU ms).
+Prints times, ratios and peak RSS; asserts nothing.
 """
 
 from __future__ import annotations
@@ -123,6 +127,66 @@ def incremental_accumulator(folder: Path, as_tensor: bool, scalars: int) -> dict
     return {"seconds": time.perf_counter() - start, "points": APPENDED_EVENTS}
 
 
+_ACCUMULATOR_SCRIPT = """
+import sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+accumulator = EventAccumulator(sys.argv[1], size_guidance={"scalars": 0, "tensors": 0})
+accumulator.Reload()
+print(sum(len(accumulator.Scalars(t)) for t in accumulator.Tags()["scalars"]))
+"""
+
+
+def whole_process(argv: list[str]) -> dict[str, float]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (MB) of one process run to its end."""
+    import os
+    import subprocess
+
+    start = time.perf_counter()
+    pid = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "wrapper")}).pid
+    _, _, usage = os.wait4(pid, 0)
+    wall = time.perf_counter() - start
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def compare_whole_processes(folder: Path, rounds: int) -> None:
+    ours = [sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", "--tb", str(folder),
+            "--state-dir", str(folder.parent / "monitor-state")]
+    theirs = [sys.executable, "-c", _ACCUMULATOR_SCRIPT, str(folder)]
+    results: dict[str, list[dict[str, float]]] = {"monitor --once --json": [], "EventAccumulator": []}
+    for _ in range(rounds):
+        results["monitor --once --json"].append(whole_process(ours))
+        results["EventAccumulator"].append(whole_process(theirs))
+    print(f"\nwhole process, {rounds} alternating round(s) (best of each):")
+    best = {name: {k: min(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
+    for name, figures in best.items():
+        print(f"  {name:<24} wall {figures['wall_s']:7.2f} s  CPU {figures['cpu_s']:7.2f} s  "
+              f"peak RSS {figures['peak_rss_mb']:6.1f} MB")
+    ea, us = best["EventAccumulator"], best["monitor --once --json"]
+    print(f"  EventAccumulator / monitor --once: wall {ea['wall_s'] / us['wall_s']:.1f}x, CPU {ea['cpu_s'] / us['cpu_s']:.1f}x")
+
+
+def incremental_poll(folder: Path, scalars: int, as_tensor: bool) -> None:
+    """A watcher on the whole history (caches warm), then 1k new events: read + add + decide, CPU ms."""
+    from guarded_sbatch.judge import decide
+    from guarded_sbatch.judge.history import MetricHistory
+    from guarded_sbatch.sources.tensorboard import TensorBoardSource
+
+    source, history = TensorBoardSource(folder), MetricHistory()
+    while columns := source.read_columns(max_points=100_000):
+        history.add_batches([columns], newest_by_wall_time=True)
+    decide(history)
+    figures = []
+    for k in range(5):
+        append_events(folder, scalars // len(TAGS) + 1 + k * (APPENDED_EVENTS // len(TAGS)), as_tensor)
+        start = time.process_time()
+        history.add_batches([source.read_columns()], newest_by_wall_time=True)
+        decide(history)
+        figures.append(1000 * (time.process_time() - start))
+    print(f"\npoll after {APPENDED_EVENTS} new events on the {len(history):,}-point history (read + add + decide), "
+          f"CPU ms per poll: {', '.join(f'{f:.1f}' for f in figures)} (a poll that thins the history recomputes "
+          "its statistics once)")
+
+
 def child(args: argparse.Namespace) -> None:
     folder = Path(args.folder)
     measures = {
@@ -154,6 +218,7 @@ def main() -> None:
     parser.add_argument("--scalars", type=int, default=1_000_000)
     parser.add_argument("--tensor", action="store_true", help="write rank-0 float_val tensors, not simple_value")
     parser.add_argument("--skip-slow", action="store_true", help="skip EventAccumulator and tbparse")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating whole-process rounds")
     parser.add_argument("--child")
     parser.add_argument("--folder")
     args = parser.parse_args()
@@ -194,6 +259,11 @@ def main() -> None:
         else:
             print(f"incremental after {APPENDED_EVENTS} events: ours "
                   f"{results['ours-incremental']['seconds'] * 1000:.1f} ms")
+        if not args.skip_slow:
+            compare_whole_processes(work / "run", args.rounds)
+        copy = work / "poll"
+        shutil.copytree(work / "run", copy)
+        incremental_poll(copy, args.scalars, args.tensor)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

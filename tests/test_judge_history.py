@@ -49,3 +49,16 @@ def test_truncated_copy() -> None:
     assert cut.last_step == 49
     assert len(cut.series("loss")[0]) == 50
     assert history.last_step == 99
+
+
+def test_batches_add_up_to_one_add_and_repeats_across_batches_keep_the_newest_wall_time() -> None:
+    points = [MetricPoint(s, 100.0 + s, "loss", float(s)) for s in range(10)]
+    points += [MetricPoint(3, 50.0, "loss", -1.0), MetricPoint(5, 500.0, "loss", -5.0)]  # stale 3, fresh 5
+    history = MetricHistory()
+    history.add_batches([points[:4], points[4:8], points[8:]], newest_by_wall_time=True)
+    steps, values = history.series("loss")
+    assert steps.tolist() == list(range(10))
+    assert values[3] == 3.0 and values[5] == -5.0
+    columns = MetricHistory()
+    columns.add_batches([{"loss": ([0, 1], [1.0, 2.0], [0.5, 0.25])}, {"loss": ([2], [3.0], [0.1])}])
+    assert columns.series("loss")[1].tolist() == [0.5, 0.25, 0.1] and columns.last_wall_time == 3.0

@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--step-seconds", type=float, help="pace of the run (sleep per step)")
     parser.add_argument("--diverge-at", type=int, default=None, help="multiply the LR by 300 from this step")
+    parser.add_argument("--nan-at", type=int, default=None, help="a corrupted batch: weights become NaN at this step")
+    parser.add_argument("--drift-at", type=int, default=None,
+                        help="from this step the weights drift away (loss climbs, finite): a slow divergence")
+    parser.add_argument("--overfit-at", type=int, default=None,
+                        help="from this step the eval set drifts from the training set: eval loss regresses")
     parser.add_argument("--flush-secs", type=float, default=5.0)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--wandb", action="store_true", help="also log to W&B (WANDB_PROJECT, WANDB_MODE=offline, ...)")
@@ -103,9 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         for k in params:
             velocity[k] = 0.9 * velocity[k] + grads[k]
             params[k] -= lr * velocity[k]
+        if args.nan_at is not None and step == args.nan_at:
+            params["w2"] = params["w2"] * np.nan
+        if args.drift_at is not None and step >= args.drift_at:
+            params["w2"] = params["w2"] + 0.02 * np.sign(params["w2"])
         metrics = {"train/loss": loss, "train/lr": lr, "train/grad_norm": grad_norm}
         if step % 50 == 0:
-            metrics["eval/loss"] = float(np.mean((forward(x_eval)[1] - y_eval) ** 2))
+            shift = 0.0 if args.overfit_at is None else max(0, step - args.overfit_at) / 400
+            metrics["eval/loss"] = float(np.mean((forward(x_eval)[1] - y_eval - shift) ** 2))
         log_scalars(step, metrics)
         if run is not None:
             run.log(metrics, step=step)

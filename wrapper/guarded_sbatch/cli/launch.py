@@ -150,6 +150,16 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         job_poll_s=sidecar_config.job_poll_s,
     )
     plan = report.details.get("source_plan")  # type: ignore[attr-defined]
+    shared = None
+    if (guard.monitor or sidecar_config.mode) == "per-user":
+        from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions
+
+        shared = SharedMonitorOptions(
+            max_runs=sidecar_config.max_runs_per_monitor, time_limit=sidecar_config.monitor_time,
+            partition=sidecar_config.partition, qos=sidecar_config.qos, account=sidecar_config.account,
+            mem=sidecar_config.monitor_mem, fast_interval_s=sidecar_config.fast_interval_s,
+            job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),  # type: ignore[attr-defined]
+        )
     request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
                             script_args=launch.script_args, workdir=cwd,  # type: ignore[attr-defined]
                             env=dict(plan.env) if plan is not None else {})  # type: ignore[attr-defined]
@@ -170,6 +180,7 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                 "config_path": str(report.details.get("intended_config") or ""),  # type: ignore[attr-defined]
             },
             sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
+            shared=shared,
         )
     except GuardedError as exc:
         if exc.message.startswith("training job "):
@@ -190,7 +201,8 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
                              remove_original=submission.record.backend == "slurm")
         submission.record.script, submission.record.script_args = str(kept), []
         submission.record.save()
-    print(f"guarded-sbatch: sidecar job {submission.sidecar_id} watches job {submission.job_id}; "
+    watcher = "shared monitor job" if submission.record.monitor_id else "sidecar job"
+    print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
           f"run folder {submission.record.folder}", file=sys.stderr)
     audit_launch(config, submission.record, report)
     return int(ExitCode.OK)

@@ -55,6 +55,8 @@ def _intervals(parser: ArgumentParser) -> None:
 
 
 def run_sidecar_command(argv: list[str]) -> int:
+    if argv[:1] == ["--shared"]:
+        return run_shared_monitor(argv[1:])
     parser = ArgumentParser(prog="guarded-sbatch sidecar", description="watch one training job (run by the sidecar job)")
     parser.add_argument("--job", required=True)
     parser.add_argument("--backend", choices=["slurm", "local", "process"], required=True)
@@ -245,3 +247,25 @@ def _anywhere_settings(args: object) -> dict[str, Any]:
         "stop_target": getattr(args, "stop_target", None),
         "stop_grace_s": getattr(args, "stop_grace", 30.0),
     }
+def run_shared_monitor(argv: list[str]) -> int:
+    """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.monitor)."""
+    import os
+
+    from guarded_sbatch.core.monitor_registry import monitor_folder
+    from guarded_sbatch.scheduler import get_scheduler
+    from guarded_sbatch.sidecar.monitor import MonitorSettings, SharedMonitor, install_signal_handlers
+
+    parser = ArgumentParser(prog="guarded-sbatch sidecar --shared", description="watch every registered run of this user")
+    parser.add_argument("--backend", choices=["slurm", "local"], required=True)
+    parser.add_argument("--monitor-dir", type=Path, help="the registration folder (default: the user's, per cluster)")
+    parser.add_argument("--cluster", default="", help="cluster name, for the default folder")
+    parser.add_argument("--max-runs", type=int, default=200)
+    parser.add_argument("--fast-interval", type=positive_float, default=60.0, help="seconds between reads")
+    parser.add_argument("--job-poll", type=positive_float, default=300.0, help="seconds between scheduler calls")
+    args = parser.parse_args(argv)
+    folder = args.monitor_dir or monitor_folder(args.cluster)
+    settings = MonitorSettings(folder=folder, job_id=os.environ.get("SLURM_JOB_ID"),
+                               fast_interval_s=args.fast_interval, job_poll_s=args.job_poll, max_runs=args.max_runs)
+    monitor = SharedMonitor(settings, get_scheduler(args.backend), sys.stdout)
+    install_signal_handlers(monitor)
+    return monitor.run()

@@ -55,7 +55,9 @@ DEFAULTS: dict[str, Any] = {
     "quiet_hours": [],
     "checks": {"mandatory": [], "waivable": list(CHECK_NAMES)},
     "sidecar": {"partition": "", "account": "", "qos": "", "cpus": 1, "mem": "1G", "time": "", "template": "sidecar.sbatch",
-                "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0},
+                "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0,
+                # per-job: a sidecar job per run; per-user: one shared monitor job watches all of a user's runs
+                "mode": "per-job", "max_runs_per_monitor": 200, "monitor_time": "", "monitor_mem": "2G"},
     # read by guarded_sbatch.site.policy (the shim and, rendered to Lua, Slurm's plugins); site config only
     "enforcement": {
         "unguarded_training": "tag",  # reject | tag | allow
@@ -119,6 +121,10 @@ class SidecarJobSettings:
     template: str = _SIDECAR["template"]
     fast_interval_s: float = _SIDECAR["fast_interval_seconds"]  # how often the sidecar reads new metrics
     job_poll_s: float = _SIDECAR["job_poll_seconds"]  # how often it may ask the scheduler (≤ 12 an hour)
+    mode: str = _SIDECAR["mode"]  # "per-job" | "per-user" (one shared monitor job per user and cluster)
+    max_runs_per_monitor: int = _SIDECAR["max_runs_per_monitor"]
+    monitor_time: str = _SIDECAR["monitor_time"]  # the shared monitor's --time; it requeues itself before the limit
+    monitor_mem: str = _SIDECAR["monitor_mem"]
 
 
 @dataclass(frozen=True)
@@ -355,6 +361,10 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             template=str(sidecar["template"]),
             fast_interval_s=float(number("sidecar.fast_interval_seconds", sidecar["fast_interval_seconds"], float)),
             job_poll_s=float(number("sidecar.job_poll_seconds", sidecar["job_poll_seconds"], float)),
+            mode=_monitor_mode(sidecar["mode"], fail),
+            max_runs_per_monitor=int(number("sidecar.max_runs_per_monitor", sidecar["max_runs_per_monitor"], int)),
+            monitor_time=str(sidecar["monitor_time"]),
+            monitor_mem=str(sidecar["monitor_mem"]),
         ),
         launcher=LauncherSettings(
             signal_margin_s=int(number("launcher.signal_margin_seconds", launcher["signal_margin_seconds"], int)),
@@ -425,3 +435,9 @@ def _weekdays(text: str, entry: str, where: str) -> frozenset[int]:
             day = (day + 1) % 7
             days.add(day)
     return frozenset(days)
+
+
+def _monitor_mode(value: object, fail: Any) -> str:
+    if value not in ("per-job", "per-user"):
+        raise fail("sidecar.mode", f"must be \"per-job\" or \"per-user\", not {value!r}")
+    return str(value)

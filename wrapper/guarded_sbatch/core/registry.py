@@ -24,6 +24,7 @@ class RunRecord:
     backend: str
     job_id: str
     sidecar_id: str = ""
+    monitor_id: str = ""  # per-user mode: the shared monitor job watching this run (never cancelled with it)
     script: str = ""
     sbatch_options: list[str] = field(default_factory=list)
     script_args: list[str] = field(default_factory=list)

@@ -60,7 +60,7 @@ def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePo
     if len(values) < smooth + 1:
         return None
     oriented = values if direction == "min" else -values
-    smoothed = np.median(sliding_window_view(oriented, smooth), axis=1)  # smoothed[j] ends at index j + 2
+    smoothed = _median_of_3(oriented) if smooth == 3 else np.median(sliding_window_view(oriented, smooth), axis=1)
     best_index = int(np.argmin(smoothed))
     best = float(smoothed[best_index])
     worse = smoothed - best > policy.eval_regress_rel * max(abs(best), 1e-12)
@@ -89,6 +89,12 @@ def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePo
         f"{policy.eval_regress_patience_steps} steps unless it recovers",
         anomaly,
     )
+
+
+def _median_of_3(values: np.ndarray) -> np.ndarray:
+    """np.median over each window of 3 (smoothed[j] ends at index j + 2), exactly, without sorting copies."""
+    a, b, c = values[:-2], values[1:-1], values[2:]
+    return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
 def check_eval_vs_baseline(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
@@ -131,9 +137,11 @@ def check_lr_schedule(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
             Anomaly("lr_zero", keys.lr, int(steps[0]), 0.0),
         )
     peak_so_far = np.maximum.accumulate(values)
-    before, after = values[:-1], values[1:]
-    ratio = policy.lr_restart_ratio
-    restarts = (np.nonzero((before > 0) & (before < peak_so_far[:-1] / ratio) & (after >= ratio * before))[0] + 1).tolist()
+    before, peak_before = values[:-1], peak_so_far[:-1]  # vectorized: a poll must not loop over the history
+    restarts = (np.nonzero(
+        (before > 0) & (before < peak_before / policy.lr_restart_ratio)
+        & (values[1:] >= policy.lr_restart_ratio * before)
+    )[0] + 1).tolist()
     if restarts:
         i = restarts[-1]
         return Finding.note(

@@ -60,6 +60,8 @@ def scan_episodes(
     z: float,
     min_ratio: float,
 ) -> list[Episode]:
+    """The episodes of a series. With a `cache` the scan resumes where the last call on an unchanged
+    prefix of the same series ended (see trailing_baselines)."""
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
     medians, sigmas = trailing_baselines(values, window_points(steps, policy), policy.relative_noise_floor)
@@ -128,9 +130,8 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
             "recovered_spike", keys.train_loss, e.start_step, e.peak,
             f"spike to {fmt(e.peak)} at step {e.peak_step} (baseline {fmt(e.base_median)}) recovered by step {e.end_step}",
         )
-        for e in episodes
-        if e.end_step is not None
-    ][-5:]
+        for e in [x for x in episodes if x.end_step is not None][-5:]  # format only the ones kept
+    ]
     open_episode = episodes[-1] if episodes and episodes[-1].end_step is None else None
     if open_episode is None:
         if notes:

@@ -1,16 +1,24 @@
 """The metric history the decision core judges: points per key, sorted by step, de-duplicated.
 
+Columnar: per key, numpy arrays of steps, values and wall times, grown in blocks. Points come in as
+MetricPoints (`add`) or straight as columns from a reader (`add_columns`); a poll whose new steps
+all follow the last one is an append (O(new points)), anything else a sorted merge.
+
 A resumed job repeats steps and a reader may deliver a point twice: (key, step) is unique and the
 newest point wins. Memory is bounded: past `max_points_per_key` points, the part of a series older
 than `full_resolution_steps` behind its last step is thinned to every other point (non-finite
 values are always kept, so a NaN is never forgotten). Runs of a few hundred thousand logged steps
 stay exact; the checks look mostly at the recent window, which is never thinned.
+
+Each series also holds a small cache for the checks' trailing statistics (`stats_cache`): the
+statistics of a prefix that has not changed are not computed again, so a poll costs what its new
+points cost plus a bounded window.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,39 +26,93 @@ from guarded_sbatch.core.points import MetricPoint
 
 DEFAULT_MAX_POINTS_PER_KEY = 50_000
 DEFAULT_FULL_RESOLUTION_STEPS = 20_000
+_MIN_BLOCK = 1024
 
 
 class _Series:
-    __slots__ = ("values_by_step", "wall_by_step", "_sorted_cache")
+    __slots__ = ("_steps", "_values", "_walls", "n", "cache")
 
     def __init__(self) -> None:
-        self.values_by_step: dict[int, float] = {}
-        self.wall_by_step: dict[int, float] = {}
-        self._sorted_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self._steps = np.empty(0, dtype=np.int64)
+        self._values = np.empty(0, dtype=np.float64)
+        self._walls = np.empty(0, dtype=np.float64)
+        self.n = 0
+        self.cache: dict[str, Any] = {}
 
-    def put(self, point: MetricPoint) -> None:
-        self.values_by_step[point.step] = float(point.value)
-        self.wall_by_step[point.step] = float(point.wall_time)
-        self._sorted_cache = None
+    @property
+    def steps(self) -> np.ndarray:
+        return self._steps[: self.n]
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._sorted_cache is None:
-            steps = np.fromiter(sorted(self.values_by_step), dtype=np.int64, count=len(self.values_by_step))
-            values = np.fromiter(
-                (self.values_by_step[int(s)] for s in steps), dtype=np.float64, count=len(steps)
-            )
-            self._sorted_cache = (steps, values)
-        return self._sorted_cache
+    @property
+    def values(self) -> np.ndarray:
+        return self._values[: self.n]
+
+    @property
+    def walls(self) -> np.ndarray:
+        return self._walls[: self.n]
+
+    def merge(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        """Add columns (in arrival order: a later duplicate of a step wins)."""
+        count = len(steps)
+        if count == 0:
+            return
+        if self.appends(steps):
+            self._append(steps, walls, values)
+            return
+        all_steps = np.concatenate((self.steps, steps))
+        order = np.argsort(all_steps, kind="stable")
+        sorted_steps = all_steps[order]
+        keep = np.empty(len(order), dtype=bool)
+        keep[-1] = True
+        np.not_equal(sorted_steps[1:], sorted_steps[:-1], out=keep[:-1])  # the last of equal steps is the newest
+        chosen = order[keep]
+        self._replace(
+            all_steps[chosen],
+            np.concatenate((self.walls, walls))[chosen],
+            np.concatenate((self.values, values))[chosen],
+        )
+
+    def appends(self, steps: np.ndarray) -> bool:
+        """Whether `steps` only extend the series (strictly increasing, after its last step)."""
+        ordered = len(steps) < 2 or bool(np.all(steps[1:] > steps[:-1]))
+        return ordered and (self.n == 0 or not len(steps) or steps[0] > self._steps[self.n - 1])
+
+    def _append(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        end = self.n + len(steps)
+        if end > len(self._steps):
+            capacity = max(end, self.n + max(_MIN_BLOCK, self.n // 4))
+            for name in ("_steps", "_values", "_walls"):
+                old = getattr(self, name)
+                grown = np.empty(capacity, dtype=old.dtype)
+                grown[: self.n] = old[: self.n]
+                setattr(self, name, grown)  # arrays handed out before keep their (unchanged) content
+        self._steps[self.n : end] = steps
+        self._values[self.n : end] = values
+        self._walls[self.n : end] = walls
+        self.n = end
+
+    def _replace(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
+        # new buffers: arrays handed out before stay as they were
+        self._steps, self._values, self._walls = steps, values, walls
+        self.n = len(steps)
 
     def thin(self, keep_after_step: int) -> None:
-        """Drop every other finite point at steps <= keep_after_step."""
-        steps, values = self.arrays()
-        old = [int(s) for s, v in zip(steps, values) if s <= keep_after_step and math.isfinite(v)]
-        for position, step in enumerate(old):
-            if position % 2 == 1 and position != len(old) - 1:
-                del self.values_by_step[step]
-                self.wall_by_step.pop(step, None)
-        self._sorted_cache = None
+        """Drop every other finite point at steps <= keep_after_step (the last of them stays)."""
+        old = np.nonzero((self.steps <= keep_after_step) & np.isfinite(self.values))[0]
+        drop = old[1::2]
+        if len(drop) and drop[-1] == old[-1]:
+            drop = drop[:-1]
+        if not len(drop):
+            return
+        keep = np.ones(self.n, dtype=bool)
+        keep[drop] = False
+        self._replace(self.steps[keep], self.walls[keep], self.values[keep])
+
+    def value_at(self, step: int) -> float | None:
+        index = int(np.searchsorted(self.steps, step))
+        if index < self.n and int(self._steps[index]) == step:
+            return float(self._values[index])
+        return None
 
 
 class MetricHistory:
@@ -75,23 +137,73 @@ class MetricHistory:
 
     def add(self, points: Iterable[MetricPoint]) -> int:
         """Add points; returns how many were given. A repeated (key, step) replaces the older value."""
-        touched: set[str] = set()
+        return self.add_batches([points])
+
+    def add_batches(self, batches: Iterable[Any], *, newest_by_wall_time: bool = False) -> int:
+        """The same as add() of all the batches' points together, holding only one batch of point
+        objects at a time (a backlog of a million points is kept as arrays, not objects). A batch is
+        a sequence of MetricPoints or {key: (steps, wall_times, values)}. With newest_by_wall_time, a
+        (key, step) repeated across batches keeps its latest wall time (the later on a tie): what the
+        reader that made the batches does inside each one."""
+        touched: dict[str, int] = {}  # key -> its number of points before this call
+        collected: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         count = 0
-        for point in points:
-            series = self._series.get(point.key)
-            if series is None:
-                series = self._series[point.key] = _Series()
-            series.put(point)
-            touched.add(point.key)
-            count += 1
-            if point.wall_time > 0 and (self._last_wall_time is None or point.wall_time > self._last_wall_time):
-                self._last_wall_time = point.wall_time
-        for key in touched:
-            series = self._series[key]
-            if len(series.values_by_step) > self._max_points_per_key:
-                last = max(series.values_by_step)
-                series.thin(last - self._full_resolution_steps)
+        for batch in batches:
+            if isinstance(batch, dict):
+                columns = {k: tuple(np.asarray(c, dtype=t) for c, t in zip(v, (np.int64, np.float64, np.float64)))
+                           for k, v in batch.items()}
+            else:
+                columns = _columns_of(batch if isinstance(batch, (list, tuple)) else list(batch))
+            for name, (steps, walls, values) in columns.items():
+                count += len(steps)
+                series = self._series.get(name)
+                before = touched.setdefault(name, series.n if series is not None else 0)
+                if name in collected:
+                    collected[name].append((steps, walls, values))
+                elif not newest_by_wall_time or series is None or series.appends(steps):
+                    self._add_one(name, steps, walls, values, thin=False)
+                else:  # a repeat across batches: take back this call's points, settle them at the end
+                    tail = (series.steps[before:].copy(), series.walls[before:].copy(), series.values[before:].copy())
+                    series.n = before
+                    collected[name] = [tail, (steps, walls, values)]
+        for name, pieces in collected.items():
+            steps, walls, values = (np.concatenate([p[i] for p in pieces]) for i in range(3))
+            order = np.lexsort((np.arange(len(steps)), walls, steps))
+            sorted_steps = steps[order]
+            chosen = order[np.append(sorted_steps[1:] != sorted_steps[:-1], True)]
+            self._add_one(name, steps[chosen], walls[chosen], values[chosen], thin=False)
+        for name in touched:  # thinned once, after all the batches: what one add of them all does
+            self._thin_if_full(self._series[name])
         return count
+
+    def add_columns(self, columns: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> int:
+        """Add points given as columns per key: {key: (steps, wall_times, values)}, each in arrival
+        order (what a reader that builds arrays delivers). Returns how many points were given."""
+        count = 0
+        for key, (steps, walls, values) in columns.items():
+            step_array = np.asarray(steps, dtype=np.int64)
+            if len(step_array):
+                self._add_one(key, step_array, np.asarray(walls, dtype=np.float64),
+                              np.asarray(values, dtype=np.float64))
+                count += len(step_array)
+        return count
+
+    def _add_one(self, key: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, *, thin: bool = True) -> None:
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series()
+        series.merge(steps, walls, values)
+        positive = walls[walls > 0]
+        if len(positive):
+            newest = float(positive.max())
+            if self._last_wall_time is None or newest > self._last_wall_time:
+                self._last_wall_time = newest
+        if thin:
+            self._thin_if_full(series)
+
+    def _thin_if_full(self, series: _Series) -> None:
+        if series.n > self._max_points_per_key:
+            series.thin(int(series.steps[-1]) - self._full_resolution_steps)
 
     def keys(self) -> list[str]:
         return sorted(self._series)
@@ -100,24 +212,42 @@ class MetricHistory:
         return key in self._series
 
     def __len__(self) -> int:
-        return sum(len(s.values_by_step) for s in self._series.values())
+        return sum(s.n for s in self._series.values())
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) sorted by step; empty arrays for an unknown key. Do not modify them."""
         series = self._series.get(key)
         if series is None:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        return series.arrays()
+        return series.steps, series.values
 
     def value_at(self, key: str, step: int) -> float | None:
         series = self._series.get(key)
-        return None if series is None else series.values_by_step.get(step)
+        return None if series is None else series.value_at(step)
+
+    def values_at(self, key: str, steps: np.ndarray) -> np.ndarray:
+        """The values of `key` at each of `steps` (NaN where it has no point there)."""
+        out = np.full(len(steps), np.nan)
+        series = self._series.get(key)
+        if series is None or series.n == 0 or not len(steps):
+            return out
+        index = np.minimum(np.searchsorted(series.steps, steps), series.n - 1)
+        found = series.steps[index] == steps
+        out[found] = series.values[index[found]]
+        return out
+
+    def stats_cache(self, key: str, label: str) -> dict[str, Any]:
+        """A scratch dict kept with `key`'s series, for the checks' incremental statistics. What is
+        kept there must check itself against the data it is used with (the series may be thinned)."""
+        series = self._series.get(key)
+        if series is None:
+            return {}
+        return series.cache.setdefault(label, {})
 
     @property
     def last_step(self) -> int | None:
-        if not self._series:
-            return None
-        return max(max(s.values_by_step) for s in self._series.values() if s.values_by_step)
+        ends = [int(s._steps[s.n - 1]) for s in self._series.values() if s.n]
+        return max(ends) if ends else None
 
     @property
     def last_wall_time(self) -> float | None:
@@ -130,9 +260,29 @@ class MetricHistory:
             max_points_per_key=self._max_points_per_key, full_resolution_steps=self._full_resolution_steps
         )
         for key, series in self._series.items():
-            copy.add(
-                MetricPoint(step, series.wall_by_step.get(step, 0.0), key, value)
-                for step, value in series.values_by_step.items()
-                if step <= max_step
-            )
+            inside = series.steps <= max_step
+            if np.any(inside):
+                copy._add_one(key, series.steps[inside], series.walls[inside], series.values[inside])
         return copy
+
+
+def _columns_of(points: Sequence[MetricPoint]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """{key: (steps, wall_times, values)} in arrival order, keys in first-seen order."""
+    if not points:
+        return {}
+    steps, walls, keys, values = zip(*points)  # transposed at C speed: no Python loop per point
+    step_array = np.array(steps, dtype=np.int64)
+    wall_array = np.array(walls, dtype=np.float64)
+    value_array = np.array(values, dtype=np.float64)
+    names = list(dict.fromkeys(keys))
+    if len(names) == 1:
+        return {names[0]: (step_array, wall_array, value_array)}
+    code_of = {name: code for code, name in enumerate(names)}
+    codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.int32, count=len(keys))
+    order = np.argsort(codes, kind="stable")  # grouped by key, arrival order kept inside each group
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    columns = {}
+    for code, name in enumerate(names):
+        chosen = order[bounds[code] : bounds[code + 1]]
+        columns[name] = (step_array[chosen], wall_array[chosen], value_array[chosen])
+    return columns

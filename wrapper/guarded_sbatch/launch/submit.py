@@ -16,6 +16,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import SidecarJobSettings
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
+from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
 from guarded_sbatch.launch.templates import check_run_name, load_template, render_template
 from guarded_sbatch.core.registry import RunRecord, create_run, new_run_id, runs_root
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
@@ -68,6 +69,13 @@ def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
     return args
 
 
+def shared_entry(options: SidecarOptions) -> dict[str, object]:
+    """What the shared monitor needs to watch a run (its registration, beside run_dir and run_name)."""
+    return {"tb": [str(p) for p in options.tb_paths], "wandb": [str(p) for p in options.wandb_paths],
+            "log": [str(p) for p in options.log_paths], "stop_command": options.stop_command or "",
+            "notes": str(options.notes_path) if options.notes_path else "", "full_interval_s": options.full_interval_s}
+
+
 def render_sidecar_script(
     template_text: str, record: RunRecord, options: SidecarOptions, resources: SidecarResources,
     *, python: str = sys.executable,
@@ -102,6 +110,7 @@ def submit_guarded(
     on_training_submitted: object | None = None,
     record_fields: dict[str, object] | None = None,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
+    shared: SharedMonitorOptions | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail."""
@@ -120,7 +129,7 @@ def submit_guarded(
         on_training_submitted(job_id)
     try:
         return _guard_submitted(scheduler, request, job_id, run_name, template_text, sidecar, resources,
-                                waivers, record_fields, sources_for_job)
+                                waivers, record_fields, sources_for_job, shared)
     except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
         raise _unguarded(scheduler, job_id, exc) from None
 
@@ -151,6 +160,7 @@ def _guard_submitted(
     sidecar: SidecarOptions, resources: SidecarResources, waivers: list[dict[str, str]] | None,
     record_fields: dict[str, object] | None,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
+    shared: SharedMonitorOptions | None = None,
 ) -> GuardedSubmission:
     record = create_run(
         run_name, scheduler.name, job_id,
@@ -160,6 +170,12 @@ def _guard_submitted(
         log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(record_fields or {}),
         sources=sources_for_job(job_id) if sources_for_job else {},
     )
+    if shared is not None:  # per-user monitor mode: register with it instead of a sidecar of our own
+        monitor_id = register_with_monitor(scheduler, record, shared_entry(sidecar), shared)
+        if monitor_id is not None:
+            record.monitor_id = monitor_id  # not sidecar_id: kill/restart cancel that one, and this job is shared
+            record.save()
+            return GuardedSubmission(record, job_id, monitor_id)
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"
     script_path.write_text(script_text, encoding="utf-8")

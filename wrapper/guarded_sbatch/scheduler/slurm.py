@@ -137,6 +137,62 @@ class SlurmScheduler:
             "check the job's output file"
         )
 
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """The states of many jobs with one `squeue --me` (all states, so a job that ended within
+        MinJobAge is seen with its final state); a job no longer listed gets its remembered final
+        state, else one batched sacct when accounting is on, else UNKNOWN. On no answer: all UNKNOWN."""
+        wanted = [str(j) for j in job_ids]
+        try:
+            result = self._run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T"], timeout=self.query_timeout_s)
+        except SchedulerError:
+            return {j: JobState.UNKNOWN for j in wanted}
+        if result.returncode != 0:
+            return {j: JobState.UNKNOWN for j in wanted}
+        listed: dict[str, JobState] = {}
+        for line in result.stdout.splitlines():
+            job, _, state_text = line.strip().partition("|")
+            if job:
+                listed[job] = JobState.from_slurm(state_text)
+        states: dict[str, JobState] = {}
+        gone: list[str] = []
+        for job in wanted:
+            if job in listed:
+                states[job] = listed[job]
+                if listed[job].is_terminal and self._remembered(job) is None:
+                    self._remember(job, {"job_id": job, "state": listed[job].value})
+            else:
+                remembered = self._remembered(job)
+                if remembered is not None:
+                    states[job] = JobState.from_slurm(str(remembered.get("state", "")))
+                else:
+                    gone.append(job)
+        states.update(self._gone_states(gone))
+        return states
+
+    def _gone_states(self, job_ids: list[str]) -> dict[str, JobState]:
+        if not job_ids:
+            return {}
+        unknown = {j: JobState.UNKNOWN for j in job_ids}
+        try:
+            if not self.accounting_enabled():
+                return unknown
+            argv = ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State"]
+            result = self._run(argv, timeout=self.query_timeout_s, env=self._query_env())
+        except SchedulerError:
+            return unknown
+        for line in result.stdout.splitlines() if result.returncode == 0 else []:
+            job, _, state_text = line.partition("|")
+            if job in unknown:
+                unknown[job] = JobState.from_slurm(state_text)
+        return unknown
+
+    def requeue(self, job_id: str) -> None:
+        """`scontrol requeue`: the job goes back to the queue under the same id (its process is ended)."""
+        result = self._run(["scontrol", "requeue", job_id], timeout=self.query_timeout_s)
+        if result.returncode != 0:
+            self._raise_if_unreachable(result)
+            raise SchedulerError(f"scontrol requeue {job_id} failed: {error_lines(result.stderr, 'scontrol')}")
+
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         """scancel the job; with a signal, send it instead (`B:SIG` to the batch shell only, else to all steps)."""
         signal = signal_name

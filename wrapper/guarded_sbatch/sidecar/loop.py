@@ -63,13 +63,14 @@ class Sidecar:
         self.out.write(text)
         self.out.flush()
 
-    def run(self) -> int:
+    def begin(self) -> bool:
+        """Start or resume from the state file; False when the run was finished already."""
         now = self.clock()
         if self.state.finished:
             # a requeue after the end: say so in one line; the FINAL_SUMMARY was printed once already
             self.emit(f"sidecar: this run was already finished by an earlier sidecar ({self.state.last_decision} "
                       f"{self.state.last_reason} at step {self.state.last_step}); nothing to do\n")
-            return 0
+            return False
         if self.state.started_at:
             self.state.restarts += 1
             self.emit(f"sidecar: resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
@@ -78,6 +79,11 @@ class Sidecar:
             self.state.full_interval_s = self.settings.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
         self.emit(cadence_line(self.settings))
+        return True
+
+    def run(self) -> int:
+        if not self.begin():
+            return 0
         try:
             while True:
                 try:
@@ -297,11 +303,19 @@ class Sidecar:
     def _stop(self, verdict: Verdict, now: float) -> int:
         from guarded_sbatch.actions.evidence import write_evidence
         from guarded_sbatch.actions.notes import append_project_note
-        from guarded_sbatch.actions.stop import stop_run
+        from guarded_sbatch.actions.stop import StopOutcome, stop_run
 
         self._full_report(verdict, now, ending=True)
-        outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
-                           stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
+        if self.state.stop_requested_at:
+            # an earlier process of this watcher stopped the run and was ended before it could finish:
+            # one stop per run, whatever restarts happen in between
+            outcome = StopOutcome("none", True, f"stop requested already at {self.state.stop_requested_at:.0f} by an "
+                                        "earlier watcher process")
+        else:
+            self.state.stop_requested_at = now
+            self.state.save(self.settings.state_file)
+            outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
+                               stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
         self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}

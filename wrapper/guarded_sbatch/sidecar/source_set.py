@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import sanitize_points
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.run_sources import RunSources
+    from collections.abc import Iterator
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.scheduler.base import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -191,30 +192,24 @@ class SourceSet:
         before = self._active()
         added: dict[int, int] = {}
         for source in self.sources:
+            history = self.histories.setdefault(id(source), MetricHistory())
+            had_data = bool(len(history))
+            failures: list[Exception] = []
             try:
-                points = source.read_new()
-                notes: list[str] = []
-                if not getattr(source, "points_sanitized", False):
-                    points, notes = sanitize_points(points)
-            except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
-                self.read_error = self.errors[id(source)] = _one_line(exc, getattr(source, "describe", None))
-                if not getattr(exc, "missing", False):
+                # a backlog (a restarted watcher, a long run) is read in bounded batches and kept as arrays
+                added[id(source)] = history.add_batches(_batches(source, failures, self),
+                                                        newest_by_wall_time=source.kind == "tensorboard")
+            except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
+                failures.append(exc)
+                added[id(source)] = 0
+            if failures:
+                self.read_error = self.errors[id(source)] = _one_line(failures[0], getattr(source, "describe", None))
+                if not getattr(failures[0], "missing", False):
                     self.hard_error = self.read_error
                 continue
-            notes = [*getattr(source, "sanitize_notes", []), *notes]  # the reader's own sanitising, then ours
-            if notes:
-                self.notes = [*self.notes, *notes][-20:]
-                if getattr(source, "sanitize_notes", None):
-                    source.sanitize_notes = []  # type: ignore[attr-defined]
-            history = self.histories.setdefault(id(source), MetricHistory())
-            missing = _unreachable_path(source, had_data=bool(len(history)))
+            missing = _unreachable_path(source, had_data=had_data)
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
-            try:
-                added[id(source)] = history.add(points) if points else 0
-            except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
-                self.read_error = self.errors[id(source)] = _one_line(exc, getattr(source, "describe", None))
-                added[id(source)] = 0
         active = self._active()
         if active is None:
             if self.ownership_note and not self.read_error:  # WAIT, naming what was seen but not read
@@ -314,7 +309,37 @@ def _open_tensorboard(path: Path, accept: Callable[[Path], bool] | None) -> Metr
     return TensorBoardSource(path, accept=accept)
 
 
-def _unreachable_path(source: MetricSource, *, had_data: bool) -> str:
+_BATCH_POINTS = 100_000
+
+
+def _batches(source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> "Iterator[Any]":
+    """The source's new points, in batches where the reader can stop early (TensorBoard); a read
+    error ends the batches and is put in failures (what was read before it is kept). Point lists are
+    sanitised on the way in (steps outside ±2**53 dropped, values beyond float range made ±inf)."""
+    batched = source.kind == "tensorboard" and hasattr(source, "read_columns")
+    while True:
+        try:
+            # TensorBoard: numpy columns, no object per point
+            points = source.read_columns(max_points=_BATCH_POINTS) if batched else source.read_new()  # type: ignore[attr-defined]
+            notes: list[str] = []
+            if not batched and not getattr(source, "points_sanitized", False):
+                points, notes = sanitize_points(points)
+        except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
+            failures.append(exc)
+            return
+        notes = [*getattr(source, "sanitize_notes", []), *notes]  # the reader's own sanitising, then ours
+        if notes:
+            owner.notes = [*owner.notes, *notes][-20:]
+            if getattr(source, "sanitize_notes", None):
+                source.sanitize_notes = []  # type: ignore[attr-defined]
+        if not points:
+            return
+        yield points
+        if not batched:
+            return
+
+
+def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
     """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
     A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
     path = getattr(source, "path", None)

@@ -31,6 +31,7 @@ class SidecarState:
     finished: bool = False
     final_summary: str = ""
     evidence: str = ""
+    stop_requested_at: float = 0.0  # set (and saved) just before the stop: never two stops of one run
     step_rate: float | None = None  # steps per second, for the live ETA
     first_step_seen: int | None = None
     first_step_seen_at: float = 0.0

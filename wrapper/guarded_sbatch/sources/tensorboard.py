@@ -19,6 +19,7 @@ from typing import Any
 
 from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.files import guarded_reader, open_regular
+from guarded_sbatch.sources.tb_bulk import ColumnSink, bulk_prefix
 from guarded_sbatch.sources.tb_event import decode_event
 from guarded_sbatch.sources.tfrecord import (
     HEADER_SIZE,
@@ -114,6 +115,7 @@ class TensorBoardSource:
         self._fast_keys: dict[str, dict[bytes, str]] = {}
         self._unpackers: dict[int, Callable[[bytes], tuple[Any, ...]]] = {}  # per record length
         self._known_length_crcs: dict[int, int] = {}  # record lengths repeat: check each length's crc once
+        self._header_unpack = _HEADER.unpack_from
 
     def describe(self) -> str:
         return str(self.path)
@@ -137,6 +139,17 @@ class TensorBoardSource:
     def read_new(self, max_points: int | None = None) -> list[MetricPoint]:
         """New points from all files; with max_points, stop after about that many (call again for more)."""
         points: list[MetricPoint] = []
+        repeated = self._read_into(points, max_points)
+        return newest_per_key_step(points) if repeated else points
+
+    def read_columns(self, max_points: int | None = None) -> dict[str, tuple[Any, Any, Any]]:
+        """read_new's points as {key: (steps, wall_times, values)} numpy columns, in arrival order per
+        key (runs of plain scalar events are decoded in bulk: no object per point)."""
+        sink = ColumnSink()
+        repeated = self._read_into(sink, max_points)
+        return sink.columns(newest_by_wall_time=repeated)
+
+    def _read_into(self, points: Any, max_points: int | None) -> bool:
         repeated = False
         for event_file in self._refresh_files():
             try:
@@ -157,9 +170,9 @@ class TensorBoardSource:
                     gc.enable()
             if max_points is not None and len(points) >= max_points:
                 break
-        return newest_per_key_step(points) if repeated else points
+        return repeated
 
-    def _read_file(self, event_file: _EventFile, points: list[MetricPoint], max_points: int | None) -> bool:
+    def _read_file(self, event_file: _EventFile, points: Any, max_points: int | None) -> bool:
         repeated = False
         prefix = event_file.key_prefix
         chunk_bytes = self.chunk_bytes
@@ -216,13 +229,16 @@ class TensorBoardSource:
             return ""
         return prefix + signature[6:-1].decode("utf-8", "replace")
 
-    def _scan_chunk(self, buf: bytes, prefix: str, points: list[MetricPoint],
-                    max_records: int | None) -> _ChunkResult:
-        """Frame, crc-check and decode the complete records of buf, appending their scalars to points.
+    def _scan_chunk(self, buf: bytes, prefix: str, points: Any,
+                    max_records: int | None, start: int = 0) -> _ChunkResult:
+        """Frame, crc-check and decode the complete records of buf[start:], appending their scalars to
+        points (a list, or a ColumnSink: then runs of plain scalar records are decoded in bulk).
 
         One fused loop with an inline fast path for the common simple_value event: the per-record
         Python work is what a reader's speed is made of.
         """
+        if isinstance(points, ColumnSink):
+            return self._scan_chunk_bulk(buf, prefix, points, max_records)
         result = _ChunkResult()
         append = points.append
         last_step = self._last_step
@@ -236,7 +252,7 @@ class TensorBoardSource:
         unpack_u32 = _UINT32.unpack_from
         crc = crc32c
         end = len(buf)
-        pos = 0
+        pos = start
         records = 0
         limit = -1 if max_records is None else max_records
         while end - pos >= HEADER_SIZE and records != limit:
@@ -314,6 +330,32 @@ class TensorBoardSource:
                 else:
                     result.repeated = True
                 append(MetricPoint(step, wall_time, key, value))
+        result.consumed = pos - start
+        return result
+
+    def _scan_chunk_bulk(self, buf: bytes, prefix: str, sink: ColumnSink, max_records: int | None) -> _ChunkResult:
+        result = _ChunkResult()
+        limit = max_records if max_records is not None else len(buf)
+        pos = records = 0
+        singles: list[MetricPoint] = []
+        while pos < len(buf) and records < limit:
+            consumed, count, repeated = bulk_prefix(self, buf, pos, prefix, sink, limit - records)
+            pos, records, result.repeated = pos + consumed, records + count, result.repeated or repeated
+            if records >= limit:
+                break
+            # the record that ended the run (and a few more when runs are short) the per-record way
+            singles.clear()
+            step = self._scan_chunk(buf, prefix, singles, 1 if count >= 64 else 256, start=pos)
+            sink.extend_points(singles)
+            records += max(1, len(singles))
+            result.bad_records += step.bad_records
+            result.repeated |= step.repeated
+            pos += step.consumed
+            if step.resync:
+                result.resync = True
+                break
+            if step.consumed == 0:
+                break
         result.consumed = pos
         return result
 

@@ -47,6 +47,7 @@ GUARD_OPTIONS: dict[str, bool] = {
     "--guard-print-script": False,  # print the rendered batch script on stdout; submit nothing
     "--guard-signal-margin": True,  # seconds before the time limit when USR1 asks the trainer to checkpoint
     "--guard-max-requeues": True,  # how often the job may requeue itself after checkpointing
+    "--guard-monitor": True,  # per-job (a sidecar job per run) | per-user (one shared monitor job)
 }
 REPEATABLE_GUARD_OPTIONS = frozenset({"--guard-tb", "--guard-wandb", "--guard-log"})
 JSON_ALIAS = "--json"  # sbatch 22.05 has no --json; accepted as --guard-json for `guarded-sbatch check --json`
@@ -85,6 +86,7 @@ class GuardOptions:
     print_script: bool = False
     signal_margin_s: int | None = None
     max_requeues: int | None = None
+    monitor: str | None = None  # per-job | per-user; None: the config's [sidecar] mode
 
 
 @dataclass(frozen=True)
@@ -311,6 +313,9 @@ def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
         else:
             values[name] = value
     backend = values.get("--guard-backend")
+    monitor = values.get("--guard-monitor")
+    if monitor is not None and monitor not in ("per-job", "per-user"):
+        raise UsageError(f"--guard-monitor must be per-job or per-user, not {monitor!r}")
     if backend is not None and backend not in ("slurm", "local"):
         raise UsageError(f"--guard-backend must be slurm or local, not {backend!r}")
     return GuardOptions(
@@ -333,6 +338,7 @@ def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
         print_script="--guard-print-script" in flags,
         signal_margin_s=_positive_number(values, "--guard-signal-margin", int),  # type: ignore[arg-type]
         max_requeues=_count(values, "--guard-max-requeues"),
+        monitor=monitor,
     )
 
 
