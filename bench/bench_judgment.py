@@ -30,17 +30,18 @@ sys.path.insert(0, str(REPO / "wrapper"))
 sys.path.insert(0, str(REPO / "examples" / "corpus"))
 sys.path.insert(0, str(REPO / "tests"))
 
-import generate as corpus
-from dense_replay import dense_replay
-from guarded_sbatch.core.points import MetricPoint
-from guarded_sbatch.sources.tensorboard import TensorBoardSource
+import generate as corpus  # noqa: E402 - after the sys.path lines above
+from dense_replay import dense_replay  # noqa: E402 - after the sys.path lines above
+from guarded_sbatch.core.points import MetricPoint  # noqa: E402 - after the sys.path lines above
+from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: E402 - after the sys.path lines above
 
 EVAL_KEY = "eval/loss"
 
 
 class Outcome:
-    def __init__(self, stop: int | None, reason: str = "", wait_before_stop: bool = False,
-                 polls: int = 0, waits: int = 0) -> None:
+    def __init__(
+        self, stop: int | None, reason: str = "", wait_before_stop: bool = False, polls: int = 0, waits: int = 0
+    ) -> None:
         self.stop, self.reason, self.wait_before_stop = stop, reason, wait_before_stop
         self.polls, self.waits = polls, waits  # polls made, and how many said WAIT (not "too early")
 
@@ -50,8 +51,13 @@ def judge_guarded(points: list[MetricPoint], labels: corpus.RunLabels) -> Outcom
     wait = replay.first_wait_from(labels.onset_step or 0)
     reason = replay.stop_verdict.reason.value if replay.stop_verdict else ""
     waits = sum(1 for _, r in replay.waits if r != "too_early")
-    return Outcome(replay.first_stop, reason, wait is not None and (replay.first_stop is None or wait < replay.first_stop),
-                   replay.polls, waits)
+    return Outcome(
+        replay.first_stop,
+        reason,
+        wait is not None and (replay.first_stop is None or wait < replay.first_stop),
+        replay.polls,
+        waits,
+    )
 
 
 def judge_first_nan(points: list[MetricPoint], labels: corpus.RunLabels) -> Outcome:
@@ -90,7 +96,11 @@ def score(outcomes: dict[str, Outcome], labels: dict[str, corpus.RunLabels]) -> 
     caught, delays = [], []
     for n in broken:
         lab, stop = labels[n], outcomes[n].stop
-        if stop is not None and lab.onset_step is not None and lab.onset_step <= stop <= lab.onset_step + (lab.stop_within_steps or 0):
+        if (
+            stop is not None
+            and lab.onset_step is not None
+            and lab.onset_step <= stop <= lab.onset_step + (lab.stop_within_steps or 0)
+        ):
             caught.append(n)
             delays.append(stop - lab.onset_step)
     waited = [n for n in should if outcomes[n].wait_before_stop and n in caught]
@@ -134,21 +144,29 @@ def bench_seed(names: list[str], seed: int, per_run: bool) -> None:
         outcomes[judge] = {n: fn(points[n], labels[n]) for n in names}
         seconds[judge] = time.process_time() - t0
     polls = sum(len({p.step for p in points[n]}) for n in names)
-    print(f"corpus: {len(names)} runs ({sum(lab.healthy for lab in labels.values())} healthy), {polls} polls "
-          f"(one per logged step), generated in {generated:.1f} s\n")
-    print("| judge | healthy runs with a STOP | broken runs stopped before the break | broken runs stopped "
-          "within the bound | median steps after the break | `should` cases with WAIT before STOP | "
-          "healthy polls that say WAIT |")
+    print(
+        f"corpus: {len(names)} runs ({sum(lab.healthy for lab in labels.values())} healthy), {polls} polls "
+        f"(one per logged step), generated in {generated:.1f} s\n"
+    )
+    print(
+        "| judge | healthy runs with a STOP | broken runs stopped before the break | broken runs stopped "
+        "within the bound | median steps after the break | `should` cases with WAIT before STOP | "
+        "healthy polls that say WAIT |"
+    )
     print("|---|---|---|---|---|---|---|")
     for judge in JUDGES:
         s = score(outcomes[judge], labels)
-        print(f"| {judge} | {s['false_stop_healthy']} | {s['stop_before_onset']} | {s['caught_in_bound']} | "
-              f"{s['median_delay']} | {s['wait_before_stop']} | {s['healthy_wait']} |")
+        print(
+            f"| {judge} | {s['false_stop_healthy']} | {s['stop_before_onset']} | {s['caught_in_bound']} | "
+            f"{s['median_delay']} | {s['wait_before_stop']} | {s['healthy_wait']} |"
+        )
     print()
     for judge in JUDGES:
         s = score(outcomes[judge], labels)
-        print(f"{judge}: {seconds[judge]:.1f} s CPU for {polls} polls "
-              f"({1000 * seconds[judge] / polls:.2f} ms per poll); false STOPs: {s['false_names']}")
+        print(
+            f"{judge}: {seconds[judge]:.1f} s CPU for {polls} polls "
+            f"({1000 * seconds[judge] / polls:.2f} ms per poll); false STOPs: {s['false_names']}"
+        )
     if per_run:
         print("\n| run | healthy | onset | bound | " + " | ".join(JUDGES) + " |")
         print("|---|---|---|---|" + "---|" * len(JUDGES))

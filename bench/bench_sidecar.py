@@ -63,14 +63,15 @@ def sdiag_rpc_total() -> int | None:
         text = subprocess.run(["sdiag"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    section = text.split("Remote Procedure Call statistics by message type", 1)[-1].split("Remote Procedure Call statistics by user")[0]
+    section = text.split("Remote Procedure Call statistics by message type", 1)[-1].split(
+        "Remote Procedure Call statistics by user"
+    )[0]
     counts = [int(m) for m in re.findall(r"count:(\d+)", section)]
     return sum(counts) if counts else None
 
 
 def sacct_max_rss_mb(job_id: str) -> float | None:
-    text = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "MaxRSS"], capture_output=True, text=True,
-                          timeout=30).stdout
+    text = subprocess.run(["sacct", "-n", "-P", "-j", job_id, "-o", "MaxRSS"], capture_output=True, text=True, timeout=30).stdout
     values = []
     for word in text.split():
         match = re.fullmatch(r"([\d.]+)([KMG]?)", word)
@@ -83,8 +84,17 @@ def one_nan_run(slurm: SlurmScheduler, workdir: Path, index: int) -> dict[str, f
     project = make_project(workdir / f"run{index}", fast_interval=60.0, job_poll=300.0)
     diverge_s = random.uniform(40, 100)  # a random phase against the sidecar's 60-s polls
     diverge_at = int(diverge_s / STEP_S)
-    job_id, sidecar_id, run_dir = launch(project, "--steps", str(diverge_at + 20000), "--step-seconds", str(STEP_S),
-                                         "--diverge-at", str(diverge_at), "--flush-secs", "1")
+    job_id, sidecar_id, run_dir = launch(
+        project,
+        "--steps",
+        str(diverge_at + 20000),
+        "--step-seconds",
+        str(STEP_S),
+        "--diverge-at",
+        str(diverge_at),
+        "--flush-secs",
+        "1",
+    )
     source = TensorBoardSource(project.root / TB)
     nan_on_disk: float | None = None
     nan_logged: float | None = None
@@ -101,11 +111,17 @@ def one_nan_run(slurm: SlurmScheduler, workdir: Path, index: int) -> dict[str, f
     output = project.sidecar_output(job_id)
     end = training.end_time
     return {
-        "job": job_id, "sidecar": sidecar_id, "final": training.state.value, "reason": state.last_reason,
+        "job": job_id,
+        "sidecar": sidecar_id,
+        "final": training.state.value,
+        "reason": state.last_reason,
         "latency_s": (end - nan_on_disk) if end and nan_on_disk else None,
         "flush_lag_s": (nan_on_disk - nan_logged) if nan_on_disk and nan_logged else None,
-        "peak_rss_mb": state.peak_rss_mb, "sacct_max_rss_mb": sacct_max_rss_mb(sidecar_id),
-        "cpu_s": state.cpu_seconds, "polls": state.checks, "scheduler_calls": state.scheduler_calls,
+        "peak_rss_mb": state.peak_rss_mb,
+        "sacct_max_rss_mb": sacct_max_rss_mb(sidecar_id),
+        "cpu_s": state.cpu_seconds,
+        "polls": state.checks,
+        "scheduler_calls": state.scheduler_calls,
         "watched_s": (end - state.started_at) if end else None,
         "final_summaries": output.count("FINAL_SUMMARY"),
     }
@@ -120,8 +136,13 @@ def healthy_watch(slurm: SlurmScheduler, workdir: Path, minutes: float) -> dict[
     state = SidecarState.load(run_dir / "sidecar-state.json")
     training = slurm.info(job_id)
     watched = (training.end_time or time.time()) - state.started_at
-    return {"watched_s": watched, "scheduler_calls": state.scheduler_calls, "polls": state.checks,
-            "cpu_s": state.cpu_seconds, "peak_rss_mb": state.peak_rss_mb}
+    return {
+        "watched_s": watched,
+        "scheduler_calls": state.scheduler_calls,
+        "polls": state.checks,
+        "cpu_s": state.cpu_seconds,
+        "peak_rss_mb": state.peak_rss_mb,
+    }
 
 
 def main() -> int:
@@ -148,31 +169,45 @@ def main() -> int:
     print("\n== sidecar with default settings (fast poll 60 s, scheduler poll 300 s) ==")
     if latencies:
         median = statistics.median(latencies)
-        print(f"NaN on disk -> scancel: median {median:.1f} s over {len(latencies)} runs "
-              f"(each: {', '.join(f'{x:.1f}' for x in latencies)}); target <= {TARGET_LATENCY_S:.0f} s: "
-              f"{'met' if median <= TARGET_LATENCY_S else 'MISSED'}; naive anchor (squeue + judge every 60 s): ~30 s "
-              "median, 60 s worst")
+        print(
+            f"NaN on disk -> scancel: median {median:.1f} s over {len(latencies)} runs "
+            f"(each: {', '.join(f'{x:.1f}' for x in latencies)}); target <= {TARGET_LATENCY_S:.0f} s: "
+            f"{'met' if median <= TARGET_LATENCY_S else 'MISSED'}; naive anchor (squeue + judge every 60 s): ~30 s "
+            "median, 60 s worst"
+        )
     else:
         print("NaN on disk -> scancel: no run produced a measurable latency")
     if rss:
-        print(f"sidecar peak RSS (VmHWM at exit): max {max(rss):.1f} MB; target <= {TARGET_RSS_MB:.0f} MB: "
-              f"{'met' if max(rss) <= TARGET_RSS_MB else 'MISSED'}; sacct MaxRSS (sampled every 30 s): "
-              f"{[r['sacct_max_rss_mb'] for r in results]}")
-    print(f"sidecar CPU per poll: median {statistics.median(cpu_per_poll):.0f} ms (whole process CPU / polls, "
-          "imports and the STOP's actions included)")
+        print(
+            f"sidecar peak RSS (VmHWM at exit): max {max(rss):.1f} MB; target <= {TARGET_RSS_MB:.0f} MB: "
+            f"{'met' if max(rss) <= TARGET_RSS_MB else 'MISSED'}; sacct MaxRSS (sampled every 30 s): "
+            f"{[r['sacct_max_rss_mb'] for r in results]}"
+        )
+    print(
+        f"sidecar CPU per poll: median {statistics.median(cpu_per_poll):.0f} ms (whole process CPU / polls, "
+        "imports and the STOP's actions included)"
+    )
     for r in results:
-        print(f"  job {r['job']}: {r['scheduler_calls']} scheduler calls in {r['watched_s']:.0f} s watched "
-              f"(start: state + watch step; STOP: info + cancel + state until gone)")
+        print(
+            f"  job {r['job']}: {r['scheduler_calls']} scheduler calls in {r['watched_s']:.0f} s watched "
+            f"(start: state + watch step; STOP: info + cancel + state until gone)"
+        )
     steady = 3600 / 300
-    print(f"slurmctld calls per hour while watching: {steady:.0f} by design (one state query per 300 s; the job's "
-          f"end comes from the idle watch step) vs naive anchor {NAIVE_CALLS_PER_H:.0f}/h (squeue every 60 s)")
+    print(
+        f"slurmctld calls per hour while watching: {steady:.0f} by design (one state query per 300 s; the job's "
+        f"end comes from the idle watch step) vs naive anchor {NAIVE_CALLS_PER_H:.0f}/h (squeue every 60 s)"
+    )
     if healthy:
         per_hour = healthy["scheduler_calls"] / healthy["watched_s"] * 3600
-        print(f"healthy run watched {healthy['watched_s']:.0f} s: {healthy['scheduler_calls']} scheduler calls "
-              f"({per_hour:.1f}/h including start and end), peak RSS {healthy['peak_rss_mb']:.1f} MB")
+        print(
+            f"healthy run watched {healthy['watched_s']:.0f} s: {healthy['scheduler_calls']} scheduler calls "
+            f"({per_hour:.1f}/h including start and end), peak RSS {healthy['peak_rss_mb']:.1f} MB"
+        )
     if rpc_before is not None and rpc_after is not None:
-        print(f"sdiag: {rpc_after - rpc_before} RPCs served in {elapsed:.0f} s by slurmctld for EVERY client "
-              "(this bench's CLI and its own squeue polls, other users' jobs): an upper bound, not the sidecar's")
+        print(
+            f"sdiag: {rpc_after - rpc_before} RPCs served in {elapsed:.0f} s by slurmctld for EVERY client "
+            "(this bench's CLI and its own squeue polls, other users' jobs): an upper bound, not the sidecar's"
+        )
     return 0
 
 

@@ -5,12 +5,17 @@
 Run it with two checkouts (e.g. main and a branch) and diff the outputs: same verdicts, message and summary
 at every replayed step.
 """
-import json, sys, tempfile
+
+import json
+import sys
+import tempfile
 from pathlib import Path
+
 sys.path.insert(0, sys.argv[1] + "/examples/corpus")
 import generate as corpus
 from guarded_sbatch.judge import MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
+
 out = Path(tempfile.mkdtemp())
 every = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 for name in corpus.CORPUS:
@@ -23,8 +28,18 @@ for name in corpus.CORPUS:
     for cut in steps[::every] + [steps[-1]]:
         chunk = []
         while i < len(points) and points[i].step <= cut:
-            chunk.append(points[i]); i += 1
+            chunk.append(points[i])
+            i += 1
         history.add(chunk)
         v = decide(history)
-        rows.append([cut, v.decision.value, v.reason.value, v.message, [repr(a) for a in v.anomalies], json.dumps(v.summary, sort_keys=True, default=str)])
+        rows.append(
+            [
+                cut,
+                v.decision.value,
+                v.reason.value,
+                v.message,
+                [repr(a) for a in v.anomalies],
+                json.dumps(v.summary, sort_keys=True, default=str),
+            ]
+        )
     print(json.dumps({"run": name, "rows": rows}), flush=True)

@@ -107,7 +107,9 @@ def build_clean_tree(root: Path) -> Tree:
     """A project whose launch passes every check (given --guard-seconds-per-epoch)."""
     tree = Tree(root)
     tree.write_config("configs/coco_resnet50_base.yaml", REFERENCE)
-    tree.write_config("recipes/imagenet_vit_l.yaml", {"dataset": "imagenet", "model": {"name": "vit-l"}, "optimizer": {"lr": 1e-3}})
+    tree.write_config(
+        "recipes/imagenet_vit_l.yaml", {"dataset": "imagenet", "model": {"name": "vit-l"}, "optimizer": {"lr": 1e-3}}
+    )
     tree.write_config("experiments/old/mnist.yaml", {"dataset": "mnist", "lr": 0.1})
     tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.epochs": 12}))
     tree.write("train.sh", TRAIN_SH)

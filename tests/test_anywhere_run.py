@@ -30,15 +30,28 @@ def _status(project, run_id: str) -> dict:  # type: ignore[no-untyped-def]
 
 def test_run_blocks_a_bad_command_line_and_starts_nothing(tmp_path: Path) -> None:
     project = _project(tmp_path)
-    result = project.cli("run", "--guard-run-name", "bs256", "--", "python", "train.py", "--config", CONFIG,
-                         "--batch-size", "256")
+    result = project.cli(
+        "run", "--guard-run-name", "bs256", "--", "python", "train.py", "--config", CONFIG, "--batch-size", "256"
+    )
     assert result.returncode == 3, result.stderr
     assert "[FAIL] config-diff: global batch 64 -> 256 (×4) but the learning rate was not rescaled" in result.stderr
     assert "BLOCKED by: config-diff" in result.stderr and "nothing was started" in result.stderr
     assert result.stdout == "" and _runs(project) == []
     # the launcher's own options count: torchrun's processes make the global batch
-    torchrun = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--", "torchrun",
-                           "--nproc_per_node", "2", "train.py", "--config", CONFIG, "--batch-size", "128")
+    torchrun = project.cli(
+        "run",
+        "--guard-run-name",
+        "synthetic-regression-tanh-mlp-bs64-lr0.05",
+        "--",
+        "torchrun",
+        "--nproc_per_node",
+        "2",
+        "train.py",
+        "--config",
+        CONFIG,
+        "--batch-size",
+        "128",
+    )
     assert torchrun.returncode == 3, torchrun.stderr
     assert "× 2 process(es) per node (torchrun) × accumulation 1 = global 256" in torchrun.stderr
     assert "the learning rate was not rescaled" in torchrun.stderr and _runs(project) == []
@@ -48,8 +61,22 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
     project = _project(tmp_path)
     session = "gs-run-test"
     try:
-        result = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--guard-tmux", session, "--",
-                             "python", "train.py", "--config", CONFIG, "--steps", "3000", "--diverge-at", "60")
+        result = project.cli(
+            "run",
+            "--guard-run-name",
+            "synthetic-regression-tanh-mlp-bs64-lr0.05",
+            "--guard-tmux",
+            session,
+            "--",
+            "python",
+            "train.py",
+            "--config",
+            CONFIG,
+            "--steps",
+            "3000",
+            "--diverge-at",
+            "60",
+        )
         assert result.returncode == 0, result.stderr
         assert "Clear to launch" in result.stderr and f"tmux session {session}" in result.stderr
         job_id = result.stdout.strip()
@@ -72,8 +99,18 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
 
 def test_run_as_a_local_process_shows_in_status_and_is_killed(tmp_path: Path) -> None:
     project = _project(tmp_path)
-    result = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--", "python", "train.py", "--config", CONFIG,
-                         "--steps", "100000")
+    result = project.cli(
+        "run",
+        "--guard-run-name",
+        "synthetic-regression-tanh-mlp-bs64-lr0.05",
+        "--",
+        "python",
+        "train.py",
+        "--config",
+        CONFIG,
+        "--steps",
+        "100000",
+    )
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip()
     record = next(r for r in _runs(project) if r["job_id"] == job_id)
@@ -89,8 +126,20 @@ def test_tmux_run_restarts_in_a_fresh_session_and_is_killed(tmp_path: Path) -> N
     project = _project(tmp_path)
     session = "gs-restart-test"
     try:
-        result = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--guard-tmux",
-                             session, "--", "python", "train.py", "--config", CONFIG, "--steps", "100000")
+        result = project.cli(
+            "run",
+            "--guard-run-name",
+            "synthetic-regression-tanh-mlp-bs64-lr0.05",
+            "--guard-tmux",
+            session,
+            "--",
+            "python",
+            "train.py",
+            "--config",
+            CONFIG,
+            "--steps",
+            "100000",
+        )
         assert result.returncode == 0, result.stderr
         old = next(r for r in _runs(project) if r["job_id"] == result.stdout.strip())
         wait_for(lambda: _status(project, old["run_id"])["decision"] == "CONTINUE", 120, what="a healthy verdict")
@@ -100,9 +149,13 @@ def test_tmux_run_restarts_in_a_fresh_session_and_is_killed(tmp_path: Path) -> N
         assert new["launched_by"] == "run" and new["log_paths"] == []  # not the old session's log
         assert _status(project, new["run_id"])["state"] == "RUNNING"
         assert LocalScheduler(project.state_dir / "local-jobs").state(old["job_id"]).value == "CANCELLED"
+
         def has() -> bool:
-            return subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env, timeout=30,
-                                  check=False).returncode == 0
+            return (
+                subprocess.run(["tmux", "has-session", "-t", f"={session}"], env=project.env, timeout=30, check=False).returncode
+                == 0
+            )
+
         assert has()  # the new run's session, under the same name
         killed = project.cli("kill", new["run_id"], "--yes")
         assert killed.returncode == 0, killed.stderr

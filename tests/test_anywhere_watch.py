@@ -23,6 +23,7 @@ TRAINER = Path(__file__).with_name("anywhere_trainer.py")
 
 # --- the overlap of successive windows (pure) ------------------------------------------------------
 
+
 def test_new_lines_follow_the_overlap_and_survive_rotation() -> None:
     first = [f"step={i} loss=1" for i in range(1, 51)]
     assert new_lines([], first) == (first, False)
@@ -72,18 +73,33 @@ def test_stop_targets_parse_and_bad_ones_are_usage_errors() -> None:
 
 # --- helpers ---------------------------------------------------------------------------------------
 
+
 def _env(tmp_path: Path) -> dict[str, str]:
-    return {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "TMUX_TMPDIR": str(tmp_path),
-            "NO_COLOR": "1"}
+    return {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "TMUX_TMPDIR": str(tmp_path), "NO_COLOR": "1"}
 
 
 def _monitor(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[subprocess.Popen[str], Path, Path]:
     state_dir = tmp_path / "watch"
     out = tmp_path / "monitor.out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "guarded_sbatch", "monitor", "--fast-interval", "1", "--state-dir", str(state_dir),
-         "--stop-grace", "2", *args],
-        env=env, stdout=open(out, "w"), stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "guarded_sbatch",
+            "monitor",
+            "--fast-interval",
+            "1",
+            "--state-dir",
+            str(state_dir),
+            "--stop-grace",
+            "2",
+            *args,
+        ],
+        env=env,
+        stdout=open(out, "w"),
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
     )
     return proc, state_dir, out
 
@@ -100,6 +116,7 @@ def _wait_healthy(state_dir: Path, proc: subprocess.Popen[str], out: Path) -> in
         assert proc.poll() is None, out.read_text()
         state = _state(state_dir)
         return state["checks"] if state.get("last_decision") == "CONTINUE" and state.get("checks", 0) >= 2 else None
+
     return wait_for(healthy, 60, 0.2, "the watcher to judge the run healthy")
 
 
@@ -111,8 +128,7 @@ def _other_users_process() -> int:
     from guarded_sbatch.actions.stop_targets import real_uid
 
     me = os.getuid()
-    return next(p.pid for p in process_table().values()
-                if p.pid > 1 and not p.zombie and real_uid(p.pid) not in (None, me))
+    return next(p.pid for p in process_table().values() if p.pid > 1 and not p.zombie and real_uid(p.pid) not in (None, me))
 
 
 def _end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
@@ -126,6 +142,7 @@ def _end(proc: subprocess.Popen) -> None:  # type: ignore[type-arg]
 
 # --- tmux ------------------------------------------------------------------------------------------
 
+
 def test_tmux_run_going_nan_is_stopped_within_two_polls_and_the_session_is_gone(tmp_path: Path) -> None:
     assert shutil.which("tmux"), "tmux is needed (scripts/test installs it)"
     env = _env(tmp_path)
@@ -135,8 +152,7 @@ def test_tmux_run_going_nan_is_stopped_within_two_polls_and_the_session_is_gone(
     monitor = None
     try:
         wait_for(log.exists, 30, what="the trainer's log")
-        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"tail -c 2000000 {log}",
-                                           "--stop", f"tmux:{session}")
+        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"tail -c 2000000 {log}", "--stop", f"tmux:{session}")
         checks_before = _wait_healthy(state_dir, monitor, out)
         nan_file.touch()
         assert monitor.wait(timeout=120) == 0, out.read_text()
@@ -163,8 +179,10 @@ def test_a_watcher_inside_the_same_tmux_session_stops_the_trainer_and_leaves_its
     log, nan_file, session = tmp_path / "train.log", tmp_path / "go-nan", "gs-anywhere-shared"
     state_dir, out = tmp_path / "watch", tmp_path / "monitor.out"
     trainer = f"{sys.executable} {TRAINER} --log {log} --nan-file {nan_file}"
-    watcher = (f"{sys.executable} -m guarded_sbatch monitor --fast-interval 1 --stop-grace 2 --state-dir {state_dir} "
-               f"--log-command 'tail -c 100000 {log}' --stop tmux:{session} > {out} 2>&1; sleep 30")
+    watcher = (
+        f"{sys.executable} -m guarded_sbatch monitor --fast-interval 1 --stop-grace 2 --state-dir {state_dir} "
+        f"--log-command 'tail -c 100000 {log}' --stop tmux:{session} > {out} 2>&1; sleep 30"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, trainer], env=env, check=True, timeout=30)
     try:
         subprocess.run(["tmux", "new-window", "-t", f"={session}:", watcher], env=env, check=True, timeout=30)
@@ -173,8 +191,14 @@ def test_a_watcher_inside_the_same_tmux_session_stops_the_trainer_and_leaves_its
         wait_for(lambda: _state(state_dir).get("finished"), 120, 0.2, "the watcher to stop the run")
         evidence = json.loads(Path(_state(state_dir)["evidence"]).read_text())
         assert "this watcher runs in pane(s)" in evidence["stop"] and "panes gone, no process of it left" in evidence["stop"]
-        panes = subprocess.run(["tmux", "list-panes", "-s", "-t", f"={session}", "-F", "#{pane_current_command}"],
-                               env=env, capture_output=True, text=True, timeout=30, check=False).stdout.split()
+        panes = subprocess.run(
+            ["tmux", "list-panes", "-s", "-t", f"={session}", "-F", "#{pane_current_command}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout.split()
         assert len(panes) == 1  # the watcher's window, still there (sleeping); the trainer's is gone
     finally:
         subprocess.run(["tmux", "kill-server"], env=env, timeout=30, capture_output=True, check=False)
@@ -182,11 +206,15 @@ def test_a_watcher_inside_the_same_tmux_session_stops_the_trainer_and_leaves_its
 
 # --- process group ---------------------------------------------------------------------------------
 
+
 def test_pid_stop_of_a_group_with_a_child_that_ignores_sigint_ends_with_sigkill(tmp_path: Path) -> None:
     env = _env(tmp_path)
     log, nan_file = tmp_path / "train.log", tmp_path / "go-nan"
-    leader = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(log), "--nan-file", str(nan_file), "--child"],
-                              start_new_session=True, stdin=subprocess.DEVNULL)
+    leader = subprocess.Popen(
+        [sys.executable, str(TRAINER), "--log", str(log), "--nan-file", str(nan_file), "--child"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
     monitor = None
     try:
         wait_for(lambda: len(_group_alive(leader.pid)) >= 2, 30, what="the trainer and its child")
@@ -238,8 +266,9 @@ def test_a_pid_target_that_holds_the_watcher_itself_is_refused() -> None:
 def test_watch_with_a_pid_target_ends_when_the_run_ends_by_itself(tmp_path: Path) -> None:
     env = _env(tmp_path)
     log = tmp_path / "train.log"
-    trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(log), "--steps", "150"],
-                               start_new_session=True, stdin=subprocess.DEVNULL)
+    trainer = subprocess.Popen(
+        [sys.executable, str(TRAINER), "--log", str(log), "--steps", "150"], start_new_session=True, stdin=subprocess.DEVNULL
+    )
     monitor = None
     try:
         wait_for(log.exists, 30, what="the trainer's log")
@@ -259,12 +288,12 @@ def test_stop_command_is_checked_against_the_target_and_escalated_when_it_did_no
     from guarded_sbatch.actions.stop_targets import stop_with_command
 
     for command, took_by_itself in (("true", False), ("kill -TERM -- -{pgid}", True)):
-        trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(tmp_path / "t.log")],
-                                   start_new_session=True, stdin=subprocess.DEVNULL)
+        trainer = subprocess.Popen(
+            [sys.executable, str(TRAINER), "--log", str(tmp_path / "t.log")], start_new_session=True, stdin=subprocess.DEVNULL
+        )
         try:
             wait_for(lambda t=trainer: _group_alive(t.pid), 30, what="the trainer")
-            outcome = stop_with_command(command.format(pgid=trainer.pid), parse_stop_target(f"pid:{trainer.pid}"),
-                                        grace_s=1.0)
+            outcome = stop_with_command(command.format(pgid=trainer.pid), parse_stop_target(f"pid:{trainer.pid}"), grace_s=1.0)
             trainer.wait(timeout=10)
             assert outcome.ok and not _group_alive(trainer.pid), outcome.detail
             if took_by_itself:
@@ -277,6 +306,7 @@ def test_stop_command_is_checked_against_the_target_and_escalated_when_it_did_no
 
 # --- sshd ------------------------------------------------------------------------------------------
 
+
 class Sshd:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -284,8 +314,7 @@ class Sshd:
         assert os.path.exists(self.binary), "openssh-server is needed (scripts/test installs it)"
         folder.mkdir(parents=True, exist_ok=True)
         for name in ("host_key", "id"):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True,
-                           timeout=30)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / name)], check=True, timeout=30)
         authorized = folder / "authorized_keys"
         authorized.write_text((folder / "id.pub").read_text())
         authorized.chmod(0o600)
@@ -293,27 +322,59 @@ class Sshd:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.config = folder / "sshd_config"
-        self.config.write_text("\n".join([
-            f"Port {self.port}", "ListenAddress 127.0.0.1", f"HostKey {folder / 'host_key'}",
-            f"AuthorizedKeysFile {authorized}", f"PidFile {folder / 'sshd.pid'}", "StrictModes no", "UsePAM no",
-            "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PermitRootLogin prohibit-password",
-            "LogLevel ERROR", "",
-        ]))
+        self.config.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    "ListenAddress 127.0.0.1",
+                    f"HostKey {folder / 'host_key'}",
+                    f"AuthorizedKeysFile {authorized}",
+                    f"PidFile {folder / 'sshd.pid'}",
+                    "StrictModes no",
+                    "UsePAM no",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "LogLevel ERROR",
+                    "",
+                ]
+            )
+        )
         if os.getuid() == 0:
             os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation folder
         self.proc: subprocess.Popen[bytes] | None = None
-        self.client_options = ["-F", "/dev/null", "-i", str(folder / "id"), "-o", "StrictHostKeyChecking=no",
-                               "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-                               "-o", "ConnectTimeout=5"]
+        self.client_options = [
+            "-F",
+            "/dev/null",
+            "-i",
+            str(folder / "id"),
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=5",
+        ]
 
     def ssh_words(self) -> list[str]:
         return ["ssh", *self.client_options, "-p", str(self.port), "127.0.0.1"]
 
     def start(self) -> None:
-        self.proc = subprocess.Popen([self.binary, "-D", "-e", "-f", str(self.config)],
-                                     stderr=open(self.folder / "sshd.log", "ab"), stdin=subprocess.DEVNULL)
-        wait_for(lambda: subprocess.run([*self.ssh_words(), "true"], capture_output=True, timeout=30, check=False).returncode == 0,
-                 30, 0.2, f"sshd on port {self.port} ({(self.folder / 'sshd.log')})")
+        self.proc = subprocess.Popen(
+            [self.binary, "-D", "-e", "-f", str(self.config)],
+            stderr=open(self.folder / "sshd.log", "ab"),
+            stdin=subprocess.DEVNULL,
+        )
+        wait_for(
+            lambda: subprocess.run([*self.ssh_words(), "true"], capture_output=True, timeout=30, check=False).returncode == 0,
+            30,
+            0.2,
+            f"sshd on port {self.port} ({(self.folder / 'sshd.log')})",
+        )
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -334,18 +395,30 @@ def test_log_served_by_sshd_waits_while_sshd_is_down_and_stops_when_it_is_back(t
 
     env = {**_env(tmp_path), "GUARDED_SBATCH_SSH_OPTIONS": shlex.join(sshd.client_options)}
     log, nan_file = tmp_path / "train.log", tmp_path / "go-nan"
-    trainer = subprocess.Popen([sys.executable, str(TRAINER), "--log", str(log), "--nan-file", str(nan_file),
-                                "--step-seconds", "0.1"], start_new_session=True, stdin=subprocess.DEVNULL)
+    trainer = subprocess.Popen(
+        [sys.executable, str(TRAINER), "--log", str(log), "--nan-file", str(nan_file), "--step-seconds", "0.1"],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+    )
     monitor = None
     try:
         wait_for(log.exists, 30, what="the trainer's log")
         command = shlex.join([*sshd.ssh_words(), "tail", "-c", "2000000", str(log)])
-        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", command, "--log-command-timeout", "10",
-                                           "--stop", f"ssh:127.0.0.1:{sshd.port}:{trainer.pid}")
+        monitor, state_dir, out = _monitor(
+            tmp_path,
+            env,
+            "--log-command",
+            command,
+            "--log-command-timeout",
+            "10",
+            "--stop",
+            f"ssh:127.0.0.1:{sshd.port}:{trainer.pid}",
+        )
         _wait_healthy(state_dir, monitor, out)
         sshd.stop()
-        waiting = wait_for(lambda: (s := _state(state_dir)).get("last_decision") == "WAIT" and s, 60, 0.2,
-                           "WAIT while sshd is down")
+        waiting = wait_for(
+            lambda: (s := _state(state_dir)).get("last_decision") == "WAIT" and s, 60, 0.2, "WAIT while sshd is down"
+        )
         assert waiting["last_reason"] == "source_unreadable" and "unreachable" in waiting["last_message"]
         nan_file.touch()  # the run breaks while we cannot see it
         blind_from = waiting["checks"]
@@ -367,6 +440,7 @@ def test_log_served_by_sshd_waits_while_sshd_is_down_and_stops_when_it_is_back(t
 
 
 # --- W&B online API --------------------------------------------------------------------------------
+
 
 def test_wandb_api_source_reads_by_step_and_a_silent_server_is_unreachable_not_a_hang(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import threading
@@ -401,21 +475,36 @@ def test_wandb_api_source_reads_by_step_and_a_silent_server_is_unreachable_not_a
 
 # --- a Slurm job, watched through its log by a command -----------------------------------------------
 
+
 @pytest.mark.slurm
 def test_slurm_target_is_cancelled_through_the_scheduler(tmp_path: Path, slurm_cluster: None) -> None:
     env = _env(tmp_path)
     log, nan_file = tmp_path / "train.log", tmp_path / "go-nan"
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "--job-name=gs-anywhere-slurm", "--cpus-per-task=1", "--mem=200M", f"--chdir={tmp_path}",
-         f"--output={tmp_path / 'job.out'}", "--wrap",
-         f"exec {sys.executable} {TRAINER} --log {log} --nan-file {nan_file}"],
-        capture_output=True, text=True, timeout=30, check=True, env=env)
+        [
+            "sbatch",
+            "--parsable",
+            "--job-name=gs-anywhere-slurm",
+            "--cpus-per-task=1",
+            "--mem=200M",
+            f"--chdir={tmp_path}",
+            f"--output={tmp_path / 'job.out'}",
+            "--wrap",
+            f"exec {sys.executable} {TRAINER} --log {log} --nan-file {nan_file}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+        env=env,
+    )
     job_id = submitted.stdout.strip().split(";")[0]
     monitor = None
     try:
         wait_for(log.exists, 120, what="the Slurm job's log")
-        monitor, state_dir, out = _monitor(tmp_path, env, "--log-command", f"tail -c 100000 {log}",
-                                           "--stop", f"slurm:{job_id}", "--job-poll", "5")
+        monitor, state_dir, out = _monitor(
+            tmp_path, env, "--log-command", f"tail -c 100000 {log}", "--stop", f"slurm:{job_id}", "--job-poll", "5"
+        )
         _wait_healthy(state_dir, monitor, out)
         nan_file.touch()
         assert monitor.wait(timeout=180) == 0, out.read_text()
@@ -465,12 +554,19 @@ def test_monitor_reads_a_wandb_run_by_path_or_url_and_waits_when_it_is_unreachab
         "        pass\n"
         "    def run(self, path):\n"
         "        assert path == 'ent/proj/abc123', path\n"
-        "        return _Run()\n")
+        "        return _Run()\n"
+    )
     env = {**_env(tmp_path), "PYTHONPATH": f"{fake.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
     def once(target: str, **extra: str) -> dict:
-        result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", target],
-                                env={**env, **extra}, capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", target],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,19 @@ def _scheduler(project) -> LocalScheduler:  # type: ignore[no-untyped-def]
 def test_diverging_run_is_cancelled_by_its_sidecar(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     notes = tmp_path / "NOTES.md"
-    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "--guard-notes", str(notes),
-                         "train.sh", "--steps", "3000", "--diverge-at", "60")
+    result = project.cli(
+        "--guard-backend",
+        "local",
+        "--guard-tb",
+        TB,
+        "--guard-notes",
+        str(notes),
+        "train.sh",
+        "--steps",
+        "3000",
+        "--diverge-at",
+        "60",
+    )
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     assert result.stdout.strip() == f"Submitted batch job {job_id}"  # nothing else on stdout
@@ -31,8 +41,11 @@ def test_diverging_run_is_cancelled_by_its_sidecar(tmp_path: Path) -> None:
     record = project.run_record(job_id)
     final = wait_for(lambda: (s := scheduler.state(job_id)).is_terminal and s, 120, what="training job to end")
     assert final is JobState.CANCELLED
-    sidecar_state = wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal and scheduler.info(record["sidecar_id"]), 60,
-                             what="sidecar to exit")
+    sidecar_state = wait_for(
+        lambda: scheduler.state(record["sidecar_id"]).is_terminal and scheduler.info(record["sidecar_id"]),
+        60,
+        what="sidecar to exit",
+    )
     assert sidecar_state.state is JobState.COMPLETED and sidecar_state.exit_code == 0
     output = project.sidecar_output(job_id)
     assert "FINAL_SUMMARY" in output and "- Decision: STOP" in output
@@ -45,8 +58,7 @@ def test_diverging_run_is_cancelled_by_its_sidecar(tmp_path: Path) -> None:
 
 def test_healthy_run_completes_and_sidecar_exits_within_a_minute(tmp_path: Path) -> None:
     project = make_project(tmp_path)
-    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "200",
-                         "--step-seconds", "0.02")
+    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "200", "--step-seconds", "0.02")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     scheduler = _scheduler(project)
@@ -54,8 +66,11 @@ def test_healthy_run_completes_and_sidecar_exits_within_a_minute(tmp_path: Path)
     assert wait_for(lambda: scheduler.state(job_id).is_terminal, 120, what="training to end")
     info = scheduler.info(job_id)
     assert info.state is JobState.COMPLETED
-    sidecar = wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal and scheduler.info(record["sidecar_id"]),
-                       60, what="sidecar to exit")
+    sidecar = wait_for(
+        lambda: scheduler.state(record["sidecar_id"]).is_terminal and scheduler.info(record["sidecar_id"]),
+        60,
+        what="sidecar to exit",
+    )
     assert sidecar.end_time - info.end_time < 60
     output = project.sidecar_output(job_id)
     assert "FINAL_SUMMARY" not in output and "Decision: STOP" not in output
@@ -64,8 +79,9 @@ def test_healthy_run_completes_and_sidecar_exits_within_a_minute(tmp_path: Path)
 
 def test_parsable_prints_the_id_alone(tmp_path: Path) -> None:
     project = make_project(tmp_path)
-    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "--parsable", "train.sh", "--steps", "5",
-                         "--step-seconds", "0")
+    result = project.cli(
+        "--guard-backend", "local", "--guard-tb", TB, "--parsable", "train.sh", "--steps", "5", "--step-seconds", "0"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().isdigit()
 

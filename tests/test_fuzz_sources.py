@@ -18,7 +18,11 @@ from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.tfrecord import frame_record
 from guarded_sbatch.sources.wandb_log import FILE_MAGIC, WandbLogSource
 
-FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 def _read_twice(source, path: Path, data: bytes) -> list[MetricPoint]:  # type: ignore[no-untyped-def]
@@ -32,8 +36,9 @@ def _read_twice(source, path: Path, data: bytes) -> list[MetricPoint]:  # type: 
 @pytest.fixture(scope="module")
 def event_bytes() -> bytes:
     with tempfile.TemporaryDirectory() as folder:
-        events = [tb_event(s, "loss", s / 3, kind) for s, kind in
-                  enumerate(["simple", "float_val", "double_val", "tensor_content"] * 3)]
+        events = [
+            tb_event(s, "loss", s / 3, kind) for s, kind in enumerate(["simple", "float_val", "double_val", "tensor_content"] * 3)
+        ]
         return write_tb_events(Path(folder), events).read_bytes()
 
 
@@ -59,15 +64,12 @@ def test_random_bytes_as_event_file(tmp_path: Path, data: bytes) -> None:
 @FUZZ
 @given(records=st.lists(st.binary(max_size=200), max_size=20))
 def test_random_protobufs_behind_valid_framing(tmp_path: Path, records: list[bytes]) -> None:
-    _read_twice(TensorBoardSource(tmp_path), tmp_path / "events.out.tfevents.1.fuzz",
-                b"".join(frame_record(r) for r in records))
+    _read_twice(TensorBoardSource(tmp_path), tmp_path / "events.out.tfevents.1.fuzz", b"".join(frame_record(r) for r in records))
 
 
 @FUZZ
-@given(flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=7)), min_size=1,
-                      max_size=5))
-def test_bit_flips_in_a_real_event_file(tmp_path: Path, event_bytes: bytes,
-                                        flips: list[tuple[int, int]]) -> None:
+@given(flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=7)), min_size=1, max_size=5))
+def test_bit_flips_in_a_real_event_file(tmp_path: Path, event_bytes: bytes, flips: list[tuple[int, int]]) -> None:
     data = bytearray(event_bytes)
     for position, bit in flips:
         data[position % len(data)] ^= 1 << bit
@@ -97,8 +99,37 @@ def test_random_text_logs(tmp_path: Path, text: str) -> None:
     assert all(isinstance(p.step, int) for p in points)
 
 
-LOG_ALPHABET = st.sampled_from(["loss", "lr", "step", "iter", ":", "=", " ", "|", "\n", "\r", "{", "}", "'", ",",
-                                "nan", "inf", "-", "1", "2.5", "E+03", "(", ")", "[", "]", "\x1b[32m", "val", "/"])
+LOG_ALPHABET = st.sampled_from(
+    [
+        "loss",
+        "lr",
+        "step",
+        "iter",
+        ":",
+        "=",
+        " ",
+        "|",
+        "\n",
+        "\r",
+        "{",
+        "}",
+        "'",
+        ",",
+        "nan",
+        "inf",
+        "-",
+        "1",
+        "2.5",
+        "E+03",
+        "(",
+        ")",
+        "[",
+        "]",
+        "\x1b[32m",
+        "val",
+        "/",
+    ]
+)
 
 
 @FUZZ

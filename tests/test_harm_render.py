@@ -3,7 +3,6 @@ exit 2) or safe (`bash -n` passes, and running the script with stub commands cre
 
 from __future__ import annotations
 
-import os
 import shlex
 import stat
 import subprocess

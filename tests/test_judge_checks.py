@@ -23,6 +23,7 @@ def healthy_loss(scale: float = 1.0, noise: float = 0.03, seed: int = 0) -> Call
     def value(step: int) -> float:
         rng = np.random.default_rng(seed * 100_003 + step)
         return scale * (0.3 + 1.7 * math.exp(-step / 300)) * (1 + noise * rng.normal())
+
     return value
 
 
@@ -35,6 +36,7 @@ def kinds(verdict) -> set[str]:  # type: ignore[no-untyped-def]
 
 
 # --- thin evidence, no data ---
+
 
 def test_no_points_is_wait_no_data() -> None:
     verdict = decide(MetricHistory())
@@ -65,6 +67,7 @@ def test_healthy_curve_continues() -> None:
 
 # --- non-finite ---
 
+
 def test_nan_loss_waits_then_stops_after_patience() -> None:
     good = series("loss", range(0, 500, 10), healthy_loss())
     one_nan = decide(history(good, series("loss", [500], lambda s: NAN)))
@@ -94,53 +97,63 @@ def test_fp16_skipped_steps_with_inf_grad_norm_are_normal() -> None:
             current *= 2
         scale[s] = current
     skipped_total = np.cumsum([1 if s in overflow else 0 for s in steps])
-    verdict = decide(history(
-        series("train/loss", steps, healthy_loss()),
-        series("train/grad_norm", steps, lambda s: INF if s in overflow else 1.0),
-        series("train/loss_scale", steps, lambda s: scale[s]),
-        series("train/skipped_steps", steps, lambda s: float(skipped_total[s - 1])),
-    ))
+    verdict = decide(
+        history(
+            series("train/loss", steps, healthy_loss()),
+            series("train/grad_norm", steps, lambda s: INF if s in overflow else 1.0),
+            series("train/loss_scale", steps, lambda s: scale[s]),
+            series("train/skipped_steps", steps, lambda s: float(skipped_total[s - 1])),
+        )
+    )
     assert (verdict.decision, verdict.reason) == (Decision.CONTINUE, Reason.HEALTHY)
 
 
 def test_loss_scale_stuck_at_floor_with_skips_is_stop() -> None:
     steps = range(1, 401)
-    verdict = decide(history(
-        series("train/loss", steps, lambda s: 0.5 if s < 200 else INF),
-        series("train/grad_norm", steps, lambda s: 1.0 if s < 200 else NAN),
-        series("train/loss_scale", steps, lambda s: 2.0**15 if s < 200 else max(1.0, 2.0**15 / 2 ** (s - 199))),
-        series("train/skipped_steps", steps, lambda s: float(max(0, s - 199))),
-    ))
+    verdict = decide(
+        history(
+            series("train/loss", steps, lambda s: 0.5 if s < 200 else INF),
+            series("train/grad_norm", steps, lambda s: 1.0 if s < 200 else NAN),
+            series("train/loss_scale", steps, lambda s: 2.0**15 if s < 200 else max(1.0, 2.0**15 / 2 ** (s - 199))),
+            series("train/skipped_steps", steps, lambda s: float(max(0, s - 199))),
+        )
+    )
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.LOSS_SCALE_COLLAPSE)
 
 
 def test_hidden_nan_hf_filter() -> None:
     steps = range(10, 1010, 10)
-    verdict = decide(history(
-        series("loss", steps, lambda s: healthy_loss()(s) if s < 700 else 0.0),
-        series("grad_norm", steps, lambda s: 1.0 if s < 700 else NAN),
-    ))
+    verdict = decide(
+        history(
+            series("loss", steps, lambda s: healthy_loss()(s) if s < 700 else 0.0),
+            series("grad_norm", steps, lambda s: 1.0 if s < 700 else NAN),
+        )
+    )
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.HIDDEN_NAN)
     assert any(a.kind == "hidden_nan" and a.step == 700 for a in verdict.anomalies)
 
 
 def test_nan_grad_norm_without_fp16_is_stop() -> None:
     steps = range(10, 1010, 10)
-    verdict = decide(history(series("loss", steps, healthy_loss()),
-                             series("grad_norm", steps, lambda s: 1.0 if s < 900 else NAN)))
+    verdict = decide(
+        history(series("loss", steps, healthy_loss()), series("grad_norm", steps, lambda s: 1.0 if s < 900 else NAN))
+    )
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_METRIC)
 
 
 def test_megatron_nan_iteration_counter_is_loss_evidence() -> None:
     steps = range(10, 1010, 10)
-    verdict = decide(history(
-        series("lm loss", [s for s in steps if s < 800], healthy_loss()),
-        series("number of nan iterations", steps, lambda s: 10.0 if s >= 800 else 0.0),
-    ))
+    verdict = decide(
+        history(
+            series("lm loss", [s for s in steps if s < 800], healthy_loss()),
+            series("number of nan iterations", steps, lambda s: 10.0 if s >= 800 else 0.0),
+        )
+    )
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_LOSS)
 
 
 # --- evaluation ---
+
 
 def test_eval_nan_every_time_is_stop_and_once_is_a_note() -> None:
     train = series("train/loss", range(0, 1000, 10), healthy_loss())
@@ -166,7 +179,9 @@ def test_eval_accuracy_direction_is_higher_is_better() -> None:
     rising = decide(history(train, series("val/acc", range(100, 2000, 100), lambda s: 0.5 + s / 10_000)))
     assert rising.decision is Decision.CONTINUE
     assert rising.summary["key_metric"]["trend"] == "improving"
-    falling = decide(history(train, series("val/acc", range(100, 2000, 100), lambda s: 0.8 if s <= 500 else 0.8 - (s - 500) / 2000)))
+    falling = decide(
+        history(train, series("val/acc", range(100, 2000, 100), lambda s: 0.8 if s <= 500 else 0.8 - (s - 500) / 2000))
+    )
     assert (falling.decision, falling.reason) == (Decision.STOP, Reason.EVAL_REGRESSING)
 
 
@@ -180,6 +195,7 @@ def test_baseline_and_target_are_notes() -> None:
 
 
 # --- spikes, divergence, gradient norm ---
+
 
 def test_spike_that_recovers_is_continue_with_note() -> None:
     base = healthy_loss()
@@ -209,8 +225,12 @@ def test_level_jump_that_stays_is_loss_spike_stop() -> None:
 
 def test_grad_norm_explosion_is_stop() -> None:
     steps = range(0, 1000, 5)
-    verdict = decide(history(series("loss", steps, healthy_loss()),
-                             series("grad_norm", steps, lambda s: 1.0 + 0.05 * math.sin(s) if s < 800 else 50.0 * (s - 790))))
+    verdict = decide(
+        history(
+            series("loss", steps, healthy_loss()),
+            series("grad_norm", steps, lambda s: 1.0 + 0.05 * math.sin(s) if s < 800 else 50.0 * (s - 790)),
+        )
+    )
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.GRAD_EXPLOSION)
 
 
@@ -225,6 +245,7 @@ def test_verdicts_are_scale_free(scale: float) -> None:
 
 # --- learning rate, plateau ---
 
+
 def test_lr_zero_from_start_is_stop() -> None:
     steps = range(0, 500, 10)
     verdict = decide(history(series("loss", steps, lambda s: 1.386), series("learning_rate", steps, lambda s: 0.0)))
@@ -233,11 +254,18 @@ def test_lr_zero_from_start_is_stop() -> None:
 
 def test_lr_decayed_to_zero_at_the_end_is_healthy_and_restart_is_a_note() -> None:
     steps = range(0, 2000, 10)
-    cosine = decide(history(series("loss", steps, healthy_loss()),
-                            series("lr", steps, lambda s: 1e-3 * 0.5 * (1 + math.cos(math.pi * s / 1990)))))
+    cosine = decide(
+        history(
+            series("loss", steps, healthy_loss()), series("lr", steps, lambda s: 1e-3 * 0.5 * (1 + math.cos(math.pi * s / 1990)))
+        )
+    )
     assert cosine.decision is Decision.CONTINUE
-    restarted = decide(history(series("loss", steps, healthy_loss()),
-                               series("lr", steps, lambda s: 1e-3 * 0.5 * (1 + math.cos(math.pi * (s % 1000) / 1000)))))
+    restarted = decide(
+        history(
+            series("loss", steps, healthy_loss()),
+            series("lr", steps, lambda s: 1e-3 * 0.5 * (1 + math.cos(math.pi * (s % 1000) / 1000))),
+        )
+    )
     assert restarted.decision is Decision.CONTINUE
     assert "lr_restart" in kinds(restarted)
 
@@ -256,8 +284,9 @@ def test_plateau_from_start_at_chance_is_stop() -> None:
 def test_flattening_at_end_of_decayed_schedule_is_not_a_plateau() -> None:
     steps = range(0, 3000, 10)
     loss = lambda s: 0.2 + 2.0 * math.exp(-s / 150)  # noqa: E731  converged long ago, flat for 2000 steps
-    verdict = decide(history(series("loss", steps, loss),
-                             series("lr", steps, lambda s: 1e-3 * 0.5 * (1 + math.cos(math.pi * s / 2990)))))
+    verdict = decide(
+        history(series("loss", steps, loss), series("lr", steps, lambda s: 1e-3 * 0.5 * (1 + math.cos(math.pi * s / 2990))))
+    )
     assert verdict.decision is Decision.CONTINUE
 
 
@@ -267,6 +296,7 @@ def test_flat_history_of_a_resumed_run_is_not_a_plateau_from_start() -> None:
 
 
 # --- staleness and policy overrides ---
+
 
 def test_staleness_counts_only_for_a_live_job() -> None:
     h = history(series("loss", range(0, 1000, 10), healthy_loss()))

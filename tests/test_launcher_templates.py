@@ -29,17 +29,41 @@ from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.launch.templates import PLACEHOLDER
 
 REPO = Path(__file__).resolve().parents[1]
-ODD_ARG = "--name=it's a \"run\" $HOME `x`"  # quotes, spaces and shell syntax must reach the program unchanged
+ODD_ARG = '--name=it\'s a "run" $HOME `x`'  # quotes, spaces and shell syntax must reach the program unchanged
 
 # (sbatch options + launcher command, expected launcher kind, expected world size)
 CASES = [
     (["--nodes", "2", "--gpus-per-node", "8", "torchrun", "train.py", "--config", "c.yaml"], "torchrun", 16),
     (["--nodes=2", "--gpus-per-node=8", "torchrun", "--nproc-per-node", "4", "train.py", "--config", "c.yaml"], "torchrun", 8),
     (["-N", "3", "torchrun", "--nproc_per_node=2", "--max-restarts=1", "-m", "pkg.train", "--config", "c.yaml"], "torchrun", 6),
-    (["--nodes", "2", "--gres", "gpu:4", "python3", "-u", "-m", "torch.distributed.run", "train.py", "--config", "c.yaml"], "torchrun", 8),
+    (
+        ["--nodes", "2", "--gres", "gpu:4", "python3", "-u", "-m", "torch.distributed.run", "train.py", "--config", "c.yaml"],
+        "torchrun",
+        8,
+    ),
     (["--nodes", "2", "--gpus-per-node", "4", "accelerate", "launch", "train.py", "--config", "c.yaml"], "accelerate", 8),
-    (["--nodes", "2", "accelerate", "launch", "--num_processes", "6", "--mixed_precision", "bf16", "train.py", "--config", "c.yaml"], "accelerate", 6),
-    (["--nodes", "2", "--gpus-per-node", "4", "deepspeed", "train.py", "--config", "c.yaml", "--deepspeed", "ds.json"], "deepspeed", 8),
+    (
+        [
+            "--nodes",
+            "2",
+            "accelerate",
+            "launch",
+            "--num_processes",
+            "6",
+            "--mixed_precision",
+            "bf16",
+            "train.py",
+            "--config",
+            "c.yaml",
+        ],
+        "accelerate",
+        6,
+    ),
+    (
+        ["--nodes", "2", "--gpus-per-node", "4", "deepspeed", "train.py", "--config", "c.yaml", "--deepspeed", "ds.json"],
+        "deepspeed",
+        8,
+    ),
     (["--nodes", "1", "deepspeed", "--num_gpus", "2", "train.py", "--config", "c.yaml"], "deepspeed", 2),
     (["python", "train.py", "--config", "c.yaml"], "python", 1),
     (["--nodes", "2", "--ntasks-per-node", "4", "python3", "train.py", "--config", "c.yaml"], "python", 8),
@@ -61,7 +85,10 @@ def test_every_template_renders_to_valid_bash_with_the_right_world_size(
     argv: list[str], kind: str, world: int, settings: PreemptionSettings, tmp_path: Path
 ) -> None:
     launch, job = render([*argv, ODD_ARG], settings)
-    assert job.template_name == f"{kind}.sbatch" and job.template_path.parent == REPO / "wrapper" / "guarded_sbatch" / "sbatch_templates"
+    assert (
+        job.template_name == f"{kind}.sbatch"
+        and job.template_path.parent == REPO / "wrapper" / "guarded_sbatch" / "sbatch_templates"
+    )
     assert not PLACEHOLDER.search(job.text), "a placeholder was left unfilled"
     script = tmp_path / "job.sbatch"
     script.write_text(job.text)
@@ -96,12 +123,17 @@ def test_node_range_becomes_torchrun_elastic_range() -> None:
 def test_rendezvous_port_and_host_come_from_the_allocation() -> None:
     _, job = render(["--nodes", "2", "torchrun", "train.py"])
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1' in job.text
-    assert "srun --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1" in job.text
+    assert 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1' in job.text
     port_line = next(line for line in job.text.splitlines() if line.startswith("guard_rdzv_port="))
     ports = set()
     for job_id in ("1", "2", "12345"):
-        result = subprocess.run(["bash", "-c", f"{port_line}; echo $guard_rdzv_port"], capture_output=True, text=True,
-                                env={"SLURM_JOB_ID": job_id, "PATH": os.environ["PATH"]}, timeout=10)
+        result = subprocess.run(
+            ["bash", "-c", f"{port_line}; echo $guard_rdzv_port"],
+            capture_output=True,
+            text=True,
+            env={"SLURM_JOB_ID": job_id, "PATH": os.environ["PATH"]},
+            timeout=10,
+        )
         ports.add(int(result.stdout))
     assert len(ports) == 3 and all(20000 <= port < 60000 for port in ports)
 
@@ -112,7 +144,9 @@ def test_unfilled_placeholder_is_refused_and_site_templates_come_first(tmp_path:
     (site / "torchrun.sbatch").write_text("#!/bin/bash\n#SBATCH --partition={{SITE_PARTITION}}\n{{LAUNCHER}} {{LAUNCHER_ARGS}}\n")
     with pytest.raises(UsageError, match="SITE_PARTITION"):
         render(["torchrun", "train.py"], template_dirs=(site,))
-    (site / "torchrun.sbatch").write_text("#!/bin/bash\n#SBATCH --partition=gpu\nsrun {{LAUNCHER}} --nproc-per-node={{NPROC_PER_NODE}} {{LAUNCHER_ARGS}}\n")
+    (site / "torchrun.sbatch").write_text(
+        "#!/bin/bash\n#SBATCH --partition=gpu\nsrun {{LAUNCHER}} --nproc-per-node={{NPROC_PER_NODE}} {{LAUNCHER_ARGS}}\n"
+    )
     _, job = render(["torchrun", "train.py"], template_dirs=(site,))
     assert job.template_path == site / "torchrun.sbatch"
     assert job.text == "#!/bin/bash\n#SBATCH --partition=gpu\nsrun torchrun --nproc-per-node=1 train.py\n"
@@ -155,9 +189,15 @@ def test_what_counts_as_a_launcher(tmp_path: Path) -> None:
 
 
 def _cli(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "guarded_sbatch", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "GUARDED_SBATCH_STATE_DIR": str(cwd / "state"), **(env or {})},
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "guarded_sbatch", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "GUARDED_SBATCH_STATE_DIR": str(cwd / "state"), **(env or {})},
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_print_script_prints_the_rendering_and_submits_nothing(tmp_path: Path) -> None:
@@ -197,8 +237,14 @@ sys.exit(3)
 
 
 def _run_job(script: Path, env: dict[str, str], *, signal_after_start: bool) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(["bash", str(script)], cwd=script.parent, env={"PATH": os.environ["PATH"], **env},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        ["bash", str(script)],
+        cwd=script.parent,
+        env={"PATH": os.environ["PATH"], **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     started = script.parent / "started"
     deadline = time.monotonic() + 20
     while not started.exists() and time.monotonic() < deadline:
@@ -228,8 +274,14 @@ def test_past_the_requeue_limit_the_trainer_runs_on(tmp_path: Path) -> None:
 
 def test_step_variables_leaked_from_a_submitting_step_are_dropped(tmp_path: Path) -> None:
     script = _python_job(tmp_path, TRAINER_CHECKPOINTS_ON_USR1.replace("+ 20", "+ 0.1"))
-    leaked = {"SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_STEP_NODELIST": "n1", "SLURM_SRUN_COMM_PORT": "4242",
-              "SLURM_CPU_BIND": "quiet,mask_cpu:0x1", "SLURM_JOB_NAME": "kept"}
+    leaked = {
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEPID": "0",
+        "SLURM_STEP_NODELIST": "n1",
+        "SLURM_SRUN_COMM_PORT": "4242",
+        "SLURM_CPU_BIND": "quiet,mask_cpu:0x1",
+        "SLURM_JOB_NAME": "kept",
+    }
     result = _run_job(script, leaked, signal_after_start=False)
     assert result.returncode == 3, result.stderr
     assert (tmp_path / "started").read_text() == "SLURM_JOB_NAME"

@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 HEAVY = ("wandb", "tensorboard", "matplotlib", "torch", "tensorflow")
 LOGIN_MODULES = [

@@ -36,7 +36,9 @@ def test_clean_tree_passes_every_check_and_prints_the_launch_command(tree: Tree,
     scheduler = LocalScheduler(root=tmp_path / "jobs")
     report = tree.run(["--guard-seconds-per-epoch=600", "-p", "gpu", "train.sh"], scheduler=scheduler)
     statuses = {r.name: r.status for r in report.results}
-    assert statuses == {name: CheckStatus.PASSED for name in ("config-diff", "run-name", "paths", "monitoring", "eta")}, format_report(report, color=False)
+    assert statuses == {name: CheckStatus.PASSED for name in ("config-diff", "run-name", "paths", "monitoring", "eta")}, (
+        format_report(report, color=False)
+    )
     assert not report.blocked
     text = format_report(report, color=False)
     assert text.rstrip().endswith("```")
@@ -120,7 +122,9 @@ def test_per_device_batch_against_a_single_gpu_reference(tree: Tree) -> None:
 
 
 def test_accumulation_change_that_keeps_the_global_batch_warns(tree: Tree) -> None:
-    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.batch_size": 16, "train.gradient_accumulation_steps": 2}))
+    tree.write_config(
+        "configs/coco_resnet50.yaml", intended_config(**{"train.batch_size": 16, "train.gradient_accumulation_steps": 2})
+    )
     check = result(tree.run(), "config-diff")
     assert check.status is CheckStatus.WARNED and "gradient accumulation changed 1 -> 2" in check.finding
 
@@ -194,7 +198,9 @@ def test_missing_paths_fail(tree: Tree, tmp_path: Path) -> None:
 
 
 def test_paths_from_the_launcher_line_and_chdir(tree: Tree, tmp_path: Path) -> None:
-    script = TRAIN_SH.replace('--config "$CONFIG"', '--config "$CONFIG" --data_dir "/no such/data $(whoami)" --resume_from ./ckpt/last.pt')
+    script = TRAIN_SH.replace(
+        '--config "$CONFIG"', '--config "$CONFIG" --data_dir "/no such/data $(whoami)" --resume_from ./ckpt/last.pt'
+    )
     tree.write("train.sh", script)
     check = result(tree.run(["--chdir", str(tmp_path / "nowhere"), str(tmp_path / "train.sh")]), "paths")
     assert check.status is CheckStatus.FAILED
@@ -233,7 +239,10 @@ def test_eta_past_time_limit_fails_and_quiet_hours_warn(tree: Tree, tmp_path: Pa
 
 
 def test_eta_reads_seconds_per_epoch_from_reference_logs(tree: Tree) -> None:
-    tree.write("configs/train.log", "2026-03-01 10:00:00 epoch 1 done\n2026-03-01 10:10:00 epoch 2 done\n2026-03-01 10:20:00 epoch 3 done\n")
+    tree.write(
+        "configs/train.log",
+        "2026-03-01 10:00:00 epoch 1 done\n2026-03-01 10:10:00 epoch 2 done\n2026-03-01 10:20:00 epoch 3 done\n",
+    )
     check = result(tree.run(["--guard-reference=configs/coco_resnet50_base.yaml", "train.sh"]), "eta")
     assert "600 s per epoch" in check.evidence[0] and "train.log" in check.evidence[0]
 

@@ -24,7 +24,9 @@ def write(tmp_path: Path, text: str | bytes, name: str = "train.sh") -> Path:
 
 
 def test_sbatch_precedence_command_line_over_env_over_script(tmp_path: Path) -> None:
-    script = parse_script(write(tmp_path, "#!/bin/bash\n#SBATCH -p cpu\n#SBATCH --time=10\n#SBATCH -J from-script\npython x.py\n"))
+    script = parse_script(
+        write(tmp_path, "#!/bin/bash\n#SBATCH -p cpu\n#SBATCH --time=10\n#SBATCH -J from-script\npython x.py\n")
+    )
     directives = [(f"line {d.line_number}", o) for d in script.directives for o in d.options]
     launch = split_sbatch_argv(["--time", "2:00:00", "train.sh"])
     options = effective_options(launch.parsed_options, directives, {"SBATCH_PARTITION": "gpu", "SBATCH_TIMELIMIT": "30"})
@@ -36,8 +38,20 @@ def test_sbatch_precedence_command_line_over_env_over_script(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("text", "seconds"),
     # Slurm stores whole minutes, rounded up (10:30 -> 11 min); 0 and UNLIMITED mean no limit; "1-" is one day
-    [("90", 5400), ("10:30", 660), ("2:00:00", 7200), ("1-12", 129600), ("1-12:30", 131400), ("2-00:00:05", 172860),
-     ("UNLIMITED", None), ("INFINITE", None), ("0", None), ("-1", None), ("1-", 86400), ("0:30", 60)],
+    [
+        ("90", 5400),
+        ("10:30", 660),
+        ("2:00:00", 7200),
+        ("1-12", 129600),
+        ("1-12:30", 131400),
+        ("2-00:00:05", 172860),
+        ("UNLIMITED", None),
+        ("INFINITE", None),
+        ("0", None),
+        ("-1", None),
+        ("1-", 86400),
+        ("0:30", 60),
+    ],
 )
 def test_time_limit_formats(text: str, seconds: int | None) -> None:
     assert parse_time_limit(text) == seconds
@@ -69,7 +83,12 @@ def test_job_shape_from_options(tmp_path: Path) -> None:
         ("python3 -u -m project.train --cfg=c.json", "python", "project.train", "c.json"),
         ("torchrun --standalone --nproc_per_node=8 train.py c.yaml", "torchrun", "train.py", "c.yaml"),
         ("python -m torch.distributed.run --nnodes 2 --nproc-per-node 4 train.py -c x.toml", "torchrun", "train.py", "x.toml"),
-        ("accelerate launch --multi_gpu --num_processes 8 --mixed_precision bf16 train.py --config_file r.yaml", "accelerate", "train.py", "r.yaml"),
+        (
+            "accelerate launch --multi_gpu --num_processes 8 --mixed_precision bf16 train.py --config_file r.yaml",
+            "accelerate",
+            "train.py",
+            "r.yaml",
+        ),
         ("deepspeed --num_gpus 4 train.py --deepspeed ds.json --config c.yaml", "deepspeed", "train.py", "c.yaml"),
         ("srun -N 2 --ntasks-per-node=4 -l python train.py --config=c.yaml", "python", "train.py", "c.yaml"),
         ("exec env OMP_NUM_THREADS=4 time python train.py --config-name base --config-path conf", "python", "train.py", None),
@@ -82,7 +101,8 @@ def test_launcher_lines(tmp_path: Path, line: str, kind: str, program: str, conf
 
 
 def test_hydra_and_variables_and_continuations(tmp_path: Path) -> None:
-    text = "#!/bin/bash\nDATA=/scratch/coco\nexport LR=3e-4\nsrun python train.py --config-name base \\\n  data.root=$DATA optimizer.lr=${LR} out=$(date +%s)\n"
+    text = ("#!/bin/bash\nDATA=/scratch/coco\nexport LR=3e-4\nsrun python train.py --config-name base \\\n  "
+            "data.root=$DATA optimizer.lr=${LR} out=$(date +%s)\n")
     script = parse_script(write(tmp_path, text))
     launcher = script.launcher
     assert launcher is not None and launcher.line_number == 4
@@ -128,7 +148,7 @@ def test_shell_words_never_run_anything(tmp_path: Path) -> None:
         (b"#!/bin/bash\n#SBATCH --frobnicate\n", "unknown sbatch option --frobnicate"),
         (b"#!/bin/bash\n#SBATCH -p gpu extra\n", "'extra' is not an sbatch option"),
         (b"#!/bin/bash\n#SBATCH --time=soon\n", "is not a Slurm time"),
-        (b"#!/bin/bash\npython train.py --name \"unclosed\n", "unbalanced double quote"),
+        (b'#!/bin/bash\npython train.py --name "unclosed\n', "unbalanced double quote"),
     ],
 )
 def test_bad_scripts_give_one_clear_line(tmp_path: Path, content: bytes, message: str) -> None:
@@ -159,7 +179,9 @@ def test_paths_and_names_with_shell_metacharacters(tmp_path: Path) -> None:
     weird = tmp_path / "my dir; $(rm -rf ~)\n'quoted'"
     weird.mkdir()
     script = weird / "train $(x).sh"
-    script.write_text('#!/bin/bash\n#SBATCH --job-name="a b;c"\n#SBATCH --output="out dir/%j.log"\npython train.py --config "c; d.yaml"\n')
+    script.write_text(
+        '#!/bin/bash\n#SBATCH --job-name="a b;c"\n#SBATCH --output="out dir/%j.log"\npython train.py --config "c; d.yaml"\n'
+    )
     report = run_preflight(split_sbatch_argv([str(script)]), Config(), None, cwd=weird, env={})
     checks = {r.name: r for r in report.results}
     assert "spaces or characters" in checks["run-name"].finding
@@ -169,7 +191,9 @@ def test_paths_and_names_with_shell_metacharacters(tmp_path: Path) -> None:
 
 
 def test_wrap_is_checked_as_a_script(tmp_path: Path) -> None:
-    report = run_preflight(split_sbatch_argv(["--wrap", "python train.py --config c.yaml", "-J", "x"]), Config(), None, cwd=tmp_path, env={})
+    report = run_preflight(
+        split_sbatch_argv(["--wrap", "python train.py --config c.yaml", "-J", "x"]), Config(), None, cwd=tmp_path, env={}
+    )
     assert any("c.yaml" in line for r in report.results for line in (r.finding, *r.evidence))
 
 

@@ -7,7 +7,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
 
 from e2e_helpers import Project, submitted_job_id, wait_for
 

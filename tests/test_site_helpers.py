@@ -3,14 +3,12 @@ site admin would set it, the Lua interpreter for the plugins' shared library."""
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LMOD_INIT = Path("/usr/share/lmod/lmod/init/bash")

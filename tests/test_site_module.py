@@ -25,11 +25,11 @@ def test_repository_modulefiles_load_under_lmod(tmp_path: Path) -> None:
         out = with_module(REPO / "modulefiles", show, module=module, cwd=tmp_path, env=env)
         assert out.returncode == 0, out.stderr
         assert out.stdout.splitlines() == [
-            str(REPO / "shims" / "sbatch"), str(REPO / "shims" / "guarded-sbatch"),
+            str(REPO / "shims" / "sbatch"),
+            str(REPO / "shims" / "guarded-sbatch"),
             f"/usr/bin/sbatch|{REPO / '.venv' / 'bin' / 'python'}",
         ], module
-    unloaded = with_module(REPO / "modulefiles", "module unload guarded-sbatch; command -v sbatch", cwd=tmp_path,
-                           env=env)
+    unloaded = with_module(REPO / "modulefiles", "module unload guarded-sbatch; command -v sbatch", cwd=tmp_path, env=env)
     assert unloaded.stdout.strip() == "/usr/bin/sbatch"
 
 
@@ -57,8 +57,12 @@ def test_sbatch_through_the_module(slurm_cluster: None, tmp_path: Path) -> None:
         assert "## Pre-flight" in stopped.stderr and "[FAIL] run-name" in stopped.stderr
         assert "launch blocked by the pre-flight" in stopped.stderr
 
-        guarded = with_module(modulepath, f"sbatch --begin=now+3600 --job-name={unique_name()} --guard-tb {TB} train.sh --steps 50", cwd=project.root,
-                              env=env)
+        guarded = with_module(
+            modulepath,
+            f"sbatch --begin=now+3600 --job-name={unique_name()} --guard-tb {TB} train.sh --steps 50",
+            cwd=project.root,
+            env=env,
+        )
         assert guarded.returncode == 0, guarded.stderr
         assert re.fullmatch(r"Submitted batch job \d+\n", guarded.stdout), guarded.stdout
         assert "## Pre-flight" in guarded.stderr

@@ -44,16 +44,24 @@ class Plugins:
         _dev_slurm_up({"DEV_SLURM_EXTRA_CONF": str(extra), "DEV_SLURM_LUA_DIR": str(lua_dir)})
 
     def sbatch(self, *args: str, stdin: str | None = None, cwd: Path) -> subprocess.CompletedProcess[str]:
-        out = subprocess.run([REAL_SBATCH, "--hold", *args], cwd=cwd, input=stdin, capture_output=True, text=True,
-                             timeout=60, env={k: v for k, v in os.environ.items() if not k.startswith("GUARDED_")})
+        out = subprocess.run(
+            [REAL_SBATCH, "--hold", *args],
+            cwd=cwd,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={k: v for k, v in os.environ.items() if not k.startswith("GUARDED_")},
+        )
         if out.returncode == 0:
             self.jobs.append(out.stdout.split()[-1])
         return out
 
 
 def _dev_slurm_up(extra_env: dict[str, str]) -> None:
-    out = subprocess.run([str(REPO / "scripts" / "dev-slurm"), "up"], env={**os.environ, **extra_env},
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(REPO / "scripts" / "dev-slurm"), "up"], env={**os.environ, **extra_env}, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, f"dev-slurm up failed: {out.stderr}"
 
 
@@ -86,11 +94,20 @@ def test_tag_then_reject(plugins: Plugins, tmp_path: Path) -> None:
     assert tagged.returncode == 0, tagged.stderr
     assert re.fullmatch(r"Submitted batch job \d+\n", tagged.stdout)  # stdout stays sbatch's own
     assert "will be tagged guarded-sbatch:unguarded" in tagged.stderr  # cli_filter's note
-    assert "AdminComment=guarded-sbatch:unguarded (line 3: srun python train.py --lr 3e-4)" in scontrol_text(
-        plugins.jobs[-1])
+    assert "AdminComment=guarded-sbatch:unguarded (line 3: srun python train.py --lr 3e-4)" in scontrol_text(plugins.jobs[-1])
     from_stdin = plugins.sbatch(stdin=train.read_text(), cwd=project.root)
     assert from_stdin.returncode == 0 and "AdminComment=guarded-sbatch:unguarded" in scontrol_text(plugins.jobs[-1])
-    guarded = project.cli("--guard-backend", "slurm", "--begin=now+3600", f"--job-name={unique_name()}", "--guard-tb", TB, "train.sh", "--steps", "50")
+    guarded = project.cli(
+        "--guard-backend",
+        "slurm",
+        "--begin=now+3600",
+        f"--job-name={unique_name()}",
+        "--guard-tb",
+        TB,
+        "train.sh",
+        "--steps",
+        "50",
+    )
     assert guarded.returncode == 0, guarded.stderr
     job_id = submitted_job_id(guarded.stdout)
     plugins.jobs += [job_id, project.run_record(job_id)["sidecar_id"]]
@@ -108,7 +125,17 @@ def test_tag_then_reject(plugins: Plugins, tmp_path: Path) -> None:
     assert forged.returncode != 0 and HOW_TO in forged.stderr
     not_training = plugins.sbatch("--wrap", "hostname", cwd=project.root)
     assert not_training.returncode == 0, not_training.stderr
-    guarded = project.cli("--guard-backend", "slurm", "--begin=now+3600", f"--job-name={unique_name()}", "--guard-tb", TB, "train.sh", "--steps", "50")
+    guarded = project.cli(
+        "--guard-backend",
+        "slurm",
+        "--begin=now+3600",
+        f"--job-name={unique_name()}",
+        "--guard-tb",
+        TB,
+        "train.sh",
+        "--steps",
+        "50",
+    )
     assert guarded.returncode == 0, guarded.stderr
     job_id = submitted_job_id(guarded.stdout)
     plugins.jobs += [job_id, project.run_record(job_id)["sidecar_id"]]

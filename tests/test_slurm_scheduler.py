@@ -205,6 +205,8 @@ def test_slurmctld_down_is_a_clear_error_and_unknown_state(slurm: SlurmScheduler
     finally:
         dev_slurm("start-ctld")
     # The controller's restart kept the job (StateSaveLocation).
-    wait_for("the job to be known again", lambda: slurm.state(survivor).is_active or slurm.state(survivor) is JobState.PENDING, 30)
+    wait_for(
+        "the job to be known again", lambda: slurm.state(survivor).is_active or slurm.state(survivor) is JobState.PENDING, 30
+    )
     slurm.cancel(survivor)
     wait_for("the job to be cancelled", lambda: slurm.state(survivor) is JobState.CANCELLED, 30)

@@ -70,7 +70,7 @@ def _same(a: float, b: float) -> bool:
     return a == pytest.approx(b) or (math.isnan(a) and math.isnan(b))
 
 
-@pytest.mark.parametrize(("line", "step", "expected"), TRAINER_LINES, ids=[l[:30] for l, _, _ in TRAINER_LINES])
+@pytest.mark.parametrize(("line", "step", "expected"), TRAINER_LINES, ids=[text[:30] for text, _, _ in TRAINER_LINES])
 def test_trainer_line(line: str, step: int | None, expected: dict[str, float]) -> None:
     parsed = parse_line(line)
     assert parsed is not None

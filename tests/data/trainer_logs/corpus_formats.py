@@ -81,6 +81,7 @@ def lightning(case: str) -> Log | None:
     log.put("GPU available: True (cuda), used: True")
     log.put("  | Name  | Type             | Params | Mode ")
     log.put("0 | model | GPT              | 85.2 M | train")
+    last = "nan"  # the best value so far (set after each finite validation)
     for epoch in range(epochs):
         for n in range(1, batches + 1):
             step = epoch * batches + n

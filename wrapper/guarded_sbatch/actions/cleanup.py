@@ -13,12 +13,22 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.actions.path_guard import (
-    GuardedPath, PathRefusedError, allowed_roots, check_deletable, delete_guarded,
+    GuardedPath,
+    PathRefusedError,
+    allowed_roots,
+    check_deletable,
+    delete_guarded,
 )
 from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import RunRecord, launch_root
 from guarded_sbatch.scheduler.base import SchedulerUnreachableError
+from guarded_sbatch.actions.stop import stop_run
+import sys
+from guarded_sbatch.core.runner import run_command
+import os
+import stat as stat_module
+import sqlite3
 
 STEP_TITLES = {
     "stop": "stop the live run",
@@ -106,8 +116,7 @@ def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Pat
 
     def path_action(text: str, recorded: list[str]) -> CleanupAction:
         try:
-            guarded = check_deletable(text, recorded_paths=recorded, roots=roots, base_dir=record.submit_dir or None,
-                                      homes=homes)
+            guarded = check_deletable(text, recorded_paths=recorded, roots=roots, base_dir=record.submit_dir or None, homes=homes)
         except PathRefusedError as exc:
             return CleanupAction("delete-path", text, refused=str(exc))
         return CleanupAction("delete-path", str(guarded.recorded), guarded=guarded)
@@ -116,13 +125,20 @@ def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Pat
     artifact: tuple[CleanupAction, ...] = ()
     if record.artifact_dir:
         if _REMOTE_URL.match(record.artifact_dir):
-            artifact = (CleanupAction("manual", record.artifact_dir, extra={
-                "why": "a remote URL; delete it with your storage tool (only mounted folders are deleted here)"}),)
+            artifact = (
+                CleanupAction(
+                    "manual",
+                    record.artifact_dir,
+                    extra={"why": "a remote URL; delete it with your storage tool (only mounted folders are deleted here)"},
+                ),
+            )
         else:
             artifact = (path_action(record.artifact_dir, [record.artifact_dir]),)
     tracker = tuple(_tracker_actions(record, path_action))
     return CleanupPlan(
-        run_id=record.run_id, run_name=record.run_name, backend=record.backend,
+        run_id=record.run_id,
+        run_name=record.run_name,
+        backend=record.backend,
         steps=(
             CleanupStep("stop", (CleanupAction("stop-jobs", jobs),) if jobs else ()),
             CleanupStep("checkpoint", checkpoint),
@@ -156,15 +172,25 @@ def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], 
     for recorded in local_runs:
         folder = wandb_run_folder(recorded)
         if folder is None:
-            actions.append(CleanupAction("manual", recorded, extra={
-                "why": "not a W&B run folder (wandb/run-...); it may hold other runs, so it is left alone"}))
+            actions.append(
+                CleanupAction(
+                    "manual",
+                    recorded,
+                    extra={"why": "not a W&B run folder (wandb/run-...); it may hold other runs, so it is left alone"},
+                )
+            )
         elif folder not in folders:
             folders.append(folder)
     for folder in folders:
         actions.append(path_action(folder, [folder]))
     for folder in record.tb_paths:
-        actions.append(CleanupAction("manual", folder, extra={
-            "why": "TensorBoard folder left alone (it may hold other runs); the reader handles a restart's new files"}))
+        actions.append(
+            CleanupAction(
+                "manual",
+                folder,
+                extra={"why": "TensorBoard folder left alone (it may hold other runs); the reader handles a restart's new files"},
+            )
+        )
     if kind == "mlflow" and tracker.get("run_id"):
         action = _mlflow_action(record, str(tracker.get("tracking_uri") or ""), str(tracker["run_id"]))
         actions.append(_guard_mlflow(action, path_action))
@@ -182,8 +208,12 @@ def _guard_mlflow(action: CleanupAction, path_action: Callable[[str, list[str]],
         return action
     run_id = action.extra.get("run_id", "")
     if not MLFLOW_RUN_ID.fullmatch(run_id):
-        return CleanupAction(action.kind, action.target, extra=action.extra,
-                             refused=f"MLflow run id {run_id[:80]!r} is not a plain run id: refused")
+        return CleanupAction(
+            action.kind,
+            action.target,
+            extra=action.extra,
+            refused=f"MLflow run id {run_id[:80]!r} is not a plain run id: refused",
+        )
     guarded = path_action(action.target, [action.target])
     if guarded.refused:
         return CleanupAction(action.kind, action.target, extra=action.extra, refused=guarded.refused)
@@ -195,11 +225,11 @@ def _mlflow_action(record: RunRecord, uri: str, run_id: str) -> CleanupAction:
     if not uri:
         uri = f"sqlite:///{base / 'mlflow.db'}" if (base / "mlflow.db").exists() else str(base / "mlruns")
     if uri.startswith("sqlite:///"):
-        rest = uri[len("sqlite:///"):]
+        rest = uri[len("sqlite:///") :]
         path = Path("/" + rest.lstrip("/")) if rest.startswith("/") else base / rest
         return CleanupAction("mlflow-sqlite", str(path), extra={"run_id": run_id})
     if uri.startswith("file://"):
-        uri = uri[len("file://"):]
+        uri = uri[len("file://") :]
     if "://" in uri:
         return CleanupAction("manual", uri, extra={"why": "a remote MLflow server; delete the run with `mlflow runs delete`"})
     path = Path(uri) if Path(uri).is_absolute() else base / uri
@@ -232,8 +262,13 @@ def execute_cleanup(
                 continue
             try:
                 if action.kind in ("stop-jobs", "cancel-jobs"):
-                    detail = stop_jobs(scheduler, run_job_ids(record), timeout_s=stop_timeout_s, poll_s=poll_s,
-                                       check_gone=action.kind == "cancel-jobs")
+                    detail = stop_jobs(
+                        scheduler,
+                        run_job_ids(record),
+                        timeout_s=stop_timeout_s,
+                        poll_s=poll_s,
+                        check_gone=action.kind == "cancel-jobs",
+                    )
                 elif action.kind == "delete-path":
                     assert action.guarded is not None
                     detail = f"{action.target}: {delete_guarded(action.guarded)}"
@@ -265,7 +300,6 @@ def executable(plan: CleanupPlan) -> bool:
 def stop_jobs(scheduler: Any, job_ids: Sequence[str], *, timeout_s: float, poll_s: float, check_gone: bool) -> str:
     """Cancel each job that is still live (only the current user's: actions.stop checks the owner) and wait
     until it has ended. Raises SchedulerError when a job cannot be stopped or its state cannot be told."""
-    from guarded_sbatch.actions.stop import stop_run
 
     details = []
     for job_id in job_ids:
@@ -304,9 +338,6 @@ wandb.Api(timeout=15).run(sys.argv[1]).delete()
 
 def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
     """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too)."""
-    import sys
-
-    from guarded_sbatch.core.runner import run_command
 
     try:
         result = run_command([sys.executable, "-c", _WANDB_DELETE, run_path], timeout=timeout_s, check=False)
@@ -315,7 +346,9 @@ def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
             return f"W&B did not answer within {timeout_s:.0f} s: online run {run_path} not deleted; delete it on the W&B site"
         raise
     if result.returncode == 3:
-        return f"W&B API unreachable: online run {run_path} not deleted (delete it on the W&B site); local run folder handled below"
+        return (
+            f"W&B API unreachable: online run {run_path} not deleted (delete it on the W&B site); local run folder handled below"
+        )
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or ["no message"])[-1]
         raise SchedulerError(f"W&B refused to delete run {run_path}: {last}")
@@ -328,8 +361,6 @@ def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
     if not MLFLOW_RUN_ID.fullmatch(run_id):
         raise UsageError(f"MLflow run id {run_id[:80]!r} is not a plain run id: nothing marked deleted")
     if kind == "mlflow-sqlite":
-        import sqlite3
-
         if not store.is_file():
             raise UsageError(f"MLflow store {store} not found: run {run_id} not deleted")
         try:
@@ -342,10 +373,10 @@ def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
                     if "deleted_time" in columns:
                         cursor = connection.execute(
                             "UPDATE runs SET lifecycle_stage = 'deleted', deleted_time = ? WHERE run_uuid = ?",
-                            (deleted_ms, run_id))
+                            (deleted_ms, run_id),
+                        )
                     else:
-                        cursor = connection.execute(
-                            "UPDATE runs SET lifecycle_stage = 'deleted' WHERE run_uuid = ?", (run_id,))
+                        cursor = connection.execute("UPDATE runs SET lifecycle_stage = 'deleted' WHERE run_uuid = ?", (run_id,))
             finally:
                 connection.close()
         except sqlite3.Error as exc:
@@ -368,8 +399,6 @@ def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
 
 def _mlflow_metas(store: Path, run_id: str) -> list[Path]:
     """<store>/<experiment>/<run_id>/meta.yaml by exact names (no glob), regular files only, no symlinks."""
-    import os
-    import stat as stat_module
 
     found = []
     try:

@@ -65,13 +65,16 @@ def write_evidence(
             snippet_path = folder / "log-snippet.txt"
             write_private(snippet_path, snippet)
     recent = {
-        key: {"steps": [int(step) for step in steps[-recent_points:]], "values": [_finite_or_text(v) for v in values[-recent_points:]]}
+        key: {
+            "steps": [int(step) for step in steps[-recent_points:]],
+            "values": [_finite_or_text(v) for v in values[-recent_points:]],
+        }
         for key, (steps, values) in series.items()
     }
     plot_path: Path | None = folder / "metrics.png"
     plot_error = ""
     try:
-        plot_in_subprocess(folder, plot_path, series, verdict)
+        plot_in_subprocess(folder, folder / "metrics.png", series, verdict)
     except Exception as exc:  # noqa: BLE001 - a broken plot must never lose the rest of the evidence
         plot_path, plot_error = None, f"{type(exc).__name__}: {exc}"
     payload = {
@@ -96,8 +99,9 @@ def plot_in_subprocess(
     input_path = folder / ".plot-input.json"
     write_private(input_path, json.dumps(plot_input(series, verdict)))
     try:
-        run_command([sys.executable, "-m", "guarded_sbatch.actions.evidence_plot", str(input_path), str(path)],
-                    timeout=PLOT_TIMEOUT_S)
+        run_command(
+            [sys.executable, "-m", "guarded_sbatch.actions.evidence_plot", str(input_path), str(path)], timeout=PLOT_TIMEOUT_S
+        )
     except CommandError as exc:
         raise RuntimeError(f"plotting failed: {(exc.stderr.strip().splitlines() or [str(exc)])[-1]}") from None
     finally:
@@ -105,5 +109,3 @@ def plot_in_subprocess(
     if not path.is_file():
         raise RuntimeError("plotting process wrote no file")
     os.chmod(path, 0o600)
-
-

@@ -11,6 +11,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
@@ -33,8 +34,10 @@ def plot_input(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict
     return {"series": thinned, "verdict": verdict.to_json()}
 
 
-def _from_input(raw: dict) -> tuple[dict[str, tuple[list[int], list[float]]], Verdict]:  # type: ignore[type-arg]
-    series = {key: (entry["steps"], [float(v) for v in entry["values"]]) for key, entry in raw["series"].items()}
+def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Sequence[float]]], Verdict]:
+    series: dict[str, tuple[Sequence[int], Sequence[float]]] = {
+        key: (entry["steps"], [float(v) for v in entry["values"]]) for key, entry in raw["series"].items()
+    }
     v = raw["verdict"]
     anomalies = tuple(Anomaly(a["kind"], a["metric"], a["step"], a.get("value"), a.get("message", ""))
                       for a in v.get("anomalies", []))
@@ -43,10 +46,10 @@ def _from_input(raw: dict) -> tuple[dict[str, tuple[list[int], list[float]]], Ve
 
 
 def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> None:
-    import matplotlib  # lazy: ~40 MB, only ever in this child process
+    import matplotlib  # noqa: PLC0415 - lazy: ~40 MB, only ever in this child process
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - after matplotlib.use("Agg")
 
     keys = [k for k in series if "loss" in k.lower() or "eval" in k.lower() or "val" in k.lower()][:4] or list(series)[:2]
     fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(8, 2.6 * max(1, len(keys))), squeeze=False)

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.redact import redact
 
 
 class NotesError(GuardedError):
@@ -16,7 +17,6 @@ class NotesError(GuardedError):
 
 
 def append_project_note(path: Path, text: str) -> None:
-    from guarded_sbatch.core.redact import redact
 
     data = (redact(text).rstrip("\n") + "\n\n").encode("utf-8")
     try:

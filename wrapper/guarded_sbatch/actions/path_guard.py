@@ -93,7 +93,7 @@ def _inside(path: Path, root: Path) -> bool:
     return path != root and path.is_relative_to(root)
 
 
-def check_deletable(
+def check_deletable(  # noqa: C901 - one branch per refusal, in order
     path: str | os.PathLike[str],
     *,
     recorded_paths: Iterable[str | os.PathLike[str]],

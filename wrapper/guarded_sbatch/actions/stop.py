@@ -9,6 +9,8 @@ from guarded_sbatch.actions.stop_outcome import StopOutcome
 from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.scheduler.base import JobState, Scheduler, SchedulerUnreachableError
+from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_with_command
+from guarded_sbatch.actions.stop_targets import stop_target as stop_it
 
 __all__ = ["StopOutcome", "stop_run"]  # StopOutcome lives in stop_outcome (stop_targets needs it too)
 
@@ -29,13 +31,10 @@ def stop_run(
     A scheduler that does not answer (slurmctld restarting) is asked again for up to
     unreachable_retry_s: a STOP must not be lost to a controller hiccup."""
     if stop_target:
-        from guarded_sbatch.actions.stop_targets import parse_stop_target
-        from guarded_sbatch.actions.stop_targets import stop_target as stop_it
 
         try:
             target = parse_stop_target(stop_target)
             if stop_command:
-                from guarded_sbatch.actions.stop_targets import stop_with_command
 
                 return stop_with_command(stop_command, target, grace_s=grace_s, timeout_s=confirm_timeout_s)
             return stop_it(target, grace_s=grace_s)

@@ -6,17 +6,28 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 
+if TYPE_CHECKING:
+    from guarded_sbatch.core.config import Config
+    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.core.sbatch.argv import LaunchArgs
+    from guarded_sbatch.launch.launcher_job import LauncherJob
+    from guarded_sbatch.launch.preflight import PreflightReport
+    from guarded_sbatch.launch.run_sources import SourcePlan
+    from guarded_sbatch.launch.runconfig import RunConfig
+    from guarded_sbatch.scheduler.base import Scheduler
+
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
 
-def choose_backend(config: object, requested: str | None) -> str:
-    backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()  # type: ignore[attr-defined]
+def choose_backend(config: Config, requested: str | None) -> str:
+    backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()
     if backend not in ("slurm", "local"):
         raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
     return backend
@@ -59,12 +70,12 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     if backend == "slurm":  # the marker Slurm's site plugins look for (site/marker.py)
         from guarded_sbatch.site.marker import MarkingScheduler
 
-        scheduler = MarkingScheduler(scheduler, launch.script, launch.parsed_options)
+        scheduler = MarkingScheduler(scheduler, _script(launch), launch.parsed_options)
     try:
         report = run_preflight(launch, config, scheduler, restart=guard.restart)
     finally:
         if launcher_job is not None and check_only:
-            launch.script.unlink(missing_ok=True)  # type: ignore[union-attr]
+            _script(launch).unlink(missing_ok=True)
     if launcher_job is not None:
         report = dataclasses.replace(report, launch_command=launch_command(command_line))
     if show_report or report.blocked:
@@ -83,42 +94,46 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
 
 
-def refuse_own_options_after_script(launch: object, *, check_only: bool) -> None:
+def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> None:
     """sbatch's rule: every word after the script is the script's. Our own options there are almost surely
     meant for us, so say where they go instead of passing them on silently."""
-    for word in launch.script_args:  # type: ignore[attr-defined]
+    for word in launch.script_args:
         name = word.partition("=")[0]
         if name.startswith("--guard-") or (check_only and name == "--json"):
-            script = launch.script  # type: ignore[attr-defined]
+            script = launch.script
             command = "guarded-sbatch check" if check_only else "guarded-sbatch"
             raise UsageError(f"{name} comes after the script {script}, so it would be one of the script's own "
                              f"arguments (as in sbatch); put it before the script: `{command} {name} ... {script}`")
-def _test_only(launch: object, backend: str, scheduler: object) -> int:
+def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
     from guarded_sbatch.scheduler.base import SubmitRequest
 
-    words = [*launch.sbatch_options, str(launch.script), *launch.script_args]  # type: ignore[attr-defined]
+    words = [*launch.sbatch_options, str(launch.script), *launch.script_args]
     if backend == "slurm":
         return _pass_through_to_sbatch(tuple(words))
-    request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
-                            script_args=launch.script_args, workdir=Path.cwd())  # type: ignore[attr-defined]
-    print(scheduler.test_only(request), file=sys.stderr)  # type: ignore[attr-defined]
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    request = SubmitRequest(script=_script(launch), sbatch_options=launch.sbatch_options,
+                            script_args=launch.script_args, workdir=Path.cwd())
+    if not isinstance(scheduler, LocalScheduler):
+        raise UsageError(f"--test-only is answered by sbatch or the local backend, not {scheduler.name}")
+    print(scheduler.test_only(request), file=sys.stderr)
     return int(ExitCode.OK)
 
 
-def launcher_job_of(launch: object, config: object) -> object | None:
+def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
     from guarded_sbatch.launch.launcher_job import build_launcher_job, launcher_command_of
 
-    command = launcher_command_of(launch)  # type: ignore[arg-type]
-    return build_launcher_job(launch, command, config) if command else None  # type: ignore[arg-type]
+    command = launcher_command_of(launch)
+    return build_launcher_job(launch, command, config) if command else None
 
 
-def _use_rendered_script(launch: object, launcher_job: object, backend: str) -> object:
+def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, backend: str) -> LaunchArgs:
     from guarded_sbatch.launch.launcher_job import as_script_launch, staging_folder, write_job_script
 
-    if backend != "slurm" and launcher_job.command.kind != "python":  # type: ignore[attr-defined]
-        raise UsageError(f"a {launcher_job.command.kind} job needs Slurm (srun, scontrol); "  # type: ignore[attr-defined]
+    if backend != "slurm" and launcher_job.command.kind != "python":
+        raise UsageError(f"a {launcher_job.command.kind} job needs Slurm (srun, scontrol); "
                          "use --guard-backend slurm, or give a python command for the local backend")
-    return as_script_launch(launch, write_job_script(launcher_job, staging_folder()))  # type: ignore[arg-type]
+    return as_script_launch(launch, write_job_script(launcher_job, staging_folder()))
 
 
 def _script_text(script: Path) -> str:
@@ -127,18 +142,19 @@ def _script_text(script: Path) -> str:
     return read_script_text(script)
 
 
-def _submit(launch: object, report: object, config: object, scheduler: object, *, keep_script: bool = False) -> int:
+def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler, *,
+            keep_script: bool = False) -> int:
     from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
     from guarded_sbatch.scheduler.base import SubmitRequest
 
-    guard = launch.guard_options  # type: ignore[attr-defined]
-    parsable = any(o.name == "parsable" for o in launch.parsed_options)  # type: ignore[attr-defined]
-    sidecar_config = config.sidecar  # type: ignore[attr-defined]
+    guard = launch.guard_options
+    parsable = any(o.name == "parsable" for o in launch.parsed_options)
+    sidecar_config = config.sidecar
     resources = SidecarResources(
         cpus=sidecar_config.cpus, mem=sidecar_config.mem, partition=sidecar_config.partition or None,
         account=sidecar_config.account or None, qos=sidecar_config.qos or None,
         time_limit=sidecar_config.time or None, template=sidecar_config.template,
-        template_dirs=tuple(config.template_dirs),  # type: ignore[attr-defined]
+        template_dirs=tuple(config.template_dirs),
     )
     cwd = Path.cwd()
     sidecar = SidecarOptions(
@@ -149,7 +165,7 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
         full_interval_s=config.check_interval_s,
         job_poll_s=sidecar_config.job_poll_s,
     )
-    plan = report.details.get("source_plan")  # type: ignore[attr-defined]
+    plan = cast("SourcePlan | None", report.details.get("source_plan"))
     shared = None
     if (guard.monitor or sidecar_config.mode) == "per-user":
         from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions
@@ -158,26 +174,26 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
             max_runs=sidecar_config.max_runs_per_monitor, time_limit=sidecar_config.monitor_time,
             partition=sidecar_config.partition, qos=sidecar_config.qos, account=sidecar_config.account,
             mem=sidecar_config.monitor_mem, fast_interval_s=sidecar_config.fast_interval_s,
-            job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),  # type: ignore[attr-defined]
+            job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),
         )
-    request = SubmitRequest(script=launch.script, sbatch_options=launch.sbatch_options,  # type: ignore[attr-defined]
-                            script_args=launch.script_args, workdir=cwd,  # type: ignore[attr-defined]
-                            env=dict(plan.env) if plan is not None else {})  # type: ignore[attr-defined]
-    since = _own_files_since(report.run_name, cwd, restart=guard.restart)  # type: ignore[attr-defined]
+    request = SubmitRequest(script=_script(launch), sbatch_options=launch.sbatch_options,
+                            script_args=launch.script_args, workdir=cwd,
+                            env=dict(plan.env) if plan is not None else {})
+    since = _own_files_since(report.run_name, cwd, restart=guard.restart)
 
     def announce(job_id: str) -> None:
         print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
 
     try:
         submission = submit_guarded(
-            scheduler, request, run_name=report.run_name, sidecar=sidecar, resources=resources,  # type: ignore[attr-defined]
-            waivers=[w.to_json() for w in report.waivers], on_training_submitted=announce,  # type: ignore[attr-defined]
+            scheduler, request, run_name=report.run_name or "", sidecar=sidecar, resources=resources,
+            waivers=[w.to_json() for w in report.waivers], on_training_submitted=announce,
             record_fields={
                 **{key: str(_absolute(path, cwd)) for key, path in
                    (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
-                "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
+                "total_steps": report.details.get("total_steps"),
                 "planned_end": _planned_end(report),
-                "config_path": str(report.details.get("intended_config") or ""),  # type: ignore[attr-defined]
+                "config_path": str(report.details.get("intended_config") or ""),
             },
             sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
             shared=shared,
@@ -190,14 +206,14 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
     from guarded_sbatch.launch.run_reference import save_config_snapshot
 
     try:
-        save_config_snapshot(submission.record, report.details.get("intended_run_config"))  # type: ignore[attr-defined]
+        save_config_snapshot(submission.record, cast("RunConfig | None", report.details.get("intended_run_config")))
     except OSError as exc:
         print(f"guarded-sbatch: could not keep the run's config with its record ({exc}); it cannot become a "
               "reference", file=sys.stderr)
     if keep_script:  # a script rendered from a launcher command: keep it with the run as job.sbatch
         from guarded_sbatch.launch.launcher_job import keep_with_run
 
-        kept = keep_with_run(launch.script, submission.record.folder,  # type: ignore[attr-defined]
+        kept = keep_with_run(_script(launch), submission.record.folder,
                              remove_original=submission.record.backend == "slurm")
         submission.record.script, submission.record.script_args = str(kept), []
         submission.record.save()
@@ -208,16 +224,16 @@ def _submit(launch: object, report: object, config: object, scheduler: object, *
     return int(ExitCode.OK)
 
 
-def audit_launch(config: object, record: object, report: object) -> None:
+def audit_launch(config: Config, record: RunRecord, report: PreflightReport) -> None:
     """The site's audit trail: the launch, and each waiver with its reason (core/audit.py)."""
     audit = AuditLog.from_config(config)
-    job, run = record.job_id, record.run_name  # type: ignore[attr-defined]
-    problems = [audit.record("launch", job=job, run=run, sidecar=record.sidecar_id,  # type: ignore[attr-defined]
-                             backend=record.backend, script=record.script,  # type: ignore[attr-defined]
-                             submit_dir=record.submit_dir,  # type: ignore[attr-defined]
-                             waivers=len(report.waivers))]  # type: ignore[attr-defined]
+    job, run = record.job_id, record.run_name
+    problems = [audit.record("launch", job=job, run=run, sidecar=record.sidecar_id,
+                             backend=record.backend, script=record.script,
+                             submit_dir=record.submit_dir,
+                             waivers=len(report.waivers))]
     problems += [audit.record("waiver", job=job, run=run, check=w.check, reason=w.reason)
-                 for w in report.waivers]  # type: ignore[attr-defined]
+                 for w in report.waivers]
     for problem in filter(None, problems):
         print(f"guarded-sbatch: warning: the site's audit record was not written ({problem}); "
               "your job runs anyway", file=sys.stderr)
@@ -238,10 +254,11 @@ def _own_files_since(run_name: str | None, cwd: Path, *, restart: bool) -> float
     return float(previous.sources.get("since") or previous.submitted_at or now)
 
 
-def _planned_end(report: object) -> float | None:
-    for result in report.results:  # type: ignore[attr-defined]
-        if result.name == "eta" and isinstance(result.details.get("eta_epoch_s"), (int, float)):
-            return float(result.details["eta_epoch_s"])
+def _planned_end(report: PreflightReport) -> float | None:
+    for result in report.results:
+        value = result.details.get("eta_epoch_s") if result.name == "eta" else None
+        if isinstance(value, (int, float)):
+            return float(value)
     return None
 
 
@@ -256,3 +273,9 @@ def _pass_through_to_sbatch(options: tuple[str, ...]) -> int:
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.returncode
+
+
+def _script(launch: LaunchArgs) -> Path:
+    if launch.script is None:
+        raise UsageError("nothing to submit: give a batch script (guarded-sbatch [options] script.sh)")
+    return launch.script

@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     saved = sys.stdout, sys.stderr
     if not isinstance(sys.stdout, _RedactingStream):
-        sys.stdout, sys.stderr = _RedactingStream(sys.stdout), _RedactingStream(sys.stderr)  # type: ignore[assignment]
+        sys.stdout, sys.stderr = _RedactingStream(sys.stdout), _RedactingStream(sys.stderr)
     try:
         return _main(args)
     finally:

@@ -5,9 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 from typing import Any
 
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
+if TYPE_CHECKING:
+    from guarded_sbatch.actions.notify import NotifySettings
+    from guarded_sbatch.core.audit import AuditLog
+    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.core.run_sources import RunSources
+    from guarded_sbatch.judge.policy import JudgePolicy
+
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
@@ -34,7 +42,7 @@ def _add_source_flags(parser: ArgumentParser) -> None:
                         help="the key metric that would count as success")
 
 
-def _policy(args: object) -> object:
+def _policy(args: object) -> JudgePolicy:
     from guarded_sbatch.judge.policy import JudgePolicy
 
     return JudgePolicy(
@@ -89,7 +97,7 @@ def run_sidecar_command(argv: list[str]) -> int:
         raise
 
 
-def _site_actions() -> tuple[object | None, object | None]:
+def _site_actions() -> tuple[NotifySettings | None, AuditLog | None]:
     """Alerts and audit trail, read here at run time so the URLs (secrets) never pass through a job script."""
     try:
         config = load_config()
@@ -109,7 +117,7 @@ def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
     print(f"sidecar: alert (sidecar_error): {outcome.detail}", flush=True)
 
 
-def _record_in(run_dir: Path) -> object | None:
+def _record_in(run_dir: Path) -> RunRecord | None:
     from guarded_sbatch.core.fsutil import read_json
     from guarded_sbatch.core.registry import RunRecord
 
@@ -117,7 +125,7 @@ def _record_in(run_dir: Path) -> object | None:
     return RunRecord.from_json(raw) if isinstance(raw, dict) and raw.get("run_id") else None
 
 
-def _identity_of(record: object | None) -> object | None:
+def _identity_of(record: RunRecord | None) -> RunSources | None:
     from guarded_sbatch.core.run_sources import RunSources
 
     return RunSources.from_json(getattr(record, "sources", None)) if record is not None else None
@@ -169,7 +177,8 @@ def run_monitor(argv: list[str]) -> int:
         notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
         log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args), identity=None if explicit else _identity_of(record), **_anywhere_settings(args),
+        policy=_policy(args),
+        identity=None if explicit else _identity_of(cast("RunRecord | None", record)), **_anywhere_settings(args),
     )
     if args.once:
         verdict, data_source = check_once(settings)

@@ -20,6 +20,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, UsageError
 from guarded_sbatch.core.check_names import CHECK_NAMES
+from guarded_sbatch.core.runner import run_command
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
 USER_CONFIG_ENV = "GUARDED_SBATCH_USER_CONFIG"
@@ -176,7 +177,6 @@ class Config:
 def sbatch_answers(timeout_s: float = 10.0) -> bool:
     if shutil.which("sbatch") is None:
         return False
-    from guarded_sbatch.core.runner import run_command
 
     try:
         result = run_command(["sbatch", "--version"], timeout=timeout_s, check=False)

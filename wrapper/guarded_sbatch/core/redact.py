@@ -15,10 +15,14 @@ import re
 from collections.abc import Sequence
 
 MASK = "[redacted]"
-_STRONG_WORD = (r"(?:token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|credential"
-                r"|auth(?!or)|cookie|private)")
+_STRONG_WORD = (
+    r"(?:token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|credential"
+    r"|auth(?!or)|cookie|private)"
+)
 # "key" counts only as the end of a compound (api_key, WANDB_API_KEY, --wandb-key), not key / key_metric / loss-key
-_KEY_WORD = r"(?:(?<![A-Za-z0-9])(?:api|access|secret|private|auth|wandb|hf|openai|aws|client|license|signing)[_.-]?keys?(?![a-z]))"
+_KEY_WORD = (
+    r"(?:(?<![A-Za-z0-9])(?:api|access|secret|private|auth|wandb|hf|openai|aws|client|license|signing)[_.-]?keys?(?![a-z]))"
+)
 _SECRET_WORD = f"(?:{_STRONG_WORD}|{_KEY_WORD})"
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)  # env var names
 _KEY_SHAPES = re.compile(
@@ -30,12 +34,16 @@ _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://)[^\s/@'\"<>]+@")
 _EXPORT = re.compile(r"(--export(?:=|\s+))([^\s\"']+)", re.IGNORECASE)
 _COMMENT = re.compile(r"(--comment(?:=|\s+))(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
 # --name=value / --name value where the flag names a secret
-_SECRET_FLAG = re.compile(r"(--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)(=|\s+)(?![-\[{])(\"[^\"]*\"|'[^']*'|[^\s\"']+)",
-                          re.IGNORECASE)
+_SECRET_FLAG = re.compile(
+    r"(--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)(=|\s+)(?![-\[{])(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE
+)
 # --anything-with-key-in-it=value (the issue's `--*key*=`), except flags known to name a metric key
 _KEY_FLAG_EQ = re.compile(r"(--[A-Za-z0-9_.-]*key[A-Za-z0-9_.-]*=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
-_METRIC_KEY_FLAGS = re.compile(r"--(?:guard-)?(?:train-loss|eval|loss|metric|sort|monitor)[-_]keys?=|--key[-_]metric=|"
-                               r"--keep", re.IGNORECASE)
+_METRIC_KEY_FLAGS = re.compile(
+    r"--(?:guard-)?(?:train-loss|eval|loss|metric|sort|monitor)[-_]keys?=|--key[-_]metric=|"
+    r"--keep",
+    re.IGNORECASE,
+)
 # NAME=value / "name": "value" / name: value where the name is a secret's
 _SECRET_ASSIGN = re.compile(
     r"(\b[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
@@ -67,7 +75,7 @@ def _secret_values(items: frozenset[tuple[str | bytes, str | bytes]]) -> tuple[s
         if _SECRET_NAME.search(name):
             values.add(value)
         for match in _URL_USERINFO.finditer(value):  # DATABASE_URL=postgres://alice:pw@db
-            userinfo = match.group(0)[len(match.group(1)):-1]
+            userinfo = match.group(0)[len(match.group(1)) : -1]
             for part in (userinfo, userinfo.partition(":")[2]):  # alice:pw and the password alone
                 if len(part) >= 4:
                     values.add(part)
@@ -100,8 +108,12 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     text = _EXPORT.sub(_export_list, text)
     text = _COMMENT.sub(lambda m: m.group(1) + _quoted_mask(m.group(2)), text)
-    text = _KEY_FLAG_EQ.sub(lambda m: m.group(0) if _METRIC_KEY_FLAGS.match(m.group(1)) or MASK in m.group(2)
-                            else m.group(1) + _quoted_mask(m.group(2)), text)
+    text = _KEY_FLAG_EQ.sub(
+        lambda m: (
+            m.group(0) if _METRIC_KEY_FLAGS.match(m.group(1)) or MASK in m.group(2) else m.group(1) + _quoted_mask(m.group(2))
+        ),
+        text,
+    )
     text = _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + _quoted_mask(m.group(3)), text)
     text = _SECRET_ASSIGN.sub(lambda m: m.group(0) if MASK in m.group(2) else m.group(1) + _quoted_mask(m.group(2)), text)
     return _KEY_SHAPES.sub(MASK, text)
@@ -119,7 +131,9 @@ def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> l
             continue
         mask_next = False
         if re.fullmatch(r"--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*", arg, re.IGNORECASE) or arg in (
-                "--comment", "--export"):
+            "--comment",
+            "--export",
+        ):
             mask_next = True
         out.append(redact(arg, environ))
     return out

@@ -13,6 +13,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import locked, read_json, state_dir, update_json, write_json_atomic
+from guarded_sbatch.core.redact import redact_tree
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -133,7 +134,6 @@ def launch_root(record: "RunRecord") -> Path | None:
 
 
 def _redacted(value: Any) -> Any:
-    from guarded_sbatch.core.redact import redact_tree
 
     return redact_tree(value)
 

@@ -149,9 +149,10 @@ class MetricHistory:
         collected: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         count = 0
         for batch in batches:
+            columns: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
             if isinstance(batch, dict):
-                columns = {k: tuple(np.asarray(c, dtype=t) for c, t in zip(v, (np.int64, np.float64, np.float64)))
-                           for k, v in batch.items()}
+                columns = {k: (np.asarray(v[0], dtype=np.int64), np.asarray(v[1], dtype=np.float64),
+                               np.asarray(v[2], dtype=np.float64)) for k, v in batch.items()}
             else:
                 columns = _columns_of(batch if isinstance(batch, (list, tuple)) else list(batch))
             for name, (steps, walls, values) in columns.items():

@@ -75,7 +75,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         for check in waivers or {}:
             if check not in FUNCTION_JOB_CHECKS:
                 raise UsageError(f"cannot waive {check!r} for a function job: the checks are {', '.join(FUNCTION_JOB_CHECKS)}")
-        super().__init__(folder, cluster=cluster, **kwargs)
+        super().__init__(Path(folder), cluster=cluster, **kwargs)
         cwd = Path.cwd()
         self.guard_run_name = run_name
         self.guard_tb_dir = _absolute(tb_dir, cwd)
@@ -137,7 +137,7 @@ class GuardedExecutor(submitit.AutoExecutor):
             text = Path(submission_file_path).read_bytes()
             return [*command[:-1], f"--comment={comment_with_marker(user_comment, PREFLIGHT, text)}", command[-1]]
 
-        SlurmExecutor._make_submission_command = marked  # type: ignore[method-assign]
+        SlurmExecutor._make_submission_command = marked  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+import time
 
 NETWORK_FILESYSTEMS = frozenset(
     {
@@ -146,6 +147,5 @@ def timed_stats(
 
 
 def _now() -> float:
-    import time
 
     return time.monotonic()

@@ -26,6 +26,7 @@ from guarded_sbatch.core.sbatch.argv import LaunchArgs
 from guarded_sbatch.core.sbatch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
 from guarded_sbatch.core.sbatch.options import EffectiveOptions, effective_options
 from guarded_sbatch.launch.templates import load_template, render_template
+from guarded_sbatch.core.fsutil import state_dir
 
 TEMPLATES = {"torchrun": "torchrun.sbatch", "accelerate": "accelerate.sbatch",
              "deepspeed": "deepspeed.sbatch", "python": "python.sbatch"}  # fmt: skip
@@ -118,7 +119,8 @@ def take_owned_options(command: LauncherCommand) -> tuple[dict[str, str], tuple[
         if word in ("-", "--") or not word.startswith("-"):
             break  # the program (or `--` before it): the rest belongs to it
         if word.startswith("--"):
-            name, has_value, value = word[2:].partition("=")
+            name, equals, value = word[2:].partition("=")
+            has_value = bool(equals)
         else:
             name, has_value, value = word[1:2], len(word) > 2, word[2:]
         key = name.replace("-", "_")
@@ -227,7 +229,6 @@ def write_job_script(job: LauncherJob, folder: Path) -> Path:
 
 
 def staging_folder() -> Path:
-    from guarded_sbatch.core.fsutil import state_dir
 
     return state_dir() / "launcher-scripts"
 

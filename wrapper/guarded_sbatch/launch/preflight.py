@@ -114,7 +114,10 @@ def run_preflight(
     applied, refused, unused = _apply_waivers(results, launch.guard_options.waivers, config)
     notes = [f"{script.path} line {d.line_number}: {d.text!r} — {d.why}" for d in script.ignored_directives]
     if script.other_launchers:
-        notes.append(f"{len(script.other_launchers)} more launcher line(s) after line {script.launcher.line_number if script.launcher else '?'}; checked the first")
+        notes.append(
+            f"{len(script.other_launchers)} more launcher line(s) after line "
+            f"{script.launcher.line_number if script.launcher else '?'}; checked the first"
+        )
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
@@ -132,10 +135,14 @@ def run_preflight(
         notes=tuple(notes),
         run_name=name,
         launch_command=launch_command(launch),
-        details={"workdir": str(workdir), "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
-                 "reference": str(context.reference.config.path) if context.reference else None,
-                 "total_steps": _total_steps(context), "source_plan": source_plan,
-                 "intended_run_config": context.intended},  # fmt: skip
+        details={
+            "workdir": str(workdir),
+            "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
+            "reference": str(context.reference.config.path) if context.reference else None,
+            "total_steps": _total_steps(context),
+            "source_plan": source_plan,
+            "intended_run_config": context.intended,
+        },  # fmt: skip
     )
 
 
@@ -152,7 +159,8 @@ def _total_steps(context: PreflightContext) -> int | None:
         epochs, per_epoch = config.find(("epochs", "num_epochs", "max_epochs")), config.find(("steps_per_epoch",))
         if epochs is None or per_epoch is None:
             return None
-        found = ("", _as_int(epochs[1]) * _as_int(per_epoch[1]) if _as_int(epochs[1]) and _as_int(per_epoch[1]) else None)
+        epoch_count, steps_each = _as_int(epochs[1]), _as_int(per_epoch[1])
+        found = ("", epoch_count * steps_each if epoch_count and steps_each else None)
     total = _as_int(found[1])
     return total if total and total > 0 else None
 
@@ -248,7 +256,7 @@ def format_report(report: PreflightReport, *, color: bool, launching: bool = Fal
     lines.append("")
     if report.blocked:
         names = ", ".join(report.blocking_checks)
-        lines.append(paint(f"BLOCKED by: {names}. Fix them, or waive one with --guard-waive NAME=\"reason\".", CheckStatus.FAILED))
+        lines.append(paint(f'BLOCKED by: {names}. Fix them, or waive one with --guard-waive NAME="reason".', CheckStatus.FAILED))
     else:
         waivers = " (waivers recorded with the run)" if report.waivers else ""
         if launching:  # the submission follows at once: no command to copy, nothing to run again

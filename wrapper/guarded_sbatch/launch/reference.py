@@ -47,7 +47,9 @@ def reference_from_path(path: Path) -> RunConfig:
     return load_run_config(path)
 
 
-def find_candidates(roots: list[Path], dirs: tuple[str, ...], max_depth: int, max_age_days: float, exclude: set[Path]) -> list[Path]:
+def find_candidates(
+    roots: list[Path], dirs: tuple[str, ...], max_depth: int, max_age_days: float, exclude: set[Path]
+) -> list[Path]:
     cutoff = time.time() - max_age_days * 86400
     found: list[Path] = []
     seen: set[Path] = set()

@@ -73,7 +73,7 @@ def load_structured_file(path: Path) -> Any:
             return json.loads(text)
         if suffix == ".toml":
             return tomllib.loads(text)
-        import yaml
+        import yaml  # noqa: PLC0415 - lazy: only YAML configs pay for it on the login path
 
         return yaml.safe_load(text)
     except RecursionError:

@@ -58,13 +58,20 @@ def _count_or(*extra: str, allow_range: bool = False) -> Callable[[str], bool]:
         if value in extra or _COUNT.fullmatch(value):
             return True
         return allow_range and re.fullmatch(r"[1-9][0-9]{0,5}:[1-9][0-9]{0,5}", value) is not None
+
     return check
 
 
 VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     # Slurm (array task too), local, and the process backend's pid@start-ticks
-    "TRAIN_JOB_ID": ("a job id", lambda v: re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?|local-[0-9]{1,12}|[0-9]{1,10}@[0-9]{1,20}", v) is not None),
-    "SIDECAR_JOB_NAME": ("a job name (letters, digits, . _ + = @ -)", lambda v: re.fullmatch(r"[A-Za-z0-9._+=@-]{1,128}", v) is not None),
+    "TRAIN_JOB_ID": (
+        "a job id",
+        lambda v: re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?|local-[0-9]{1,12}|[0-9]{1,10}@[0-9]{1,20}", v) is not None,
+    ),
+    "SIDECAR_JOB_NAME": (
+        "a job name (letters, digits, . _ + = @ -)",
+        lambda v: re.fullmatch(r"[A-Za-z0-9._+=@-]{1,128}", v) is not None,
+    ),
     "SIDECAR_OUTPUT": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
     "SIDECAR_CPUS": ("a CPU count", lambda v: _COUNT.fullmatch(v) is not None),
     "SIDECAR_MEM": ("a memory size such as 400M or 2G", lambda v: _MEM.fullmatch(v) is not None),
@@ -74,8 +81,10 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "MONITOR_ARGS": ("quoted arguments", _shell_words),
     "MONITOR_DIR": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
     "MONITOR_OUTPUT": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
-    "MONITOR_JOB_NAME": ("a job name (letters, digits, . _ + = @ -)",
-                         lambda v: re.fullmatch(r"[A-Za-z0-9._+=@-]{1,128}", v) is not None),
+    "MONITOR_JOB_NAME": (
+        "a job name (letters, digits, . _ + = @ -)",
+        lambda v: re.fullmatch(r"[A-Za-z0-9._+=@-]{1,128}", v) is not None,
+    ),
     "LAUNCHER": ("a quoted command", _shell_words),
     "LAUNCHER_ARGS": ("quoted arguments", _shell_words),
     "SIGNAL_MARGIN_SECONDS": ("a number of seconds", lambda v: _COUNT.fullmatch(v) is not None),
@@ -90,13 +99,14 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
 
 def check_value(name: str, value: object) -> str:
     """`value` when it is safe for placeholder `name`; UsageError (one line) when it is not."""
-    kind, valid = VALIDATORS.get(name, ("a plain word (letters, digits, ._:/@%+=,-)",
-                                       lambda v: _WORD.fullmatch(v) is not None))
+    kind, valid = VALIDATORS.get(name, ("a plain word (letters, digits, ._:/@%+=,-)", lambda v: _WORD.fullmatch(v) is not None))
     if not isinstance(value, str) or not valid(value):
         shown = repr(value)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise UsageError(f"refusing to render {{{{{name}}}}} = {shown}: not {kind}; fix the value (config, "
-                         "run name or command line) so nothing unchecked reaches the batch script")
+        raise UsageError(
+            f"refusing to render {{{{{name}}}}} = {shown}: not {kind}; fix the value (config, "
+            "run name or command line) so nothing unchecked reaches the batch script"
+        )
     return value
 
 
@@ -104,8 +114,10 @@ def check_run_name(name: object) -> str:
     """A run name safe for job names, folder names and scripts, or UsageError."""
     if not isinstance(name, str) or not SAFE_RUN_NAME.fullmatch(name):
         shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
-        raise UsageError(f"run name {shown} is not usable: give 1-128 letters, digits, '.', '_', '-', '+', '=' "
-                         "or '@' starting with a letter or digit (--guard-run-name or --job-name)")
+        raise UsageError(
+            f"run name {shown} is not usable: give 1-128 letters, digits, '.', '_', '-', '+', '=' "
+            "or '@' starting with a letter or digit (--guard-run-name or --job-name)"
+        )
     return name
 
 
@@ -134,4 +146,6 @@ def load_template(name: str, search_dirs: list[Path] | None = None) -> tuple[str
                 return candidate.read_text(encoding="utf-8"), candidate
             except (OSError, UnicodeDecodeError) as exc:
                 raise UsageError(f"cannot read template {candidate}: {exc}; fix its permissions or encoding") from None
-    raise UsageError(f"no sbatch template named {name!r}; look in guarded_sbatch/sbatch_templates/ or the site config's template_dirs")
+    raise UsageError(
+        f"no sbatch template named {name!r}; look in guarded_sbatch/sbatch_templates/ or the site config's template_dirs"
+    )

@@ -10,15 +10,15 @@ def get_scheduler(name: str, **kwargs: object) -> Scheduler:
     """Return the backend called `name` ("slurm", "local", or "process" for an adopted process)."""
     # lazy: each backend is imported only when asked for (the local one never loads Slurm's parsing)
     if name == "slurm":
-        from guarded_sbatch.scheduler.slurm import SlurmScheduler
+        from guarded_sbatch.scheduler.slurm import SlurmScheduler  # noqa: PLC0415 - only the backend asked for
 
         return SlurmScheduler(**kwargs)  # type: ignore[arg-type]
     if name == "local":
-        from guarded_sbatch.scheduler.local import LocalScheduler
+        from guarded_sbatch.scheduler.local import LocalScheduler  # noqa: PLC0415 - only the backend asked for
 
         return LocalScheduler(**kwargs)  # type: ignore[arg-type]
     if name == "process":
-        from guarded_sbatch.scheduler.process import ProcessScheduler
+        from guarded_sbatch.scheduler.process import ProcessScheduler  # noqa: PLC0415 - only the backend asked for
 
         return ProcessScheduler()
     raise UsageError(f"unknown scheduler backend {name!r}: use 'slurm', 'local' or 'process'")

@@ -23,6 +23,10 @@ from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.run_sources import expand_filename_pattern
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
+from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
+from guarded_sbatch.core.sbatch.options import effective_options
+from guarded_sbatch.core.sbatch.script import parse_script
+import fcntl
 
 @dataclass(frozen=True)
 class LocalOptions:
@@ -38,9 +42,6 @@ class LocalOptions:
 def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, str]) -> LocalOptions:
     """The options the local backend honours, with sbatch's precedence (command line > SBATCH_* >
     #SBATCH lines); every other option is accepted and ignored."""
-    from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
-    from guarded_sbatch.core.sbatch.options import effective_options
-    from guarded_sbatch.core.sbatch.script import parse_script
 
     parsed, _ = parse_sbatch_words(list(options))
     directives = [(f"{script} line {d.line_number}", o) for d in parse_script(script, env).directives for o in d.options]
@@ -85,7 +86,6 @@ class LocalScheduler:
         return self.root / job_id
 
     def _next_id(self) -> str:
-        import fcntl
 
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / "counter", "a+", encoding="utf-8") as handle:

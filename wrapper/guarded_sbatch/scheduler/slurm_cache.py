@@ -48,7 +48,8 @@ class FinalStateCache:
         with self._locked():
             entries = self._read()
             key = _key(cluster, job_id)
-            previous = entries.get(key) if isinstance(entries.get(key), dict) else {}
+            found = entries.get(key)
+            previous: dict[str, Any] = found if isinstance(found, dict) else {}
             entries[key] = {**previous, **fields, "recorded_at": time.time()}
             if len(entries) > MAX_ENTRIES:
                 newest = sorted(entries.items(), key=lambda item: item[1].get("recorded_at", 0.0))[-MAX_ENTRIES:]

@@ -29,6 +29,11 @@ from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
+from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.registry import update_record
+from guarded_sbatch.actions.evidence import write_evidence
+from guarded_sbatch.actions.notes import append_project_note
+from guarded_sbatch.actions.stop import StopOutcome, stop_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
 
@@ -154,7 +159,6 @@ class Sidecar:
 
     def _poll_failed(self, doing: str, exc: BaseException) -> str:
         """Count and name one failure inside a poll; the loop goes on. Returns the one-line error."""
-        from guarded_sbatch.core.redact import redact
 
         text = redact(" ".join(f"{type(exc).__name__}: {exc}".split()))[:300]
         self.state.poll_errors += 1
@@ -172,7 +176,6 @@ class Sidecar:
         if run is None:
             return
         self._tracker_recorded = True
-        from guarded_sbatch.core.registry import update_record
 
         run_json = self.settings.state_file.parent / "run.json"
         if not run_json.is_file():
@@ -301,9 +304,6 @@ class Sidecar:
         return f"{self.settings.run_name}{job} — {self.sources.describe()}"
 
     def _stop(self, verdict: Verdict, now: float) -> int:
-        from guarded_sbatch.actions.evidence import write_evidence
-        from guarded_sbatch.actions.notes import append_project_note
-        from guarded_sbatch.actions.stop import StopOutcome, stop_run
 
         self._full_report(verdict, now, ending=True)
         if self.state.stop_requested_at:

@@ -10,6 +10,21 @@ from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import sanitize_points
+from guarded_sbatch.sources.tensorboard import TensorBoardSource
+from guarded_sbatch.sources.discovery import (
+    discover_owned,
+    fresh_files,
+    open_source,
+)
+from guarded_sbatch.core.run_sources import MLFLOW_TAG
+from guarded_sbatch.sources import discovery
+from guarded_sbatch.sources.mlflow import MlflowSource
+from guarded_sbatch.sources.textlog import TextLogSource
+from guarded_sbatch.sources.wandb_log import WandbLogSource
+from guarded_sbatch.core.registry import list_runs
+from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.sources.wandb_api import WandbApiSource
+from guarded_sbatch.sources.command_log import CommandLogSource
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.run_sources import RunSources
@@ -59,11 +74,6 @@ class SourceSet:
             self._opened.add(key)
 
     def _ensure_sources(self) -> None:
-        from guarded_sbatch.sources.discovery import (
-            discover_owned,
-            fresh_files,
-            open_source,
-        )
 
         identity = self.settings.identity
         accept = fresh_files(identity.since) if identity is not None else None
@@ -75,13 +85,11 @@ class SourceSet:
                     self.sources.append(_open_tensorboard(path, accept) if kind == "tensorboard" else open_source(kind, path))
                     self._opened.add((kind, str(path)))
         if self.settings.wandb_run and ("wandb_api", self.settings.wandb_run) not in self._opened:
-            from guarded_sbatch.sources.wandb_api import WandbApiSource
 
             self.sources.append(WandbApiSource(self.settings.wandb_run))
             self._opened.add(("wandb_api", self.settings.wandb_run))
         for index, command in enumerate(self.settings.log_commands):
             if ("command", command) not in self._opened:
-                from guarded_sbatch.sources.command_log import CommandLogSource
 
                 spool = self.settings.state_file.parent / f"command-log-{index}.log"
                 self.sources.append(CommandLogSource(command, spool, timeout_s=self.settings.log_command_timeout_s))
@@ -105,7 +113,6 @@ class SourceSet:
                 self._add(source)
             self.ownership_note = found.note()
         if self._stdout is not None and self._stdout.is_file():
-            from guarded_sbatch.sources.textlog import TextLogSource
 
             self._add(TextLogSource(self._stdout))
         self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
@@ -113,11 +120,6 @@ class SourceSet:
     def _ensure_own_sources(self, identity: RunSources) -> None:
         """A guarded run: exactly the sources its record names; discovery only where the record is silent,
         and then only files written since the run started that no other guarded run claims."""
-        from guarded_sbatch.core.run_sources import MLFLOW_TAG
-        from guarded_sbatch.sources import discovery
-        from guarded_sbatch.sources.mlflow import MlflowSource
-        from guarded_sbatch.sources.textlog import TextLogSource
-        from guarded_sbatch.sources.wandb_log import WandbLogSource
 
         accept = discovery.fresh_files(identity.since)
         for path in identity.tb_paths:
@@ -165,7 +167,6 @@ class SourceSet:
 
     def _claimed_by_others(self) -> list[str]:
         """Folders other guarded runs call their own (theirs even when written since this run started)."""
-        from guarded_sbatch.core.registry import list_runs
 
         claimed: list[str] = []
         for record in list_runs():
@@ -180,7 +181,6 @@ class SourceSet:
 
     def read(self) -> int:
         """Read every source; return the number of new points of the active one."""
-        from guarded_sbatch.judge.history import MetricHistory
 
         self.read_error = ""
         self.hard_error = ""  # a source that is there but cannot be read (a FIFO, garbage): no start-up grace
@@ -237,7 +237,6 @@ class SourceSet:
         return active.kind if active is not None else None
 
     def history(self) -> MetricHistory:
-        from guarded_sbatch.judge.history import MetricHistory
 
         active = self._active()
         return self.histories[id(active)] if active is not None else MetricHistory()
@@ -282,7 +281,7 @@ class SourceSet:
         """run_path (entity/project/id) and run_dir of the W&B run being judged, once its log says."""
         source = self._active()
         run = getattr(source, "run", None)
-        if source is None or source.kind != "wandb" or not getattr(run, "run_id", ""):
+        if source is None or run is None or source.kind != "wandb" or not getattr(run, "run_id", ""):
             return None
         path_parts = [p for p in (run.entity, run.project, run.run_id) if p]
         log_path = getattr(source, "log_path", None)
@@ -304,7 +303,6 @@ def _one_line(exc: BaseException, describe: object = None) -> str:
 
 
 def _open_tensorboard(path: Path, accept: Callable[[Path], bool] | None) -> MetricSource:
-    from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
     return TensorBoardSource(path, accept=accept)
 

@@ -28,6 +28,8 @@ from guarded_sbatch.core.marker import (
 )
 from guarded_sbatch.core.sbatch.argv import ParsedOption
 from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.core.sbatch.script import parse_script_text
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 
 __all__ = ["MARKER", "MARKER_PREFIX", "PREFLIGHT", "SIDECAR", "MarkingScheduler", "comment_with_marker", "is_guarded",
            "marker_in", "marker_text", "script_digest", "strip_marker", "user_comment"]
@@ -37,7 +39,6 @@ def user_comment(command_line: tuple[ParsedOption, ...], script_text: str, scrip
     for option in reversed(command_line):
         if option.name == "comment":
             return option.value
-    from guarded_sbatch.core.sbatch.script import parse_script_text
 
     directives = parse_script_text(script_text, script_path).directive_options
     return next((option.value for option in reversed(directives) if option.name == "comment"), None)
@@ -64,7 +65,6 @@ class MarkingScheduler:
         if script.resolve() == self._training_script:
             kind, command_line = PREFLIGHT, self._command_line
         else:
-            from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 
             kind, command_line = SIDECAR, split_sbatch_argv([*request.sbatch_options, str(script)]).parsed_options
         comment = user_comment(command_line, raw.decode("utf-8", errors="replace"), script)

@@ -19,6 +19,10 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import SITE_CONFIG_ENV
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap, read_script_text
+from guarded_sbatch.site.marker import is_guarded, user_comment
+from guarded_sbatch.site.policy import load_policy, training_reason
 
 REAL_SBATCH_ENV = "GUARDED_SBATCH_REAL_SBATCH"
 SHIM_ACTIVE_ENV = "GUARDED_SBATCH_SHIM_ACTIVE"
@@ -50,10 +54,6 @@ def find_real_sbatch(env: Mapping[str, str], shim: Path | None) -> Path:
 
 def decide(argv: list[str], env: Mapping[str, str]) -> tuple[bool, str]:
     """(guard?, why): whether this sbatch command line is an unguarded training job to pre-flight."""
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-    from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap, read_script_text
-    from guarded_sbatch.site.marker import is_guarded, user_comment
-    from guarded_sbatch.site.policy import load_policy, training_reason
 
     try:
         launch = split_sbatch_argv(argv)
@@ -94,7 +94,6 @@ def training_commands_cache(env: Mapping[str, str]) -> Path:
 def training_commands_cache_text(env: Mapping[str, str]) -> str | None:
     """The cache's content for the current site config: `site=<path>` then one training command per line;
     None without a site config (the fast path then needs no cache)."""
-    from guarded_sbatch.site.policy import load_policy
 
     site = env.get(SITE_CONFIG_ENV)
     if not site:

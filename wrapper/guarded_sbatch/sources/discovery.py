@@ -18,6 +18,8 @@ from guarded_sbatch.sources.mlflow import MlflowSource
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file
+import sqlite3
+from guarded_sbatch.sources.wandb_api import WandbApiSource
 
 MAX_DEPTH = 4
 TIME_BUDGET_S = 5.0
@@ -189,7 +191,7 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
                               ("trainer_state.json", found.trainer_states, TrainerStateSource)):
         chosen = pick(kind, [p for p in paths if own(p)])
         if chosen is not None:
-            result.sources.append(make(chosen))  # type: ignore[operator]
+            result.sources.append(make(chosen))
     return result
 
 
@@ -246,7 +248,6 @@ def mlflow_stores(uri: str, workdir: str) -> list[Path]:
 def mlflow_tagged_run(store: Path, key: str, value: str) -> str | None:
     """The id of the run in `store` carrying tag key=value (as MLFLOW_RUN_CONTEXT sets it), or None."""
     if store.is_file():
-        import sqlite3
 
         try:
             connection = sqlite3.connect(f"file:{store.resolve().as_posix()}?mode=ro", uri=True, timeout=5)
@@ -271,11 +272,9 @@ def open_source(kind: str, path: str | os.PathLike[str]) -> MetricSource:
     """A source of a named kind at a path given by the user (`--tb`, `--wandb`, `--log`, ...)."""
     target = Path(path)
     if kind == "wandb" and "://" not in str(path) and not target.exists():
-        from guarded_sbatch.sources.wandb_api import WandbApiSource
 
         return WandbApiSource(str(path))  # a run path entity/project/id, read online
     if kind == "wandb" and "://" in str(path):
-        from guarded_sbatch.sources.wandb_api import WandbApiSource
 
         return WandbApiSource(str(path))
     if not target.exists():

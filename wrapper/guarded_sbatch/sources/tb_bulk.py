@@ -161,7 +161,7 @@ def _row_groups(rows: np.ndarray) -> list[np.ndarray]:
 
 
 def _peel(same_as_first: Any, labels: np.ndarray, count: int) -> list[np.ndarray]:
-    groups = []
+    groups: list[np.ndarray] = []
     left = np.arange(count)
     while len(left) and len(groups) < 32:
         same = same_as_first(left)

@@ -229,8 +229,9 @@ class TensorBoardSource:
             return ""
         return prefix + signature[6:-1].decode("utf-8", "replace")
 
-    def _scan_chunk(self, buf: bytes, prefix: str, points: Any,
-                    max_records: int | None, start: int = 0) -> _ChunkResult:
+    def _scan_chunk(  # noqa: C901 - one fused loop on purpose: per-record Python work is the cost
+        self, buf: bytes, prefix: str, points: Any, max_records: int | None, start: int = 0
+    ) -> _ChunkResult:
         """Frame, crc-check and decode the complete records of buf[start:], appending their scalars to
         points (a list, or a ColumnSink: then runs of plain scalar records are decoded in bulk).
 

@@ -154,9 +154,9 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
     if counter is not None:
         return int(counter.group(1))
     for step_key in _STEP_KEYS:
-        value = lowered.get(step_key)
-        if value is not None and math.isfinite(value):
-            return int(value)
+        step_value = lowered.get(step_key)
+        if step_value is not None and math.isfinite(step_value):
+            return int(step_value)
     return None
 
 

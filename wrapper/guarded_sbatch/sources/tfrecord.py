@@ -42,14 +42,14 @@ def _pure_python_crc32c() -> Callable[[bytes], int]:
 
 def _load_crc32c() -> tuple[Callable[[bytes], int], str]:
     try:
-        import google_crc32c  # type: ignore[import-untyped]
+        import google_crc32c  # noqa: PLC0415 - optional C implementation
 
         if google_crc32c.implementation == "c":
             return google_crc32c.value, "google_crc32c (C)"
     except ImportError:
         pass
     try:
-        import crc32c as crc32c_module  # type: ignore[import-not-found]
+        import crc32c as crc32c_module  # noqa: PLC0415 - optional fallback
 
         return crc32c_module.crc32c, "crc32c (C)"
     except ImportError:

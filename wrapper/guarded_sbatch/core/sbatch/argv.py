@@ -324,7 +324,7 @@ def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
         config=Path(values["--guard-config"]) if "--guard-config" in values else None,
         run_name=values.get("--guard-run-name"),
         seconds_per_epoch=_positive_number(values, "--guard-seconds-per-epoch", float),
-        epochs=_positive_number(values, "--guard-epochs", int),
+        epochs=_positive_int(values, "--guard-epochs"),
         restart="--guard-restart" in flags,
         json="--guard-json" in flags,
         tb=tuple(repeated["--guard-tb"]),
@@ -360,6 +360,11 @@ def _parse_waiver(text: str) -> Waiver:
     if not has_reason or not reason:
         raise UsageError(f'--guard-waive {check} needs a reason: --guard-waive {check}="why it is safe to skip"')
     return Waiver(check, reason)
+
+
+def _positive_int(values: dict[str, str], name: str) -> int | None:
+    number = _positive_number(values, name, int)
+    return None if number is None else int(number)
 
 
 def _positive_number(values: dict[str, str], name: str, kind: type[int] | type[float]) -> float | int | None:

@@ -106,9 +106,9 @@ def parse_script_text(
             f"{path} line 1 must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses it otherwise"
         )
     if "\r\n" in text:
-        line = text[: text.index("\r\n")].count("\n") + 1
+        first_dos = text[: text.index("\r\n")].count("\n") + 1
         raise UsageError(
-            f"{path} has DOS line breaks (\\r\\n, first on line {line}); sbatch refuses it: convert it with "
+            f"{path} has DOS line breaks (\\r\\n, first on line {first_dos}); sbatch refuses it: convert it with "
             f"`dos2unix {path}`"
         )
     lines = text.split("\n")

@@ -1,7 +1,8 @@
 """sbatch 22.05's own options: which take a value, their short letters, their input environment variables.
 
 Taken from Slurm 22.05's own option table (src/common/slurm_opt.c, the entries sbatch uses) and its environment
-list (src/sbatch/opt.c), checked against the real sbatch by tests/test_sbatch_differential.py. An option "takes a value" when getopt
+list (src/sbatch/opt.c), checked against the real sbatch by tests/test_sbatch_differential.py.
+An option "takes a value" when getopt
 would consume the next word (`-p gpu`, `--time 1:00:00`); an "optional" value must be attached with `=`
 (`--exclusive=user`), exactly as getopt_long treats `optional_argument`.
 """

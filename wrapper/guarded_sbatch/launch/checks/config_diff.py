@@ -96,9 +96,12 @@ def _batch_and_lr(
     if mine.global_batch is None:
         return [(CheckStatus.WARNED, "no batch size in the config: the framework default applies")]
     if mine.per_device is not None and mine.per_device != int(mine.per_device):
-        out.append((CheckStatus.FAILED, f"global batch {mine.global_batch:g} does not divide over {world} process(es) × accumulation {mine.accumulation:g}"))  # fmt: skip
+        out.append((CheckStatus.FAILED, f"global batch {mine.global_batch:g} does not divide over {world} process(es) × "
+                                        f"accumulation {mine.accumulation:g}"))  # fmt: skip
     if mine.ambiguous:
-        evidence.append(f"a plain batch size is per process under DDP: {world} processes make the global batch {mine.global_batch:g}")
+        evidence.append(
+            f"a plain batch size is per process under DDP: {world} processes make the global batch {mine.global_batch:g}"
+        )
     if theirs.global_batch is None:
         return out
     if mine.accumulation != theirs.accumulation:
@@ -108,7 +111,8 @@ def _batch_and_lr(
     lr_theirs = _number(reference, r.LEARNING_RATE)
     if abs(ratio - 1.0) < 1e-9:
         if mine.accumulation != theirs.accumulation:
-            out.append((CheckStatus.WARNED, f"gradient accumulation changed {theirs.accumulation:g} -> {mine.accumulation:g} (global batch kept at {mine.global_batch:g})"))  # fmt: skip
+            out.append((CheckStatus.WARNED, f"gradient accumulation changed {theirs.accumulation:g} -> "
+                                            f"{mine.accumulation:g} (global batch kept at {mine.global_batch:g})"))  # fmt: skip
         return out
     change = f"global batch {theirs.global_batch:g} -> {mine.global_batch:g} (×{ratio:g})"
     if mine.accumulation != theirs.accumulation:
@@ -118,9 +122,11 @@ def _batch_and_lr(
         return out
     rule = r.lr_rescaled(ratio, lr_mine / lr_theirs)
     if rule is None:
-        out.append((CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> {lr_mine:g}; linear rule: {lr_theirs * ratio:g})"))  # fmt: skip
+        out.append((CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> "
+                                        f"{lr_mine:g}; linear rule: {lr_theirs * ratio:g})"))  # fmt: skip
     else:
-        out.append((CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> {lr_mine:g})"))  # fmt: skip
+        out.append((CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> "
+                                        f"{lr_mine:g})"))  # fmt: skip
     return out
 
 
@@ -130,7 +136,8 @@ def _precision(context: PreflightContext, intended: RunConfig, reference: RunCon
     if theirs is None or (mine is not None and mine[0] == theirs[0]):
         return []
     if mine is None:
-        return [(CheckStatus.FAILED, f"precision not set here (framework default, usually fp32) but the reference uses {theirs[0]} ({theirs[1]})")]  # fmt: skip
+        return [(CheckStatus.FAILED, f"precision not set here (framework default, usually fp32) but the reference uses "
+                                     f"{theirs[0]} ({theirs[1]})")]  # fmt: skip
     return [(CheckStatus.FAILED, f"precision {theirs[0]} -> {mine[0]} ({mine[1]}): fp16 and bf16 train differently")]
 
 
@@ -141,7 +148,8 @@ def _optimizer(intended: RunConfig, reference: RunConfig) -> list[tuple[CheckSta
         if not theirs or _normalized(mine) == _normalized(theirs):
             continue
         if not mine:
-            out.append((CheckStatus.WARNED, f"{label} missing here (framework default) but set in the reference: {_show(theirs)}"))  # fmt: skip
+            out.append((CheckStatus.WARNED, f"{label} missing here (framework default) but set in the reference: "
+                                            f"{_show(theirs)}"))  # fmt: skip
         else:
             out.append((CheckStatus.WARNED, f"{label} changed: {_show(theirs)} -> {_show(mine)}"))
     return out
@@ -169,12 +177,15 @@ def _workers(context: PreflightContext, intended: RunConfig, evidence: list[str]
     workers = intended.find(r.WORKERS)
     limit = context.config.max_workers_on_network_fs
     if outcome.timed_out:
-        return [(CheckStatus.FAILED, f"data path {data[1]} on {mount.fs_type} did not answer a stat in {context.config.stat_timeout_s:g} s")]  # fmt: skip
+        return [(CheckStatus.FAILED, f"data path {data[1]} on {mount.fs_type} did not answer a stat in "
+                                     f"{context.config.stat_timeout_s:g} s")]  # fmt: skip
     if workers is None:
-        return [(CheckStatus.WARNED, f"dataloader workers not set and the data is on {mount.fs_type}: set num_workers ≤ {limit}")]  # fmt: skip
+        return [(CheckStatus.WARNED, f"dataloader workers not set and the data is on {mount.fs_type}: set num_workers ≤ "
+                                     f"{limit}")]  # fmt: skip
     count = as_number(workers[1])
     if count is not None and count > limit:
-        return [(CheckStatus.FAILED, f"{workers[0]}={count:g} dataloader workers on a {mount.fs_type} data path ({data[1]}): use ≤ {limit} or stage the data to local disk")]  # fmt: skip
+        return [(CheckStatus.FAILED, f"{workers[0]}={count:g} dataloader workers on a {mount.fs_type} data path "
+                                     f"({data[1]}): use ≤ {limit} or stage the data to local disk")]  # fmt: skip
     return []
 
 

@@ -20,7 +20,8 @@ STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "trai
 MAX_PLAUSIBLE_WAIT_S = 365 * 24 * 3600.0
 LOG_SUFFIXES = (".log", ".out", ".txt", ".err")
 EXPLICIT = re.compile(
-    r"(?:epoch[ _]time|time[ _]per[ _]epoch|seconds[ _]per[ _]epoch|epoch[ _]duration|sec/epoch)\D{0,5}(\d+(?:\.\d+)?)\s*(s|sec|seconds|min|m)?\b",
+    r"(?:epoch[ _]time|time[ _]per[ _]epoch|seconds[ _]per[ _]epoch|epoch[ "
+    r"_]duration|sec/epoch)\D{0,5}(\d+(?:\.\d+)?)\s*(s|sec|seconds|min|m)?\b",
     re.IGNORECASE,
 )
 STAMPED = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}).*?\bepoch\b\D{0,3}(\d+)", re.IGNORECASE)
@@ -38,7 +39,9 @@ def local_clock(moment: datetime, now: datetime) -> str:
 def seconds_per_epoch_from_logs(folder: Path) -> tuple[float, str] | None:
     """From a reference run's text logs: explicit epoch times, else timestamps of epoch lines."""
     try:
-        logs = sorted(p for p in folder.rglob("*") if p.suffix in LOG_SUFFIXES and p.is_file() and len(p.relative_to(folder).parts) <= 3)
+        logs = sorted(
+            p for p in folder.rglob("*") if p.suffix in LOG_SUFFIXES and p.is_file() and len(p.relative_to(folder).parts) <= 3
+        )
     except OSError:
         return None
     return seconds_per_epoch_from_log_files(logs[:50])
@@ -81,13 +84,30 @@ def check_eta(context: PreflightContext) -> CheckResult:
     epochs, epochs_from = _epochs(context)
     seconds_per_epoch, speed_from = _speed(context)
     if epochs is None or seconds_per_epoch is None:
-        missing = [m for m, v in (("the number of epochs (--guard-epochs)", epochs), ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch)) if v is None]
-        why = "" if seconds_per_epoch is not None else (
-            " (no reference run whose log shows its epoch time)" if context.reference is None
-            else f" (the reference's logs show no epoch time: {context.reference.folder})")
-        return CheckResult(NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}")
+        missing = [
+            m
+            for m, v in (
+                ("the number of epochs (--guard-epochs)", epochs),
+                ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch),
+            )
+            if v is None
+        ]
+        why = (
+            ""
+            if seconds_per_epoch is not None
+            else (
+                " (no reference run whose log shows its epoch time)"
+                if context.reference is None
+                else f" (the reference's logs show no epoch time: {context.reference.folder})"
+            )
+        )
+        return CheckResult(
+            NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}"
+        )
     run_seconds = epochs * seconds_per_epoch
-    evidence.append(f"{epochs:g} epochs ({epochs_from}) × {seconds_per_epoch:g} s per epoch ({speed_from}) = {format_duration(run_seconds)}")
+    evidence.append(
+        f"{epochs:g} epochs ({epochs_from}) × {seconds_per_epoch:g} s per epoch ({speed_from}) = {format_duration(run_seconds)}"
+    )
     now = context.now
     start = now
     if context.scheduler is None:
@@ -103,12 +123,16 @@ def check_eta(context: PreflightContext) -> CheckResult:
                 warnings.append("the scheduler gave no start estimate: queue wait counted as zero")
             elif estimate - now.timestamp() > MAX_PLAUSIBLE_WAIT_S:
                 # a held job (--hold) or a partition that is down: Slurm answers with a date far in the future
-                warnings.append("the scheduler cannot say when the job would start (held, or no usable node): "
-                                "queue wait counted as zero")
+                warnings.append(
+                    "the scheduler cannot say when the job would start (held, or no usable node): queue wait counted as zero"
+                )
                 estimate = None
         if estimate is not None:
             start = max(now, datetime.fromtimestamp(estimate).astimezone())
-            evidence.append(f"expected start {local_clock(start, now)} ({context.scheduler.name} estimate, wait {format_duration((start - now).total_seconds())})")
+            evidence.append(
+                f"expected start {local_clock(start, now)} ({context.scheduler.name} estimate, wait "
+                f"{format_duration((start - now).total_seconds())})"
+            )
     end = start + timedelta(seconds=run_seconds)
     eta_text = local_clock(end, now)
     details: dict[str, object] = {"eta_epoch_s": end.timestamp(), "run_seconds": run_seconds, "start_epoch_s": start.timestamp()}
@@ -154,8 +178,11 @@ def _speed(context: PreflightContext) -> tuple[float | None, str]:
     if context.launch.guard_options.seconds_per_epoch is not None:
         return context.launch.guard_options.seconds_per_epoch, "--guard-seconds-per-epoch"
     if context.reference is not None:
-        found = (seconds_per_epoch_from_log_files(list(context.reference.logs)) if context.reference.logs
-                 else seconds_per_epoch_from_logs(context.reference.folder))
+        found = (
+            seconds_per_epoch_from_log_files(list(context.reference.logs))
+            if context.reference.logs
+            else seconds_per_epoch_from_logs(context.reference.folder)
+        )
         if found is not None:
             return found[0], f"reference logs: {found[1]}"
     return None, ""

@@ -46,7 +46,9 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
     source_path, source = program_source(context)
     values = context.intended.values if context.intended else {}
     args = " ".join(w.text for w in context.launcher.program_args) if context.launcher else ""
-    report_to = " ".join(str(v) for k, v in values.items() if k.rsplit(".", 1)[-1] in ("report_to", "logger", "loggers", "tracker", "log_with"))
+    report_to = " ".join(
+        str(v) for k, v in values.items() if k.rsplit(".", 1)[-1] in ("report_to", "logger", "loggers", "tracker", "log_with")
+    )
     report_to += " " + (context.launcher.option("log_with") or "" if context.launcher else "")
     where = f"{source_path.name}" if source_path else "the program"
     trackers: list[Tracker] = []
@@ -77,8 +79,12 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
     if re.search(IMPORT.format("mlflow"), source, re.MULTILINE) or "mlflow" in report_to.lower():
         mlflow.because.append(f"{where} uses mlflow")
     if mlflow.because:
-        experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?")
-        mlflow.settings = {k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v}
+        experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(
+            source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?"
+        )
+        mlflow.settings = {
+            k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v
+        }
         trackers.append(mlflow)
 
     tensorboard = Tracker("tensorboard")
@@ -87,8 +93,13 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
         if outcome.exists and outcome.is_dir:
             tensorboard.because.append(f"{outcome.path} exists")
             tensorboard.settings.setdefault("log_dir", str(outcome.path))
-    if ("SummaryWriter" in source or "TensorBoardLogger" in source or "tensorboard" in report_to.lower()
-            or "tensorboard" in args or re.search(TENSORBOARD_USE, source, re.MULTILINE)):
+    if (
+        "SummaryWriter" in source
+        or "TensorBoardLogger" in source
+        or "tensorboard" in report_to.lower()
+        or "tensorboard" in args
+        or re.search(TENSORBOARD_USE, source, re.MULTILINE)
+    ):
         tensorboard.because.append(f"{where} writes TensorBoard events")
     if tensorboard.because:
         trackers.append(tensorboard)
@@ -135,22 +146,47 @@ def check_monitoring(context: PreflightContext) -> CheckResult:
                            ("not found: WANDB_API_KEY / import wandb, NEPTUNE_API_TOKEN, MLFLOW_TRACKING_URI / mlflow, "
                             "TensorBoard writers, runs/ or lightning_logs/",),
                            {"trackers": [{"kind": "stdout", "settings": {"output": stdout}}]})  # fmt: skip
-    evidence = [f"{t.kind}: {'; '.join(t.because)}" + (f" — {', '.join(f'{k}={v}' for k, v in t.settings.items())}" if t.settings else "") for t in trackers]
+    evidence = [
+        f"{t.kind}: {'; '.join(t.because)}" + (f" — {', '.join(f'{k}={v}' for k, v in t.settings.items())}" if t.settings else "")
+        for t in trackers
+    ]
     main = trackers[0]
-    details = {"trackers": [{"kind": t.kind, "settings": t.settings} for t in trackers]}
+    details: dict[str, object] = {"trackers": [{"kind": t.kind, "settings": t.settings} for t in trackers]}
     if main.kind == "wandb":
         if main.settings.get("mode") == "disabled":
-            return CheckResult(NAME, CheckStatus.FAILED, "WANDB_MODE=disabled: the run logs nothing; unset it or use offline", tuple(evidence), details)
+            return CheckResult(
+                NAME,
+                CheckStatus.FAILED,
+                "WANDB_MODE=disabled: the run logs nothing; unset it or use offline",
+                tuple(evidence),
+                details,
+            )
         if "project" not in main.settings:
-            return CheckResult(NAME, CheckStatus.FAILED, "W&B project not set: set WANDB_PROJECT or wandb.project in the config", tuple(evidence), details)
+            return CheckResult(
+                NAME,
+                CheckStatus.FAILED,
+                "W&B project not set: set WANDB_PROJECT or wandb.project in the config",
+                tuple(evidence),
+                details,
+            )
         missing = [key for key in ("entity", "name") if key not in main.settings]
         extras = [key for key in ("tags", "group") if key not in main.settings]
-        summary = f"W&B project {main.settings['project']}" + (f", entity {main.settings['entity']}" if "entity" in main.settings else "")
+        summary = f"W&B project {main.settings['project']}" + (
+            f", entity {main.settings['entity']}" if "entity" in main.settings else ""
+        )
         if missing:
             return CheckResult(NAME, CheckStatus.WARNED,
                                f"{summary}; not set: {', '.join(missing)} (W&B picks a default / random one)"
                                + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)  # fmt: skip
-        return CheckResult(NAME, CheckStatus.PASSED, f"{summary}, name {main.settings['name']}" + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)
+        return CheckResult(
+            NAME,
+            CheckStatus.PASSED,
+            f"{summary}, name {main.settings['name']}" + (f"; no {' or '.join(extras)}" if extras else ""),
+            tuple(evidence),
+            details,
+        )
     if main.kind == "mlflow" and "experiment" not in main.settings:
-        return CheckResult(NAME, CheckStatus.WARNED, "MLflow without an experiment name: set MLFLOW_EXPERIMENT_NAME", tuple(evidence), details)
+        return CheckResult(
+            NAME, CheckStatus.WARNED, "MLflow without an experiment name: set MLFLOW_EXPERIMENT_NAME", tuple(evidence), details
+        )
     return CheckResult(NAME, CheckStatus.PASSED, f"tracker {main.kind} found", tuple(evidence), details)

@@ -15,7 +15,17 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 NAME = CheckName.PATHS.value
 OUTPUT_WORDS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
                 "work_dir", "run_dir", "exp_dir", "results_dir")  # fmt: skip
-CHECKPOINT_WORDS = ("resume", "pretrain", "ckpt", "checkpoint", "weights", "init_from", "load_from", "model_name_or_path", "tokenizer")
+CHECKPOINT_WORDS = (
+    "resume",
+    "pretrain",
+    "ckpt",
+    "checkpoint",
+    "weights",
+    "init_from",
+    "load_from",
+    "model_name_or_path",
+    "tokenizer",
+)
 DATA_WORDS = ("data", "dataset", "root", "train_file", "validation_file", "val_file", "test_file", "corpus", "shards")
 FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".npz", ".npy", ".json", ".jsonl", ".yaml", ".yml",
                  ".csv", ".parquet", ".arrow", ".tar", ".txt", ".model", ".py", ".toml")  # fmt: skip
@@ -131,7 +141,9 @@ def check_paths(context: PreflightContext) -> CheckResult:
             if trainer_creates:
                 verdict = f"{verdict}; the trainer must create it (most do: os.makedirs)"
                 evidence[-1] = f"{ref.role}: {ref.path} ({ref.label}): {verdict}"
-            (warned if ref.role == "other" or trainer_creates else failed).append(f"{ref.role} path {ref.path} ({ref.label}) {verdict}")
+            (warned if ref.role == "other" or trainer_creates else failed).append(
+                f"{ref.role} path {ref.path} ({ref.label}) {verdict}"
+            )
     if failed:
         return CheckResult(NAME, CheckStatus.FAILED, "; ".join(failed), tuple(evidence))
     if warned:
@@ -151,7 +163,11 @@ def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None
         return f"cannot be checked: {outcome.error}"
     if ref.must_be == "parent exists":
         if not outcome.exists:
-            return f"has no parent folder {outcome.path} (sbatch will not create it)" if ref.role == "sbatch output" else f"has no parent folder {outcome.path}"
+            return (
+                f"has no parent folder {outcome.path} (sbatch will not create it)"
+                if ref.role == "sbatch output"
+                else f"has no parent folder {outcome.path}"
+            )
         return None if outcome.is_dir else f"has a parent {outcome.path} that is not a folder"
     if not outcome.exists:
         return "does not exist"

@@ -114,7 +114,8 @@ def batch_shape(config: RunConfig, world: int, world_text: str, launcher: Launch
         total = as_number(global_found[1]) or 0.0
         per_device = total / (world * accumulation)
         return BatchShape(per_device, accumulation, world, total,
-                          f"{global_found[0]}={_fmt(total)} (global) over {world_text}, accumulation {_fmt(accumulation)}")  # fmt: skip
+                          f"{global_found[0]}={_fmt(total)} (global) over {world_text}, accumulation "
+                          f"{_fmt(accumulation)}")  # fmt: skip
     for aliases, ambiguous in ((PER_DEVICE_BATCH, False), (PLAIN_BATCH, world > 1)):
         found = config.find(aliases)
         if found is not None and as_number(found[1]):

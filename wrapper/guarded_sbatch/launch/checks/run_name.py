@@ -14,7 +14,18 @@ from guarded_sbatch.launch.runconfig import RunConfig
 
 NAME = CheckName.RUN_NAME.value
 CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name")
-OUTPUT_KEYS = ("output_dir", "save_dir", "out_dir", "checkpoint_dir", "ckpt_dir", "log_dir", "logging_dir", "work_dir", "run_dir", "exp_dir")
+OUTPUT_KEYS = (
+    "output_dir",
+    "save_dir",
+    "out_dir",
+    "checkpoint_dir",
+    "ckpt_dir",
+    "log_dir",
+    "logging_dir",
+    "work_dir",
+    "run_dir",
+    "exp_dir",
+)
 DATASET_KEYS = ("dataset", "dataset_name", "data.name", "task", "task_name")
 MODEL_KEYS = ("model.name", "model_name", "arch", "model", "backbone")
 
@@ -72,7 +83,9 @@ def check_run_name(context: PreflightContext) -> CheckResult:
                            f"run name {name!r} is taken: {'; '.join(collisions)}; pick a new name or pass --guard-restart",
                            tuple(evidence))  # fmt: skip
     if warnings:
-        return CheckResult(NAME, CheckStatus.WARNED, f"run name {name!r} follows the pattern; {'; '.join(warnings)}", tuple(evidence))
+        return CheckResult(
+            NAME, CheckStatus.WARNED, f"run name {name!r} follows the pattern; {'; '.join(warnings)}", tuple(evidence)
+        )
     return CheckResult(NAME, CheckStatus.PASSED, f"run name {name!r} follows the pattern and is free", tuple(evidence))
 
 
