@@ -18,7 +18,8 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.csvlog import LightningCsvSource
-from guarded_sbatch.sources.discovery import discover_sources, open_source
+from guarded_sbatch.sources.discovery import discover_sources
+from guarded_sbatch.sources.registry import open_source
 from guarded_sbatch.sources.mlflow import MlflowSource
 from guarded_sbatch.sources.textlog import TextLogSource
 

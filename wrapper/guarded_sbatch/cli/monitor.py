@@ -23,6 +23,7 @@ from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
 from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sources.registry import flagged_kinds
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 
 
@@ -30,6 +31,10 @@ def _add_source_flags(parser: ArgumentParser) -> None:
     parser.add_argument("--tb", action="append", type=Path, default=[], help="TensorBoard event folder or file")
     parser.add_argument("--wandb", action="append", type=Path, default=[], help="W&B run folder or .wandb file")
     parser.add_argument("--log", action="append", type=Path, default=[], help="a text log of the run")
+    for kind in flagged_kinds():  # every other kind in sources/registry.py gets its flag here
+        if kind.flag and kind.flag not in ("--tb", "--wandb", "--log"):
+            parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
+                                help=kind.help)
     parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
                         help="a command whose stdout is the run's recent log, run at each poll "
                              "(e.g. \"ssh gpu07 tail -c 2000000 /scratch/run/train.log\"); failure means WAIT")
@@ -86,6 +91,7 @@ def run_sidecar_command(argv: list[str]) -> int:
         run_name=run_name, job_id=args.job, state_file=run_dir / "sidecar-state.json",
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
+        other_sources=_other_sources(args),
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
         policy=_policy(args), identity=_identity_of(record), **_anywhere_settings(args),
     )
@@ -158,7 +164,8 @@ def run_monitor(argv: list[str]) -> int:
         raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
                          "use `guarded-sbatch monitor --once --json ...`")
     search_dirs, wandb_run = _classify_target(args.target, args)
-    if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job):
+    if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job
+            or any(_other_sources(args).values())):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
                          "a W&B run path, or --job")
     backend, record = None, None
@@ -175,6 +182,7 @@ def run_monitor(argv: list[str]) -> int:
         job_id=args.job,
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
         notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
+        other_sources=_other_sources(args),
         log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
         policy=_policy(args),
@@ -278,3 +286,9 @@ def run_shared_monitor(argv: list[str]) -> int:
     monitor = SharedMonitor(settings, get_scheduler(args.backend), sys.stdout)
     install_signal_handlers(monitor)
     return monitor.run()
+
+
+def _other_sources(args: object) -> dict[str, list[Path]]:
+    """Paths given with the flags of the registry's other kinds (--mlflow, --csv, kinds added by register())."""
+    return {kind.name: list(getattr(args, f"source_{kind.name}", [])) for kind in flagged_kinds()
+            if kind.flag not in ("--tb", "--wandb", "--log")}

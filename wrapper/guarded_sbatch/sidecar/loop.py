@@ -22,12 +22,13 @@ from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
-    DATA_SOURCE_LABELS, CheckReport, cadence_line, render_final_summary, startup_line,
+    CheckReport, cadence_line, render_final_summary, startup_line,
 )
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sources.registry import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import update_record
@@ -138,7 +139,7 @@ class Sidecar:
             what = self._poll_failed("judging the metrics", exc)
             verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE,
                               f"this poll could not be judged ({what}); waiting, the watch goes on")
-        self.state.data_source = DATA_SOURCE_LABELS.get(self.sources.active_kind, "unreachable")
+        self.state.data_source = source_label(self.sources.active_kind)
         if verdict.decision is Decision.STOP:
             return self._stop(verdict, now)
         ended = self.job_state.is_terminal
@@ -435,4 +436,4 @@ def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")
-    return verdict, DATA_SOURCE_LABELS.get(sources.active_kind, "unreachable")
+    return verdict, source_label(sources.active_kind)

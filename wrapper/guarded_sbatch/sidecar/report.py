@@ -11,14 +11,6 @@ from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.timefmt import local_timestamp
 
-DATA_SOURCE_LABELS = {
-    "wandb": "wandb_ok",
-    "tensorboard": "tensorboard_ok",
-    "mlflow": "log_fallback",
-    "csv": "log_fallback",
-    "textlog": "log_fallback",
-    None: "unreachable",
-}
 
 
 @dataclass(frozen=True)

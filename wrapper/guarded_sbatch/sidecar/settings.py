@@ -23,6 +23,7 @@ class SidecarSettings:
     tb_paths: list[Path] = field(default_factory=list)
     wandb_paths: list[Path] = field(default_factory=list)
     log_paths: list[Path] = field(default_factory=list)
+    other_sources: dict[str, list[Path]] = field(default_factory=dict)  # by kind: --mlflow, --csv, registered kinds
     search_dirs: list[Path] = field(default_factory=list)
     wandb_run: str | None = None  # a W&B run path or URL, read through the online API
     fast_interval_s: float = SidecarJobSettings.fast_interval_s

@@ -11,11 +11,8 @@ from typing import TYPE_CHECKING, Any
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import sanitize_points
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
-from guarded_sbatch.sources.discovery import (
-    discover_owned,
-    fresh_files,
-    open_source,
-)
+from guarded_sbatch.sources.discovery import discover_owned, fresh_files
+from guarded_sbatch.sources.registry import open_source, priority
 from guarded_sbatch.core.run_sources import MLFLOW_TAG
 from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.mlflow import MlflowSource
@@ -34,7 +31,6 @@ if TYPE_CHECKING:
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sources.base import MetricSource
 
-PRIORITY = {"wandb": 0, "tensorboard": 1, "mlflow": 2, "csv": 2, "textlog": 3}
 
 
 class SourceSet:
@@ -79,7 +75,7 @@ class SourceSet:
         accept = fresh_files(identity.since) if identity is not None else None
         # explicit paths may not exist yet (the trainer creates them): retried at every poll
         for kind, paths in (("wandb", self.settings.wandb_paths), ("tensorboard", self.settings.tb_paths),
-                            ("textlog", self.settings.log_paths)):
+                            ("textlog", self.settings.log_paths), *self.settings.other_sources.items()):
             for path in paths:
                 if (kind, str(path)) not in self._opened:
                     self.sources.append(_open_tensorboard(path, accept) if kind == "tensorboard" else open_source(kind, path))
@@ -97,9 +93,10 @@ class SourceSet:
         self.ownership_note = ""
         if identity is not None:
             self._ensure_own_sources(identity)
-            self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
+            self.sources.sort(key=lambda s: priority(s.kind))
             return
         explicit = bool(self.settings.tb_paths or self.settings.wandb_paths or self.settings.log_paths
+                        or any(self.settings.other_sources.values())
                         or self.settings.wandb_run or self.settings.log_commands)
         if explicit and not self.settings.search_dirs:
             return
@@ -115,7 +112,7 @@ class SourceSet:
         if self._stdout is not None and self._stdout.is_file():
 
             self._add(TextLogSource(self._stdout))
-        self.sources.sort(key=lambda s: PRIORITY.get(s.kind, 9))
+        self.sources.sort(key=lambda s: priority(s.kind))
 
     def _ensure_own_sources(self, identity: RunSources) -> None:
         """A guarded run: exactly the sources its record names; discovery only where the record is silent,

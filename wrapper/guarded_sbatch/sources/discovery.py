@@ -12,22 +12,19 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.sources.base import MetricSource, SourceError
+from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.csvlog import LightningCsvSource
 from guarded_sbatch.sources.mlflow import MlflowSource
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
-from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file
+from guarded_sbatch.sources.wandb_log import WandbLogSource
 import sqlite3
-from guarded_sbatch.sources.wandb_api import WandbApiSource
 
 MAX_DEPTH = 4
 TIME_BUDGET_S = 5.0
 MAX_ENTRIES = 50_000
 _SKIPPED_FOLDERS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", ".cache",
                     "checkpoints", "data", "datasets"}
-PRIORITY = {"wandb": 0, "tensorboard": 1, "mlflow": 2, "csv": 2, "textlog": 3}
-SOURCE_KINDS = ("wandb", "tensorboard", "mlflow", "csv", "textlog", "trainer_state")
 
 
 @dataclass
@@ -266,33 +263,3 @@ def mlflow_tagged_run(store: Path, key: str, value: str) -> str | None:
     except OSError:
         return None
     return None
-
-
-def open_source(kind: str, path: str | os.PathLike[str]) -> MetricSource:
-    """A source of a named kind at a path given by the user (`--tb`, `--wandb`, `--log`, ...)."""
-    target = Path(path)
-    if kind == "wandb" and "://" not in str(path) and not target.exists():
-
-        return WandbApiSource(str(path))  # a run path entity/project/id, read online
-    if kind == "wandb" and "://" in str(path):
-
-        return WandbApiSource(str(path))
-    if not target.exists():
-        raise SourceError(f"{kind} source {target} does not exist; check the path")
-    if kind == "wandb":
-        if find_wandb_file(target) is None:
-            raise SourceError(f"no run-*.wandb log under {target}; give the run folder, wandb/ or the .wandb file")
-        return WandbLogSource(target)
-    if kind == "tensorboard":
-        return TensorBoardSource(target)
-    if kind == "mlflow":
-        return MlflowSource(target)
-    if kind == "csv":
-        return LightningCsvSource(target)
-    if kind == "trainer_state":
-        return TrainerStateSource(target)
-    if kind == "textlog":
-        if target.name == "trainer_state.json":
-            return TrainerStateSource(target)
-        return TextLogSource(target)
-    raise SourceError(f"unknown source kind {kind!r}: use one of {', '.join(SOURCE_KINDS)}")
