@@ -318,3 +318,30 @@ def test_verdict_json_is_plain() -> None:
     payload = decide(h).to_json()
     assert payload["decision"] == "STOP" and payload["reason"] == "non_finite_loss"
     assert payload["anomalies"][0]["kind"] == "nan" and payload["anomalies"][0]["step"] == 500
+
+
+def test_a_check_added_to_the_ordered_list_is_judged_like_the_others(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a judge check is one function in judge/checks_*.py and one line in decide.CHECKS (here patched
+    in by the test): its finding takes part in the verdict in its place in the order."""
+    import importlib
+
+    from guarded_sbatch.judge.findings import Finding
+    from guarded_sbatch.judge.verdict import Anomaly
+
+    decide_module = importlib.import_module("guarded_sbatch.judge.decide")  # the package exports decide()
+
+    def check_lr_too_high(c: "decide_module.CheckInput") -> Finding | None:  # type: ignore[name-defined]
+        steps, values = c.history.series(c.keys.lr) if c.keys.lr else ((), ())
+        if len(values) and values[-1] > 1.0:
+            anomaly = Anomaly("lr_too_high", c.keys.lr or "", int(steps[-1]), float(values[-1]), "LR above 1")
+            return Finding(Decision.STOP, Reason.LR_SCHEDULE, f"learning rate {values[-1]:g} above 1", (anomaly,))
+        return None
+
+    monkeypatch.setattr(decide_module, "CHECKS", [*decide_module.CHECKS, ("lr_too_high", check_lr_too_high)])
+    steps = list(range(1, 301))
+    healthy = history(series("train/loss", steps, lambda s: 2.0 * 0.99**s + 0.1), series("lr", steps, lambda s: 0.01))
+    assert decide(healthy).decision is Decision.CONTINUE
+    too_high = history(series("train/loss", steps, lambda s: 2.0 * 0.99**s + 0.1), series("lr", steps, lambda s: 5.0))
+    verdict = decide(too_high)
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.LR_SCHEDULE)
+    assert "learning rate 5 above 1" in verdict.message

@@ -24,6 +24,8 @@ Every WAIT and STOP message names its evidence: the metric, its values and their
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,38 @@ from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys, select_keys
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+
+
+@dataclass(frozen=True)
+class CheckInput:
+    """What every check may look at."""
+
+    history: MetricHistory
+    keys: RunKeys
+    policy: JudgePolicy
+    context: RunContext | None
+    excused: Any  # fp16 skipped steps (checks_finite.fp16_skipped_steps)
+
+
+# The checks, in the documented order (the first STOP wins, else the first WAIT). A new check is one function
+# in a judge/checks_*.py module and one line here.
+CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
+    ("loss_scale_collapse", lambda c: checks_finite.check_loss_scale_collapse(c.history, c.keys, c.policy)),
+    ("non_finite_loss", lambda c: checks_finite.check_nonfinite_loss(c.history, c.keys, c.policy, c.excused)),
+    ("nan_counter", lambda c: checks_finite.check_nan_counter(c.history, c.keys, c.policy)),
+    ("non_finite_optimizer", lambda c: checks_finite.check_nonfinite_optimizer_metrics(c.history, c.keys, c.policy,
+                                                                                        c.excused)),
+    ("eval_failing", lambda c: checks_finite.check_eval_failing(c.history, c.keys, c.policy)),
+    ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
+    ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
+    ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy, c.excused)),
+    ("lr_schedule", lambda c: checks_eval.check_lr_schedule(c.history, c.keys, c.policy)),
+    ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
+    ("eval_regressing", lambda c: checks_eval.check_eval_regressing(c.history, c.keys, c.policy)),
+    ("stale", lambda c: _check_stale(c.policy, c.context)),
+    ("eval_vs_baseline", lambda c: checks_eval.check_eval_vs_baseline(c.history, c.keys, c.policy)),
+    ("other_non_finite", lambda c: checks_finite.check_other_nonfinite(c.history, c.keys)),
+]
 
 
 def decide(
@@ -59,22 +93,8 @@ def decide(
         )
 
     excused = checks_finite.fp16_skipped_steps(history, keys)
-    findings = [
-        checks_finite.check_loss_scale_collapse(history, keys, policy),
-        checks_finite.check_nonfinite_loss(history, keys, policy, excused),
-        checks_finite.check_nan_counter(history, keys, policy),
-        checks_finite.check_nonfinite_optimizer_metrics(history, keys, policy, excused),
-        checks_finite.check_eval_failing(history, keys, policy),
-        checks_trend.check_loss_trend(history, keys, policy),
-        checks_climb.check_loss_climb(history, keys, policy),
-        checks_trend.check_grad_explosion(history, keys, policy, excused),
-        checks_eval.check_lr_schedule(history, keys, policy),
-        checks_trend.check_plateau_from_start(history, keys, policy, context),
-        checks_eval.check_eval_regressing(history, keys, policy),
-        _check_stale(policy, context),
-        checks_eval.check_eval_vs_baseline(history, keys, policy),
-        checks_finite.check_other_nonfinite(history, keys),
-    ]
+    inputs = CheckInput(history, keys, policy, context, excused)
+    findings = [check(inputs) for _, check in CHECKS]
     present = [f for f in findings if f is not None]
     anomalies = tuple(a for f in present for a in f.anomalies)
     loss_points = len(history.series(keys.train_loss)[0]) if keys.train_loss else 0
