@@ -11,6 +11,7 @@ quiet trigger the question instead.
 
 from __future__ import annotations
 
+import logging
 import resource
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.logs import stream_logger
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
@@ -54,6 +56,7 @@ class Sidecar:
         self.clock = clock
         self.sleep = sleep
         self.state = SidecarState.load(settings.state_file)
+        self.log = stream_logger("sidecar", out)
         self.calls = CountedScheduler(scheduler) if scheduler is not None else None
         self.scheduler: Any = self.calls  # every scheduler call the sidecar makes goes through the count
         self.sources = SourceSet(settings, self.scheduler)
@@ -65,6 +68,10 @@ class Sidecar:
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
 
+    def _diag(self, text: str, level: int = logging.INFO) -> None:
+        """A diagnostic line (not a report block) through logging, in the one format of core/logs.py."""
+        self.log.log(level, text.removeprefix("sidecar: ").rstrip("\n"))
+
     def emit(self, text: str) -> None:
         self.out.write(text)
         self.out.flush()
@@ -74,12 +81,12 @@ class Sidecar:
         now = self.clock()
         if self.state.finished:
             # a requeue after the end: say so in one line; the FINAL_SUMMARY was printed once already
-            self.emit(f"sidecar: this run was already finished by an earlier sidecar ({self.state.last_decision} "
+            self._diag(f"sidecar: this run was already finished by an earlier sidecar ({self.state.last_decision} "
                       f"{self.state.last_reason} at step {self.state.last_step}); nothing to do\n")
             return False
         if self.state.started_at:
             self.state.restarts += 1
-            self.emit(f"sidecar: resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
+            self._diag(f"sidecar: resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
         else:
             self.state.started_at = now
             self.state.full_interval_s = self.settings.full_interval_s
@@ -119,7 +126,7 @@ class Sidecar:
             new_points = 0
             self._poll_failed("reading the metrics", exc)
         if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
-            self.emit(f"sidecar: {'; '.join(self.sources.notes)}\n")
+            self._diag(f"sidecar: {'; '.join(self.sources.notes)}\n")
             self.sources.notes = []
         if new_points:
             self.state.last_new_data_at = now
@@ -166,8 +173,8 @@ class Sidecar:
         repeated = text == self.state.last_poll_error
         self.state.last_poll_error = text
         if not repeated or self.state.poll_errors % 10 == 0:
-            self.emit(f"sidecar: {doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
-                      f"the watch goes on ({self.state.poll_errors} failed poll step(s) so far)\n")
+            self._diag(f"sidecar: {doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
+                      f"the watch goes on ({self.state.poll_errors} failed poll step(s) so far)\n", logging.WARNING)
         return text
 
     def _record_tracker_run(self) -> None:
@@ -190,7 +197,7 @@ class Sidecar:
         try:
             update_record(run_json.parent, record_tracker)
         except OSError as exc:
-            self.emit(f"sidecar: could not record the W&B run in {run_json}: {exc}\n")
+            self._diag(f"sidecar: could not record the W&B run in {run_json}: {exc}\n", logging.WARNING)
 
     def _judge(self, now: float) -> Verdict:
         live = self.settings.job_id is not None and self.job_state is not JobState.UNKNOWN and not self.job_state.is_terminal
@@ -221,10 +228,10 @@ class Sidecar:
         except GuardedError:
             self.job_state = JobState.UNKNOWN
         if self.job_state is JobState.UNKNOWN and self.state.last_job_state != JobState.UNKNOWN.value:
-            self.emit(f"sidecar: the scheduler could not tell the state of job {self.settings.job_id} "
-                      "(controller down or restarting?); carrying on, nothing is stopped for that\n")
+            self._diag(f"sidecar: the scheduler could not tell the state of job {self.settings.job_id} "
+                      "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
         elif self.job_state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
-            self.emit(f"sidecar: the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
+            self._diag(f"sidecar: the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
         self.state.last_job_state = self.job_state.value
         if cheap:
             self.state.last_job_poll_at = now
@@ -277,7 +284,7 @@ class Sidecar:
         self.state.peak_rss_mb = round(_peak_rss_mb(), 1)
         self.state.cpu_seconds = round(self.state.cpu_seconds + cpu, 3)
         self.state.scheduler_calls += self.calls.count if self.calls is not None else 0
-        self.emit(f"sidecar: resources: peak RSS {self.state.peak_rss_mb:.1f} MB, CPU {cpu:.2f} s over {polls} "
+        self._diag(f"sidecar: resources: peak RSS {self.state.peak_rss_mb:.1f} MB, CPU {cpu:.2f} s over {polls} "
                   f"polls ({1000 * cpu / polls:.1f} ms/poll), {self.calls.count if self.calls else 0} scheduler "
                   "calls by this process\n")
         try:
@@ -317,7 +324,7 @@ class Sidecar:
             self.state.save(self.settings.state_file)
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
                                stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
-        self.emit(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
+        self._diag(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
         evidence_path, plot_path = None, None
@@ -333,7 +340,7 @@ class Sidecar:
             )
             evidence_path, plot_path = str(bundle.json_path), bundle.plot_path
         except Exception as exc:  # noqa: BLE001 - the run is stopped already; say what went wrong
-            self.emit(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n")
+            self._diag(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n", logging.WARNING)
         note_detail = "not configured"
         if self.settings.notes_path is not None:
             note = (
