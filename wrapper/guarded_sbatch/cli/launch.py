@@ -144,18 +144,13 @@ def _script_text(script: Path) -> str:
 
 def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler, *,
             keep_script: bool = False) -> int:
-    from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
+    from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
     from guarded_sbatch.scheduler.base import SubmitRequest
 
     guard = launch.guard_options
     parsable = any(o.name == "parsable" for o in launch.parsed_options)
     sidecar_config = config.sidecar
-    resources = SidecarResources(
-        cpus=sidecar_config.cpus, mem=sidecar_config.mem, partition=sidecar_config.partition or None,
-        account=sidecar_config.account or None, qos=sidecar_config.qos or None,
-        time_limit=sidecar_config.time or None, template=sidecar_config.template,
-        template_dirs=tuple(config.template_dirs),
-    )
+    resources = resources_from_config(config)
     cwd = Path.cwd()
     sidecar = SidecarOptions(
         tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),

@@ -25,19 +25,8 @@ def state_dir() -> Path:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            # one encoding for NaN/Infinity everywhere (core/jsonnum.py)
-            json.dump(json_safe(data), handle, indent=2, sort_keys=True, default=str, allow_nan=False)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    # one encoding for NaN/Infinity everywhere (core/jsonnum.py)
+    write_private(path, json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
 
 
 MAX_JSON_BYTES = 16 * 1024 * 1024
@@ -128,13 +117,6 @@ def read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text to path through a temporary file in the same folder and an atomic rename."""
+    """Write text to path (its folder created) through a temporary file and an atomic rename; mode 0600."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_private(path, text)

@@ -40,7 +40,7 @@ from guarded_sbatch.core.registry import create_run
 from guarded_sbatch.launch.checks.run_name import name_problem
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
-from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, render_sidecar_script
+from guarded_sbatch.launch.submit import SidecarOptions, render_sidecar_script, resources_from_config
 from guarded_sbatch.launch.templates import check_run_name, load_template
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
@@ -214,12 +214,7 @@ class GuardedExecutor(submitit.AutoExecutor):
                sidecar_scheduler: Scheduler) -> None:
         """Record the run and submit its sidecar; the job is already queued, so a failure says it runs unguarded."""
         job_settings = config.sidecar
-        resources = SidecarResources(
-            cpus=job_settings.cpus, mem=job_settings.mem, partition=job_settings.partition or None,
-            account=job_settings.account or None, qos=job_settings.qos or None,
-            time_limit=job_settings.time or None, template=job_settings.template,
-            template_dirs=tuple(config.template_dirs),
-        )
+        resources = resources_from_config(config)
         stdout = Path(job.paths.stdout)
         logs = (self.guard_log_path,) if self.guard_log_path else (stdout,)
         options = SidecarOptions(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.core.config import SidecarJobSettings
+from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
 from guarded_sbatch.launch.templates import check_run_name, load_template, render_template
@@ -44,6 +44,16 @@ class SidecarResources:
     time_limit: str | None = None
     template: str = "sidecar.sbatch"
     template_dirs: tuple[Path, ...] = ()
+
+
+def resources_from_config(config: Config) -> SidecarResources:
+    """The sidecar job's resources as the site and user config set them."""
+    job = config.sidecar
+    return SidecarResources(
+        cpus=job.cpus, mem=job.mem, partition=job.partition or None, account=job.account or None,
+        qos=job.qos or None, time_limit=job.time or None, template=job.template,
+        template_dirs=tuple(config.template_dirs),
+    )
 
 
 @dataclass(frozen=True)
