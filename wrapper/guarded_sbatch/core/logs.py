@@ -35,6 +35,3 @@ def stream_logger(name: str, stream: TextIO, prefix: str = "sidecar") -> logging
     return logger
 
 
-def close_logger(logger: logging.Logger) -> None:
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)

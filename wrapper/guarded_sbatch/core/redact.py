@@ -51,9 +51,6 @@ _SECRET_ASSIGN = re.compile(
 )
 
 
-def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    return list(_secret_values(_env_key(environ)))
-
 
 def _env_key(environ: dict[str, str] | None) -> frozenset[tuple[str | bytes, str | bytes]]:
     if environ is None:

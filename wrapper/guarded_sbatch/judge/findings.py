@@ -33,13 +33,6 @@ class Finding:
         return cls(Decision.WAIT, reason, message, tuple(anomalies))
 
 
-def robust_center_scale(values: np.ndarray, relative_floor: float) -> tuple[float, float]:
-    """Median and a robust sigma (1.4826 x MAD), never below relative_floor x |median|."""
-    median = float(np.median(values))
-    mad = float(np.median(np.abs(values - median)))
-    sigma = max(MAD_TO_SIGMA * mad, relative_floor * abs(median), 1e-12)
-    return median, sigma
-
 
 def typical_spacing(steps: np.ndarray) -> float:
     """Median distance in steps between logged points (1 when unknown)."""

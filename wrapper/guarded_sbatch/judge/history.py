@@ -226,16 +226,6 @@ class MetricHistory:
         series = self._series.get(key)
         return None if series is None else series.value_at(step)
 
-    def values_at(self, key: str, steps: np.ndarray) -> np.ndarray:
-        """The values of `key` at each of `steps` (NaN where it has no point there)."""
-        out = np.full(len(steps), np.nan)
-        series = self._series.get(key)
-        if series is None or series.n == 0 or not len(steps):
-            return out
-        index = np.minimum(np.searchsorted(series.steps, steps), series.n - 1)
-        found = series.steps[index] == steps
-        out[found] = series.values[index[found]]
-        return out
 
     def stats_cache(self, key: str, label: str) -> dict[str, Any]:
         """A scratch dict kept with `key`'s series, for the checks' incremental statistics. What is

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import time
@@ -267,5 +266,3 @@ def format_report(report: PreflightReport, *, color: bool, launching: bool = Fal
     return "\n".join(lines)
 
 
-def report_json_text(report: PreflightReport) -> str:
-    return json.dumps(report.to_json(), indent=2, sort_keys=False)

@@ -89,9 +89,6 @@ def scan(folder: Path, *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIM
     return found
 
 
-def _newest(paths: list[Path]) -> Path:
-    return max(paths, key=modified_at)
-
 
 def modified_at(path: Path) -> float:
     try:

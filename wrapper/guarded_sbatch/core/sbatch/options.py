@@ -116,10 +116,6 @@ def effective_options(
     return EffectiveOptions(values)
 
 
-def _digits(text: str) -> bool:
-    """ASCII digits only (str.isdigit also takes '²' and '٣'), and few enough to be a real limit."""
-    return text.isascii() and text.isdigit() and len(text) <= 12
-
 
 def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     """Slurm's --time grammar (sbatch_values.parse_time_limit): seconds as Slurm stores them; None = no limit."""

@@ -162,17 +162,3 @@ def _dollar(line: str, position: int, known: Mapping[str, str]) -> tuple[int, st
     return match.end(), match.group(0), True
 
 
-def strip_comment(text: str) -> str:
-    """The text before an unquoted `#` that starts a word (bash's comment rule)."""
-    quote = ""
-    previous = " "
-    for index, char in enumerate(text):
-        if quote:
-            if char == quote and not (quote == '"' and previous == "\\"):
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and previous in " \t":
-            return text[:index]
-        previous = char
-    return text
