@@ -104,6 +104,8 @@ def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> 
             command = "guarded-sbatch check" if check_only else "guarded-sbatch"
             raise UsageError(f"{name} comes after the script {script}, so it would be one of the script's own "
                              f"arguments (as in sbatch); put it before the script: `{command} {name} ... {script}`")
+
+
 def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
     from guarded_sbatch.scheduler.base import SubmitRequest
 
@@ -232,6 +234,8 @@ def audit_launch(config: Config, record: RunRecord, report: PreflightReport) -> 
     for problem in filter(None, problems):
         print(f"guarded-sbatch: warning: the site's audit record was not written ({problem}); "
               "your job runs anyway", file=sys.stderr)
+
+
 def _own_files_since(run_name: str | None, cwd: Path, *, restart: bool) -> float:
     """Files created before this are not the run's own: its submission, or for a restart the start of the
     run it continues (a restart keeps reading its own folder)."""

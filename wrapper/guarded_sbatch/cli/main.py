@@ -65,6 +65,7 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 {ExitCode.help_text()}
 """
 
+
 @dataclass(frozen=True)
 class Command:
     """A subcommand: where its handler lives (imported only when it runs) and, for those without an

@@ -264,6 +264,8 @@ def _anywhere_settings(args: object) -> dict[str, Any]:
         "stop_target": getattr(args, "stop_target", None),
         "stop_grace_s": getattr(args, "stop_grace", 30.0),
     }
+
+
 def run_shared_monitor(argv: list[str]) -> int:
     """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.monitor)."""
     import os

@@ -93,4 +93,3 @@ def audit_bypass(args: list[str], why: str) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
-

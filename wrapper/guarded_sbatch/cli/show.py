@@ -202,5 +202,3 @@ def write_png(view: dict[str, Any], path: Path) -> None:
             plot_in_subprocess(Path(folder), path, view["series"], verdict)
         except RuntimeError as exc:
             raise UsageError(f"could not write {path}: {exc}") from None
-
-

@@ -33,5 +33,3 @@ def stream_logger(name: str, stream: TextIO, prefix: str = "sidecar") -> logging
     handler.setFormatter(_Format(prefix))
     logger.addHandler(handler)
     return logger
-
-

@@ -99,6 +99,8 @@ def split_crash_key(key: str) -> tuple[str, str] | None:
         return None
     exception, _, evidence = key[len(CRASH_KEY_PREFIX) :].partition(_CRASH_SEPARATOR)
     return exception, evidence
+
+
 # Steps the judge handles: within ±2**53, so step differences never overflow int64 and every step is
 # exact as a float too. Anything beyond (a 20-digit step, int64's extremes) is dropped with a note.
 STEP_MIN = -(2**53)

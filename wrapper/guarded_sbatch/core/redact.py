@@ -51,7 +51,6 @@ _SECRET_ASSIGN = re.compile(
 )
 
 
-
 def _env_key(environ: dict[str, str] | None) -> frozenset[tuple[str | bytes, str | bytes]]:
     if environ is None:
         # os.environ's raw bytes (their hashes are cached): iterating os.environ decodes every item

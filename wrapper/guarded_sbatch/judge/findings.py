@@ -33,7 +33,6 @@ class Finding:
         return cls(Decision.WAIT, reason, message, tuple(anomalies))
 
 
-
 def typical_spacing(steps: np.ndarray) -> float:
     """Median distance in steps between logged points (1 when unknown)."""
     if len(steps) < 2:

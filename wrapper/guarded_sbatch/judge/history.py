@@ -226,7 +226,6 @@ class MetricHistory:
         series = self._series.get(key)
         return None if series is None else series.value_at(step)
 
-
     def stats_cache(self, key: str, label: str) -> dict[str, Any]:
         """A scratch dict kept with `key`'s series, for the checks' incremental statistics. What is
         kept there must check itself against the data it is used with (the series may be thinned)."""

@@ -264,5 +264,3 @@ def format_report(report: PreflightReport, *, color: bool, launching: bool = Fal
             lines.append(f"Clear to launch{waivers}. To submit it, run:")
             lines.extend(["```", report.launch_command, "```"])
     return "\n".join(lines)
-
-

@@ -69,4 +69,3 @@ def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOp
     path = folder / "monitor.sbatch"
     path.write_text(script, encoding="utf-8")
     return scheduler.submit(SubmitRequest(script=path, sbatch_options=(), workdir=folder))
-

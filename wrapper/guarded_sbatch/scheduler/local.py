@@ -28,6 +28,7 @@ from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script
 import fcntl
 
+
 @dataclass(frozen=True)
 class LocalOptions:
     job_name: str

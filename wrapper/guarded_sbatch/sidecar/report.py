@@ -12,7 +12,6 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.timefmt import local_timestamp
 
 
-
 @dataclass(frozen=True)
 class CheckReport:
     when: float
@@ -42,7 +41,6 @@ class CheckReport:
             f"- Next check: {self._next_check()}",
         ]
         return redact("\n".join(lines)) + "\n"
-
 
     def _next_check(self) -> str:
         if not self.next_check:

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from guarded_sbatch.sources.base import MetricSource
 
 
-
 class SourceSet:
     def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None) -> None:
         self.settings = settings

@@ -34,6 +34,7 @@ from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 __all__ = ["MARKER", "MARKER_PREFIX", "PREFLIGHT", "SIDECAR", "MarkingScheduler", "comment_with_marker", "is_guarded",
            "marker_in", "marker_text", "script_digest", "strip_marker", "user_comment"]
 
+
 def user_comment(command_line: tuple[ParsedOption, ...], script_text: str, script_path: Path) -> str | None:
     """The comment sbatch would use: the last --comment on the command line, else the script's #SBATCH one."""
     for option in reversed(command_line):

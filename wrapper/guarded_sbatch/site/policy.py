@@ -141,4 +141,3 @@ def render_lua_policy(policy: EnforcementPolicy) -> str:
         "}",
         "",
     ])
-

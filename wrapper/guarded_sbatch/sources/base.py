@@ -30,4 +30,3 @@ class SourceError(GuardedError):
 
     exit_code = ExitCode.USAGE
     missing = False  # True: the source is not there (yet); False: it is there and cannot be read
-

@@ -89,7 +89,6 @@ def scan(folder: Path, *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIM
     return found
 
 
-
 def modified_at(path: Path) -> float:
     try:
         return path.stat().st_mtime

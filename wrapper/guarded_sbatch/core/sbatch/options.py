@@ -116,7 +116,6 @@ def effective_options(
     return EffectiveOptions(values)
 
 
-
 def parse_time_limit(text: str, *, where: str = "--time") -> int | None:
     """Slurm's --time grammar (sbatch_values.parse_time_limit): seconds as Slurm stores them; None = no limit."""
     return _parse_time_limit(text, where=where)

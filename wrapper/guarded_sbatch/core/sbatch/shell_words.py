@@ -160,5 +160,3 @@ def _dollar(line: str, position: int, known: Mapping[str, str]) -> tuple[int, st
     if name in known:
         return match.end(), known[name], False
     return match.end(), match.group(0), True
-
-
