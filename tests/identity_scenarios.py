@@ -172,13 +172,13 @@ def requeued_run_keeps_its_own(tmp_path: Path, scheduler: Any) -> None:
     job_id, record, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-requeued", "train.sh",
                                "--logdir", "runs/requeued", "--wandb", "--steps", "700")
     own_wandb = record["sources"]["wandb_run_id"]
-    wait_for(lambda: _seen_steps(project, job_id, 50), 120, 1, "the sidecar to read the first steps")
+    wait_for(lambda: _seen_steps(project, job_id, 50), 300, 1, "the sidecar to read the first steps")
     subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
     neighbour_env = {k: v for k, v in project.env.items() if k != "WANDB_RUN_ID"}
     subprocess.run([sys.executable, "train.py", "--config", CONFIG, "--logdir", "runs/neighbour", "--wandb",
                     "--steps", "300", "--step-seconds", "0", "--diverge-at", "20"], cwd=project.root,
                    env=neighbour_env, check=True, capture_output=True, timeout=120)
-    state, output = wait_ended(project, scheduler, job_id, timeout=300)
+    state, output = wait_ended(project, scheduler, job_id, timeout=600)
     assert state is JobState.COMPLETED, output
     assert "Decision: STOP" not in output and "neighbour" not in output
     events = sorted((project.root / "runs" / "requeued").glob("events.out.tfevents.*"))
@@ -196,7 +196,7 @@ def restarted_run_keeps_its_own(tmp_path: Path, backend: str, scheduler: Any) ->
     train_here(project, "--logdir", "runs/neighbour", "--steps", "100", "--step-seconds", "0", "--diverge-at", "20")
     job_id, record, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-restarted", "train.sh",
                                "--logdir", "runs/restarted", "--wandb", "--steps", "3000")
-    wait_for(lambda: _seen_steps(project, job_id, 50), 120, 1, "the sidecar to read the first steps")
+    wait_for(lambda: _seen_steps(project, job_id, 50), 300, 1, "the sidecar to read the first steps")
     restarted = project.cli("restart", record["run_id"], "--yes", timeout=240)
     assert restarted.returncode == 0, restarted.stderr
     new = [json.loads(p.read_text()) for p in (project.state_dir / "runs").glob("*/run.json")]
@@ -204,8 +204,8 @@ def restarted_run_keeps_its_own(tmp_path: Path, backend: str, scheduler: Any) ->
     new_id = new_record["job_id"]
     assert new_record["sources"]["since"] == record["sources"]["since"]  # the run's own files go on
     assert new_record["sources"]["wandb_run_id"] != record["sources"]["wandb_run_id"]  # the old one was deleted
-    wait_for(lambda: _seen_steps(project, new_id, 50), 120, 1, "the new sidecar to read steps")
-    wait_for(lambda: len(list((project.root / "runs" / "restarted").glob("events.*"))) == 2, 30, 1, "a second event file")
+    wait_for(lambda: _seen_steps(project, new_id, 50), 300, 1, "the new sidecar to read steps")
+    wait_for(lambda: len(list((project.root / "runs" / "restarted").glob("events.*"))) == 2, 90, 1, "a second event file")
     output = project.sidecar_output(new_id)
     assert "neighbour" not in output and "Decision: STOP" not in output
     killed = project.cli("kill", new_record["run_id"], "--yes", timeout=180)
