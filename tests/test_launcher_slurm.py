@@ -5,6 +5,8 @@ across the requeue without a STOP."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import os
 import re
 import shutil
@@ -14,6 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from conftest import require
 
 from e2e_helpers import Project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.base import JobState
@@ -28,12 +32,7 @@ JOB_SHAPE = ["--ntasks", "1", "--cpus-per-task", "1", "--mem", "2G"]
 
 @pytest.fixture
 def slurm(slurm_cluster: None, tmp_path: Path) -> SlurmScheduler:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI") == "true":
-            pytest.fail("torch is missing under CI=true: scripts/test installs the torch extra")
-        pytest.skip("torch not installed (pip install -e '.[torch]')")
+    require(importlib.util.find_spec("torch") is not None, "torch not installed (scripts/test installs the torch extra)")
     return SlurmScheduler(state_dir=tmp_path / "test-slurm-cache")
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from e2e_helpers import make_project, submitted_job_id
 from guarded_sbatch.site.policy import policy_from_table, render_lua_policy
-from test_site_helpers import PLUGINS, REPO, cancel, scontrol_text, unique_name
+from test_site_helpers import PLUGINS, REPO, cancel, require, scontrol_text, unique_name
 
 pytestmark = pytest.mark.slurm
 REAL_SBATCH = "/usr/bin/sbatch"
@@ -67,10 +67,7 @@ def _dev_slurm_up(extra_env: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def plugins(slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plugins]:
-    if os.geteuid() != 0:
-        if os.environ.get("CI") == "true":
-            pytest.fail("switching the dev Slurm's plugins needs root, and CI runs as root")
-        pytest.skip("switching the dev Slurm's plugins needs root (scripts/dev-slurm up)")
+    require(os.geteuid() == 0, "switching the dev Slurm's plugins needs root (scripts/dev-slurm up)")
     state = Plugins(tmp_path_factory.mktemp("site-plugins"))
     try:
         yield state

@@ -27,12 +27,15 @@ from guarded_sbatch.sources.registry import flagged_kinds
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 
 
+CLASSIC_FLAGS = ("--tb", "--wandb", "--log")  # flags with settings fields of their own (tb_paths, wandb_paths, log_paths)
+
+
 def _add_source_flags(parser: ArgumentParser) -> None:
     parser.add_argument("--tb", action="append", type=Path, default=[], help="TensorBoard event folder or file")
     parser.add_argument("--wandb", action="append", type=Path, default=[], help="W&B run folder or .wandb file")
     parser.add_argument("--log", action="append", type=Path, default=[], help="a text log of the run")
     for kind in flagged_kinds():  # every other kind in sources/registry.py gets its flag here
-        if kind.flag and kind.flag not in ("--tb", "--wandb", "--log"):
+        if kind.flag and kind.flag not in CLASSIC_FLAGS:
             parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
                                 help=kind.help)
     parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
@@ -293,4 +296,4 @@ def run_shared_monitor(argv: list[str]) -> int:
 def _other_sources(args: object) -> dict[str, list[Path]]:
     """Paths given with the flags of the registry's other kinds (--mlflow, --csv, kinds added by register())."""
     return {kind.name: list(getattr(args, f"source_{kind.name}", [])) for kind in flagged_kinds()
-            if kind.flag not in ("--tb", "--wandb", "--log")}
+            if kind.flag not in CLASSIC_FLAGS}

@@ -78,13 +78,6 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "SIDECAR_EXTRA_SBATCH": ("#SBATCH lines of a checked partition/account/qos/time", _sbatch_lines),
     "PYTHON": ("a quoted command", _shell_words),
     "SIDECAR_ARGS": ("quoted arguments", _shell_words),
-    "MONITOR_ARGS": ("quoted arguments", _shell_words),
-    "MONITOR_DIR": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
-    "MONITOR_OUTPUT": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
-    "MONITOR_JOB_NAME": (
-        "a job name (letters, digits, . _ + = @ -)",
-        lambda v: re.fullmatch(r"[A-Za-z0-9._+=@-]{1,128}", v) is not None,
-    ),
     "LAUNCHER": ("a quoted command", _shell_words),
     "LAUNCHER_ARGS": ("quoted arguments", _shell_words),
     "SIGNAL_MARGIN_SECONDS": ("a number of seconds", lambda v: _COUNT.fullmatch(v) is not None),
@@ -95,6 +88,9 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "SRUN": ("the srun prefix", lambda v: v in ("", "srun --kill-on-bad-exit=1 ")),
     "SRUN_NOTE": ("a note", lambda v: re.fullmatch(r"[A-Za-z0-9 ,()]{0,80}", v) is not None),
 }
+# the shared monitor's script takes the same kinds of values as the sidecar's
+VALIDATORS.update(MONITOR_DIR=VALIDATORS["SIDECAR_OUTPUT"], MONITOR_OUTPUT=VALIDATORS["SIDECAR_OUTPUT"],
+                  MONITOR_JOB_NAME=VALIDATORS["SIDECAR_JOB_NAME"], MONITOR_ARGS=VALIDATORS["SIDECAR_ARGS"])
 
 
 def check_value(name: str, value: object) -> str:

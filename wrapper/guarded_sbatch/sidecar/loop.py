@@ -70,7 +70,7 @@ class Sidecar:
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
         """A diagnostic line (not a report block) through logging, in the one format of core/logs.py."""
-        self.log.log(level, text.removeprefix("sidecar: ").rstrip("\n"))
+        self.log.log(level, text.rstrip("\n"))
 
     def emit(self, text: str) -> None:
         self.out.write(text)
@@ -81,12 +81,12 @@ class Sidecar:
         now = self.clock()
         if self.state.finished:
             # a requeue after the end: say so in one line; the FINAL_SUMMARY was printed once already
-            self._diag(f"sidecar: this run was already finished by an earlier sidecar ({self.state.last_decision} "
+            self._diag(f"this run was already finished by an earlier sidecar ({self.state.last_decision} "
                       f"{self.state.last_reason} at step {self.state.last_step}); nothing to do\n")
             return False
         if self.state.started_at:
             self.state.restarts += 1
-            self._diag(f"sidecar: resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
+            self._diag(f"resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
         else:
             self.state.started_at = now
             self.state.full_interval_s = self.settings.full_interval_s
@@ -126,7 +126,7 @@ class Sidecar:
             new_points = 0
             self._poll_failed("reading the metrics", exc)
         if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
-            self._diag(f"sidecar: {'; '.join(self.sources.notes)}\n")
+            self._diag(f"{'; '.join(self.sources.notes)}\n")
             self.sources.notes = []
         if new_points:
             self.state.last_new_data_at = now
@@ -173,7 +173,7 @@ class Sidecar:
         repeated = text == self.state.last_poll_error
         self.state.last_poll_error = text
         if not repeated or self.state.poll_errors % 10 == 0:
-            self._diag(f"sidecar: {doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
+            self._diag(f"{doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
                       f"the watch goes on ({self.state.poll_errors} failed poll step(s) so far)\n", logging.WARNING)
         return text
 
@@ -197,7 +197,7 @@ class Sidecar:
         try:
             update_record(run_json.parent, record_tracker)
         except OSError as exc:
-            self._diag(f"sidecar: could not record the W&B run in {run_json}: {exc}\n", logging.WARNING)
+            self._diag(f"could not record the W&B run in {run_json}: {exc}\n", logging.WARNING)
 
     def _judge(self, now: float) -> Verdict:
         live = self.settings.job_id is not None and self.job_state is not JobState.UNKNOWN and not self.job_state.is_terminal
@@ -228,10 +228,10 @@ class Sidecar:
         except GuardedError:
             self.job_state = JobState.UNKNOWN
         if self.job_state is JobState.UNKNOWN and self.state.last_job_state != JobState.UNKNOWN.value:
-            self._diag(f"sidecar: the scheduler could not tell the state of job {self.settings.job_id} "
+            self._diag(f"the scheduler could not tell the state of job {self.settings.job_id} "
                       "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
         elif self.job_state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
-            self._diag(f"sidecar: the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
+            self._diag(f"the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
         self.state.last_job_state = self.job_state.value
         if cheap:
             self.state.last_job_poll_at = now
@@ -284,7 +284,7 @@ class Sidecar:
         self.state.peak_rss_mb = round(_peak_rss_mb(), 1)
         self.state.cpu_seconds = round(self.state.cpu_seconds + cpu, 3)
         self.state.scheduler_calls += self.calls.count if self.calls is not None else 0
-        self._diag(f"sidecar: resources: peak RSS {self.state.peak_rss_mb:.1f} MB, CPU {cpu:.2f} s over {polls} "
+        self._diag(f"resources: peak RSS {self.state.peak_rss_mb:.1f} MB, CPU {cpu:.2f} s over {polls} "
                   f"polls ({1000 * cpu / polls:.1f} ms/poll), {self.calls.count if self.calls else 0} scheduler "
                   "calls by this process\n")
         try:
@@ -324,7 +324,7 @@ class Sidecar:
             self.state.save(self.settings.state_file)
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
                                stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
-        self._diag(f"sidecar: stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
+        self._diag(f"stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         history = self.sources.history()
         series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
         evidence_path, plot_path = None, None
@@ -340,7 +340,7 @@ class Sidecar:
             )
             evidence_path, plot_path = str(bundle.json_path), bundle.plot_path
         except Exception as exc:  # noqa: BLE001 - the run is stopped already; say what went wrong
-            self._diag(f"sidecar: could not write evidence to {self.settings.evidence_dir}: {exc}\n", logging.WARNING)
+            self._diag(f"could not write evidence to {self.settings.evidence_dir}: {exc}\n", logging.WARNING)
         note_detail = "not configured"
         if self.settings.notes_path is not None:
             note = (
