@@ -48,3 +48,11 @@ def require(available: bool, why: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"missing under CI=true: {why}")
     pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_wandb_service() -> object:
+    """A test that calls wandb.init in-process leaves its service token in os.environ; without this every later
+    subprocess (trainers under Slurm included) would join that test's wandb service."""
+    yield
+    os.environ.pop("WANDB_SERVICE", None)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.base import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
@@ -120,3 +120,18 @@ def test_status_shows_a_live_eta_from_the_observed_step_rate(tmp_path: Path) -> 
     table = project.cli("status", check=True).stdout
     assert job_id in table and row["eta"] in table
     _scheduler(project).cancel(job_id)
+
+
+def test_a_job_does_not_inherit_the_submitting_process_wandb_service(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wandb.init in the submitting process leaves WANDB_SERVICE behind; a job that joined that service would
+    be refused its own run id once requeued. Every other variable still reaches the job, as with sbatch."""
+    monkeypatch.setenv("WANDB_SERVICE", "3-4242-unix-/tmp/wandb-service.sock")
+    monkeypatch.setenv("GUARDED_TEST_FLAVOUR", "mint")
+    script = tmp_path / "job.sh"
+    script.write_text('#!/bin/bash\necho "service=${WANDB_SERVICE-unset} flavour=$GUARDED_TEST_FLAVOUR" > seen.txt\n')
+    scheduler = LocalScheduler(tmp_path / "local-jobs")
+    job_id = scheduler.submit(SubmitRequest(script=script, sbatch_options=("--output=/dev/null",), workdir=tmp_path))
+    wait_for(lambda: scheduler.state(job_id) is JobState.COMPLETED, 30, 0.1, "the job to finish")
+    assert (tmp_path / "seen.txt").read_text().strip() == "service=unset flavour=mint"

@@ -90,8 +90,11 @@ def test_submit_state_info_cancel_round_trip(slurm: SlurmScheduler, tmp_path: Pa
     slurm.cancel(job_id)  # cancelling an ended job is a no-op, not an error
 
 
-def test_script_args_env_and_exit_code(slurm: SlurmScheduler, tmp_path: Path) -> None:
-    script = write_script(tmp_path, 'echo "args=$1,$2 flavour=$GUARDED_TEST_FLAVOUR" > result.txt\nexit 3')
+def test_script_args_env_and_exit_code(slurm: SlurmScheduler, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A wandb.init in the submitting process (a notebook) leaves its service token; the job must not join it.
+    monkeypatch.setenv("WANDB_SERVICE", "3-4242-unix-/tmp/wandb-service.sock")
+    script = write_script(tmp_path, 'echo "args=$1,$2 flavour=$GUARDED_TEST_FLAVOUR service=${WANDB_SERVICE-unset}" '
+                                    '> result.txt\nexit 3')
     request = SubmitRequest(
         script=script,
         sbatch_options=("--output=/dev/null",),
@@ -101,7 +104,7 @@ def test_script_args_env_and_exit_code(slurm: SlurmScheduler, tmp_path: Path) ->
     )
     job_id = slurm.submit(request)
     wait_for("the job to fail", lambda: slurm.state(job_id) is JobState.FAILED, 30)
-    assert (tmp_path / "result.txt").read_text().strip() == "args=one,two words flavour=mint"
+    assert (tmp_path / "result.txt").read_text().strip() == "args=one,two words flavour=mint service=unset"
     assert slurm.info(job_id).exit_code == 3
 
 

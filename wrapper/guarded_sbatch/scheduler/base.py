@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -83,6 +84,18 @@ class SubmitRequest:
     script_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)  # added to the submitting environment
     workdir: Path | None = None  # where sbatch runs (default: the current folder)
+
+    def job_environment(self) -> dict[str, str]:
+        """The submitting environment plus `env`, less what names a process of the submitting session: a job
+        handed the W&B service token of a notebook or test process joins that process's wandb service, and a
+        requeued attempt is then refused its own run id ("run ID ... is in use")."""
+        merged = {**os.environ, **self.env}
+        for name in SESSION_BOUND_ENV:
+            merged.pop(name, None)
+        return merged
+
+
+SESSION_BOUND_ENV = ("WANDB_SERVICE",)
 
 
 @dataclass(frozen=True)

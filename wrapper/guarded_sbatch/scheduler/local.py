@@ -103,7 +103,7 @@ class LocalScheduler:
         base = Path(request.workdir or os.getcwd())
         script = request.script if request.script.is_absolute() else base / request.script
         parse_local_options(tuple(o for o in request.sbatch_options if o != "--test-only"), script,
-                            {**os.environ, **request.env})  # the same errors a real submission would give
+                            request.job_environment())  # the same errors a real submission would give
         start = time.strftime("%Y-%m-%dT%H:%M:%S")
         return (f"sbatch: Job {self._peek_next_id()} to start at {start} using 1 processors on nodes "
                 f"{socket.gethostname().split('.')[0]} in partition local")
@@ -119,7 +119,7 @@ class LocalScheduler:
             raise UsageError("--test-only creates no job; use LocalScheduler.test_only")
         base = Path(request.workdir or os.getcwd())
         script = request.script if request.script.is_absolute() else base / request.script
-        options = parse_local_options(request.sbatch_options, script, {**os.environ, **request.env})
+        options = parse_local_options(request.sbatch_options, script, request.job_environment())
         workdir = (base / options.chdir) if options.chdir else base
         if not workdir.is_dir():
             raise UsageError(f"working folder {workdir} does not exist; create it or fix --chdir")
@@ -158,7 +158,7 @@ class LocalScheduler:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "guarded_sbatch.scheduler.local_supervisor", str(folder)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env={**os.environ, **request.env, ARGV_ENV: json.dumps(argv)},
+                env={**request.job_environment(), ARGV_ENV: json.dumps(argv)},
             )
         except OSError as exc:
             raise SchedulerError(f"cannot start the local job supervisor: {exc}") from None

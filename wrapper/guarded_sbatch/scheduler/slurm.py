@@ -293,7 +293,7 @@ class SlurmScheduler:
 
     @staticmethod
     def _submit_env(request: SubmitRequest) -> dict[str, str]:
-        return {**os.environ, **request.env}
+        return request.job_environment()
 
     @staticmethod
     def _query_env() -> dict[str, str]:
