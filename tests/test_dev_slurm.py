@@ -16,7 +16,7 @@ from guarded_sbatch.core.runner import CommandResult, run_command
 from guarded_sbatch.scheduler.base import SubmitRequest
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_SLURM = REPO / "scripts" / "dev-slurm"

@@ -70,6 +70,7 @@ def test_rejected_option_shows_sbatchs_own_message(slurm: SlurmScheduler, tmp_pa
     assert len(errors) == 1 and "invalid partition" in errors[0].lower() and "Traceback" not in result.stderr
 
 
+@pytest.mark.serial
 def test_slurmctld_down_gives_one_clear_line(slurm: SlurmScheduler, tmp_path: Path) -> None:
     import subprocess
 

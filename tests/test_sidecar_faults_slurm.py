@@ -53,6 +53,7 @@ def first_broken_wall_time(project: Project, from_step: int) -> float:
     return min(p.wall_time for p in points if p.key == "train/loss" and p.step >= from_step)
 
 
+@pytest.mark.serial
 def test_controller_restart_is_ridden_out_and_the_sidecar_still_ends_with_the_job(
     slurm: SlurmScheduler, tmp_path: Path
 ) -> None:

@@ -21,7 +21,7 @@ from e2e_helpers import make_project, submitted_job_id
 from guarded_sbatch.site.policy import policy_from_table, render_lua_policy
 from test_site_helpers import PLUGINS, REPO, cancel, require, scontrol_text, unique_name
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.serial]
 REAL_SBATCH = "/usr/bin/sbatch"
 HOW_TO = "module load guarded-sbatch; guarded-sbatch [options] script.sh"
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -108,11 +109,27 @@ def test_script_args_env_and_exit_code(slurm: SlurmScheduler, tmp_path: Path, mo
     assert slurm.info(job_id).exit_code == 3
 
 
+@pytest.mark.serial  # an idle node: jobs of other tests would move the estimate
 def test_estimate_start_is_near_now_on_an_idle_node(slurm: SlurmScheduler, tmp_path: Path) -> None:
     request = SubmitRequest(script=write_script(tmp_path, "true"), sbatch_options=("--time=5",), workdir=tmp_path)
     start = slurm.estimate_start(request)
     assert start is not None
     assert time.time() - 60 < start < time.time() + 24 * 3600
+
+
+def test_an_end_of_time_estimate_is_no_estimate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind running jobs without a time limit, sbatch --test-only answers with a start centuries away."""
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho 'sbatch: Job 7 to start at 17902372802 using 1 processors on nodes localhost "
+                    "in partition debug' >&2\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    request = SubmitRequest(script=write_script(tmp_path, "true"), workdir=tmp_path)
+    assert SlurmScheduler(state_dir=tmp_path / "state").estimate_start(request) is None
+    fake.write_text(f"#!/bin/sh\necho 'sbatch: Job 7 to start at {int(time.time()) + 600} using 1 processors' >&2\n")
+    start = SlurmScheduler(state_dir=tmp_path / "state").estimate_start(request)
+    assert start is not None and abs(start - (time.time() + 600)) < 60
 
 
 def test_dependency_after_starts_child_only_once_parent_runs(
@@ -142,6 +159,7 @@ def test_dependency_after_starts_child_only_once_parent_runs(
     assert parent_start is not None and child_start is not None and child_start >= parent_start
 
 
+@pytest.mark.serial
 def test_final_state_with_accounting_on_and_off_and_after_purge(slurm_cluster: None, tmp_path: Path) -> None:
     quick = write_script(tmp_path, "exit 0")
     failing = write_script(tmp_path, "exit 3", name="fail.sh")
@@ -192,6 +210,7 @@ def test_rejected_option_carries_sbatch_message(slurm: SlurmScheduler, tmp_path:
         slurm.estimate_start(SubmitRequest(script=script, sbatch_options=("-p", "no-such-partition"), workdir=tmp_path))
 
 
+@pytest.mark.serial
 def test_slurmctld_down_is_a_clear_error_and_unknown_state(slurm: SlurmScheduler, tmp_path: Path) -> None:
     script = write_script(tmp_path, "sleep 60")
     survivor = slurm.submit(SubmitRequest(script=script, sbatch_options=("--output=/dev/null",), workdir=tmp_path))

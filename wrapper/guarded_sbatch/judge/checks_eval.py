@@ -138,10 +138,11 @@ def check_lr_schedule(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
         )
     peak_so_far = np.maximum.accumulate(values)
     before, peak_before = values[:-1], peak_so_far[:-1]  # vectorized: a poll must not loop over the history
-    restarts = (np.nonzero(
-        (before > 0) & (before < peak_before / policy.lr_restart_ratio)
-        & (values[1:] >= policy.lr_restart_ratio * before)
-    )[0] + 1).tolist()
+    with np.errstate(over="ignore"):  # an LR near the float maximum: the product is inf, the comparison still right
+        restarts = (np.nonzero(
+            (before > 0) & (before < peak_before / policy.lr_restart_ratio)
+            & (values[1:] >= policy.lr_restart_ratio * before)
+        )[0] + 1).tolist()
     if restarts:
         i = restarts[-1]
         return Finding.note(

@@ -40,6 +40,9 @@ class SlurmUnreachableError(SchedulerUnreachableError):
     """slurmctld (or slurmdbd) did not answer."""
 
 
+_NO_ESTIMATE_BEYOND_S = 366 * 24 * 3600
+
+
 class SlurmScheduler:
     """Scheduler protocol over a real Slurm cluster."""
 
@@ -85,7 +88,10 @@ class SlurmScheduler:
             if is_unreachable(result.stderr):
                 return None
             raise SchedulerError(f"sbatch --test-only rejected the job: {error_lines(result.stderr, 'sbatch')}")
-        return parse_test_only_start(result.stderr + "\n" + result.stdout)
+        start = parse_test_only_start(result.stderr + "\n" + result.stdout)
+        if start is not None and start > time.time() + _NO_ESTIMATE_BEYOND_S:
+            return None  # running jobs without a time limit: Slurm answers with the end of time (year 2500+)
+        return start
 
     # --- questions about jobs ------------------------------------------------------------------------
 
