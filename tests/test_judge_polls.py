@@ -135,10 +135,14 @@ def test_cached_baselines_equal_a_fresh_computation() -> None:
 
     rng = np.random.default_rng(5)
     values = np.exp(rng.normal(size=700))
+    cache: dict[object, object] = {}
     for n in (10, 11, 250, 401, 402, 699, 700):  # a growing history reuses the rows of its prefix
-        grown = baseline.trailing_baselines(values[:n].copy(), 400, 0.01)
-    baseline._cache.clear()
+        grown = baseline.trailing_baselines(values[:n].copy(), 400, 0.01, cache)
     fresh = baseline.trailing_baselines(values.copy(), 400, 0.01)
+    changed = values.copy()
+    changed[3] += 1  # not a prefix any more (a thinned or merged series): computed again, not reused
+    np.testing.assert_array_equal(baseline.trailing_baselines(changed, 400, 0.01, cache)[1],
+                                  baseline.trailing_baselines(changed, 400, 0.01)[1])
     np.testing.assert_array_equal(grown[0], fresh[0])
     np.testing.assert_array_equal(grown[1], fresh[1])
     i = 500

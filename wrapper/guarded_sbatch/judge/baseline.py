@@ -10,13 +10,14 @@ spread sees the tail the MAD misses, and a long window keeps a calm stretch from
 ordinary noise is not mistaken for a spike.
 
 The baselines of point i depend only on the points before i, so a history that grew since the last
-call reuses the rows already computed (a small cache keyed by the values themselves): judging at
-every poll costs the new points only, and the answer is the same as computed from scratch.
+call reuses the rows already computed (a cache the caller keeps with the series, checked against the
+values themselves): judging at every poll costs the new points only, and the answer is the same as
+computed from scratch.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -27,44 +28,36 @@ MIN_BASELINE_POINTS = 8
 _Q_HI = 0.9
 _Q_HI_TO_SIGMA = 1.2816  # q90 - median of a normal distribution, in sigmas
 _BLOCK_VALUES = 1 << 18  # values per block of windows: 2 MB of float64 per temporary copy
-_CACHE_ENTRIES = 8
-
-_cache: OrderedDict[tuple[int, float, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+_WINDOWS_KEPT = 2  # the spike scan's window and the plateau check's, when they differ
 
 
-def trailing_baselines(values: np.ndarray, window_points: int, relative_floor: float) -> tuple[np.ndarray, np.ndarray]:
-    """Median and robust scale of the `window_points` values before each index (NaN where too few)."""
+def trailing_baselines(
+    values: np.ndarray, window_points: int, relative_floor: float, cache: dict[Any, Any] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Median and robust scale of the `window_points` values before each index (NaN where too few).
+    `cache` (the series' `stats_cache`, shared by the checks that look at that series) keeps the last
+    answer per window: when its values are a prefix of these, only the new rows are computed."""
     n = len(values)
-    cached = _lookup(values, window_points, relative_floor)
-    if cached is not None and len(cached[1]) == n:
-        return cached[1], cached[2]
-    start = 0 if cached is None else len(cached[1])
+    start = 0
     medians = np.full(n, np.nan)
     scales = np.full(n, np.nan)
-    if cached is not None:
-        medians[:start], scales[:start] = cached[1], cached[2]
+    params = (window_points, relative_floor)
+    entry = cache.get(params) if cache else None
+    if entry is not None:
+        seen, seen_medians, seen_scales = entry
+        m = len(seen)
+        if m <= n and np.array_equal(seen, values[:m], equal_nan=True):
+            if m == n:
+                return seen_medians, seen_scales
+            start = m
+            medians[:m], scales[:m] = seen_medians, seen_scales
     _fill(values, window_points, relative_floor, max(start, MIN_BASELINE_POINTS), medians, scales)
-    key = (window_points, relative_floor, id(values))
-    _cache.pop(key, None)
-    _cache[key] = (values.copy(), medians, scales)
-    while len(_cache) > _CACHE_ENTRIES:
-        _cache.popitem(last=False)
+    if cache is not None:
+        cache.pop(params, None)
+        cache[params] = (values.copy(), medians, scales)
+        while len(cache) > _WINDOWS_KEPT:
+            cache.pop(next(iter(cache)))
     return medians, scales
-
-
-def _lookup(values: np.ndarray, window_points: int, relative_floor: float) -> tuple[np.ndarray, ...] | None:
-    """The longest cached computation whose values are a prefix of these values."""
-    best = None
-    for key, entry in reversed(_cache.items()):
-        if key[0] != window_points or key[1] != relative_floor:
-            continue
-        old = entry[0]
-        m = len(old)
-        if m > len(values) or (best is not None and m <= len(best[0])):
-            continue
-        if m and np.array_equal(old, values[:m], equal_nan=True):
-            best = entry
-    return best
 
 
 def center_points(window_points: int) -> int:

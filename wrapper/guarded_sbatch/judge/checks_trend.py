@@ -19,6 +19,7 @@ history alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -59,18 +60,25 @@ def scan_episodes(
     policy: JudgePolicy,
     z: float,
     min_ratio: float,
+    baseline_cache: dict[Any, Any] | None = None,
+    episode_cache: dict[str, Any] | None = None,
 ) -> list[Episode]:
-    """The episodes of a series. With a `cache` the scan resumes where the last call on an unchanged
-    prefix of the same series ended (see trailing_baselines)."""
+    """The episodes of a series. With an `episode_cache` (a `stats_cache` of the series) the scan resumes after the
+    episodes that had ended at the last call, and an open episode's recovery search after the windows
+    already searched, as long as the finite points seen then are an unchanged prefix of these: a closed
+    episode depends only on the points up to its end, so the answer is the same as from scratch."""
     finite = np.isfinite(values)
     steps, values = steps[finite], values[finite]
-    medians, sigmas = trailing_baselines(values, window_points(steps, policy), policy.relative_noise_floor)
+    window = window_points(steps, policy)
+    medians, sigmas = trailing_baselines(values, window, policy.relative_noise_floor, baseline_cache)
     with np.errstate(invalid="ignore"):
         candidate = (values > medians + z * sigmas) & ((medians <= 0) | (values >= min_ratio * medians))
     starts = np.nonzero(candidate)[0]
     spacing = typical_spacing(steps)
-    episodes: list[Episode] = []
-    position = 0
+    k = int(max(_RECOVERY_POINTS, min(_RECOVERY_STEPS + 1, np.ceil(_RECOVERY_STEPS / spacing) + 1)))
+    params = (window, k, z, min_ratio, policy.relative_noise_floor)
+    closed, position, open_start, searched = _resume(episode_cache, params, steps, values)
+    episodes = list(closed)
     while True:
         later = starts[np.searchsorted(starts, position):]
         if len(later) == 0:
@@ -81,29 +89,58 @@ def scan_episodes(
         rest_v, rest_s = values[i + 1 :], steps[i + 1 :]
         # recovered at the first point where the median of the last ~20 steps of points is back under the
         # calm level: single heavy-tailed batches (tiny-batch noise) neither keep it open nor close it
-        k = int(max(_RECOVERY_POINTS, min(_RECOVERY_STEPS + 1, np.ceil(_RECOVERY_STEPS / spacing) + 1)))
-        end = None
-        if len(rest_v) >= k:
-            window_medians = np.median(sliding_window_view(rest_v, k), axis=1)
-            spans = rest_s[k - 1 :] - rest_s[0] >= _RECOVERY_STEPS
-            calm = np.nonzero((window_medians <= calm_level) & spans)[0]
-            if len(calm):
-                end = int(calm[0]) + k - 1  # index into rest
+        end = _first_calm(rest_v, rest_s, k, calm_level, searched if i == open_start else 0)
         segment = values[i : i + 2 + end] if end is not None else values[i:]
         with np.errstate(invalid="ignore"):
             elevated = (segment > threshold) & ((base <= 0) | (segment >= min_ratio * base))
         elevated[0] = True
         peak_at = int(np.argmax(np.where(elevated, segment, -np.inf)))
-        current = Episode(
+        episodes.append(Episode(
             int(steps[i]), base, sigma, float(segment[peak_at]),
             elevated_points=int(np.count_nonzero(elevated)), total_points=len(segment),
             end_step=int(rest_s[end]) if end is not None else None,
             recent=[float(v) for v in segment[-8:]], peak_step=int(steps[i + peak_at]),
             last_elevated=bool(elevated[-1]),
-        )
-        position = i + 2 + end if end is not None else len(values)
-        episodes.append(current)
+        ))
+        if end is None:
+            open_start, searched = i, max(0, len(rest_v) - k + 1)
+            break
+        position, open_start, searched = i + 2 + end, -1, 0
+    if episode_cache is not None:
+        episode_cache.clear()
+        episode_cache.update(params=params, steps=steps.copy(), values=values.copy(), position=position,
+                     closed=[e for e in episodes if e.end_step is not None], open_start=open_start,
+                     searched=searched)
     return episodes
+
+
+def _resume(cache: dict[str, Any] | None, params: tuple[Any, ...], steps: np.ndarray,
+            values: np.ndarray) -> tuple[list[Episode], int, int, int]:
+    """(closed episodes, where to look for the next one, the open episode's start, its windows searched)."""
+    if not cache or cache.get("params") != params:
+        return [], 0, -1, 0
+    seen_steps, seen_values = cache["steps"], cache["values"]
+    m = len(seen_values)
+    if m > len(values) or not (np.array_equal(seen_steps, steps[:m]) and np.array_equal(seen_values, values[:m])):
+        return [], 0, -1, 0
+    return cache["closed"], cache["position"], cache["open_start"], cache["searched"]
+
+
+def _first_calm(rest_v: np.ndarray, rest_s: np.ndarray, k: int, calm_level: float, begin: int) -> int | None:
+    """Index into `rest_v` of the point that closes the episode: the end of the first window of `k` points
+    (spanning the recovery steps) whose median is back under `calm_level`; windows before `begin` are known
+    not to. Searched in growing chunks, so an episode that recovers soon costs what its points cost."""
+    windows = len(rest_v) - k + 1
+    at, chunk = begin, 64
+    while at < windows:
+        stop = min(windows, at + chunk)
+        window_medians = np.median(sliding_window_view(rest_v[at : stop + k - 1], k), axis=1)
+        spans = rest_s[at + k - 1 : stop + k - 1] - rest_s[0] >= _RECOVERY_STEPS
+        calm = np.nonzero((window_medians <= calm_level) & spans)[0]
+        if len(calm):
+            return at + int(calm[0]) + k - 1
+        at, chunk = stop, chunk * 4
+    return None
 
 
 def _sustained(episode: Episode, last_step: int, patience_steps: int, patience_points: int,
@@ -123,7 +160,9 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
     steps, values = history.series(keys.train_loss)
     if np.count_nonzero(np.isfinite(values)) < policy.min_loss_points:
         return None
-    episodes = scan_episodes(steps, values, policy, policy.spike_z, policy.spike_min_ratio)
+    episodes = scan_episodes(steps, values, policy, policy.spike_z, policy.spike_min_ratio,
+                             history.stats_cache(keys.train_loss, "baselines"),
+                             history.stats_cache(keys.train_loss, "loss_episodes"))
     last_step = int(steps[-1])
     notes = [
         Anomaly(
@@ -181,7 +220,9 @@ def check_grad_explosion(
         steps, values = steps[keep], values[keep]
     if np.count_nonzero(np.isfinite(values)) < policy.min_loss_points:
         return None
-    episodes = scan_episodes(steps, values, policy, policy.grad_spike_z, policy.grad_explosion_ratio)
+    episodes = scan_episodes(steps, values, policy, policy.grad_spike_z, policy.grad_explosion_ratio,
+                             history.stats_cache(keys.grad_norm, "baselines"),
+                             history.stats_cache(keys.grad_norm, "grad_episodes"))
     if not episodes:
         return None
     e = episodes[-1]
@@ -238,7 +279,8 @@ def check_plateau_from_start(
     head_points = max(5, points_in(50, steps, minimum=5, maximum=50))
     head = float(np.median(values[:head_points]))
     window = points_in(policy.baseline_window_steps, steps, minimum=5, maximum=policy.baseline_max_points)
-    medians, _ = trailing_baselines(values, window, policy.relative_noise_floor)
+    medians, _ = trailing_baselines(values, window, policy.relative_noise_floor,
+                                    history.stats_cache(keys.train_loss, "baselines"))
     tail = float(np.median(values[-window:]))
     best = float(np.nanmin(np.append(medians, tail)))
     scale = max(abs(head), 1e-12)

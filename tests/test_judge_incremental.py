@@ -1,0 +1,39 @@
+"""A sidecar judges one growing history at every poll, reusing what it computed at the last one (trailing
+baselines, closed spike episodes, an open episode's recovery search). At every logged step of every run of
+the corpus that verdict equals the verdict on a fresh history of the same points, computed from scratch:
+decision, reason, message, anomalies and summary."""
+
+from __future__ import annotations
+
+import sys
+from itertools import groupby
+from pathlib import Path
+
+import pytest
+
+from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.judge import MetricHistory, decide
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
+import generate as corpus  # noqa: E402
+
+
+def _verdict_fields(verdict):  # type: ignore[no-untyped-def]
+    return (verdict.decision, verdict.reason, verdict.message, verdict.anomalies, verdict.last_step,
+            verdict.summary)
+
+
+@pytest.mark.parametrize("name", list(corpus.CORPUS))
+def test_every_poll_of_a_growing_history_equals_a_fresh_judgment(name: str) -> None:
+    records = sorted(corpus.records_of(name), key=lambda r: r.step)
+    growing, seen = MetricHistory(), []
+    polls = 0
+    for step, group in groupby(records, key=lambda r: r.step):
+        points = [MetricPoint(step, 0.0, key, float(value)) for r in group for key, value in r.values.items()]
+        growing.add(points)
+        seen += points
+        incremental = decide(growing)
+        fresh = decide(MetricHistory.from_points(seen))
+        assert _verdict_fields(incremental) == _verdict_fields(fresh), f"{name}: differ at step {step}"
+        polls += 1
+    assert polls == len({r.step for r in records}) > 10
