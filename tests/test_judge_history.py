@@ -62,3 +62,16 @@ def test_batches_add_up_to_one_add_and_repeats_across_batches_keep_the_newest_wa
     columns = MetricHistory()
     columns.add_batches([{"loss": ([0, 1], [1.0, 2.0], [0.5, 0.25])}, {"loss": ([2], [3.0], [0.1])}])
     assert columns.series("loss")[1].tolist() == [0.5, 0.25, 0.1] and columns.last_wall_time == 3.0
+
+
+def test_a_backlog_is_thinned_batch_by_batch_and_a_repeat_after_thinning_still_wins() -> None:
+    history = MetricHistory(max_points_per_key=1_000, full_resolution_steps=200)
+    batches: list[object] = [{"loss": (list(range(k, k + 500)), [float(s) for s in range(k, k + 500)],
+                                       [1.0] * 500)} for k in range(0, 5_000, 500)]
+    batches.append({"loss": ([4_990, 5_000], [9_000.0, 9_001.0], [-1.0, 2.0])})  # a resumed job repeats 4 990
+    history.add_batches(batches, newest_by_wall_time=True)  # type: ignore[arg-type]
+    steps, values = history.series("loss")
+    assert len(steps) <= 1_500  # never the whole backlog at once
+    assert list(steps) == sorted(set(steps.tolist()))
+    assert history.value_at("loss", 4_990) == -1.0 and history.value_at("loss", 5_000) == 2.0
+    assert list(steps[-200:]) == list(range(4_801, 5_001))  # the recent window is whole

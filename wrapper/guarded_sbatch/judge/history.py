@@ -140,12 +140,13 @@ class MetricHistory:
         return self.add_batches([points])
 
     def add_batches(self, batches: Iterable[Any], *, newest_by_wall_time: bool = False) -> int:
-        """The same as add() of all the batches' points together, holding only one batch of point
-        objects at a time (a backlog of a million points is kept as arrays, not objects). A batch is
-        a sequence of MetricPoints or {key: (steps, wall_times, values)}. With newest_by_wall_time, a
-        (key, step) repeated across batches keeps its latest wall time (the later on a tie): what the
-        reader that made the batches does inside each one."""
-        touched: dict[str, int] = {}  # key -> its number of points before this call
+        """add() of all the batches' points, holding only one batch of point objects at a time (a
+        backlog of a million points is kept as arrays, not objects). A series is thinned after each batch
+        that extends it, as if the batches had come one poll at a time, so a backlog never sits in memory
+        whole. A batch is a sequence of MetricPoints or {key: (steps, wall_times, values)}. With
+        newest_by_wall_time, a (key, step) repeated across batches keeps its latest wall time (the later
+        on a tie): what the reader that made the batches does inside each one."""
+        touched: dict[str, int | None] = {}  # key -> its last step before this call (thinning moves indices)
         collected: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         count = 0
         for batch in batches:
@@ -158,14 +159,15 @@ class MetricHistory:
             for name, (steps, walls, values) in columns.items():
                 count += len(steps)
                 series = self._series.get(name)
-                before = touched.setdefault(name, series.n if series is not None else 0)
+                before = touched.setdefault(name, int(series.steps[-1]) if series is not None and series.n else None)
                 if name in collected:
                     collected[name].append((steps, walls, values))
                 elif not newest_by_wall_time or series is None or series.appends(steps):
-                    self._add_one(name, steps, walls, values, thin=False)
+                    self._add_one(name, steps, walls, values)
                 else:  # a repeat across batches: take back this call's points, settle them at the end
-                    tail = (series.steps[before:].copy(), series.walls[before:].copy(), series.values[before:].copy())
-                    series.n = before
+                    first = 0 if before is None else int(np.searchsorted(series.steps, before, side="right"))
+                    tail = (series.steps[first:].copy(), series.walls[first:].copy(), series.values[first:].copy())
+                    series.n = first
                     collected[name] = [tail, (steps, walls, values)]
         for name, pieces in collected.items():
             steps, walls, values = (np.concatenate([p[i] for p in pieces]) for i in range(3))
