@@ -21,6 +21,8 @@ from typing import Any, TextIO
 
 from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.fsutil import read_json
+from guarded_sbatch.core.run_sources import RunSources
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.loop import CountedScheduler, Sidecar, _cpu_seconds, _peak_rss_mb
@@ -138,7 +140,7 @@ class SharedMonitor:
                 search_dirs=[Path(p) for p in entry.get("search_dirs", [])],
                 fast_interval_s=self.settings.fast_interval_s,
                 full_interval_s=float(entry.get("full_interval_s") or 1800.0),
-                job_poll_s=self.settings.job_poll_s, policy=policy,
+                job_poll_s=self.settings.job_poll_s, policy=policy, identity=_recorded_sources(run_dir),
             )
             sidecar = Sidecar(sidecar_settings, _SharedView(self, job_id), out, clock=self.clock, sleep=self.sleep)  # type: ignore[arg-type]
             sidecar.emit(f"monitor: watched by shared monitor job {self.settings.job_id or '(by hand)'}\n")
@@ -220,6 +222,13 @@ class SharedMonitor:
                 self.calls.count += 1
                 requeue(self.settings.job_id)
         return 0
+
+
+def _recorded_sources(run_dir: Path) -> RunSources | None:
+    """The run's own sources, as launch recorded them (what a per-job sidecar reads from the same record):
+    without them a run adopted before its job starts would be judged on whatever its folder holds."""
+    raw = read_json(run_dir / "run.json")
+    return RunSources.from_json(raw.get("sources")) if isinstance(raw, dict) else None
 
 
 def install_signal_handlers(monitor: SharedMonitor) -> None:
