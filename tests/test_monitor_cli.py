@@ -86,3 +86,18 @@ def test_monitor_without_anything_to_read_is_bad_usage(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "monitor needs something to read" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_crash_in_the_log_stops_while_tensorboard_is_the_judged_source(runs: dict[str, Path], tmp_path: Path) -> None:
+    """TensorBoard outranks the job's log and its last points are healthy; the log ends in a CUDA OOM."""
+    tb = runs["healthy"] / "runs" / "a"
+    log = tmp_path / "slurm-9.out"
+    log.write_text((runs["healthy"] / "train.log").read_text() + (
+        "Traceback (most recent call last):\n  File \"train.py\", line 88, in <module>\n    loss.backward()\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)\n"))
+    payload = _once("--tb", str(tb), "--log", str(log), cwd=tmp_path)
+    assert payload["data_source"].startswith("tensorboard"), payload
+    assert payload["decision"] == "STOP" and payload["reason"] == "crashed", payload
+    assert "CUDA out of memory" in payload["anomalies"][0]["message"], payload
+    clean = _once("--tb", str(tb), "--log", str(runs["healthy"] / "train.log"), cwd=tmp_path)
+    assert clean["decision"] != "STOP", clean

@@ -325,8 +325,6 @@ class Sidecar:
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
                                stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
         self._diag(f"stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
-        history = self.sources.history()
-        series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
         evidence_path, plot_path = None, None
         try:
             history = self.sources.history()

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.points import sanitize_points
+from guarded_sbatch.core.points import sanitize_points, split_crash_key
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.discovery import discover_owned, fresh_files
 from guarded_sbatch.sources.registry import open_source, priority
@@ -207,11 +209,28 @@ class SourceSet:
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
         active = self._active()
+        if active is not None:
+            self._forward_crashes(active)
         if active is None:
             if self.ownership_note and not self.read_error:  # WAIT, naming what was seen but not read
                 self.read_error = f"found metrics that may not be this run's: {self.ownership_note}"
             return 0
         return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
+
+    def _forward_crashes(self, active: MetricSource) -> None:
+        """A crash the job printed (traceback, CUDA OOM, NCCL timeout) is news whichever source is judged:
+        while W&B or TensorBoard outrank the job's log, the log's crash points join the judged history."""
+        if active.kind in _LOG_KINDS:
+            return
+        judged = self.histories[id(active)]
+        for source in self.sources:
+            history = self.histories.get(id(source))
+            if source is active or source.kind not in _LOG_KINDS or history is None:
+                continue
+            for key in history.keys():
+                if split_crash_key(key) is not None:
+                    steps, values = history.series(key)
+                    judged.add_columns({key: (steps, np.zeros(len(steps)), values)})
 
     def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
@@ -304,6 +323,7 @@ def _open_tensorboard(path: Path, accept: Callable[[Path], bool] | None) -> Metr
 
 
 _BATCH_POINTS = 100_000
+_LOG_KINDS = ("textlog",)  # sources that read what the job printed (a file or a log command)
 
 
 def _batches(source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> "Iterator[Any]":
