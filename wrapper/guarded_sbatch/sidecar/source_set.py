@@ -8,8 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import sanitize_points, split_crash_key
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
@@ -230,7 +228,7 @@ class SourceSet:
             for key in history.keys():
                 if split_crash_key(key) is not None:
                     steps, values = history.series(key)
-                    judged.add_columns({key: (steps, np.zeros(len(steps)), values)})
+                    judged.add_columns({key: (steps.tolist(), [0.0] * len(steps), values.tolist())})
 
     def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
