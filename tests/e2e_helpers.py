@@ -9,17 +9,20 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tiny_mlp"
+EXAMPLE_NAME = "synthetic-tanh-mlp-bs64-lr5e-2"
 
 
 @dataclass
 class Project:
     root: Path
     env: dict[str, str]
+    name: str = EXAMPLE_NAME
 
     def cli(self, *args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -48,8 +51,14 @@ class Project:
 
 
 def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0) -> Project:
+    """The example project as a user would copy it, except that its job name gets a suffix of its own: tests run in
+    parallel on one shared dev Slurm as one user, and the run-name check rightly refuses a name another test's job
+    holds."""
     root = tmp_path / "project"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
+    name = f"{EXAMPLE_NAME}-t{uuid.uuid4().hex[:6]}"
+    script = root / "train.sh"
+    script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1))
     config = tmp_path / "user-config.toml"
     config.write_text(
         f"[sidecar]\nfast_interval_seconds = {fast_interval}\njob_poll_seconds = {job_poll}\nmem = \"400M\"\n",
@@ -63,7 +72,7 @@ def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float 
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
     }
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)
-    return Project(root, env)
+    return Project(root, env, name)
 
 
 def submitted_job_id(stdout: str) -> str:

@@ -220,7 +220,7 @@ def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(t
     payload = json.loads(once.stdout)
     assert payload["data_source"] == "tensorboard_ok" and payload["last_step"] == 60
     watched = project.cli("monitor", "--job", job_id, "--fast-interval", "1", timeout=60)
-    assert "synthetic-tanh-mlp-bs64-lr5e-2 (job" in watched.stdout
+    assert f"{project.name} (job" in watched.stdout
     assert "runs/synthetic-tanh-mlp-bs64-lr5e-2" in watched.stdout
     project.env["GUARDED_SBATCH_BACKEND"] = "nowhere"
     bad = project.cli("monitor", "--job", job_id)
