@@ -65,8 +65,10 @@ def test_crash_and_decision(log: Path) -> None:
     verdict = decide(MetricHistory.from_points(read_all(log)))
     assert (verdict.decision is Decision.STOP) == (expected["decision"] == "STOP"), verdict.message
     if expected["case"] == "crash":
-        assert verdict.reason.value == "crashed" and verdict.message.startswith("crashed: ")
-        assert verdict.anomalies[0].kind == "crashed" and verdict.anomalies[0].message  # the evidence line
+        kind = "interrupted" if expected["decision"] == "WAIT" else "crashed"  # Ctrl-C: may be resumed, never STOP
+        assert verdict.decision is not Decision.CONTINUE, verdict.message
+        assert verdict.reason.value == kind and verdict.message.startswith(f"{kind}: ")
+        assert verdict.anomalies[0].kind == kind and verdict.anomalies[0].message  # the evidence line
 
 
 def test_traceback_lines_are_never_metrics() -> None:
@@ -106,6 +108,75 @@ def test_a_requeued_run_that_trains_again_is_not_crashed(tmp_path: Path) -> None
     crash = [p for p in points if split_crash_key(p.key)]
     assert crash and crash[-1].value == 0.0
     assert decide(MetricHistory.from_points(points)).reason.value != "crashed"
+
+
+# torchrun's ending when the launcher template's checkpoint signal arrives before the time limit (a real job's
+# output on the dev Slurm), then Slurm's own lines as the batch step is ended for the requeue
+TORCHRUN_USR1_TAIL = """guarded-sbatch: USR1 at 02:09:56 UTC: time limit near, asking the trainer to checkpoint
+Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+  File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/api.py", line 86, in _terminate_proc
+    raise SignalException(f"Process {os.getpid()} got signal: {sigval}", sigval=sigval)
+torch.distributed.elastic.multiprocessing.api.SignalException: Process 14840 got signal: 10
+srun: got SIGCONT
+srun: Job step aborted: Waiting up to 32 seconds for job step to finish.
+slurmstepd-node07: error: *** JOB 8256 ON node07 CANCELLED AT 2026-12-03T02:09:56 ***
+srun: forcing job termination
+slurmstepd-node07: error: *** STEP 8256.0 ON node07 CANCELLED AT 2026-12-03T02:09:56 ***
+srun: error: node07: task 0: Terminated
+srun: launch/slurm: _step_signal: Terminating StepId=8256.0
+"""
+
+
+def _healthy_dicts(first: int, last: int) -> str:
+    return "".join(f"{{'loss': {0.5 / (1 + s / 100):.5f}, 'learning_rate': 0.05, 'step': {s}}}\n"
+                   for s in range(first, last + 1, 10))
+
+
+def test_the_checkpoint_signal_before_the_time_limit_is_not_a_crash(tmp_path: Path) -> None:
+    """A healthy torchrun job told to checkpoint before its limit (it will be requeued) is never STOPped, and
+    Slurm's own lines (`slurmstepd-<node>`, `srun: error: ... task 0`, `StepId=8256.0`) are never metrics."""
+    log = tmp_path / "slurm-8256.out"
+    log.write_text(_healthy_dicts(10, 350) + TORCHRUN_USR1_TAIL)
+    points = read_all(log)
+    assert {p.key for p in points if not split_crash_key(p.key)} == {"loss", "learning_rate"}
+    assert max(p.step for p in points) == 350
+    verdict = decide(MetricHistory.from_points(points))
+    assert verdict.decision is Decision.WAIT and verdict.reason.value == "interrupted", verdict.message
+    assert "SignalException" in verdict.message and verdict.last_step == 350
+    payload = _monitor(log, tmp_path / "state")
+    assert payload["decision"] == "WAIT" and payload["reason"] == "interrupted"
+    with open(log, "a") as handle:  # the requeued run resumes from its checkpoint: judged as before
+        handle.write(_healthy_dicts(360, 700))
+    resumed = decide(MetricHistory.from_points(read_all(log)))
+    assert resumed.decision is Decision.CONTINUE, resumed.message
+
+
+@pytest.mark.parametrize(("ending", "decision", "reason"), [
+    ("slurmstepd: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO TIME LIMIT ***", "WAIT", "interrupted"),
+    ("slurmstepd-n1: error: *** JOB 5 ON n1 CANCELLED AT 2026-01-01T00:00:00 DUE TO PREEMPTION ***", "WAIT",
+     "interrupted"),
+    ("slurmstepd-n1: error: Detected 1 oom-kill event(s) in StepId=5.batch. Some of your processes may have been "
+     "killed by the cgroup out-of-memory handler.", "STOP", "crashed"),
+    ("KeyboardInterrupt", "WAIT", "interrupted"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "STOP", "crashed"),
+])
+def test_an_interruption_waits_and_a_failure_stops(tmp_path: Path, ending: str, decision: str, reason: str) -> None:
+    log = tmp_path / "out.log"
+    body = "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" if "Error" in ending or \
+        ending == "KeyboardInterrupt" else ""
+    log.write_text(_healthy_dicts(10, 200) + body + ending + "\n")
+    verdict = decide(MetricHistory.from_points(read_all(log)))
+    assert (verdict.decision.value, verdict.reason.value) == (decision, reason), verdict.message
+
+
+def test_a_nan_before_an_interruption_still_stops(tmp_path: Path) -> None:
+    log = tmp_path / "out.log"
+    nan = "".join(f"{{'loss': nan, 'learning_rate': 0.05, 'step': {s}}}\n" for s in range(210, 260, 10))
+    log.write_text(_healthy_dicts(10, 200) + nan + "Traceback (most recent call last):\nKeyboardInterrupt\n")
+    verdict = decide(MetricHistory.from_points(read_all(log)))
+    assert verdict.decision is Decision.STOP and verdict.reason.value == "non_finite_loss", verdict.message
 
 
 def test_crash_found_when_it_arrives_in_a_later_read(tmp_path: Path) -> None:

@@ -1,20 +1,40 @@
 """A log that ends in a fatal error (traceback, CUDA OOM, NCCL timeout, fp16 scale at its minimum...):
 the run is dead or dying, so there is nothing to keep alive. The text-log reader reports the crash
-as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word."""
+as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word.
+
+A run ended by a signal from outside is not broken: Ctrl-C (`KeyboardInterrupt`), torchrun's
+`SignalException` when the launcher template's checkpoint signal arrives before the time limit, a
+preemption, a scancel or the time limit itself (slurmstepd's `CANCELLED`). Such a job may be requeued or
+resumed, and the scheduler ends it without us; cancelling it would only take its requeue away. That ending
+is a WAIT (`interrupted`), and any other STOP finding still wins."""
 
 from __future__ import annotations
 
+import re
+
+from guarded_sbatch.core.points import split_crash_key
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.verdict import Anomaly, Reason
-from guarded_sbatch.core.points import split_crash_key
+
+_INTERRUPTION = re.compile(
+    r"^(?:[\w.]*\.)?(?:KeyboardInterrupt|SignalException)\b"
+    r"|^(?:Slurm: )?slurmstepd(?:-[\w.-]+)?: error: (?!.*oom[-_ ]?kill)(?=.*\bCANCELLED\b)",
+    re.IGNORECASE,
+)
 
 
 def is_crash_key(key: str) -> bool:
     return split_crash_key(key) is not None
 
 
+def is_interruption(exception: str) -> bool:
+    """Whether a crash label is a signal from outside (see the module doc), not a failure of the run."""
+    return _INTERRUPTION.search(exception) is not None
+
+
 def check_crashed(history: MetricHistory) -> Finding | None:
+    """STOP for a crash, WAIT for an interruption, None when the log does not end in either."""
     latest: tuple[int, str, str] | None = None
     for key in history.keys():
         parts = split_crash_key(key)
@@ -28,4 +48,11 @@ def check_crashed(history: MetricHistory) -> Finding | None:
     if latest is None:
         return None
     step, exception, evidence = latest
+    if is_interruption(exception):
+        return Finding.wait(
+            Reason.INTERRUPTED,
+            f"interrupted: {exception} (a signal from outside: Ctrl-C, the checkpoint signal before the time limit, "
+            "a preemption or a scancel); not cancelling a run that may be requeued or resumed",
+            Anomaly("interrupted", "log", step, None, evidence),
+        )
     return Finding.stop(Reason.CRASHED, f"crashed: {exception}", Anomaly("crashed", "log", step, None, evidence))

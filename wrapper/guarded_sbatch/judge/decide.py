@@ -1,7 +1,9 @@
 """decide(history) -> Verdict: the checks in a fixed, documented order.
 
 Order (the first STOP in this order wins; else the first WAIT; else CONTINUE with every note):
-  0. the log ends in a crash (traceback, CUDA OOM, NCCL timeout...): STOP, however few points
+  0. the log ends in a crash (traceback, CUDA OOM, NCCL timeout...): STOP, however few points; a run
+     interrupted by a signal from outside (Ctrl-C, the checkpoint signal before the time limit, a
+     preemption, a scancel) is a WAIT that any later STOP finding overrides: it may be requeued
   1. loss-scale collapse (fp16: scale stuck at its floor, steps skipped every time)
   2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`);
      fp16 skipped steps (skip counter moved / loss scale dropped) are excused; then a NaN-iteration
@@ -81,9 +83,11 @@ def decide(
     keys = select_keys(history, policy)
     summary = _summary(history, keys, policy)
     crashed = checks_crash.check_crashed(history)
-    if crashed is not None:  # dead or dying: thin evidence or no loss key changes nothing
+    if crashed is not None and crashed.decision is Decision.STOP:  # dead or dying: nothing else matters
         return Verdict(Decision.STOP, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
     if keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys):
+        if crashed is not None:
+            return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
         return Verdict(
             Decision.WAIT, Reason.NO_DATA,
             f"no training loss or eval metric among the logged keys "
@@ -94,7 +98,7 @@ def decide(
 
     excused = checks_finite.fp16_skipped_steps(history, keys)
     inputs = CheckInput(history, keys, policy, context, excused)
-    findings = [check(inputs) for _, check in CHECKS]
+    findings = [crashed, *(check(inputs) for _, check in CHECKS)]
     present = [f for f in findings if f is not None]
     anomalies = tuple(a for f in present for a in f.anomalies)
     loss_points = len(history.series(keys.train_loss)[0]) if keys.train_loss else 0

@@ -33,6 +33,7 @@ class Reason(enum.Enum):
     STALE = "stale"
     SOURCE_UNREADABLE = "source_unreadable"
     CRASHED = "crashed"
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, crash_key, newest_per_key_step
@@ -27,6 +28,8 @@ from guarded_sbatch.sources.files import check_regular, guarded_reader, read_ran
 
 READ_BYTES = 16 * 1024 * 1024
 MAX_RECORD_CHARS = 64 * 1024
+# lines Slurm's own tools write into the job's output (srun, slurmstepd or slurmstepd-<node>, ...)
+_SCHEDULER_LINE = re.compile(r"\s*(?:srun|slurmstepd|slurmd|sbatch|salloc|scontrol|scancel)(?:-[\w.-]{1,100})?(?:\[\d+\])?: ")
 MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
 
 
@@ -95,6 +98,8 @@ class TextLogSource:
         self.lines_read += 1
         if self._crashes.feed(cleaned, self._last_step):
             return self._sync_crash(points)
+        if _SCHEDULER_LINE.match(cleaned):
+            return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
         parsed = self._parse_record(cleaned)
         if parsed is None:
             return False

@@ -32,7 +32,8 @@ _FATAL_LINES: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
                 r"|Segmentation fault|^Bus error|^Killed$")),
     ("launcher failure", ("ChildFailedError", "srun: error"),
      re.compile(r"ChildFailedError|^srun: error: .{0,200}Exited with exit code [1-9]")),
-    ("Slurm", ("slurmstepd: error",), re.compile(r"slurmstepd: error: .{0,200}(?:CANCELLED|oom[-_]kill)")),
+    # slurmstepd names itself `slurmstepd` or `slurmstepd-<node>`
+    ("Slurm", ("slurmstepd",), re.compile(r"slurmstepd(?:-[\w.-]{1,100})?: error: .{0,200}(?:CANCELLED|oom[-_]kill)")),
 ]
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Fault))(?::\s?(.*))?$")
