@@ -54,6 +54,11 @@ def test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_reque
         assert len(monitor_ids) == 1 and None not in monitor_ids and not any(r.get("sidecar_id") for r in records.values())
         (monitor,) = monitor_ids
 
+        def monitor_output() -> str:
+            return "".join(p.read_text(errors="replace") for p in project.state_dir.glob("shared-monitor/*/monitor-*.out"))
+
+        # requeued only once its first attempt watches every run (on a loaded machine it may still be starting)
+        wait_for(lambda: f"shared-r{RUNS - 1} (job" in monitor_output(), 120, 1, "the monitor to watch every run")
         subprocess.run(["scontrol", "requeue", monitor], check=True, capture_output=True, timeout=30)
         # Slurm holds a requeued batch job for ~2 minutes (EligibleTime); release it so the test stays short
         wait_for(lambda: "Restarts=1" in _scontrol(monitor), 60, 1, "the monitor to be requeued")
@@ -85,8 +90,8 @@ def test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_reque
         assert state["last_decision"] == ("STOP" if i in BREAKS else "CONTINUE"), state
         others = [f"runs/r{k}/" for k in range(RUNS) if k != i]
         assert not any(other in report for other in others), f"run {i} cites a neighbour"
-    monitor_output = "".join(p.read_text() for p in project.state_dir.glob("shared-monitor/*/monitor-*.out"))
-    assert monitor_output.count(f"shared monitor {monitor} starts") == 2, monitor_output[-3000:]  # the requeue
+    output = monitor_output()
+    assert output.count(f"shared monitor {monitor} starts") == 2, output[-3000:]  # the requeue
     resumed = [i for i in jobs if "resuming (restart 1)" in
                (project.state_dir / "runs" / records[i]["run_id"] / "sidecar-monitor.out").read_text()]
     assert set(resumed) >= {i for i in jobs if i != 1}, resumed  # every run still live at the requeue

@@ -87,7 +87,7 @@ def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float
         search_dirs=[] if (record.tb_paths or record.wandb_paths or record.log_paths) or not record.submit_dir
         else [Path(record.submit_dir)],
     )
-    sources = SourceSet(settings, None)
+    sources = SourceSet(settings, None, live=False)
     sources.read()
     verdict = judge_sources(sources, None, RunContext(job_live=False))
     history = sources.history()

@@ -1,6 +1,7 @@
 """A log that ends in a fatal error (traceback, CUDA OOM, NCCL timeout, fp16 scale at its minimum...):
 the run is dead or dying, so there is nothing to keep alive. The text-log reader reports the crash
-as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word.
+as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word. Forwarded
+from the log while another source is judged, 0.5 means "printed, not yet confirmed" (a WAIT).
 
 A run ended by a signal from outside is not broken: Ctrl-C (`KeyboardInterrupt`), torchrun's
 `SignalException` when the launcher template's checkpoint signal arrives before the time limit, a
@@ -35,19 +36,26 @@ def is_interruption(exception: str) -> bool:
 
 def check_crashed(history: MetricHistory) -> Finding | None:
     """STOP for a crash, WAIT for an interruption, None when the log does not end in either."""
-    latest: tuple[int, str, str] | None = None
+    latest: tuple[int, str, str, float] | None = None
     for key in history.keys():
         parts = split_crash_key(key)
         if parts is None:
             continue
         steps, values = history.series(key)
-        if not len(values) or values[-1] != 1.0:
+        if not len(values) or values[-1] == 0.0:
             continue  # training went on after it (a requeued or resumed run)
         if latest is None or int(steps[-1]) >= latest[0]:
-            latest = (int(steps[-1]), *parts)
+            latest = (int(steps[-1]), *parts, float(values[-1]))
     if latest is None:
         return None
-    step, exception, evidence = latest
+    step, exception, evidence, mark = latest
+    if mark != 1.0:
+        return Finding.wait(
+            Reason.CRASHED,
+            f"the job's log ends in {exception}, but the judged source (W&B / TensorBoard) may still be logging: "
+            "stopping only if it stays silent",
+            Anomaly("crash_unconfirmed", "log", step, None, evidence),
+        )
     if is_interruption(exception):
         return Finding.wait(
             Reason.INTERRUPTED,

@@ -434,7 +434,7 @@ def _peak_rss_mb() -> float:
 
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
-    sources = SourceSet(settings, None)
+    sources = SourceSet(settings, None, live=False)
     try:
         sources.read()
         verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))

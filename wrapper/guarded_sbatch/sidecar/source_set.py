@@ -4,6 +4,7 @@ source, and the highest-priority source that has data is the one judged."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from guarded_sbatch.sources.registry import open_source, priority
 from guarded_sbatch.core.run_sources import MLFLOW_TAG
 from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.mlflow import MlflowSource
+from guarded_sbatch.sources.files import check_regular
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource
 from guarded_sbatch.core.registry import list_runs
@@ -32,9 +34,24 @@ if TYPE_CHECKING:
     from guarded_sbatch.sources.base import MetricSource
 
 
+# A crash the job printed while W&B or TensorBoard is the judged source is a STOP only once that source has
+# stayed silent this long after it (torch's SummaryWriter flushes every 120 s): a caught exception's traceback
+# in a healthy run must not cancel it. Points logged this much later than the crash prove the run alive
+# (the margin covers clock skew between the trainer's node and the watcher's).
+CRASH_CONFIRM_S = 240.0
+ALIVE_MARGIN_S = 60.0
+
+
 class SourceSet:
-    def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None) -> None:
+    def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None, *, live: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
+        """`live`: a running job is being watched, so a printed crash is confirmed by the judged source's
+        silence (CRASH_CONFIRM_S); a one-shot read judges the files as they stand."""
         self.settings = settings
+        self.live = live
+        self._clock = clock
+        self._crash_times: dict[str, float] = {}  # crash key -> when it was printed (at the latest)
+        self._arrivals: dict[str, int] = {}  # crash key -> polls since then that brought the judged source new points
         self.scheduler = scheduler
         self.sources: list[MetricSource] = []
         self.histories: dict[int, MetricHistory] = {}  # by id(source): the list is re-sorted
@@ -98,6 +115,7 @@ class SourceSet:
                         or any(self.settings.other_sources.values())
                         or self.settings.wandb_run or self.settings.log_commands)
         if explicit and not self.settings.search_dirs:
+            self.sources.sort(key=lambda s: priority(s.kind))  # `--log` and `--csv` given: the CSV outranks the log
             return
         self._load_job_info()
         roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
@@ -208,16 +226,18 @@ class SourceSet:
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
         active = self._active()
         if active is not None:
-            self._forward_crashes(active)
+            self._forward_crashes(active, added.get(id(active), 0) if active is before else 0)
         if active is None:
             if self.ownership_note and not self.read_error:  # WAIT, naming what was seen but not read
                 self.read_error = f"found metrics that may not be this run's: {self.ownership_note}"
             return 0
         return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
 
-    def _forward_crashes(self, active: MetricSource) -> None:
+    def _forward_crashes(self, active: MetricSource, new_points: int) -> None:
         """A crash the job printed (traceback, CUDA OOM, NCCL timeout) is news whichever source is judged:
-        while W&B or TensorBoard outrank the job's log, the log's crash points join the judged history."""
+        while W&B or TensorBoard outrank the job's log, the log's crash points join the judged history, as
+        1.0 (confirmed: the judged source logged nothing after it), 0.5 (not yet: WAIT) or 0.0 (it went on
+        logging: a caught exception's traceback, not a crash)."""
         if active.kind in _LOG_KINDS:
             return
         judged = self.histories[id(active)]
@@ -228,7 +248,32 @@ class SourceSet:
             for key in history.keys():
                 if split_crash_key(key) is not None:
                     steps, values = history.series(key)
-                    judged.add_columns({key: (steps.tolist(), [0.0] * len(steps), values.tolist())})
+                    marks = values.tolist()
+                    if marks and marks[-1] == 1.0:
+                        marks[-1] = self._crash_mark(key, source, judged, new_points)
+                    judged.add_columns({key: (steps.tolist(), [0.0] * len(steps), marks)})
+
+    def _crash_mark(self, key: str, source: MetricSource, judged: MetricHistory, new_points: int) -> float:
+        now = self._clock()
+        printed = self._crash_times.get(key)
+        if printed is None:
+            printed = now
+            path = getattr(source, "path", None)
+            if isinstance(path, Path):
+                try:
+                    printed = min(now, check_regular(path).st_mtime)  # the log was last written after the crash
+                except OSError:
+                    pass
+            self._crash_times[key] = printed
+        elif new_points and now > printed + ALIVE_MARGIN_S:
+            self._arrivals[key] = self._arrivals.get(key, 0) + 1
+        last_logged = judged.last_wall_time
+        # a dead trainer's last flush is one batch; a source without wall times (CSV) shows life by batches
+        if (last_logged is not None and last_logged > printed + ALIVE_MARGIN_S) or self._arrivals.get(key, 0) >= 2:
+            return 0.0
+        if self.live and now - printed < CRASH_CONFIRM_S:
+            return 0.5
+        return 1.0
 
     def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
