@@ -1,7 +1,7 @@
-"""A crash the job printed while TensorBoard is the judged source (sidecar/source_set.py): a caught exception's
-traceback in a healthy run that goes on logging never stops it; a real crash (the judged source falls silent)
-stops it once that silence has lasted CRASH_CONFIRM_S, with a WAIT before. Real TensorBoard files, a clock we
-move by hand."""
+"""A crash the job printed, while a live job is watched (sidecar/crash_confirm.py): a caught exception's
+traceback in a healthy run that goes on logging never stops it; a real crash (the run falls silent) stops it
+once that silence has lasted CRASH_CONFIRM_S, with a WAIT before, or at once when the job has ended. Whether
+TensorBoard, Lightning's CSV or the text log itself is the judged source. Real files, a clock moved by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 from guarded_sbatch.judge import Decision
 from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
-from guarded_sbatch.sidecar.source_set import ALIVE_MARGIN_S, CRASH_CONFIRM_S, SourceSet
+from guarded_sbatch.sidecar.crash_confirm import ALIVE_MARGIN_S, CRASH_CONFIRM_S
+from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.judge.policy import RunContext
 from source_writers import append_tb_events, tb_event, write_tb_events
 
@@ -120,3 +121,41 @@ def test_a_silent_source_without_wall_times_stops_after_the_crash(tmp_path: Path
         decisions.append(_decide(sources))
         clock.now += 30
     assert decisions[0] == (Decision.WAIT, "crashed") and decisions[-1] == (Decision.STOP, "crashed"), decisions
+
+
+def _watch_log(tmp_path: Path, text: str) -> tuple[SourceSet, Clock, Path]:
+    tmp_path.mkdir(exist_ok=True)
+    log = tmp_path / "slurm-9.out"
+    log.write_text(text)
+    os.utime(log, (T0, T0))
+    clock = Clock()
+    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
+                               evidence_dir=tmp_path / "evidence", log_paths=[log])
+    return SourceSet(settings, None, clock=clock), clock, log
+
+
+def _lines(first: int, last: int) -> str:
+    return "".join(f"step {s} loss {2.0 / (1 + s / 50):.5f} lr 1e-3\n" for s in range(first, last, 10))
+
+
+def test_a_caught_traceback_in_a_text_log_waits_and_the_next_training_line_clears_it(tmp_path: Path) -> None:
+    sources, clock, log = _watch_log(tmp_path, _lines(0, 300) + CAUGHT)
+    assert _decide(sources) == (Decision.WAIT, "crashed")  # a poll between the traceback and the next line
+    clock.now += 30
+    with open(log, "a") as handle:
+        handle.write(_lines(300, 400))
+    assert _decide(sources) == (Decision.CONTINUE, "healthy")
+    clock.now += CRASH_CONFIRM_S
+    assert _decide(sources) == (Decision.CONTINUE, "healthy")
+
+
+def test_a_real_crash_in_a_text_log_stops_after_the_silence_or_at_once_when_the_job_ended(tmp_path: Path) -> None:
+    sources, clock, _ = _watch_log(tmp_path, _lines(0, 300) + OOM)
+    assert _decide(sources) == (Decision.WAIT, "crashed")
+    clock.now += CRASH_CONFIRM_S / 2
+    assert _decide(sources) == (Decision.WAIT, "crashed")
+    clock.now += CRASH_CONFIRM_S / 2
+    assert _decide(sources) == (Decision.STOP, "crashed")
+    ended, _, _ = _watch_log(tmp_path / "ended", _lines(0, 300) + OOM)
+    ended.crashes.job_over = True
+    assert _decide(ended) == (Decision.STOP, "crashed")

@@ -140,6 +140,7 @@ class Sidecar:
             except Exception as exc:  # noqa: BLE001
                 self._tracker_recorded = True  # once is enough to say it
                 self._poll_failed("recording the W&B run", exc)
+        self.sources.crashes.job_over = self.job_state.is_terminal  # a printed crash needs no more confirming
         try:
             verdict = self._judge(now)
         except Exception as exc:  # noqa: BLE001 - the judge failing must not end the watch

@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.points import sanitize_points, split_crash_key
+from guarded_sbatch.core.points import sanitize_points
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.discovery import discover_owned, fresh_files
 from guarded_sbatch.sources.registry import open_source, priority
 from guarded_sbatch.core.run_sources import MLFLOW_TAG
 from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.mlflow import MlflowSource
-from guarded_sbatch.sources.files import check_regular
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource
 from guarded_sbatch.core.registry import list_runs
 from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
 from guarded_sbatch.sources.wandb_api import WandbApiSource
 from guarded_sbatch.sources.command_log import CommandLogSource
 
@@ -34,24 +34,13 @@ if TYPE_CHECKING:
     from guarded_sbatch.sources.base import MetricSource
 
 
-# A crash the job printed while W&B or TensorBoard is the judged source is a STOP only once that source has
-# stayed silent this long after it (torch's SummaryWriter flushes every 120 s): a caught exception's traceback
-# in a healthy run must not cancel it. Points logged this much later than the crash prove the run alive
-# (the margin covers clock skew between the trainer's node and the watcher's).
-CRASH_CONFIRM_S = 240.0
-ALIVE_MARGIN_S = 60.0
-
-
 class SourceSet:
     def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None, *, live: bool = True,
                  clock: Callable[[], float] = time.time) -> None:
-        """`live`: a running job is being watched, so a printed crash is confirmed by the judged source's
-        silence (CRASH_CONFIRM_S); a one-shot read judges the files as they stand."""
+        """`live`: a running job is being watched, so a printed crash is confirmed by silence
+        (sidecar/crash_confirm.py); a one-shot read judges the files as they stand."""
         self.settings = settings
-        self.live = live
-        self._clock = clock
-        self._crash_times: dict[str, float] = {}  # crash key -> when it was printed (at the latest)
-        self._arrivals: dict[str, int] = {}  # crash key -> polls since then that brought the judged source new points
+        self.crashes = CrashConfirmation(live=live, clock=clock)
         self.scheduler = scheduler
         self.sources: list[MetricSource] = []
         self.histories: dict[int, MetricHistory] = {}  # by id(source): the list is re-sorted
@@ -226,54 +215,17 @@ class SourceSet:
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
         active = self._active()
         if active is not None:
-            self._forward_crashes(active, added.get(id(active), 0) if active is before else 0)
+            self.crashes.note_poll(self._log_histories(), added.get(id(active), 0) if active is before else 0)
         if active is None:
             if self.ownership_note and not self.read_error:  # WAIT, naming what was seen but not read
                 self.read_error = f"found metrics that may not be this run's: {self.ownership_note}"
             return 0
         return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
 
-    def _forward_crashes(self, active: MetricSource, new_points: int) -> None:
-        """A crash the job printed (traceback, CUDA OOM, NCCL timeout) is news whichever source is judged:
-        while W&B or TensorBoard outrank the job's log, the log's crash points join the judged history, as
-        1.0 (confirmed: the judged source logged nothing after it), 0.5 (not yet: WAIT) or 0.0 (it went on
-        logging: a caught exception's traceback, not a crash)."""
-        if active.kind in _LOG_KINDS:
-            return
-        judged = self.histories[id(active)]
-        for source in self.sources:
-            history = self.histories.get(id(source))
-            if source is active or source.kind not in _LOG_KINDS or history is None:
-                continue
-            for key in history.keys():
-                if split_crash_key(key) is not None:
-                    steps, values = history.series(key)
-                    marks = values.tolist()
-                    if marks and marks[-1] == 1.0:
-                        marks[-1] = self._crash_mark(key, source, judged, new_points)
-                    judged.add_columns({key: (steps.tolist(), [0.0] * len(steps), marks)})
-
-    def _crash_mark(self, key: str, source: MetricSource, judged: MetricHistory, new_points: int) -> float:
-        now = self._clock()
-        printed = self._crash_times.get(key)
-        if printed is None:
-            printed = now
-            path = getattr(source, "path", None)
-            if isinstance(path, Path):
-                try:
-                    printed = min(now, check_regular(path).st_mtime)  # the log was last written after the crash
-                except OSError:
-                    pass
-            self._crash_times[key] = printed
-        elif new_points and now > printed + ALIVE_MARGIN_S:
-            self._arrivals[key] = self._arrivals.get(key, 0) + 1
-        last_logged = judged.last_wall_time
-        # a dead trainer's last flush is one batch; a source without wall times (CSV) shows life by batches
-        if (last_logged is not None and last_logged > printed + ALIVE_MARGIN_S) or self._arrivals.get(key, 0) >= 2:
-            return 0.0
-        if self.live and now - printed < CRASH_CONFIRM_S:
-            return 0.5
-        return 1.0
+    def _log_histories(self) -> list[tuple[MetricSource, MetricHistory]]:
+        """The sources that read what the job printed, with their histories."""
+        return [(source, self.histories[id(source)]) for source in self.sources
+                if source.kind in _LOG_KINDS and id(source) in self.histories]
 
     def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
@@ -295,9 +247,13 @@ class SourceSet:
         return active.kind if active is not None else None
 
     def history(self) -> MetricHistory:
-
+        """The judged source's history, with the crashes the job printed in it (whichever source is judged)."""
         active = self._active()
-        return self.histories[id(active)] if active is not None else MetricHistory()
+        if active is None:
+            return MetricHistory()
+        judged = self.histories[id(active)]
+        self.crashes.settle(self._log_histories(), judged)
+        return judged
 
     def describe(self) -> str:
         source = self._active()

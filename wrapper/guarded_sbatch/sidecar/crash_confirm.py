@@ -1,0 +1,100 @@
+"""When a crash the job printed (traceback, CUDA OOM, NCCL timeout...) counts as the end of the run.
+
+A printed traceback is not always the end: a caught exception's traceback (a retried upload, a data loader
+that recovered) sits in the log of a healthy run. While a job is live, a crash is therefore marked in the
+judged history as 0.5 (printed, not confirmed: the judge says WAIT) until the run has logged nothing after it
+for CRASH_CONFIRM_S, then 1.0 (the judge says STOP); a run that logs again is alive and the crash is dismissed
+(0.0). Points whose wall time is more than ALIVE_MARGIN_S after the crash prove life (the margin covers
+clock skew between the trainer's node and the watcher's); a source without wall times (Lightning's CSV) proves
+it by new points at two later polls (a dead trainer's last flush is one batch). A one-shot read, or a job the
+scheduler says has ended, confirms at once: nothing more will come. A text log that is itself the judged
+source clears its own crash when a training line follows; the same delay applies to it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from guarded_sbatch.core.points import split_crash_key
+from guarded_sbatch.sources.files import check_regular
+
+if TYPE_CHECKING:
+    from guarded_sbatch.judge.history import MetricHistory
+    from guarded_sbatch.sources.base import MetricSource
+
+# torch's SummaryWriter flushes every 120 s: a live run shows its next points well within this
+CRASH_CONFIRM_S = 240.0
+ALIVE_MARGIN_S = 60.0
+
+LogHistories = Iterable[tuple["MetricSource", "MetricHistory"]]
+
+
+class CrashConfirmation:
+    def __init__(self, *, live: bool, clock: Callable[[], float]) -> None:
+        self.live = live
+        self.job_over = False  # set by the watcher when the scheduler says the job ended
+        self._clock = clock
+        self._printed: dict[str, float] = {}  # crash key -> when it was printed, at the latest
+        self._arrivals: dict[str, int] = {}  # crash key -> later polls that brought the judged source new points
+        self._dismissed: set[str] = set()
+
+    def note_poll(self, logs: LogHistories, new_points: int) -> None:
+        """After each read of the sources: remember when each crash was first seen, and count the polls since
+        then that brought the judged source new points."""
+        now = self._clock()
+        for source, history in logs:
+            for key in _open_crashes(history):
+                printed = self._printed.get(key)
+                if printed is None:
+                    self._printed[key] = _printed_at(source, now)
+                elif new_points and now > printed + ALIVE_MARGIN_S:
+                    self._arrivals[key] = self._arrivals.get(key, 0) + 1
+
+    def settle(self, logs: LogHistories, judged: MetricHistory) -> None:
+        """Put each open crash into the judged history with its mark (0.0, 0.5 or 1.0): in place when the log
+        is the judged source, else forwarded next to the judged source's points."""
+        for source, history in logs:
+            for key in _open_crashes(history):
+                steps, values = history.series(key)
+                mark = self._mark(key, source, judged)
+                if history is judged:
+                    judged.add_columns({key: ([int(steps[-1])], [0.0], [mark])})
+                else:
+                    marks = values.tolist()
+                    marks[-1] = mark
+                    judged.add_columns({key: (steps.tolist(), [0.0] * len(steps), marks)})
+
+    def _mark(self, key: str, source: MetricSource, judged: MetricHistory) -> float:
+        now = self._clock()
+        printed = self._printed.setdefault(key, _printed_at(source, now))
+        last_logged = judged.last_wall_time
+        if key in self._dismissed or (last_logged is not None and last_logged > printed + ALIVE_MARGIN_S) \
+                or self._arrivals.get(key, 0) >= 2:
+            self._dismissed.add(key)
+            return 0.0
+        if self.live and not self.job_over and now - printed < CRASH_CONFIRM_S:
+            return 0.5
+        return 1.0
+
+
+def _open_crashes(history: MetricHistory) -> list[str]:
+    """Crash keys whose latest mark is not 'training went on after it'."""
+    found = []
+    for key in history.keys():
+        if split_crash_key(key) is not None:
+            values = history.series(key)[1]
+            if len(values) and values[-1] != 0.0:
+                found.append(key)
+    return found
+
+
+def _printed_at(source: MetricSource, now: float) -> float:
+    """The log's last write, when it is a file (it was written after the crash), else now."""
+    path = getattr(source, "path", None)
+    if isinstance(path, Path):
+        try:
+            return min(now, check_regular(path).st_mtime)
+        except OSError:
+            pass
+    return now
