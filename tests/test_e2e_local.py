@@ -118,7 +118,8 @@ def test_status_shows_a_live_eta_from_the_observed_step_rate(tmp_path: Path) -> 
     assert row["state"] == "RUNNING" and row["total_steps"] == 600 and row["steps_per_s"] > 0
     assert row["decision"] in {"CONTINUE", "WAIT"} and isinstance(row["last_step"], int)
     table = project.cli("status", check=True).stdout
-    assert job_id in table and row["eta"] in table
+    after = live_row() or row  # the live ETA moves with the step rate: the table's is one of those around it
+    assert job_id in table and (row["eta"] in table or after["eta"] in table), (row["eta"], after["eta"], table)
     _scheduler(project).cancel(job_id)
 
 
