@@ -136,3 +136,16 @@ def test_a_job_does_not_inherit_the_submitting_process_wandb_service(
     job_id = scheduler.submit(SubmitRequest(script=script, sbatch_options=("--output=/dev/null",), workdir=tmp_path))
     wait_for(lambda: scheduler.state(job_id) is JobState.COMPLETED, 30, 0.1, "the job to finish")
     assert (tmp_path / "seen.txt").read_text().strip() == "service=unset flavour=mint"
+
+
+@pytest.mark.parametrize("option", ["--array=0-3", "--hold", "--begin=now+1hour"])
+def test_what_the_local_backend_cannot_run_is_refused_before_anything_is_submitted(tmp_path: Path, option: str) -> None:
+    """sbatch would run an array's tasks, hold a job or start it later; the local backend runs a job once, now, so
+    it refuses these instead of running something else than what was asked."""
+    project = make_project(tmp_path)
+    result = project.cli("--guard-backend", "local", option, "train.sh")
+    assert result.returncode == 2 and "Submitted batch job" not in result.stdout, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("guarded-sbatch: error")]
+    assert len(errors) == 1 and "training job not submitted" in errors[0] and option.split("=")[0] in errors[0]
+    jobs = project.state_dir / "local-jobs"
+    assert not jobs.exists() or not any(jobs.iterdir()), list(jobs.iterdir())

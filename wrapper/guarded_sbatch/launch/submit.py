@@ -134,7 +134,10 @@ def submit_guarded(
     except OSError as exc:
         raise SchedulerError(f"cannot create the run registry {runs_root()}: {exc.strerror or exc}; "
                              "nothing was submitted") from None
-    job_id = scheduler.submit(request)
+    try:
+        job_id = scheduler.submit(request)
+    except GuardedError as exc:  # refused before a job existed: say so, so nobody looks for an unguarded one
+        raise type(exc)(f"training job not submitted: {exc.message}", exit_code=exc.exit_code) from None
     if callable(on_training_submitted):
         on_training_submitted(job_id)
     try:

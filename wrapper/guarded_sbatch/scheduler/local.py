@@ -42,11 +42,16 @@ class LocalOptions:
 
 def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, str]) -> LocalOptions:
     """The options the local backend honours, with sbatch's precedence (command line > SBATCH_* >
-    #SBATCH lines); every other option is accepted and ignored."""
+    #SBATCH lines); options that change how many times or when the job runs are refused, every other option
+    is accepted and ignored."""
 
     parsed, _ = parse_sbatch_words(list(options))
     directives = [(f"{script} line {d.line_number}", o) for d in parse_script(script, env).directives for o in d.options]
     effective = effective_options(parsed, directives, env)
+    for option, what in (("array", "a job array"), ("hold", "a held job"), ("begin", "a deferred start")):
+        if effective.has(option):  # accepted and ignored, they would run something other than what was asked
+            raise UsageError(f"the local backend runs each job once, now: it cannot run {what} (--{option}); "
+                             "drop the option, or submit to Slurm (--guard-backend slurm)")
     dependency = effective.get("dependency") or ""
     after_job = None
     if dependency:
