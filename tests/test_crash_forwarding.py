@@ -159,3 +159,23 @@ def test_a_real_crash_in_a_text_log_stops_after_the_silence_or_at_once_when_the_
     ended, _, _ = _watch_log(tmp_path / "ended", _lines(0, 300) + OOM)
     ended.crashes.job_over = True
     assert _decide(ended) == (Decision.STOP, "crashed")
+
+
+def test_a_run_that_logs_every_five_minutes_gets_three_of_its_intervals(tmp_path: Path) -> None:
+    """A large run logs a point every 300 s: 4 minutes of silence after a caught traceback is its normal rhythm."""
+    tb = tmp_path / "runs" / "big"
+    events = [tb_event(s, "train/loss", 2.0 / (1 + s / 50), wall_time=T0 - 3000 + 300 * i) for i, s in
+              enumerate(range(0, 100, 10))]
+    event_file = write_tb_events(tb, events)
+    log = tmp_path / "slurm-9.out"
+    log.write_text("starting training\n" + CAUGHT)
+    os.utime(log, (T0, T0))
+    clock = Clock()
+    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
+                               evidence_dir=tmp_path / "evidence", tb_paths=[tb], log_paths=[log])
+    sources = SourceSet(settings, None, clock=clock)
+    for _ in range(16):  # 8 minutes of polls, no new point: beyond CRASH_CONFIRM_S, within 3 intervals
+        assert _decide(sources) == (Decision.WAIT, "crashed")
+        clock.now += 30
+    append_tb_events(event_file, [tb_event(100, "train/loss", 0.6, wall_time=T0 + 470)])
+    assert _decide(sources) == (Decision.CONTINUE, "healthy")

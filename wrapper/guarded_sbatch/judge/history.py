@@ -224,6 +224,11 @@ class MetricHistory:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         return series.steps, series.values
 
+    def wall_times(self, key: str) -> np.ndarray:
+        """Wall times of `key`'s points, in step order (0.0 where a source carries none). Do not modify."""
+        series = self._series.get(key)
+        return np.empty(0, dtype=np.float64) if series is None else series.walls
+
     def value_at(self, key: str, step: int) -> float | None:
         series = self._series.get(key)
         return None if series is None else series.value_at(step)

@@ -3,7 +3,8 @@
 A printed traceback is not always the end: a caught exception's traceback (a retried upload, a data loader
 that recovered) sits in the log of a healthy run. While a job is live, a crash is therefore marked in the
 judged history as 0.5 (printed, not confirmed: the judge says WAIT) until the run has logged nothing after it
-for CRASH_CONFIRM_S, then 1.0 (the judge says STOP); a run that logs again is alive and the crash is dismissed
+for CRASH_CONFIRM_S or three of its own logging intervals, whichever is longer (a large run may log every few
+minutes), then 1.0 (the judge says STOP); a run that logs again is alive and the crash is dismissed
 (0.0). Points whose wall time is more than ALIVE_MARGIN_S after the crash prove life (the margin covers
 clock skew between the trainer's node and the watcher's); a source without wall times (Lightning's CSV) proves
 it by new points at two later polls (a dead trainer's last flush is one batch). A one-shot read, or a job the
@@ -15,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from guarded_sbatch.core.points import split_crash_key
 from guarded_sbatch.sources.files import check_regular
@@ -38,11 +41,14 @@ class CrashConfirmation:
         self._printed: dict[str, float] = {}  # crash key -> when it was printed, at the latest
         self._arrivals: dict[str, int] = {}  # crash key -> later polls that brought the judged source new points
         self._dismissed: set[str] = set()
+        self._arrived_at: list[float] = []  # the last polls that brought the judged source new points
 
     def note_poll(self, logs: LogHistories, new_points: int) -> None:
         """After each read of the sources: remember when each crash was first seen, and count the polls since
         then that brought the judged source new points."""
         now = self._clock()
+        if new_points:
+            self._arrived_at = [*self._arrived_at[-8:], now]
         for source, history in logs:
             for key in _open_crashes(history):
                 printed = self._printed.get(key)
@@ -73,9 +79,23 @@ class CrashConfirmation:
                 or self._arrivals.get(key, 0) >= 2:
             self._dismissed.add(key)
             return 0.0
-        if self.live and not self.job_over and now - printed < CRASH_CONFIRM_S:
+        if self.live and not self.job_over and now - printed < max(CRASH_CONFIRM_S, 3 * self._cadence(judged)):
             return 0.5
         return 1.0
+
+    def _cadence(self, judged: MetricHistory) -> float:
+        """The run's own rhythm (seconds between new points; 0 when unknown): from the polls that brought new
+        points (flushes included) and from the wall times of the judged source's most logged key."""
+        gaps: list[float] = []
+        if len(self._arrived_at) >= 3:
+            gaps.append(float(np.median(np.diff(self._arrived_at))))
+        keys = judged.keys()
+        if keys:
+            walls = judged.wall_times(max(keys, key=lambda k: len(judged.series(k)[0])))[-65:]
+            steps = np.diff(np.unique(walls[walls > 0]))
+            if len(steps) >= 2:
+                gaps.append(float(np.median(steps)))
+        return max(gaps, default=0.0)
 
 
 def _open_crashes(history: MetricHistory) -> list[str]:
