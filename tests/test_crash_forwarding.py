@@ -35,16 +35,23 @@ def _loss_events(first: int, last: int, wall: float) -> list:  # type: ignore[ty
     return [tb_event(s, "train/loss", 2.0 / (1 + s / 50), wall_time=wall + (s - first) * 0.1) for s in range(first, last)]
 
 
-def _watch(tmp_path: Path, log_text: str) -> tuple[SourceSet, Clock, Path, Path]:
-    tb = tmp_path / "runs" / "a"
-    event_file = write_tb_events(tb, _loss_events(0, 300, T0 - 60))
+def _sources(tmp_path: Path, log_text: str, **paths: object) -> tuple[SourceSet, Clock]:
+    """A live watch of the job's log (written at T0) beside the given sources, on a clock moved by hand."""
+    tmp_path.mkdir(exist_ok=True)
     log = tmp_path / "slurm-9.out"
-    log.write_text("starting training\n" + log_text)
+    log.write_text(log_text)
     os.utime(log, (T0, T0))  # printed at T0
     clock = Clock()
     settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", tb_paths=[tb], log_paths=[log])
-    return SourceSet(settings, None, clock=clock), clock, event_file, log
+                               evidence_dir=tmp_path / "evidence", log_paths=[log], **paths)
+    return SourceSet(settings, None, clock=clock), clock
+
+
+def _watch(tmp_path: Path, log_text: str) -> tuple[SourceSet, Clock, Path, Path]:
+    tb = tmp_path / "runs" / "a"
+    event_file = write_tb_events(tb, _loss_events(0, 300, T0 - 60))
+    sources, clock = _sources(tmp_path, "starting training\n" + log_text, tb_paths=[tb])
+    return sources, clock, event_file, tmp_path / "slurm-9.out"
 
 
 def _decide(sources: SourceSet) -> tuple[Decision, str]:
@@ -88,13 +95,8 @@ def _watch_csv(tmp_path: Path, log_text: str) -> tuple[SourceSet, Clock, Path]:
     csv = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
     csv.parent.mkdir(parents=True)
     csv.write_text("epoch,step,train_loss\n" + _csv_rows(0, 300))
-    log = tmp_path / "slurm-9.out"
-    log.write_text("starting training\n" + log_text)
-    os.utime(log, (T0, T0))
-    clock = Clock()
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", log_paths=[log], other_sources={"csv": [csv]})
-    return SourceSet(settings, None, clock=clock), clock, csv
+    sources, clock = _sources(tmp_path, "starting training\n" + log_text, other_sources={"csv": [csv]})
+    return sources, clock, csv
 
 
 def test_a_source_without_wall_times_shows_life_by_new_rows(tmp_path: Path) -> None:
@@ -124,14 +126,8 @@ def test_a_silent_source_without_wall_times_stops_after_the_crash(tmp_path: Path
 
 
 def _watch_log(tmp_path: Path, text: str) -> tuple[SourceSet, Clock, Path]:
-    tmp_path.mkdir(exist_ok=True)
-    log = tmp_path / "slurm-9.out"
-    log.write_text(text)
-    os.utime(log, (T0, T0))
-    clock = Clock()
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", log_paths=[log])
-    return SourceSet(settings, None, clock=clock), clock, log
+    sources, clock = _sources(tmp_path, text)
+    return sources, clock, tmp_path / "slurm-9.out"
 
 
 def _lines(first: int, last: int) -> str:
@@ -167,13 +163,7 @@ def test_a_run_that_logs_every_five_minutes_gets_three_of_its_intervals(tmp_path
     events = [tb_event(s, "train/loss", 2.0 / (1 + s / 50), wall_time=T0 - 3000 + 300 * i) for i, s in
               enumerate(range(0, 100, 10))]
     event_file = write_tb_events(tb, events)
-    log = tmp_path / "slurm-9.out"
-    log.write_text("starting training\n" + CAUGHT)
-    os.utime(log, (T0, T0))
-    clock = Clock()
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", tb_paths=[tb], log_paths=[log])
-    sources = SourceSet(settings, None, clock=clock)
+    sources, clock = _sources(tmp_path, "starting training\n" + CAUGHT, tb_paths=[tb])
     for _ in range(16):  # 8 minutes of polls, no new point: beyond CRASH_CONFIRM_S, within 3 intervals
         assert _decide(sources) == (Decision.WAIT, "crashed")
         clock.now += 30

@@ -1,7 +1,7 @@
 """A log that ends in a fatal error (traceback, CUDA OOM, NCCL timeout, fp16 scale at its minimum...):
 the run is dead or dying, so there is nothing to keep alive. The text-log reader reports the crash
-as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word. Forwarded
-from the log while another source is judged, 0.5 means "printed, not yet confirmed" (a WAIT).
+as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word. While a live job
+is watched, 0.5 means "printed, not yet confirmed" (a WAIT; sidecar/crash_confirm.py).
 
 A run ended by a signal from outside is not broken: Ctrl-C (`KeyboardInterrupt`), torchrun's
 `SignalException` when the launcher template's checkpoint signal arrives before the time limit, a
@@ -20,7 +20,7 @@ from guarded_sbatch.judge.verdict import Anomaly, Reason
 
 _INTERRUPTION = re.compile(
     r"^(?:[\w.]*\.)?(?:KeyboardInterrupt|SignalException)\b"
-    r"|^(?:Slurm: )?slurmstepd(?:-[\w.-]+)?: error: (?!.*oom[-_ ]?kill)(?=.*\bCANCELLED\b)",
+    r"|^slurmstepd(?:-[\w.-]+)?: error: (?!.*oom[-_ ]?kill)(?=.*\bCANCELLED\b)",
     re.IGNORECASE,
 )
 
@@ -52,8 +52,8 @@ def check_crashed(history: MetricHistory) -> Finding | None:
     if mark != 1.0:
         return Finding.wait(
             Reason.CRASHED,
-            f"the job's log ends in {exception}, but the judged source (W&B / TensorBoard) may still be logging: "
-            "stopping only if it stays silent",
+            f"the job's log ends in {exception}; not stopping yet: a caught exception's traceback is followed by "
+            "more training, a crash by silence",
             Anomaly("crash_unconfirmed", "log", step, None, evidence),
         )
     if is_interruption(exception):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.config import Config, SidecarJobSettings
-from guarded_sbatch.core.errors import GuardedError, SchedulerError
+from guarded_sbatch.core.errors import GuardedError, SchedulerError, UsageError
 from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
 from guarded_sbatch.launch.templates import check_run_name, load_template, render_template
 from guarded_sbatch.core.registry import RunRecord, create_run, new_run_id, runs_root
@@ -136,8 +136,9 @@ def submit_guarded(
                              "nothing was submitted") from None
     try:
         job_id = scheduler.submit(request)
-    except GuardedError as exc:  # refused before a job existed: say so, so nobody looks for an unguarded one
-        raise type(exc)(f"training job not submitted: {exc.message}", exit_code=exc.exit_code) from None
+    except UsageError as exc:  # the backend refused the request itself: no job exists (a timed-out sbatch may
+        # have queued one, so only this kind is said to be "not submitted")
+        raise UsageError(f"training job not submitted: {exc.message}") from None
     if callable(on_training_submitted):
         on_training_submitted(job_id)
     try:

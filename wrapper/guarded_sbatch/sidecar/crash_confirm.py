@@ -73,7 +73,9 @@ class CrashConfirmation:
 
     def _mark(self, key: str, source: MetricSource, judged: MetricHistory) -> float:
         now = self._clock()
-        printed = self._printed.setdefault(key, _printed_at(source, now))
+        printed = self._printed.get(key)
+        if printed is None:
+            printed = self._printed[key] = _printed_at(source, now)
         last_logged = judged.last_wall_time
         if key in self._dismissed or (last_logged is not None and last_logged > printed + ALIVE_MARGIN_S) \
                 or self._arrivals.get(key, 0) >= 2:
