@@ -10,7 +10,8 @@ import pytest
 from source_writers import append_tb_events, tb_event, write_tb_events
 
 from guarded_sbatch.core.points import MetricPoint, merge_into_history
-from guarded_sbatch.sources.tensorboard import TensorBoardSource, decode_event
+from guarded_sbatch.sources.tb_event import decode_event
+from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 
@@ -144,3 +145,51 @@ def test_decoder_handles_hand_framed_records(tmp_path: Path) -> None:
     (tmp_path / "events.out.tfevents.1.host").write_bytes(framed + framed[:10])  # and a half-written tail
     assert [(p.step, p.key, p.value) for p in TensorBoardSource(tmp_path).read_new()] == [(7, "x", 1.25)]
     assert decode_event(event, {}) == (1.7e9 + 7, 7, [("x", 1.25)])
+
+
+_TAGS = ("train/loss", "train/lr", "train/grad_norm", "eval/loss")
+
+
+def _four_tag_run(folder: Path, steps: int) -> tuple[Path, list[int]]:
+    """A trainer's file: the same four tags at every step (the reader frames it as runs of one pattern); the data
+    offsets of every scalar record, in order."""
+    event_file = write_tb_events(folder, [tb_event(s, tag, s / 1000 + i, wall_time=1.7e9 + s)
+                                          for s in range(steps) for i, tag in enumerate(_TAGS)])
+    data, offsets, pos = event_file.read_bytes(), [], 0
+    while pos < len(data):
+        length = struct.unpack_from("<Q", data, pos)[0]
+        offsets.append(pos + 12)
+        pos += 16 + length
+    return event_file, offsets[1:]  # the first record is the file_version event
+
+
+def test_a_flipped_byte_inside_a_long_run_costs_only_its_record(tmp_path: Path) -> None:
+    event_file, offsets = _four_tag_run(tmp_path, 2000)
+    data = bytearray(event_file.read_bytes())
+    for record in (1001, 1002, 5000 + 2):  # two in one crc group, one in another; the value's first byte
+        length = struct.unpack_from("<Q", data, offsets[record] - 12)[0]
+        data[offsets[record] + length - 4] ^= 0x40
+    event_file.write_bytes(bytes(data))
+    source = TensorBoardSource(tmp_path)
+    points = _values(source.read_new())
+    assert source.bad_records == 3
+    assert len(points) == 8000 - 3
+    lost = {(_TAGS[r % 4], r // 4) for r in (1001, 1002, 5002)}
+    assert lost.isdisjoint(points)
+    assert points[("eval/loss", 1999)] == pytest.approx(1.999 + 3)
+
+
+def test_a_run_read_in_bounded_batches_and_torn_tails(tmp_path: Path) -> None:
+    event_file, _ = _four_tag_run(tmp_path / "full", 3000)
+    data = event_file.read_bytes()
+    (tmp_path / "live").mkdir()
+    growing = tmp_path / "live" / event_file.name
+    source = TensorBoardSource(tmp_path / "live", chunk_bytes=64 * 1024)
+    seen: list[tuple[str, int]] = []
+    for cut in (777, 40_001, 40_002, 250_013, len(data) - 3, len(data)):  # each cut mid-record but the last
+        growing.write_bytes(data[:cut])
+        while batch := source.read_new(max_points=1000):
+            assert len(batch) <= 1000
+            seen += [(p.key, p.step) for p in batch]
+    assert seen == [(tag, s) for s in range(3000) for tag in _TAGS]
+    assert source.bad_records == 0

@@ -1,7 +1,7 @@
 """TFRecord framing (TensorBoard event files) with masked CRC-32C checks: the constants and the crc.
 
-The reader (sources/tensorboard.py) frames records in its own fused loop for speed, with these constants;
-frame_record() is the writer side, for tests that build files by hand.
+The reader frames records with these (sources/tb_records.py); frame_record() is the writer side, for tests that
+build files by hand.
 
 Record layout: uint64 length, uint32 masked crc32c(length bytes), data, uint32 masked crc32c(data).
 No file header. A record cut short at the end of the file is not an error: the caller keeps its
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import TypeVar
 
 HEADER_SIZE = 12  # length + its crc
 FOOTER_SIZE = 4
@@ -21,6 +22,7 @@ MAX_RECORD_SIZE = 256 * 1024 * 1024
 HEADER_STRUCT = struct.Struct("<QI")
 UINT32_STRUCT = struct.Struct("<I")
 MASK_DELTA = 0xA282EAD8
+T = TypeVar("T")
 
 
 def _pure_python_crc32c() -> Callable[[bytes], int]:
@@ -61,9 +63,13 @@ crc32c, CRC32C_IMPLEMENTATION = _load_crc32c()
 pure_python_crc32c = _pure_python_crc32c()
 
 
+def mask(crc: T) -> T:
+    """TFRecord's masked crc: rotated right by 15 bits, plus a constant (an int or a numpy uint32 array)."""
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF  # type: ignore[operator, no-any-return]
+
+
 def masked_crc32c(data: bytes) -> int:
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+    return mask(crc32c(data))
 
 
 def frame_record(data: bytes) -> bytes:
