@@ -16,7 +16,6 @@ LENGTH_DELIMITED = 2
 FIXED32 = 5
 
 _DOUBLE = struct.Struct("<d")
-_FLOAT = struct.Struct("<f")
 
 
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -80,7 +79,3 @@ def iter_fields(buf: bytes, start: int, end: int) -> Iterator[tuple[int, int, in
 
 def read_double(buf: bytes, pos: int) -> float:
     return _DOUBLE.unpack_from(buf, pos)[0]
-
-
-def read_float(buf: bytes, pos: int) -> float:
-    return _FLOAT.unpack_from(buf, pos)[0]
