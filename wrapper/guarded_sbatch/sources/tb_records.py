@@ -75,10 +75,16 @@ class ColumnSink:
 
     def points(self) -> list[MetricPoint]:
         """Every point in arrival order."""
-        rows = [(int(o), int(s), float(w), key, float(v)) for key, columns in self._joined().items()
-                for o, s, w, v in zip(*columns)]
-        rows.sort(key=lambda row: row[0])
-        return [MetricPoint(step, wall, key, value) for _, step, wall, key, value in rows]
+        joined = self._joined()
+        if not joined:
+            return []
+        names = list(joined)
+        arrival = np.argsort(np.concatenate([columns[0] for columns in joined.values()]), kind="stable")
+        which = np.concatenate([np.full(len(columns[0]), i) for i, columns in enumerate(joined.values())])[arrival]
+        steps, walls, values = (np.concatenate([columns[i] for columns in joined.values()])[arrival].tolist()
+                                for i in (1, 2, 3))
+        make = tuple.__new__  # the object MetricPoint(...) builds, without the named tuple's Python-level __new__
+        return [make(MetricPoint, (s, w, names[k], v)) for s, w, k, v in zip(steps, walls, which.tolist(), values)]
 
 
 @dataclass

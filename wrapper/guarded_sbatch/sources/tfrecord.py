@@ -65,7 +65,7 @@ pure_python_crc32c = _pure_python_crc32c()
 
 def mask(crc: T) -> T:
     """TFRecord's masked crc: rotated right by 15 bits, plus a constant (an int or a numpy uint32 array)."""
-    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF  # type: ignore[operator, no-any-return]
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF  # type: ignore[operator, return-value]
 
 
 def masked_crc32c(data: bytes) -> int:
