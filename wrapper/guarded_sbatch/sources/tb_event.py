@@ -9,6 +9,7 @@ uint64_val=17. half_val carries DT_HALF and DT_BFLOAT16 alike: the dtype says ho
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass, field
 
 from guarded_sbatch.sources.wire import read_varint, skip_field, to_signed64
 
@@ -53,44 +54,25 @@ def _decode_tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
         return None
 
 
-def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
-    dtype = 0
-    elements = 1
+@dataclass
+class _Tensor:
+    dtype: int = 0
+    elements: int = 1
     content: bytes | None = None
-    values: list[float] = []
-    half_bits: list[int] = []
+    values: list[float] = field(default_factory=list)
+    half_bits: list[int] = field(default_factory=list)
+
+
+def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
+    tensor = _Tensor()
     while pos < end:
-        key, pos = read_varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if number == 1 and wire == 0:  # dtype
-            dtype, pos = read_varint(buf, pos)
-        elif number == 2 and wire == 2:  # tensor_shape
-            length, pos = read_varint(buf, pos)
-            elements *= _shape_elements(buf, pos, pos + length)
-            pos += length
-        elif number == 4 and wire == 2:  # tensor_content
-            length, pos = read_varint(buf, pos)
-            content = buf[pos : pos + length]
-            pos += length
-        elif number == _FLOAT_VAL and wire in (2, 5):
-            pos = _read_fixed(buf, pos, wire, _FLOAT, values)
-        elif number == _DOUBLE_VAL and wire in (1, 2):
-            pos = _read_fixed(buf, pos, wire, _DOUBLE, values)
-        elif number in (_INT_VAL, _INT64_VAL, _HALF_VAL, _UINT32_VAL, _UINT64_VAL) and wire in (0, 2):
-            raws: list[int] = []
-            pos = _read_varints(buf, pos, wire, raws)
-            if number == _HALF_VAL:
-                half_bits.extend(raws)
-            else:
-                signed = number in (_INT_VAL, _INT64_VAL)
-                values.extend(float(to_signed64(raw) if signed else raw) for raw in raws)
-        else:
-            pos = skip_field(buf, pos, wire)
-    if pos != end or elements != 1 or dtype == _DT_BOOL:
+        pos = _tensor_field(buf, pos, tensor)
+    if pos != end or tensor.elements != 1 or tensor.dtype == _DT_BOOL:
         return None
-    values.extend(_bits16(raw, dtype) for raw in half_bits)
+    values = [*tensor.values, *(_bits16(raw, tensor.dtype) for raw in tensor.half_bits)]
     if values:
         return float(values[0]) if len(values) == 1 else None
+    content, dtype = tensor.content, tensor.dtype
     if content is not None:
         if dtype == _DT_BFLOAT16 and len(content) == 2:
             return _bits16(_UINT16.unpack(content)[0], dtype)
@@ -98,6 +80,36 @@ def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
         if fmt is not None and len(content) == fmt.size:
             return float(fmt.unpack(content)[0])
     return None
+
+
+def _tensor_field(buf: bytes, pos: int, tensor: _Tensor) -> int:
+    """Read one TensorProto field at pos into tensor; returns the position after it."""
+    key, pos = read_varint(buf, pos)
+    number, wire = key >> 3, key & 7
+    if number == 1 and wire == 0:  # dtype
+        tensor.dtype, pos = read_varint(buf, pos)
+    elif number in (2, 4) and wire == 2:  # tensor_shape, tensor_content
+        length, pos = read_varint(buf, pos)
+        if number == 2:
+            tensor.elements *= _shape_elements(buf, pos, pos + length)
+        else:
+            tensor.content = buf[pos : pos + length]
+        pos += length
+    elif number == _FLOAT_VAL and wire in (2, 5):
+        pos = _read_fixed(buf, pos, wire, _FLOAT, tensor.values)
+    elif number == _DOUBLE_VAL and wire in (1, 2):
+        pos = _read_fixed(buf, pos, wire, _DOUBLE, tensor.values)
+    elif number in (_INT_VAL, _INT64_VAL, _HALF_VAL, _UINT32_VAL, _UINT64_VAL) and wire in (0, 2):
+        raws: list[int] = []
+        pos = _read_varints(buf, pos, wire, raws)
+        if number == _HALF_VAL:
+            tensor.half_bits.extend(raws)
+        else:
+            signed = number in (_INT_VAL, _INT64_VAL)
+            tensor.values.extend(float(to_signed64(raw) if signed else raw) for raw in raws)
+    else:
+        pos = skip_field(buf, pos, wire)
+    return pos
 
 
 def _shape_elements(buf: bytes, pos: int, end: int) -> int:
@@ -165,26 +177,9 @@ def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, 
             step = to_signed64(step)
         elif key == 0x2A:  # summary
             length, pos = read_varint(data, pos)
-            summary_end = pos + length
-            if summary_end > end:
+            if pos + length > end:
                 raise ValueError("summary past end of event")
-            while pos < summary_end:
-                if data[pos] != 0x0A:
-                    pos = skip_field(data, pos + 1, data[pos] & 7)
-                    continue
-                length, pos = read_varint(data, pos + 1)
-                value_end = pos + length
-                if value_end > summary_end:
-                    raise ValueError("summary value overruns")
-                tag, value = _decode_value(data, pos, value_end)
-                pos = value_end
-                if value is not None and tag:
-                    name = tag_names.get(tag)
-                    if name is None:
-                        name = tag_names[tag] = tag.decode("utf-8", "replace")
-                    scalars.append((name, value))
-            if pos != summary_end:
-                raise ValueError("summary overruns")
+            pos = _decode_summary(data, pos, pos + length, tag_names, scalars)
         elif key < 0x80:
             pos = skip_field(data, pos, key & 7)
         else:
@@ -192,6 +187,29 @@ def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, 
     if pos != end:
         raise ValueError("event overruns its record")
     return wall_time, step, scalars
+
+
+def _decode_summary(data: bytes, pos: int, end: int, tag_names: dict[bytes, str],
+                    scalars: list[tuple[str, float]]) -> int:
+    """Append the scalars of the Summary in data[pos:end]; returns end."""
+    while pos < end:
+        if data[pos] != 0x0A:
+            pos = skip_field(data, pos + 1, data[pos] & 7)
+            continue
+        length, pos = read_varint(data, pos + 1)
+        value_end = pos + length
+        if value_end > end:
+            raise ValueError("summary value overruns")
+        tag, value = _decode_value(data, pos, value_end)
+        pos = value_end
+        if value is not None and tag:
+            name = tag_names.get(tag)
+            if name is None:
+                name = tag_names[tag] = tag.decode("utf-8", "replace")
+            scalars.append((name, value))
+    if pos != end:
+        raise ValueError("summary overruns")
+    return pos
 
 
 def _decode_value(data: bytes, pos: int, end: int) -> tuple[bytes, float | None]:
