@@ -63,3 +63,11 @@ def test_installed_wheel_renders_and_runs_a_sidecar(tmp_path: Path) -> None:
     assert "- Decision: STOP" in output
     evidence = json.loads((sidecar_script / "evidence" / "evidence.json").read_text())
     assert evidence["verdict"]["decision"] == "STOP"
+
+
+def test_the_templates_have_one_copy_at_the_top_of_the_repository() -> None:
+    from guarded_sbatch.launch.templates import builtin_templates_dir
+
+    assert builtin_templates_dir().resolve() == (REPO / "sbatch_templates").resolve()
+    assert {p.name for p in (REPO / "sbatch_templates").glob("*.sbatch")} >= {"sidecar.sbatch", "monitor.sbatch",
+                                                                              "torchrun.sbatch", "accelerate.sbatch"}
