@@ -86,7 +86,10 @@ def test_user_may_repeat_a_locked_value_and_may_not_lock(tmp_path: Path) -> None
         ('quiet_hours = ["late"]\n', "quiet_hours entry 'late'"),
         ('quiet_hours = ["Funday 10:00-11:00"]\n', "unknown weekday"),
         ('quiet_hours = ["25:00-07:00"]\n', "impossible time"),
-        ("check_interval_minutes = -5\n", "must be a positive"),
+        ("check_interval_minutes = -5\n", "must be a number greater than 0"),
+        ("[sidecar]\ncpus = 1.5\n", "must be a whole number"),
+        ("[sidecar]\ncpuss = 2\n", "did you mean .sidecar.cpus."),
+        ('locked = ["checks.mandatroy"]\n', "names an unknown key .checks.mandatroy.; did you mean .checks.mandatory."),
     ],
 )
 def test_malformed_configs_name_the_file(tmp_path: Path, text: str, message: str) -> None:
@@ -117,3 +120,30 @@ def test_quiet_hours_windows() -> None:
     assert friday_night.contains(datetime(2026, 3, 7, 5, 0)) and not friday_night.contains(datetime(2026, 3, 8, 5, 0))
     config = Config(quiet_hours=(night, lunch))
     assert config.in_quiet_hours(monday_late) is night
+
+
+def test_the_example_site_config_is_the_schema_written_out(tmp_path: Path) -> None:
+    from guarded_sbatch.core.config_schema import SCHEMA, render_example_site
+
+    assert EXAMPLE_SITE.read_text(encoding="utf-8") == render_example_site(), (
+        "site_configs/example-site.toml differs from the schema: regenerate it with "
+        "python -c 'from guarded_sbatch.core.config_schema import render_example_site as r; print(r(), end=\"\")'")
+    loaded = load_config(site_path=EXAMPLE_SITE, env=env_for(tmp_path))
+    assert loaded.sidecar.partition == "cpu"
+    documented = [key for key in SCHEMA if key.doc or key.note]
+    assert len(documented) >= len(SCHEMA) * 0.6  # most keys say what they do where an admin reads them
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[sidecar]\ncpus = 0\n", "'sidecar.cpus' must be a whole number greater than 0, at most 1024"),
+    ("[launcher]\nmax_requeues = -1\n", "'launcher.max_requeues' must be a whole number from 0 to 1e+09"),
+    ('[sidecar]\nmode = "per-node"\n', "'sidecar.mode' must be \"per-job\" or \"per-user\""),
+    ('[notify]\non = ["stopp"]\n', "names an unknown event 'stopp'"),
+    ("enabled = 1\n", "'enabled' must be true or false"),
+])
+def test_every_bad_value_gets_one_line_with_its_range(tmp_path: Path, text: str, message: str) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text(text)
+    with pytest.raises(UsageError) as caught:
+        load_config(site_path=site, env=env_for(tmp_path))
+    assert message in str(caught.value) and "\n" not in str(caught.value)

@@ -8,80 +8,38 @@ lists in `locked` (dotted paths, e.g. "checks.mandatory") cannot be changed by a
 from __future__ import annotations
 
 import copy
+import difflib
 import os
 import re
 import shutil
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, time
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.config_schema import (
+    DEFAULT_FORBIDDEN_NAMES,
+    DEFAULT_NAME_PATTERN,
+    KEYS,
+    MAX_NUMBER,
+    NOTIFY_EVENTS,
+    Key,
+    checked,
+    defaults,
+)
 from guarded_sbatch.core.errors import CommandError, UsageError
-from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.runner import run_command
+
+__all__ = ["DEFAULTS", "DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
+           "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml"]
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
 USER_CONFIG_ENV = "GUARDED_SBATCH_USER_CONFIG"
 
-DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (
-    r"(run|wave|phase|exp|try|trial|job|attempt|v)[-_]?\d+",
-    r"test\d*",
-    r"tmp\d*",
-    r"temp\d*",
-    r"debug\d*",
-    r"foo|bar|baz|asdf|untitled|default|new|final|latest",
-    r"[a-z]{1,3}-[a-z]{1,3}",  # initials like cs-ad
-    r".*-internal",
-)
-DEFAULT_NAME_PATTERN = r"[a-z0-9][a-z0-9.]*(-[a-z0-9][a-z0-9.]*){2,}"
-
-NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
 SITE_ONLY_KEYS = ("locked", "enabled", "audit")  # a user config may not set these
-
-DEFAULTS: dict[str, Any] = {
-    "locked": [],
-    "enabled": True,  # site switch-off: false makes the shim hand every job to the real sbatch untouched
-    # alerts through apprise URLs (secrets: never printed or written); site and user URLs both get them
-    "notify": {"urls": [], "on": list(NOTIFY_EVENTS), "wait_long_minutes": 60.0},
-    # the admins' append-only record of launches, waivers, STOPs, kills, restarts and shim bypasses
-    "audit": {"log": "", "syslog": False},
-    "scheduler": "auto",
-    "check_interval_minutes": 30.0,
-    "run_roots": [],
-    "template_dirs": [],
-    "name_pattern": DEFAULT_NAME_PATTERN,
-    "forbidden_names": list(DEFAULT_FORBIDDEN_NAMES),
-    "quiet_hours": [],
-    "checks": {"mandatory": [], "waivable": list(CHECK_NAMES)},
-    "sidecar": {"partition": "", "account": "", "qos": "", "cpus": 1, "mem": "1G", "time": "", "template": "sidecar.sbatch",
-                "fast_interval_seconds": 60.0, "job_poll_seconds": 300.0,
-                # per-job: a sidecar job per run; per-user: one shared monitor job watches all of a user's runs
-                "mode": "per-job", "max_runs_per_monitor": 200, "monitor_time": "", "monitor_mem": "2G"},
-    # read by guarded_sbatch.site.policy (the shim and, rendered to Lua, Slurm's plugins); site config only
-    "enforcement": {
-        "unguarded_training": "tag",  # reject | tag | allow
-        "launchers": ["python", "torchrun", "accelerate", "deepspeed"],
-        "training_commands": [],
-        "exempt_programs": ["guarded_sbatch", "submitit.core._submit", "pip"],
-        "tag": "guarded-sbatch:unguarded",
-        "tag_field": "admin_comment",
-    },
-    # jobs built from a launcher command (guarded-sbatch torchrun train.py ...): USR1 this long before the
-    # time limit, then checkpoint and requeue up to max_requeues times
-    "launcher": {"signal_margin_seconds": 300, "max_requeues": 3},
-    "preflight": {
-        "reference_dirs": ["configs", "recipes", "experiments"],
-        "reference_max_depth": 3,
-        "reference_max_age_days": 30.0,
-        "stat_timeout_seconds": 5.0,
-        "max_workers_on_network_fs": 4,
-    },
-}
-
-_SIDECAR = DEFAULTS["sidecar"]
-_PREFLIGHT = DEFAULTS["preflight"]
+DEFAULTS: dict[str, Any] = defaults()
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 QUIET_ENTRY = re.compile(r"^(?:(?P<days>[A-Za-z,\-]+)\s+)?(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})$")
@@ -109,56 +67,85 @@ class QuietWindow:
         return minute < end and (moment.weekday() - 1) % 7 in self.weekdays
 
 
+def _converted(key: Key, value: Any, metadata: Mapping[str, Any], env: Mapping[str, str],
+               sources: tuple[Path, ...] = ()) -> Any:
+    """A checked config value as its settings field holds it."""
+    if key.kind == "path_list":
+        return tuple(_expand_path(item, env) for item in value)
+    if key.kind == "path":
+        return _expand_path(value, env) if value else None
+    if key.kind == "quiet_hours":
+        return tuple(parse_quiet_hours(entry, sources) for entry in value)
+    if isinstance(value, list):
+        return metadata["container"](value)
+    if key.kind == "float":
+        return float(value) * metadata["scale"]
+    return int(value) if key.kind == "int" else value
+
+
+def _expand_path(text: str, env: Mapping[str, str]) -> Path:
+    """`~` and `$VAR`/`${VAR}` from the environment; no shell is involved."""
+    expanded = re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
+    return Path(expanded).expanduser()
+
+
+def setting(path: str, *, scale: float = 1.0, container: type = tuple) -> Any:
+    """A settings field filled from config key `path` (its default, kind and bounds are the schema's)."""
+    metadata = {"key": path, "scale": scale, "container": container}
+    return field(default=_converted(KEYS[path], KEYS[path].default, metadata, {}), metadata=metadata)
+
+
 @dataclass(frozen=True)
 class SidecarJobSettings:
-    """The sidecar job's resources and cadence. Every default here is read from DEFAULTS (the one place)."""
+    """The sidecar job's resources and cadence."""
 
-    partition: str = _SIDECAR["partition"]
-    account: str = _SIDECAR["account"]
-    qos: str = _SIDECAR["qos"]
-    cpus: int = _SIDECAR["cpus"]
-    mem: str = _SIDECAR["mem"]
-    time: str = _SIDECAR["time"]
-    template: str = _SIDECAR["template"]
-    fast_interval_s: float = _SIDECAR["fast_interval_seconds"]  # how often the sidecar reads new metrics
-    job_poll_s: float = _SIDECAR["job_poll_seconds"]  # how often it may ask the scheduler (≤ 12 an hour)
-    mode: str = _SIDECAR["mode"]  # "per-job" | "per-user" (one shared monitor job per user and cluster)
-    max_runs_per_monitor: int = _SIDECAR["max_runs_per_monitor"]
-    monitor_time: str = _SIDECAR["monitor_time"]  # the shared monitor's --time; it requeues itself before the limit
-    monitor_mem: str = _SIDECAR["monitor_mem"]
+    partition: str = setting("sidecar.partition")
+    account: str = setting("sidecar.account")
+    qos: str = setting("sidecar.qos")
+    cpus: int = setting("sidecar.cpus")
+    mem: str = setting("sidecar.mem")
+    time: str = setting("sidecar.time")
+    template: str = setting("sidecar.template")
+    fast_interval_s: float = setting("sidecar.fast_interval_seconds")  # how often the sidecar reads new metrics
+    job_poll_s: float = setting("sidecar.job_poll_seconds")  # how often it may ask the scheduler (≤ 12 an hour)
+    mode: str = setting("sidecar.mode")  # "per-job" | "per-user" (one shared monitor job per user and cluster)
+    max_runs_per_monitor: int = setting("sidecar.max_runs_per_monitor")
+    monitor_time: str = setting("sidecar.monitor_time")  # the shared monitor's --time; it requeues itself before the limit
+    monitor_mem: str = setting("sidecar.monitor_mem")
 
 
 @dataclass(frozen=True)
 class LauncherSettings:
-    signal_margin_s: int = DEFAULTS["launcher"]["signal_margin_seconds"]  # `--signal=B:USR1@<this>` in launcher jobs
-    max_requeues: int = DEFAULTS["launcher"]["max_requeues"]  # how often such a job requeues itself after checkpointing
+    signal_margin_s: int = setting("launcher.signal_margin_seconds")  # `--signal=B:USR1@<this>` in launcher jobs
+    max_requeues: int = setting("launcher.max_requeues")  # how often such a job requeues itself after checkpointing
 
 
 @dataclass(frozen=True)
 class Config:
-    mandatory_checks: frozenset[str] = frozenset()
-    waivable_checks: frozenset[str] = frozenset(CHECK_NAMES)
-    run_roots: tuple[Path, ...] = ()
-    name_pattern: str = DEFAULT_NAME_PATTERN
-    forbidden_names: tuple[str, ...] = DEFAULT_FORBIDDEN_NAMES
-    quiet_hours: tuple[QuietWindow, ...] = ()
+    mandatory_checks: frozenset[str] = setting("checks.mandatory", container=frozenset)
+    waivable_checks: frozenset[str] = setting("checks.waivable", container=frozenset)  # less the mandatory ones
+    run_roots: tuple[Path, ...] = setting("run_roots")
+    name_pattern: str = setting("name_pattern")
+    forbidden_names: tuple[str, ...] = setting("forbidden_names")
+    quiet_hours: tuple[QuietWindow, ...] = setting("quiet_hours")
     sidecar: SidecarJobSettings = SidecarJobSettings()
     launcher: LauncherSettings = LauncherSettings()
-    template_dirs: tuple[Path, ...] = ()
-    scheduler: str = DEFAULTS["scheduler"]  # "slurm" | "local" | "auto"
-    check_interval_s: float = DEFAULTS["check_interval_minutes"] * 60.0
-    reference_dirs: tuple[str, ...] = tuple(_PREFLIGHT["reference_dirs"])
-    reference_max_depth: int = _PREFLIGHT["reference_max_depth"]
-    reference_max_age_days: float = _PREFLIGHT["reference_max_age_days"]
-    stat_timeout_s: float = _PREFLIGHT["stat_timeout_seconds"]
-    max_workers_on_network_fs: int = _PREFLIGHT["max_workers_on_network_fs"]
-    locked: frozenset[str] = frozenset()
-    enabled: bool = True
-    notify_urls: tuple[str, ...] = field(default=(), repr=False)  # secrets
-    notify_on: frozenset[str] = frozenset(NOTIFY_EVENTS)
-    notify_wait_long_s: float = 3600.0
-    audit_log: Path | None = None
-    audit_syslog: bool = False
+    template_dirs: tuple[Path, ...] = setting("template_dirs")
+    scheduler: str = setting("scheduler")  # "slurm" | "local" | "auto"
+    check_interval_s: float = setting("check_interval_minutes", scale=60.0)
+    reference_dirs: tuple[str, ...] = setting("preflight.reference_dirs")
+    reference_max_depth: int = setting("preflight.reference_max_depth")
+    reference_max_age_days: float = setting("preflight.reference_max_age_days")
+    stat_timeout_s: float = setting("preflight.stat_timeout_seconds")
+    max_workers_on_network_fs: int = setting("preflight.max_workers_on_network_fs")
+    locked: frozenset[str] = setting("locked", container=frozenset)
+    enabled: bool = setting("enabled")
+    notify_urls: tuple[str, ...] = field(default=(), repr=False, metadata={"key": "notify.urls", "scale": 1.0,
+                                                                          "container": tuple})  # secrets
+    notify_on: frozenset[str] = setting("notify.on", container=frozenset)
+    notify_wait_long_s: float = setting("notify.wait_long_minutes", scale=60.0)
+    audit_log: Path | None = setting("audit.log")
+    audit_syslog: bool = setting("audit.syslog")
     sources: tuple[Path, ...] = field(default=(), compare=False)  # files it was loaded from
 
     def can_waive(self, check: str) -> bool:
@@ -229,8 +216,6 @@ def load_config(
     return _build(merged, sources[-1] if sources else Path("<defaults>"), tuple(sources), environ)
 
 
-MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
-
 
 def read_toml(path: Path) -> dict[str, Any]:
     try:
@@ -257,8 +242,10 @@ def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: P
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f"did you mean '{prefix}{close[0]}'? " if close else ""
             choices = ", ".join(f"{prefix}{k}" for k in known)
-            raise UsageError(f"{path}: unknown key '{dotted}'; known keys here: {choices}")
+            raise UsageError(f"{path}: unknown key '{dotted}'; {hint}known keys here: {choices}")
         if isinstance(known[key], dict):
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: '{dotted}' must be a table ([{dotted}]), not {type(value).__name__}")
@@ -300,101 +287,23 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
     def fail(key: str, what: str) -> UsageError:
         return UsageError(f"{', '.join(map(str, sources)) or 'config'}: '{key}' {what}")
 
-    def str_list(key: str, value: Any) -> list[str]:
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise fail(key, "must be a list of strings")
-        return value
+    def fill(cls: type[Any]) -> Any:
+        values: dict[str, Any] = {}
+        for item in fields(cls):
+            if "key" in item.metadata:
+                key = KEYS[item.metadata["key"]]
+                _, raw = _lookup(data, key.path)
+                values[item.name] = _converted(key, checked(key, raw, fail), item.metadata, env, sources)
+            elif item.name in ("sidecar", "launcher"):
+                values[item.name] = fill(type(item.default))
+        return cls(**values)
 
-    def number(key: str, value: Any, kind: type[int] | type[float]) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_NUMBER:
-            raise fail(key, f"must be a positive {kind.__name__} no larger than {MAX_NUMBER:g}")
-        return kind(value)
-
-    checks = data["checks"]
-    mandatory = str_list("checks.mandatory", checks["mandatory"])
-    waivable = str_list("checks.waivable", checks["waivable"])
-    for name in [*mandatory, *waivable]:
-        if name not in CHECK_NAMES:
-            raise fail("checks", f"names an unknown check {name!r}; the checks are {', '.join(CHECK_NAMES)}")
-    scheduler = data["scheduler"]
-    if scheduler not in ("auto", "slurm", "local"):
-        raise fail("scheduler", f"must be \"slurm\", \"local\" or \"auto\", not {scheduler!r}")
-    name_pattern = data["name_pattern"]
-    forbidden = str_list("forbidden_names", data["forbidden_names"])
-    for key, pattern in [("name_pattern", name_pattern), *[("forbidden_names", f) for f in forbidden]]:
-        if not isinstance(pattern, str):
-            raise fail(key, "must be a string (a regular expression)")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise fail(key, f"is not a valid regular expression ({pattern!r}: {exc})") from None
-    sidecar = data["sidecar"]
-    preflight = data["preflight"]
-    launcher = data["launcher"]
-    notify = data["notify"]
-    notify_on = str_list("notify.on", notify["on"])
-    for event in notify_on:
-        if event not in NOTIFY_EVENTS:
-            raise fail("notify.on", f"names an unknown event {event!r}; the events are {', '.join(NOTIFY_EVENTS)}")
-    if not isinstance(data["enabled"], bool):
-        raise fail("enabled", "must be true or false")
-    audit = data["audit"]
-    if not isinstance(audit["log"], str) or not isinstance(audit["syslog"], bool):
-        raise fail("audit", "needs log = \"PATH\" (or \"\") and syslog = true|false")
-    max_requeues = launcher["max_requeues"]
-    if isinstance(max_requeues, bool) or not isinstance(max_requeues, int) or max_requeues < 0:
-        raise fail("launcher.max_requeues", "must be a whole number ≥ 0")
-    return Config(
-        mandatory_checks=frozenset(mandatory),
-        waivable_checks=frozenset(waivable) - frozenset(mandatory),
-        run_roots=tuple(_expand_path(p, env) for p in str_list("run_roots", data["run_roots"])),
-        name_pattern=name_pattern,
-        forbidden_names=tuple(forbidden),
-        quiet_hours=tuple(parse_quiet_hours(entry, sources) for entry in str_list("quiet_hours", data["quiet_hours"])),
-        sidecar=SidecarJobSettings(
-            partition=str(sidecar["partition"]),
-            account=str(sidecar["account"]),
-            qos=str(sidecar["qos"]),
-            cpus=int(number("sidecar.cpus", sidecar["cpus"], int)),
-            mem=str(sidecar["mem"]),
-            time=str(sidecar["time"]),
-            template=str(sidecar["template"]),
-            fast_interval_s=float(number("sidecar.fast_interval_seconds", sidecar["fast_interval_seconds"], float)),
-            job_poll_s=float(number("sidecar.job_poll_seconds", sidecar["job_poll_seconds"], float)),
-            mode=_monitor_mode(sidecar["mode"], fail),
-            max_runs_per_monitor=int(number("sidecar.max_runs_per_monitor", sidecar["max_runs_per_monitor"], int)),
-            monitor_time=str(sidecar["monitor_time"]),
-            monitor_mem=str(sidecar["monitor_mem"]),
-        ),
-        launcher=LauncherSettings(
-            signal_margin_s=int(number("launcher.signal_margin_seconds", launcher["signal_margin_seconds"], int)),
-            max_requeues=max_requeues,
-        ),
-        template_dirs=tuple(_expand_path(p, env) for p in str_list("template_dirs", data["template_dirs"])),
-        scheduler=scheduler,
-        check_interval_s=number("check_interval_minutes", data["check_interval_minutes"], float) * 60.0,
-        reference_dirs=tuple(str_list("preflight.reference_dirs", preflight["reference_dirs"])),
-        reference_max_depth=int(number("preflight.reference_max_depth", preflight["reference_max_depth"], int)),
-        reference_max_age_days=number("preflight.reference_max_age_days", preflight["reference_max_age_days"], float),
-        stat_timeout_s=number("preflight.stat_timeout_seconds", preflight["stat_timeout_seconds"], float),
-        max_workers_on_network_fs=int(
-            number("preflight.max_workers_on_network_fs", preflight["max_workers_on_network_fs"], int)
-        ),
-        locked=frozenset(str_list("locked", data["locked"])),
-        enabled=data["enabled"],
-        notify_urls=tuple(str_list("notify.urls", notify["urls"])),
-        notify_on=frozenset(notify_on),
-        notify_wait_long_s=number("notify.wait_long_minutes", notify["wait_long_minutes"], float) * 60.0,
-        audit_log=_expand_path(audit["log"], env) if audit["log"] else None,
-        audit_syslog=audit["syslog"],
-        sources=sources,
-    )
-
-
-def _expand_path(text: str, env: Mapping[str, str]) -> Path:
-    """`~` and `$VAR`/`${VAR}` from the environment; no shell is involved."""
-    expanded = re.sub(r"\$(\w+)|\$\{(\w+)\}", lambda m: env.get(m.group(1) or m.group(2), m.group(0)), text)
-    return Path(expanded).expanduser()
+    config = fill(Config)
+    for entry in config.locked:  # a misspelt lock would lock nothing
+        if entry not in KEYS and not any(path.startswith(entry + ".") for path in KEYS):
+            close = difflib.get_close_matches(entry, list(KEYS), n=1)
+            raise fail("locked", f"names an unknown key {entry!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+    return replace(config, waivable_checks=config.waivable_checks - config.mandatory_checks, sources=sources)
 
 
 def parse_quiet_hours(entry: str, sources: tuple[Path, ...] = ()) -> QuietWindow:
@@ -435,9 +344,3 @@ def _weekdays(text: str, entry: str, where: str) -> frozenset[int]:
             day = (day + 1) % 7
             days.add(day)
     return frozenset(days)
-
-
-def _monitor_mode(value: object, fail: Any) -> str:
-    if value not in ("per-job", "per-user"):
-        raise fail("sidecar.mode", f"must be \"per-job\" or \"per-user\", not {value!r}")
-    return str(value)

@@ -1,0 +1,400 @@
+"""Every configuration key, declared once: its TOML path, kind, default, bounds, the site's example value and its
+documentation. From this table follow the defaults, the known keys, each value's check and its one-line error, the
+site-only keys, and site_configs/example-site.toml (written by render_example_site; a test keeps the two equal).
+core/config.py turns checked values into the immutable settings the rest of the code reads.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from guarded_sbatch.core.check_names import CHECK_NAMES
+
+MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
+NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
+DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (
+    r"(run|wave|phase|exp|try|trial|job|attempt|v)[-_]?\d+",
+    r"test\d*",
+    r"tmp\d*",
+    r"temp\d*",
+    r"debug\d*",
+    r"foo|bar|baz|asdf|untitled|default|new|final|latest",
+    r"[a-z]{1,3}-[a-z]{1,3}",  # initials like cs-ad
+    r".*-internal",
+)
+DEFAULT_NAME_PATTERN = r"[a-z0-9][a-z0-9.]*(-[a-z0-9][a-z0-9.]*){2,}"
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str  # dotted: "sidecar.cpus"
+    kind: str  # one of KINDS
+    default: Any
+    doc: str  # the comment above the key in the example site config ("" for none)
+    low: float = 0.0  # numbers: low < value <= high (low itself allowed where low_inclusive)
+    high: float = MAX_NUMBER
+    low_inclusive: bool = False
+    choices: tuple[str, ...] = ()  # "choice": one of these; "names": a list of these
+    site_only: bool = False
+    example: Any = None  # the example site config's value, when it is not the default
+    note: str = ""  # a short comment after the value in the example
+
+
+_WAIT_DOC = (
+    "Which events: stop (the sidecar stopped a run; the plot is attached where the service takes files),\n"
+    "wait_long (WAIT for wait_long_minutes in a row), crash (the job ended FAILED / OUT_OF_MEMORY / NODE_FAIL /\n"
+    "TIMEOUT), sidecar_error (the sidecar itself failed: the run is no longer watched)."
+)
+
+SCHEMA: tuple[Key, ...] = (
+    Key(
+        "locked",
+        "str_list",
+        [],
+        "Dotted keys users may not change. Only the site config may hold `locked`. A user config that sets one of\n"
+        "these to a different value is refused with one line naming the key (equal values are accepted).\n"
+        'The [enforcement] table is read from the site config only, whatever a user config says; add "enforcement"\n'
+        "here to make a user's attempt an error instead of a no-op.",
+        site_only=True,
+        example=["checks.mandatory", "name_pattern", "run_roots", "quiet_hours"],
+    ),
+    Key(
+        "enabled",
+        "bool",
+        True,
+        "The site switch-off: false hands every job the `sbatch` shim sees to Slurm's sbatch untouched, and the\n"
+        'rendered plugin policy becomes unguarded_training = "allow" (render it again after changing this).\n'
+        "The `guarded-sbatch` command itself keeps working for those who call it. Site config only.",
+        site_only=True,
+    ),
+    Key(
+        "scheduler",
+        "choice",
+        "auto",
+        'Where jobs go: "slurm", "local" (plain processes), or "auto" (slurm when `sbatch --version` answers).',
+        choices=("slurm", "local", "auto"),
+    ),
+    Key(
+        "check_interval_minutes",
+        "float",
+        30.0,
+        "Minutes between the sidecar's full reports (it checks hard faults more often).",
+        example=30,
+    ),
+    Key(
+        "run_roots",
+        "path_list",
+        [],
+        "Folders that hold run outputs. A run named NAME collides when <root>/NAME exists (unless a restart),\n"
+        "and cleanup (kill / restart) only ever deletes inside these. $VAR and ~ are expanded, never by a shell.",
+        example=["/scratch/$USER/runs", "~/runs"],
+    ),
+    Key(
+        "template_dirs",
+        "path_list",
+        [],
+        "Extra folders searched for sbatch templates (sidecar.sbatch ...) before the built-in ones.",
+        example=["/opt/site/guarded-sbatch/templates"],
+    ),
+    Key(
+        "name_pattern",
+        "regex",
+        DEFAULT_NAME_PATTERN,
+        "Run names must match this regular expression in full: <dataset/task>-<model>-<key-config>-<recipe-piece>.",
+    ),
+    Key(
+        "forbidden_names",
+        "regex_list",
+        list(DEFAULT_FORBIDDEN_NAMES),
+        "Names refused even when they match the pattern (regular expressions, matched in full, any case).",
+    ),
+    Key(
+        "quiet_hours",
+        "quiet_hours",
+        [],
+        'When a run should not end (the ETA check warns): "HH:MM-HH:MM" every day, or with weekdays first\n'
+        '("Mon-Fri 12:00-13:00", "Sat,Sun 00:00-24:00"). A window may cross midnight.',
+        example=["22:00-07:00", "Sat,Sun 00:00-24:00"],
+    ),
+    Key(
+        "notify.urls",
+        "str_list",
+        [],
+        "Alerts through apprise (https://github.com/caronc/apprise/wiki): one URL per service, e.g.\n"
+        '  "slack://TokenA/TokenB/TokenC/#ml-alerts", "msteams://...", "matrixs://user:pass@host/#room",\n'
+        '  "mailtos://user:pass@smtp.example.org?to=ml-team@example.org", "ntfys://ntfy.sh/my-topic",\n'
+        '  "json://hooks.example.org/guarded-sbatch" (a plain JSON POST).\n'
+        "URLs hold secrets: guarded-sbatch never prints, logs or writes them; keep this file readable only by those\n"
+        "who need it. Site URLs and a user's own ([notify] in ~/.config/guarded-sbatch/config.toml) both get alerts.",
+    ),
+    Key("notify.on", "names", list(NOTIFY_EVENTS), _WAIT_DOC, choices=NOTIFY_EVENTS),
+    Key("notify.wait_long_minutes", "float", 60.0, "", example=60),
+    Key(
+        "audit.log",
+        "path",
+        "",
+        "The admins' record: one JSON line per launch, waiver, STOP, kill, restart and shim bypass (user, job, run,\n"
+        "check, reason). Appends are locked (flock) and whole lines. Users must be able to append, so to keep them\n"
+        "from editing it put it in a root-owned folder they cannot write to and use syslog as the record of truth:\n"
+        "with syslog = true every line also goes to `logger -t guarded-sbatch -p user.notice` (the system journal).\n"
+        "Site config only. Empty log: no file.",
+        site_only=True,
+    ),
+    Key("audit.syslog", "bool", False, "", site_only=True),
+    Key(
+        "checks.mandatory",
+        "names",
+        [],
+        "The five pre-flight checks: config-diff, run-name, paths, monitoring, eta. A failed check blocks the launch.\n"
+        "Checks that cannot be waived with --guard-waive at this site.",
+        choices=CHECK_NAMES,
+        example=["paths", "run-name"],
+    ),
+    Key(
+        "checks.waivable",
+        "names",
+        list(CHECK_NAMES),
+        "Checks a user may waive (with a reason, recorded with the run). Mandatory ones are never waivable.",
+        choices=CHECK_NAMES,
+        example=["config-diff", "monitoring", "eta"],
+    ),
+    Key(
+        "sidecar.partition",
+        "str",
+        "",
+        "Where the sidecar job runs: 1 CPU, little memory, no GPU. Empty strings leave the option out.",
+        example="cpu",
+    ),
+    Key("sidecar.account", "str", "", ""),
+    Key("sidecar.qos", "str", "", "", example="sidecar"),
+    Key("sidecar.cpus", "int", 1, "", high=1024),
+    Key("sidecar.mem", "str", "1G", ""),
+    Key("sidecar.time", "str", "", "", note="empty: the sidecar ends with the training job"),
+    Key("sidecar.template", "str", "sidecar.sbatch", "", note="looked up in template_dirs, then the built-in templates"),
+    Key("sidecar.fast_interval_seconds", "float", 60.0, "", example=60, note="how often the sidecar reads new metric points"),
+    Key(
+        "sidecar.job_poll_seconds",
+        "float",
+        300.0,
+        "",
+        example=300,
+        note="how often it may ask the scheduler about the job (Slurm < 23.02 has no RPC limits)",
+    ),
+    Key(
+        "sidecar.mode",
+        "choice",
+        "per-job",
+        "per-job: a sidecar job per run; per-user: one shared monitor job watches all of a user's runs\n"
+        "(it requeues itself before its time limit and adopts the runs of its predecessor).",
+        choices=("per-job", "per-user"),
+    ),
+    Key("sidecar.max_runs_per_monitor", "int", 200, "", note="a per-user monitor watching this many runs starts another"),
+    Key("sidecar.monitor_time", "str", "", "", note="the shared monitor's --time; it requeues itself before the limit"),
+    Key("sidecar.monitor_mem", "str", "2G", ""),
+    Key(
+        "launcher.signal_margin_seconds",
+        "int",
+        300,
+        "Jobs built from a launcher command (`guarded-sbatch [sbatch options] torchrun train.py ...`) ask Slurm for\n"
+        "USR1 this many seconds before the time limit (#SBATCH --signal=B:USR1@N; Slurm may send it up to ~30 s\n"
+        "earlier), pass it to the trainer so it checkpoints, and requeue themselves up to max_requeues times\n"
+        "(counted by SLURM_RESTART_COUNT). Past that count the trainer is not signalled and runs on to the limit.\n"
+        "Users override both per launch with --guard-signal-margin / --guard-max-requeues.",
+    ),
+    Key("launcher.max_requeues", "int", 3, "", low=0, low_inclusive=True),
+    Key(
+        "preflight.reference_dirs",
+        "str_list",
+        ["configs", "recipes", "experiments"],
+        "Where reference configs are searched (relative to the job's folder and the script's folder) ...",
+    ),
+    Key("preflight.reference_max_depth", "int", 3, "", note="... how deep ..."),
+    Key("preflight.reference_max_age_days", "float", 30.0, "", example=30, note="... and how recent they must be."),
+    Key(
+        "preflight.stat_timeout_seconds",
+        "float",
+        5.0,
+        "",
+        example=5,
+        note="every stat on the login node gives up after this (hung network mounts)",
+    ),
+    Key(
+        "preflight.max_workers_on_network_fs",
+        "int",
+        4,
+        "",
+        note="more dataloader workers than this on NFS/Lustre/GPFS/... fails config-diff",
+    ),
+    Key(
+        "enforcement.unguarded_training",
+        "choice",
+        "tag",
+        "Site policy for training jobs that did NOT go through guarded-sbatch's pre-flight. Read by the sbatch shim\n"
+        "(modulefiles/) and, rendered to Lua, by Slurm's plugins (guarded_sbatch/site/lua/cli_filter.lua, job_submit.lua):\n"
+        "  guarded-sbatch admin render-policy /etc/guarded-sbatch/site.toml /etc/slurm/guarded_sbatch_policy.lua\n"
+        "A guarded submission is recognised by its marker: guarded-sbatch adds `--comment=... guarded-sbatch:preflight=\n"
+        "<Adler-32 of the script>` (the sidecar: `guarded-sbatch:sidecar=...`), which the plugins recompute.\n"
+        '  "reject": job_submit refuses the job; sbatch prints how to submit it (module load guarded-sbatch; ...)\n'
+        '  "tag":    the job runs, tagged in admin_comment (or comment, see tag_field); sbatch prints a note\n'
+        '  "allow":  the plugins let everything through (the shim still pre-flights training jobs)',
+        choices=("reject", "tag", "allow"),
+        site_only=True,
+        example="reject",
+    ),
+    Key(
+        "enforcement.launchers",
+        "str_list",
+        ["python", "torchrun", "accelerate", "deepspeed"],
+        "What counts as a training job: a launcher line of one of these kinds (python <script or -m module>,\n"
+        "torchrun, accelerate launch, deepspeed; also behind srun / exec / env VAR=x / time / nohup) ...",
+        site_only=True,
+    ),
+    Key(
+        "enforcement.training_commands",
+        "str_list",
+        [],
+        "... or a command line containing one of these plain substrings (the site's own launchers).",
+        site_only=True,
+        example=["run_pretrain.sh"],
+    ),
+    Key(
+        "enforcement.exempt_programs",
+        "str_list",
+        ["guarded_sbatch", "submitit.core._submit", "pip"],
+        "Programs or modules that are never training (an entry matches the program, its basename, or a module and\n"
+        "its submodules): guarded-sbatch's own sidecar, plain submitit jobs (remove it to require GuardedExecutor\n"
+        "once it marks its jobs), pip.",
+        site_only=True,
+    ),
+    Key(
+        "enforcement.tag",
+        "str",
+        "guarded-sbatch:unguarded",
+        'The tag written for policy "tag", and where: "admin_comment" (users cannot change it) or "comment".',
+        site_only=True,
+    ),
+    Key("enforcement.tag_field", "choice", "admin_comment", "", choices=("admin_comment", "comment"), site_only=True),
+)
+KEYS: dict[str, Key] = {key.path: key for key in SCHEMA}
+# Tables a user config may not hold at all (everything in them is the site's)
+SITE_ONLY_TABLES = ("audit", "enforcement")
+
+
+def defaults() -> dict[str, Any]:
+    """The built-in values as nested tables, as a TOML file would give them."""
+    tree: dict[str, Any] = {}
+    for key in SCHEMA:
+        *tables, name = key.path.split(".")
+        node = tree
+        for table in tables:
+            node = node.setdefault(table, {})
+        node[name] = json.loads(json.dumps(key.default))  # a fresh copy
+    return tree
+
+
+def checked(key: Key, value: Any, fail: Callable[[str, str], Exception]) -> Any:
+    """The value if it fits the key's kind and bounds; else `fail(path, what it must be)` is raised."""
+    check = _CHECKS[key.kind]
+    if not check(key, value):
+        raise fail(key.path, _expected(key))
+    if key.kind in ("regex", "regex_list"):
+        for pattern in [value] if key.kind == "regex" else value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise fail(key.path, f"is not a valid regular expression ({pattern!r}: {exc})") from None
+    if key.kind == "names":
+        for name in value:
+            if name not in key.choices:
+                raise fail(key.path, f"names an unknown {_WHAT.get(key.path, 'entry')} {name!r}; use {', '.join(key.choices)}")
+    return value
+
+
+_WHAT = {"checks.mandatory": "check", "checks.waivable": "check", "notify.on": "event"}
+
+
+def _number(key: Key, value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (key.kind == "int" and value != int(value)):
+        return False
+    above = value >= key.low if key.low_inclusive else value > key.low
+    return above and value <= key.high
+
+
+def _strings(key: Key, value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+_CHECKS: dict[str, Callable[[Key, Any], bool]] = {
+    "str": lambda key, value: isinstance(value, str),
+    "path": lambda key, value: isinstance(value, str),
+    "regex": lambda key, value: isinstance(value, str),
+    "bool": lambda key, value: isinstance(value, bool),
+    "int": _number,
+    "float": _number,
+    "choice": lambda key, value: value in key.choices,
+    "str_list": _strings,
+    "path_list": _strings,
+    "regex_list": _strings,
+    "names": _strings,
+    "quiet_hours": _strings,
+}
+KINDS = tuple(_CHECKS)
+
+
+def _expected(key: Key) -> str:
+    if key.kind in ("int", "float"):
+        what = "a whole number" if key.kind == "int" else "a number"
+        if key.low_inclusive:
+            return f"must be {what} from {key.low:g} to {key.high:g}"
+        return f"must be {what} greater than {key.low:g}, at most {key.high:g}"
+    if key.kind == "choice":
+        quoted = [f'"{choice}"' for choice in key.choices]
+        return f"must be {', '.join(quoted[:-1])} or {quoted[-1]}"
+    return {
+        "str": "must be a string",
+        "path": 'must be a path (a string; "" for none)',
+        "regex": "must be a string (a regular expression)",
+        "bool": "must be true or false",
+        "names": f"must be a list of names from {', '.join(key.choices)}",
+        "quiet_hours": 'must be a list of strings like "22:00-07:00"',
+    }.get(key.kind, "must be a list of strings")
+
+
+def render_example_site() -> str:
+    """site_configs/example-site.toml, from the schema: every key, its documentation and the site's example value."""
+    lines: list[str] = [
+        "# guarded-sbatch site config (TOML). The modulefile points GUARDED_SBATCH_SITE_CONFIG at this file.",
+        "# Users may override keys in ~/.config/guarded-sbatch/config.toml (or $GUARDED_SBATCH_USER_CONFIG),",
+        "# except the keys listed in `locked`: a user config that changes one of those is refused.",
+        "# Written from guarded_sbatch/core/config_schema.py (render_example_site); edit the schema, not this file.",
+    ]
+    table = ""
+    for key in SCHEMA:
+        *tables, name = key.path.split(".")
+        if ".".join(tables) != table:
+            table = ".".join(tables)
+            lines += ["", f"[{table}]"]
+        if key.doc:
+            if lines[-1] != f"[{table}]":
+                lines.append("")
+            lines += [f"# {line}".rstrip() for line in key.doc.split("\n")]
+        value = key.example if key.example is not None else key.default
+        text = _toml(value)
+        if isinstance(value, list) and len(text) > 100:  # one item a line
+            text = "[\n" + "".join(f"  {_toml(item)},\n" for item in value) + "]"
+        lines.append(f"{name} = {text}" + (f"  # {key.note}" if key.note else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f"'{value}'" if "\\" in value or '"' in value else json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    return json.dumps(value)
