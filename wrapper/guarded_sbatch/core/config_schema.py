@@ -149,7 +149,7 @@ SCHEMA: tuple[Key, ...] = (
         "checks.mandatory",
         "names",
         [],
-        "The five pre-flight checks: config-diff, run-name, paths, monitoring, eta. A failed check blocks the launch.\n"
+        f"The pre-flight checks: {', '.join(CHECK_NAMES)}. A failed check blocks the launch.\n"
         "Checks that cannot be waived with --guard-waive at this site.",
         choices=CHECK_NAMES,
         example=["paths", "run-name"],
