@@ -19,9 +19,10 @@ import pytest
 
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.sources import registry
+from guarded_sbatch.sources.base import SourceBase
 
 
-class JsonLinesSource:
+class JsonLinesSource(SourceBase):
     """One JSON object per line, e.g. {"step": 10, "loss": 2.3}; a half-written last line waits for the next read."""
 
     kind = "jsonl"
