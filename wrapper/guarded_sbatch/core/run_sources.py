@@ -213,15 +213,22 @@ class RunSources:
                 *(s.locator for s in self.specs if s.kind == "tensorboard")]
 
 
+def recorded_sources(record: RunRecord) -> RunSources:
+    """A guarded run's RunSources; an older record without them gets its submit folder and time."""
+    return RunSources.from_json(record.sources) or RunSources(workdir=record.submit_dir, since=record.submitted_at)
+
+
+def flagged_specs(record: RunRecord) -> list[SourceSpec]:
+    """The sources named with guard flags at launch (--guard-tb / --guard-wandb / --guard-log, kept in the
+    record beside `sources`)."""
+    return specs_from_flags({"tensorboard": record.tb_paths, "wandb": record.wandb_paths,
+                             "textlog": record.log_paths}, origin="a guard flag at launch",
+                            writer=recorded_sources(record).writer())
+
+
 def run_specs(record: RunRecord) -> list[SourceSpec]:
-    """A guarded run's sources: its recorded RunSources, plus the paths given with guard flags (older records
-    kept those beside `sources` as tb_paths / wandb_paths / log_paths)."""
-    recorded = RunSources.from_json(record.sources) or RunSources(workdir=record.submit_dir,
-                                                                 since=record.submitted_at)
-    flagged = specs_from_flags({"tensorboard": record.tb_paths, "wandb": record.wandb_paths,
-                                "textlog": record.log_paths}, origin="a guard flag at launch",
-                               writer=recorded.writer())
-    return _unique([*flagged, *recorded.source_specs()])
+    """Every source of a guarded run: named with guard flags, then recorded at launch."""
+    return _unique([*flagged_specs(record), *recorded_sources(record).source_specs()])
 
 
 def specs_from_flags(paths: dict[str, list[Any]], *, origin: str = "given on the command line",
