@@ -53,6 +53,7 @@ class SourceSet:
         self._job_start: float | None = None
         self._pgid: int | None = None
         self.ownership_note = ""  # candidates seen but not attributable to this run
+        self._found_notes: list[str] = []
         identity = settings.identity
         self._writer = identity.writer() if identity is not None else WriterIdentity(uid=os.geteuid())
         if self._writer.uid is None:
@@ -162,8 +163,7 @@ class SourceSet:
             if self._stdout is not None and self._stdout.is_file():
                 self._open(SourceSpec("textlog", str(self._stdout), "the job's stdout"), given=False)
         self.sources.sort(key=lambda s: registry.priority(s.kind))
-        notes.extend(source.ownership_note() for source in self.sources)
-        self.ownership_note = "; ".join(n for n in notes if n)
+        self._found_notes = [n for n in notes if n]
         if errors:
             raise GuardedError(errors[0])
 
@@ -229,6 +229,8 @@ class SourceSet:
             missing = _unreachable_path(source, had_data=had_data)
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
+        notes = [*self._found_notes, *(source.ownership_note() for source in self.sources)]
+        self.ownership_note = "; ".join(n for n in notes if n)
         active = self._active()
         if active is not None:
             self.crashes.note_poll(self._log_histories(), added.get(id(active), 0) if active is before else 0)
