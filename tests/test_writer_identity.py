@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -28,11 +29,12 @@ from conftest import require
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.policy import RunContext
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
+from guarded_sbatch.sidecar.job_writers import this_host
 from guarded_sbatch.sources.registry import run_files
 
 COWORKER = "gsb-cowriter"
@@ -131,7 +133,7 @@ def test_a_wandb_run_folder_another_user_owns_is_not_read_nor_deleted(coworker: 
 
 
 WRITER = """
-import math, sys, time
+import math, os, sys, time
 from pathlib import Path
 from torch.utils.tensorboard import SummaryWriter
 logdir, broken, marker = sys.argv[1], sys.argv[2] == "nan", Path(sys.argv[3])
@@ -140,24 +142,26 @@ for step in range(60):
     loss = math.nan if broken and step >= 20 else 2.0 * math.exp(-step / 30) + 0.1
     writer.add_scalar("train/loss", loss, step)
 writer.flush()
-marker.write_text("written")
+marker.write_text(str(os.getpid()))
 time.sleep(300)
 """
 
 
-def _start_writer(scheduler: LocalScheduler, folder: Path, logdir: Path, mode: str) -> str:
+def _start_writer(scheduler: Scheduler, folder: Path, logdir: Path, mode: str, options: tuple[str, ...]) -> tuple[str, int]:
+    """A job whose process writes `logdir` with torch's SummaryWriter; its id and the writer's pid."""
     script = folder / f"train-{mode}.sh"
     script.write_text(f"#!/bin/bash\nexec {sys.executable} {folder / 'writer.py'} {logdir} {mode} {folder / mode}.done\n")
-    job_id = scheduler.submit(SubmitRequest(script=script, workdir=folder))
-    deadline = time.monotonic() + 120
-    while not (folder / f"{mode}.done").exists():
+    job_id = scheduler.submit(SubmitRequest(script=script, sbatch_options=options, workdir=folder))
+    marker = folder / f"{mode}.done"
+    deadline = time.monotonic() + 240  # the shared dev Slurm may queue it a while
+    while not (marker.exists() and marker.read_text().strip()):
         assert time.monotonic() < deadline, f"the {mode} writer did not write"
-        assert not scheduler.state(job_id).is_terminal, (folder / f"slurm-{job_id}.out").read_text(errors="replace")
-        time.sleep(0.2)
-    return job_id
+        assert not scheduler.state(job_id).is_terminal, f"the {mode} writer job ended: {scheduler.info(job_id)}"
+        time.sleep(0.3)
+    return job_id, int(marker.read_text())
 
 
-def _judge(folder: Path, sources: RunSources, scheduler: LocalScheduler | None, job_id: str) -> tuple[str, str, str]:
+def _judge(folder: Path, sources: RunSources, scheduler: Scheduler | None, job_id: str) -> tuple[str, str, str]:
     settings = SidecarSettings(run_name=f"run-{job_id}", job_id=job_id, state_file=folder / f"state-{job_id}.json",
                                evidence_dir=folder / f"evidence-{job_id}", identity=sources)
     source_set = SourceSet(settings, scheduler, live=False)
@@ -167,41 +171,51 @@ def _judge(folder: Path, sources: RunSources, scheduler: LocalScheduler | None, 
     return verdict.decision.value, verdict.message, inspected
 
 
-def test_two_real_writers_in_one_folder_each_run_judges_only_its_own(tmp_path: Path) -> None:
-    require(shutil.which("bash") is not None, "bash")
+def two_writers_in_one_folder(scheduler: Scheduler, tmp_path: Path, options: tuple[str, ...] = ()) -> None:
     pytest.importorskip("torch")
     (tmp_path / "writer.py").write_text(WRITER)
     logdir = tmp_path / "runs" / "shared"
-    scheduler = LocalScheduler(tmp_path / "jobs")
     since = time.time() - 1  # both launched within one second: the start time alone cannot tell them apart
-    healthy = _start_writer(scheduler, tmp_path, logdir, "healthy")
-    broken = _start_writer(scheduler, tmp_path, logdir, "nan")
+    jobs: list[str] = []
     try:
+        healthy, healthy_pid = _start_writer(scheduler, tmp_path, logdir, "healthy", options)
+        jobs.append(healthy)
+        broken, broken_pid = _start_writer(scheduler, tmp_path, logdir, "nan", options)
+        jobs.append(broken)
         files = sorted(p.name for p in logdir.iterdir())
         assert len(files) == 2, files
         recorded = RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(logdir)], uid=os.geteuid())
 
         decision, message, read = _judge(tmp_path, recorded, scheduler, healthy)
         assert decision == "CONTINUE", message
-        own_pid = str(scheduler.info(healthy).pgid)
-        assert read.count("tfevents") == 1 and f".{own_pid}." in read, read
+        assert read.count("tfevents") == 1 and f".{healthy_pid}." in read, read
 
         decision, message, read = _judge(tmp_path, recorded, scheduler, broken)
         assert decision == "STOP" and "nan" in message.lower(), message
-        assert read.count("tfevents") == 1 and f".{scheduler.info(broken).pgid}." in read, read
+        assert read.count("tfevents") == 1 and f".{broken_pid}." in read, read
 
         # after the end, nothing known of the writers (an older record): both named, a WAIT, never a STOP
         decision, message, read = _judge(tmp_path, recorded, None, healthy)
         assert decision == "WAIT" and all(name in message for name in files), message
 
         # what the healthy run's sidecar saw of its job, kept in its record, tells them apart again
-        seen = WriterIdentity(pids=(int(own_pid),), pid_host=os.uname().nodename.split(".")[0])
-        decision, message, _ = _judge(tmp_path, RunSources(**{**recorded.__dict__, "seen": seen}), None, healthy)
+        seen = WriterIdentity(pids=(healthy_pid,), pid_host=this_host())
+        decision, message, _ = _judge(tmp_path, replace(recorded, seen=seen), None, healthy)
         assert decision == "CONTINUE", message
     finally:
-        for job in (healthy, broken):
+        for job in jobs:
             scheduler.cancel(job)
-        deadline = time.monotonic() + 30
-        while not all(scheduler.state(j).is_terminal for j in (healthy, broken)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    assert scheduler.state(healthy) in (JobState.CANCELLED, JobState.FAILED, JobState.COMPLETED)
+        deadline = time.monotonic() + 60
+        while not all(scheduler.state(j).is_terminal for j in jobs) and time.monotonic() < deadline:
+            time.sleep(0.3)
+
+
+def test_two_real_writers_in_one_folder_each_local_run_judges_only_its_own(tmp_path: Path) -> None:
+    two_writers_in_one_folder(LocalScheduler(tmp_path / "jobs"), tmp_path)
+
+
+@pytest.mark.slurm
+def test_two_real_writers_in_one_folder_each_slurm_job_judges_only_its_own(tmp_path: Path, slurm_cluster: None) -> None:
+    from guarded_sbatch.scheduler.slurm import SlurmScheduler
+
+    two_writers_in_one_folder(SlurmScheduler(), tmp_path, ("--mem=1G", "--time=5", f"--output={tmp_path}/slurm-%j.out"))

@@ -4,7 +4,7 @@ SLURM_JOB_ID) and the processes of other jobs beside it. A TensorBoard event fil
 and pid, so a file of another run in the same folder is told apart (sources/writers.py decides).
 
 Only the user's own processes are looked at (another user's /proc/<pid>/environ is not readable anyway),
-the scan is bounded, and its answer is kept a few seconds: a shared monitor asks once per run per poll.
+the scan is bounded, and its answer is kept a second: a shared monitor asks once per run per poll.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 _MAX_PROCESSES = 20_000
-_CACHE_S = 5.0
+_CACHE_S = 1.0  # one shared-monitor poll of many runs scans once; a new process is seen a second later
 
 
 @dataclass(frozen=True)

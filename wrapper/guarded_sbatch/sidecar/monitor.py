@@ -23,7 +23,7 @@ from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord
-from guarded_sbatch.core.run_sources import RunSources, flagged_specs
+from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.loop import CountedScheduler, Sidecar, _cpu_seconds, _peak_rss_mb
@@ -137,7 +137,7 @@ class SharedMonitor:
                 state_file=run_dir / "sidecar-state.json", evidence_dir=run_dir / "evidence",
                 notes_path=Path(entry["notes"]) if entry.get("notes") else None,
                 stop_command=entry.get("stop_command") or None,
-                sources=flagged_specs(record) if record is not None else [],
+                sources=_named_sources(entry, record),
                 search_dirs=[Path(p) for p in entry.get("search_dirs", [])],
                 fast_interval_s=self.settings.fast_interval_s,
                 full_interval_s=float(entry.get("full_interval_s") or 1800.0),
@@ -224,6 +224,14 @@ class SharedMonitor:
                 self.calls.count += 1
                 requeue(self.settings.job_id)
         return 0
+
+
+def _named_sources(entry: dict[str, Any], record: RunRecord | None) -> list[SourceSpec]:
+    """The sources named with guard flags: the record's, or (a registration without a record) the entry's."""
+    if record is not None:
+        return flagged_specs(record)
+    return specs_from_flags({"tensorboard": list(entry.get("tb", [])), "wandb": list(entry.get("wandb", [])),
+                             "textlog": list(entry.get("log", []))}, origin="the run's registration")
 
 
 def _record(run_dir: Path) -> RunRecord | None:
