@@ -86,6 +86,10 @@ def test_a_guarded_run_of_the_new_kind_is_read_by_its_sidecar_shown_and_killed(
         script = project / f"{name}.sh"
         script.write_text("#!/bin/bash\nexec sleep 120\n")
         job_id = scheduler.submit(SubmitRequest(script=script, workdir=project))
+        started = time.monotonic()
+        while scheduler.state(job_id) is not JobState.RUNNING:  # a sidecar starts with its job (after:JOB)
+            assert time.monotonic() - started < 30, scheduler.state(job_id)
+            time.sleep(0.1)
         # what a launch records: the new kind's spec among the run's sources
         sources = RunSources(since=time.time() - 5, workdir=str(project),
                              specs=[SourceSpec("jsonl", str(metrics), "the run's config")])
@@ -102,6 +106,8 @@ def test_a_guarded_run_of_the_new_kind_is_read_by_its_sidecar_shown_and_killed(
     while scheduler.state(record.job_id) is not JobState.CANCELLED:
         assert time.monotonic() < deadline, scheduler.state(record.job_id)
         time.sleep(0.2)
+    seen = json.loads((record.folder / "run.json").read_text())["sources"]["seen"]  # what it learned of the job
+    assert scheduler.info(record.job_id).pgid in seen["pids"] and seen["pid_host"], seen
 
     # `show` of each run in the one project: its own recorded source, judged now
     for name, decision in (("synthetic-jsonl-healthy", "CONTINUE"), ("synthetic-jsonl-nan", "STOP")):
