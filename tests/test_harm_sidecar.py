@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.core.points import MetricPoint, sanitize_points
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar import loop as loop_module
@@ -24,7 +25,7 @@ def _settings(tmp_path: Path, log: Path) -> SidecarSettings:
                            evidence_dir=tmp_path / "evidence")
 
 
-class Exploding:
+class Exploding(SourceBase):
     kind = "textlog"
 
     def __init__(self, exc: BaseException) -> None:

@@ -128,3 +128,16 @@ def test_run_paths_and_urls() -> None:
     assert parse_run_path("ent/proj/abc123") == "ent/proj/abc123"
     with pytest.raises(SourceError):
         parse_run_path("just-a-name")
+
+
+def test_a_log_of_another_run_id_than_the_jobs_is_never_read(wandb_dir: Path, tmp_path: Path) -> None:
+    log = _log(wandb_dir)
+    own_id = WandbLogSource(log)
+    assert own_id.read_new() and own_id.run.run_id
+    assert WandbLogSource(log, run_id=own_id.run.run_id).read_new()  # the id the job was given: read
+    # the same bytes in a folder named for the job's id: the Run record inside says whose log it is
+    copy = tmp_path / "wandb" / "offline-run-20261203_100000-zz99zz99" / "run-zz99zz99.wandb"
+    copy.parent.mkdir(parents=True)
+    shutil.copyfile(log, copy)
+    with pytest.raises(SourceError, match=f"is W&B run {own_id.run.run_id}, not this run's zz99zz99"):
+        WandbLogSource(copy, run_id="zz99zz99").read_new()

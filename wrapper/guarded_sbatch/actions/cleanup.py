@@ -109,8 +109,10 @@ def run_job_ids(record: RunRecord) -> list[str]:
     return [job for job in (record.job_id, record.sidecar_id) if job]
 
 
-def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Path] | None = None) -> CleanupPlan:
-    """The cleanup of `record`, in order, with each path already judged by the path guard."""
+def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Path] | None = None,
+                 source_files: Sequence[str] = ()) -> CleanupPlan:
+    """The cleanup of `record`, in order, with each path already judged by the path guard. `source_files`: the
+    run's own files of its metric sources (each kind says which, in sources/registry.py), deleted with the tracker."""
     roots = allowed_roots(run_roots, launch_root(record))
     jobs = ", ".join(run_job_ids(record))
 
@@ -134,7 +136,9 @@ def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Pat
             )
         else:
             artifact = (path_action(record.artifact_dir, [record.artifact_dir]),)
-    tracker = tuple(_tracker_actions(record, path_action))
+    tracker_actions = _tracker_actions(record, path_action)
+    planned = {action.target for action in tracker_actions}
+    tracker = (*tracker_actions, *(path_action(f, [f]) for f in dict.fromkeys(source_files) if f not in planned))
     return CleanupPlan(
         run_id=record.run_id,
         run_name=record.run_name,

@@ -201,7 +201,7 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     from guarded_sbatch.scheduler import get_scheduler
 
     config = load_config()
-    plan = plan_cleanup(_with_own_wandb_runs(record), config.run_roots)
+    plan = plan_cleanup(record, config.run_roots, source_files=_own_source_files(record))
     print(f"guarded-sbatch: {verb} {plan.render()}", file=sys.stderr)
     for refusal in plan.refusals:
         print(f"guarded-sbatch: path guard: {refusal.refused}", file=sys.stderr)
@@ -219,17 +219,10 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     return [o.detail for o in outcomes if not o.ok]
 
 
-def _with_own_wandb_runs(record: RunRecord) -> RunRecord:
-    """The run as the cleanup plans it: with the local folders of the W&B run its job wrote (the id
-    guarded-sbatch gave it), also when its sidecar never saw them; never another run's."""
-    import dataclasses
+def _own_source_files(record: RunRecord) -> list[str]:
+    """The files of the run's own sources that kill deletes, as each kind says (the W&B run folders of the id
+    guarded-sbatch gave the job, also when its sidecar never saw them); never another run's or another user's."""
+    from guarded_sbatch.core.run_sources import run_specs
+    from guarded_sbatch.sources.registry import run_files
 
-    from guarded_sbatch.sources.discovery import own_wandb_logs
-
-    sources = record.sources or {}
-    run_id = str(sources.get("wandb_run_id") or "")
-    if not run_id:
-        return record
-    folders = [str(log.parent) for log in own_wandb_logs(list(sources.get("wandb_dirs") or []), run_id)]
-    extra = [f for f in folders if f not in record.wandb_paths]
-    return dataclasses.replace(record, wandb_paths=[*record.wandb_paths, *extra]) if extra else record
+    return run_files(run_specs(record))

@@ -25,17 +25,12 @@ from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.registry import flagged_kinds
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
-
-
-CLASSIC_FLAGS = ("--tb", "--wandb", "--log")  # flags with settings fields of their own (tb_paths, wandb_paths, log_paths)
+from guarded_sbatch.core.run_sources import SourceSpec, flagged_specs, specs_from_flags
 
 
 def _add_source_flags(parser: ArgumentParser) -> None:
-    parser.add_argument("--tb", action="append", type=Path, default=[], help="TensorBoard event folder or file")
-    parser.add_argument("--wandb", action="append", type=Path, default=[], help="W&B run folder or .wandb file")
-    parser.add_argument("--log", action="append", type=Path, default=[], help="a text log of the run")
-    for kind in flagged_kinds():  # every other kind in sources/registry.py gets its flag here
-        if kind.flag and kind.flag not in CLASSIC_FLAGS:
+    for kind in flagged_kinds():  # every kind in sources/registry.py with a flag gets it here
+        if kind.flag:
             parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
                                 help=kind.help)
     parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
@@ -93,8 +88,7 @@ def run_sidecar_command(argv: list[str]) -> int:
     settings = SidecarSettings(
         run_name=run_name, job_id=args.job, state_file=run_dir / "sidecar-state.json",
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
-        tb_paths=args.tb, wandb_paths=args.wandb, log_paths=args.log,
-        other_sources=_other_sources(args),
+        sources=[*_given_sources(args), *(flagged_specs(record) if record is not None else [])],
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
         policy=_policy(args), identity=_identity_of(record), **_anywhere_settings(args),
     )
@@ -166,9 +160,8 @@ def run_monitor(argv: list[str]) -> int:
     if args.json and not args.once:
         raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
                          "use `guarded-sbatch monitor --once --json ...`")
-    search_dirs, wandb_run = _classify_target(args.target, args)
-    if not (args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run or args.job
-            or any(_other_sources(args).values())):
+    search_dirs, given = _classify_target(args.target, _given_sources(args))
+    if not (given or args.log_command or search_dirs or args.job):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
                          "a W&B run path, or --job")
     backend, record = None, None
@@ -179,14 +172,12 @@ def run_monitor(argv: list[str]) -> int:
         backend = choose_backend(load_config(), args.backend)
         record = _guarded_run(args.job, backend)
     state_dir = args.state_dir or _monitor_state_dir(args)
-    explicit = bool(args.tb or args.wandb or args.log or args.log_command or search_dirs or wandb_run)
+    explicit = bool(given or args.log_command or search_dirs)
     settings = SidecarSettings(
         run_name=args.target or getattr(record, "run_name", None) or args.job or args.stop_target or "monitored run",
         job_id=args.job,
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
-        notes_path=args.notes, stop_command=args.stop_command, tb_paths=args.tb, wandb_paths=args.wandb,
-        other_sources=_other_sources(args),
-        log_paths=args.log, search_dirs=search_dirs, wandb_run=wandb_run,
+        notes_path=args.notes, stop_command=args.stop_command, sources=given, search_dirs=search_dirs,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
         policy=_policy(args),
         identity=None if explicit else _identity_of(cast("RunRecord | None", record)), **_anywhere_settings(args),
@@ -214,18 +205,19 @@ def run_monitor(argv: list[str]) -> int:
     return Sidecar(settings, scheduler, sys.stdout).run()
 
 
-def _classify_target(target: str | None, args: object) -> tuple[list[Path], str | None]:
+def _classify_target(target: str | None, given: list[SourceSpec]) -> tuple[list[Path], list[SourceSpec]]:
+    """monitor's positional argument: a folder to search, a file (a .wandb log or a text log), or a W&B run."""
     if not target:
-        return [], None
+        return [], given
     path = Path(target)
     if path.is_dir():
-        return [path], None
+        return [path], given
     if path.is_file():
-        getattr(args, "log").append(path) if not target.endswith(".wandb") else getattr(args, "wandb").append(path)
-        return [], None
+        kind = "wandb" if target.endswith(".wandb") else "textlog"
+        return [], [*given, *specs_from_flags({kind: [path]})]
     parts = target.split("/")
     if target.startswith(("http://", "https://")) or len(parts) == 3 or (len(parts) == 4 and parts[2] == "runs"):
-        return [], target  # a W&B run URL or entity/project/run_id
+        return [], [*given, *specs_from_flags({"wandb": [target]})]  # a W&B run URL or entity/project/run_id
     raise UsageError(f"{target!r} is neither a folder, a file, nor a W&B run path (entity/project/run_id)")
 
 
@@ -234,7 +226,8 @@ def _monitor_state_dir(args: object) -> Path:
 
     from guarded_sbatch.core.fsutil import state_dir
 
-    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "tb", "wandb", "log", "log_command")])
+    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "source_tensorboard", "source_wandb",
+                                                              "source_textlog", "log_command")])
     return state_dir() / "monitor" / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -293,7 +286,6 @@ def run_shared_monitor(argv: list[str]) -> int:
     return monitor.run()
 
 
-def _other_sources(args: object) -> dict[str, list[Path]]:
-    """Paths given with the flags of the registry's other kinds (--mlflow, --csv, kinds added by register())."""
-    return {kind.name: list(getattr(args, f"source_{kind.name}", [])) for kind in flagged_kinds()
-            if kind.flag not in CLASSIC_FLAGS}
+def _given_sources(args: object) -> list[SourceSpec]:
+    """The sources named with the registry's flags (--tb, --wandb, --log, --mlflow, --csv, kinds added by register())."""
+    return specs_from_flags({kind.name: list(getattr(args, f"source_{kind.name}", [])) for kind in flagged_kinds()})

@@ -23,6 +23,7 @@ from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, find_run
+from guarded_sbatch.core.run_sources import flagged_specs, recorded_sources
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.loop import judge_sources
@@ -80,12 +81,10 @@ def gather(record: RunRecord) -> dict[str, Any]:
 
 
 def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float]]], Any, str]:
+    """The run judged now on its recorded sources (the ones its sidecar reads), never on a rediscovery."""
     settings = SidecarSettings(
         run_name=record.run_name, job_id=record.job_id, state_file=record.folder / ".show-state.json",
-        evidence_dir=record.evidence_dir, tb_paths=[Path(p) for p in record.tb_paths],
-        wandb_paths=[Path(p) for p in record.wandb_paths], log_paths=[Path(p) for p in record.log_paths],
-        search_dirs=[] if (record.tb_paths or record.wandb_paths or record.log_paths) or not record.submit_dir
-        else [Path(record.submit_dir)],
+        evidence_dir=record.evidence_dir, sources=flagged_specs(record), identity=recorded_sources(record),
     )
     sources = SourceSet(settings, None, live=False)
     sources.read()

@@ -1,16 +1,138 @@
 """What belongs to one run, resolved at launch and kept in its record: the sidecar reads exactly these
 and nothing of a neighbour's (its TensorBoard folders, its W&B run id, the tag on its MLflow run, its
-stdout/stderr files, and the time before which no file can be its own)."""
+stdout/stderr files, and the time before which no file can be its own).
+
+The one model of "this run's sources" is a list of `SourceSpec(kind, locator, origin, writer)`:
+`RunSources.source_specs()` gives it for a record (the launch's fields tb_paths / wandb_run_id / mlflow_tag /
+stdout / stderr are converted there, and only there), `specs_from_flags` for paths a person names, and
+the sidecar, the shared monitor, `show`, `status` and `kill`/`restart` all read that list. `WriterIdentity`
+says who may have written a file of the run; `attribute()` decides whether one file is the run's own.
+"""
 
 from __future__ import annotations
 
+import enum
+import math
 import re
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from guarded_sbatch.core.registry import RunRecord
 
 MLFLOW_TAG = "guarded_sbatch.run"
 # Slurm's filename patterns (sbatch(1) "filename pattern"): %A %a %j %N %u %x, %% a percent sign.
 _PATTERN = re.compile(r"%(\d*)([AajNux%])")
+
+
+@dataclass(frozen=True)
+class WriterIdentity:
+    """Who writes a run's files, as far as it is known: the job's user, the node(s) it runs on, its
+    processes, when it started, and the tracker run id (or MLflow tag) it was given. Empty: not known."""
+
+    uid: int | None = None
+    hosts: tuple[str, ...] = ()  # short host names (TensorBoard puts the writer's in the file name)
+    pids: tuple[int, ...] = ()  # the job's processes seen on pid_host (a pid means nothing on another host)
+    pid_host: str = ""
+    others: tuple[int, ...] = ()  # processes of other jobs seen on pid_host: their files are not this run's
+    since: float = 0.0  # epoch seconds: a file created earlier is not this run's
+    run_id: str = ""  # W&B: the run id the job was given (its log must carry it); MLflow: the run id
+    tag: str = ""  # MLflow: the value of the MLFLOW_TAG tag on the job's run
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in ((), "", None)}
+
+    @classmethod
+    def from_json(cls, raw: object) -> WriterIdentity:
+        if not isinstance(raw, dict):
+            return cls()
+        uid = raw.get("uid")
+        return cls(uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
+                   hosts=tuple(h for h in _list(raw.get("hosts")) if isinstance(h, str)),
+                   pids=tuple(p for p in _list(raw.get("pids")) if isinstance(p, int) and not isinstance(p, bool)),
+                   pid_host=_text(raw.get("pid_host")),
+                   others=tuple(p for p in _list(raw.get("others")) if isinstance(p, int) and not isinstance(p, bool)),
+                   since=_number(raw.get("since")),
+                   run_id=_text(raw.get("run_id")), tag=_text(raw.get("tag")))
+
+    def knowing(self, *, hosts: tuple[str, ...] = (), pids: tuple[int, ...] = (), others: tuple[int, ...] = (),
+                pid_host: str = "") -> WriterIdentity:
+        """The same writer, with hosts and processes learned while the job runs."""
+        own = tuple(dict.fromkeys((*self.pids, *pids)))
+        return replace(self, hosts=tuple(dict.fromkeys((*self.hosts, *hosts))), pids=own,
+                       others=tuple(p for p in dict.fromkeys((*self.others, *others)) if p not in own),
+                       pid_host=self.pid_host or pid_host)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One source of a run: which reader (`kind`, a name in sources/registry.py), where (`locator`: a path,
+    a W&B run path/URL, an MLflow store), where that came from (`origin`, for the report), who writes it
+    (`writer`) and, for a locator known only by id, the folders it is looked for under (`search`)."""
+
+    kind: str
+    locator: str
+    origin: str = ""
+    writer: WriterIdentity = field(default_factory=WriterIdentity)
+    search: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {"kind": self.kind, "locator": self.locator}
+        if self.origin:
+            raw["origin"] = self.origin
+        if self.writer != WriterIdentity():
+            raw["writer"] = self.writer.to_json()
+        if self.search:
+            raw["search"] = list(self.search)
+        return raw
+
+    @classmethod
+    def from_json(cls, raw: object) -> SourceSpec | None:
+        """A spec from a record; None for an entry that is not one (an older or hand-edited record)."""
+        if not isinstance(raw, dict) or not isinstance(raw.get("kind"), str) or not raw["kind"]:
+            return None
+        return cls(kind=raw["kind"], locator=_text(raw.get("locator")), origin=_text(raw.get("origin")),
+                   writer=WriterIdentity.from_json(raw.get("writer")),
+                   search=tuple(s for s in _list(raw.get("search")) if isinstance(s, str)))
+
+
+class Attribution(enum.Enum):
+    OWN = "own"  # written by this run's job
+    FOREIGN = "foreign"  # written by someone else (another user, an older run, another node or process)
+    UNKNOWN = "unknown"  # could be this run's or a neighbour's: read only when it is the one candidate
+
+
+@dataclass(frozen=True)
+class FileWriter:
+    """What a file says of its writer: its owner, and (TensorBoard) the host and pid in its name."""
+
+    uid: int | None
+    created: float
+    host: str = ""
+    pid: int | None = None
+
+
+def attribute(writer: WriterIdentity, found: FileWriter) -> tuple[Attribution, str]:
+    """Whether a file is the run's own, and why not. A pid is compared only on the host where the job's
+    processes were seen; a pid of neither the job nor another job (a container's own pid space, a process
+    never seen) leaves the file UNKNOWN."""
+    if writer.uid is not None and found.uid is not None and found.uid != writer.uid:
+        return Attribution.FOREIGN, f"owned by uid {found.uid}, not the job's user (uid {writer.uid})"
+    if writer.since and found.created < math.floor(writer.since):  # TensorBoard names hold whole seconds
+        return Attribution.FOREIGN, "created before the run started"
+    if writer.hosts and found.host and _short(found.host) not in {_short(h) for h in writer.hosts}:
+        return Attribution.FOREIGN, f"written on {found.host}, not on the job's node ({', '.join(writer.hosts)})"
+    same_host = not writer.pid_host or not found.host or _short(found.host) == _short(writer.pid_host)
+    if found.pid is not None and same_host:
+        if found.pid in writer.pids:
+            return Attribution.OWN, ""
+        if found.pid in writer.others:
+            return Attribution.FOREIGN, f"written by process {found.pid}, another job's"
+    return Attribution.UNKNOWN, ""
+
+
+def _short(host: str) -> str:
+    return host.split(".")[0].lower()
 
 
 @dataclass
@@ -29,16 +151,113 @@ class RunSources:
     stdout: str = ""  # expanded, except %N on Slurm (the node is known only once it runs)
     stderr: str = ""
     unresolved: list[str] = field(default_factory=list)  # what could not be pinned down, and why
+    specs: list[SourceSpec] = field(default_factory=list)  # sources named outright (guard flags, added kinds)
+    uid: int | None = None  # the job's user: a file another uid owns is never read
+    seen: WriterIdentity = field(default_factory=WriterIdentity)  # the job's node and processes, as its sidecar saw them
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        raw = asdict(self)
+        raw["specs"] = [spec.to_json() for spec in self.specs]
+        raw["seen"] = self.seen.to_json()
+        return raw
 
     @classmethod
     def from_json(cls, raw: object) -> RunSources | None:
+        """Tolerant of older records (fields missing or of another type are left at their defaults)."""
         if not isinstance(raw, dict) or not raw:
             return None
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in known})
+        defaults = cls()
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name not in raw:
+                continue
+            value, default = raw[f.name], getattr(defaults, f.name)
+            if f.name == "specs":
+                values["specs"] = [s for s in map(SourceSpec.from_json, _list(value)) if s is not None]
+            elif f.name == "seen":
+                values["seen"] = WriterIdentity.from_json(value)
+            elif f.name == "uid":
+                values["uid"] = value if isinstance(value, int) and not isinstance(value, bool) else None
+            elif isinstance(default, list):
+                values[f.name] = [str(v) for v in _list(value) if isinstance(v, str)]
+            elif isinstance(default, float):
+                values[f.name] = _number(value)
+            elif isinstance(value, str):
+                values[f.name] = value
+        return cls(**values)
+
+    def writer(self, *, run_id: str = "", tag: str = "") -> WriterIdentity:
+        return replace(self.seen, uid=self.uid, since=self.since, run_id=run_id, tag=tag)
+
+    def source_specs(self) -> list[SourceSpec]:
+        """Every source of the run as one list: the launch's own fields converted here, in one place."""
+        specs = list(self.specs)
+        for index, path in enumerate(self.tb_paths):
+            origin = self.tb_from[index] if index < len(self.tb_from) else "the run's config"
+            specs.append(SourceSpec("tensorboard", path, origin, self.writer()))
+        if self.wandb_run_id:
+            specs.append(SourceSpec("wandb", self.wandb_run_id, self.wandb_id_from or "the job's WANDB_RUN_ID",
+                                    self.writer(run_id=self.wandb_run_id), search=tuple(self.wandb_dirs)))
+        if self.mlflow_tag or self.mlflow_run_id:
+            specs.append(SourceSpec("mlflow", self.mlflow_uri, "the job's MLflow run",
+                                    self.writer(run_id=self.mlflow_run_id, tag=self.mlflow_tag),
+                                    search=(self.workdir,) if self.workdir else ()))
+        for path, origin in ((self.stdout, "the job's stdout"), (self.stderr, "the job's stderr")):
+            if path and path not in {s.locator for s in specs if s.kind == "textlog"}:
+                specs.append(SourceSpec("textlog", path, origin, self.writer()))
+        return _unique(specs)
+
+    def claimed_folders(self) -> list[str]:
+        """The folders this run calls its own (a neighbour never reads them, even when written since it started)."""
+        return [*self.tb_paths, *self.output_dirs,
+                *(s.locator for s in self.specs if s.kind == "tensorboard")]
+
+
+def recorded_sources(record: RunRecord) -> RunSources:
+    """A guarded run's RunSources; an older record without them gets its submit folder and time."""
+    return RunSources.from_json(record.sources) or RunSources(workdir=record.submit_dir, since=record.submitted_at)
+
+
+def flagged_specs(record: RunRecord) -> list[SourceSpec]:
+    """The sources named with guard flags at launch (--guard-tb / --guard-wandb / --guard-log, kept in the
+    record beside `sources`)."""
+    return specs_from_flags({"tensorboard": record.tb_paths, "wandb": record.wandb_paths,
+                             "textlog": record.log_paths}, origin="a guard flag at launch",
+                            writer=recorded_sources(record).writer())
+
+
+def run_specs(record: RunRecord) -> list[SourceSpec]:
+    """Every source of a guarded run: named with guard flags, then recorded at launch."""
+    return _unique([*flagged_specs(record), *recorded_sources(record).source_specs()])
+
+
+def specs_from_flags(paths: dict[str, list[Any]], *, origin: str = "given on the command line",
+                     writer: WriterIdentity | None = None) -> list[SourceSpec]:
+    """Specs for paths a person named, by kind (monitor's --tb / --wandb / --log / every registered flag)."""
+    return [SourceSpec(kind, str(path), origin, writer or WriterIdentity())
+            for kind, given in paths.items() for path in given]
+
+
+def _unique(specs: list[SourceSpec]) -> list[SourceSpec]:
+    seen: set[tuple[str, str]] = set()
+    kept = []
+    for spec in specs:
+        if (spec.kind, spec.locator) not in seen:
+            seen.add((spec.kind, spec.locator))
+            kept.append(spec)
+    return kept
+
+
+def _list(value: object) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else []
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else 0.0
 
 
 def expand_filename_pattern(pattern: str, *, job_id: str, job_name: str, user: str, node: str | None = None,

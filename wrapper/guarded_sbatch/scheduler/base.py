@@ -111,6 +111,7 @@ class JobInfo:
     end_time: float | None = None
     exit_code: int | None = None
     reason: str = ""
+    pgid: int | None = None  # local backend: the job's process group (its processes write the run's files)
 
 
 class Scheduler(Protocol):

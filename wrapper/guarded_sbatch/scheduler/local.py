@@ -219,6 +219,7 @@ class LocalScheduler:
             end_time=status.get("end_time"),
             exit_code=status.get("exit_code"),
             reason=status.get("reason", ""),
+            pgid=status.get("pgid"),
         )
 
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:

@@ -14,7 +14,6 @@ source clears its own crash when a training line follows; the same delay applies
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -113,8 +112,8 @@ def _open_crashes(history: MetricHistory) -> list[str]:
 
 def _printed_at(source: MetricSource, now: float) -> float:
     """The log's last write, when it is a file (it was written after the crash), else now."""
-    path = getattr(source, "path", None)
-    if isinstance(path, Path):
+    path = source.path
+    if path is not None:
         try:
             return min(now, check_regular(path).st_mtime)
         except OSError:

@@ -22,7 +22,8 @@ from typing import Any, TextIO
 from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_json
-from guarded_sbatch.core.run_sources import RunSources
+from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.loop import CountedScheduler, Sidecar, _cpu_seconds, _peak_rss_mb
@@ -130,17 +131,18 @@ class SharedMonitor:
             run_dir = Path(entry["run_dir"])
             out = open(run_dir / REPORT_FILE, "a", encoding="utf-8")
             policy = JudgePolicy(**entry.get("policy", {}))
-            sidecar_settings = SidecarSettings(
+            record = _record(run_dir)
+            sidecar_settings = SidecarSettings(  # the run's sources as its record has them, as a per-job sidecar reads
                 run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
                 state_file=run_dir / "sidecar-state.json", evidence_dir=run_dir / "evidence",
                 notes_path=Path(entry["notes"]) if entry.get("notes") else None,
                 stop_command=entry.get("stop_command") or None,
-                tb_paths=[Path(p) for p in entry.get("tb", [])], wandb_paths=[Path(p) for p in entry.get("wandb", [])],
-                log_paths=[Path(p) for p in entry.get("log", [])],
+                sources=_named_sources(entry, record),
                 search_dirs=[Path(p) for p in entry.get("search_dirs", [])],
                 fast_interval_s=self.settings.fast_interval_s,
                 full_interval_s=float(entry.get("full_interval_s") or 1800.0),
-                job_poll_s=self.settings.job_poll_s, policy=policy, identity=_recorded_sources(run_dir),
+                job_poll_s=self.settings.job_poll_s, policy=policy,
+                identity=RunSources.from_json(record.sources) if record is not None else None,
             )
             sidecar = Sidecar(sidecar_settings, _SharedView(self, job_id), out, clock=self.clock, sleep=self.sleep)  # type: ignore[arg-type]
             sidecar.emit(f"monitor: watched by shared monitor job {self.settings.job_id or '(by hand)'}\n")
@@ -224,11 +226,19 @@ class SharedMonitor:
         return 0
 
 
-def _recorded_sources(run_dir: Path) -> RunSources | None:
-    """The run's own sources, as launch recorded them (what a per-job sidecar reads from the same record):
-    without them a run adopted before its job starts would be judged on whatever its folder holds."""
+def _named_sources(entry: dict[str, Any], record: RunRecord | None) -> list[SourceSpec]:
+    """The sources named with guard flags: the record's, or (a registration without a record) the entry's."""
+    if record is not None:
+        return flagged_specs(record)
+    return specs_from_flags({"tensorboard": list(entry.get("tb", [])), "wandb": list(entry.get("wandb", [])),
+                             "textlog": list(entry.get("log", []))}, origin="the run's registration")
+
+
+def _record(run_dir: Path) -> RunRecord | None:
+    """The run's record: without its recorded sources a run adopted before its job starts would be judged on
+    whatever its folder holds."""
     raw = read_json(run_dir / "run.json")
-    return RunSources.from_json(raw.get("sources")) if isinstance(raw, dict) else None
+    return RunRecord.from_json(raw) if isinstance(raw, dict) and raw.get("run_id") else None
 
 
 def install_signal_handlers(monitor: SharedMonitor) -> None:

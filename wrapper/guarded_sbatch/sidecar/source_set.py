@@ -1,34 +1,31 @@
-"""The sidecar's view of a run's metric sources: explicit paths or discovery, one history per
-source, and the highest-priority source that has data is the one judged."""
+"""The sidecar's view of a run's metric sources: one list of SourceSpec (named outright, recorded at
+launch, or found under a folder), opened through sources/registry.py, one history per source, and the
+highest-priority source that has data is the one judged. What is known of the job's writers (its user,
+start, node and processes, learned while it runs) decides which files are its own (sources/writers.py)."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import sanitize_points
-from guarded_sbatch.sources.tensorboard import TensorBoardSource
-from guarded_sbatch.sources.discovery import discover_owned, fresh_files
-from guarded_sbatch.sources.registry import open_source, priority
-from guarded_sbatch.core.run_sources import MLFLOW_TAG
-from guarded_sbatch.sources import discovery
-from guarded_sbatch.sources.mlflow import MlflowSource
-from guarded_sbatch.sources.textlog import TextLogSource
-from guarded_sbatch.sources.wandb_log import WandbLogSource
-from guarded_sbatch.core.registry import list_runs
+from guarded_sbatch.core.registry import list_runs, update_record
+from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
-from guarded_sbatch.sources.wandb_api import WandbApiSource
+from guarded_sbatch.sidecar.job_writers import job_processes, this_host
+from guarded_sbatch.sources import registry
+from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
 
 if TYPE_CHECKING:
-    from guarded_sbatch.core.run_sources import RunSources
     from collections.abc import Iterator
-    from guarded_sbatch.judge.history import MetricHistory
+
     from guarded_sbatch.scheduler.base import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sources.base import MetricSource
@@ -54,7 +51,23 @@ class SourceSet:
         self._opened: set[tuple[str, str]] = set()
         self.notes: list[str] = []  # points dropped or clamped on the way in (steps outside int64, ...)
         self._job_start: float | None = None
+        self._pgid: int | None = None
         self.ownership_note = ""  # candidates seen but not attributable to this run
+        self._found_notes: list[str] = []
+        identity = settings.identity
+        self._writer = identity.writer() if identity is not None else WriterIdentity(uid=os.geteuid())
+        if self._writer.uid is None:
+            self._writer = replace(self._writer, uid=os.geteuid())
+        self._saved_writer = self._writer
+
+    def job_writer(self) -> WriterIdentity:
+        """Who writes this run's files, as known now."""
+        return self._writer
+
+    def specs(self) -> list[SourceSpec]:
+        """This run's sources as one list: those named outright, then the run's recorded ones."""
+        identity = self.settings.identity
+        return [*self.settings.sources, *(identity.source_specs() if identity is not None else [])]
 
     def _load_job_info(self) -> None:
         if self._job_info_loaded or self.scheduler is None or self.settings.job_id is None:
@@ -63,10 +76,46 @@ class SourceSet:
             info = self.scheduler.info(self.settings.job_id)
         except GuardedError:
             return  # try again next poll
-        self._job_info_loaded = True
+        local = self.scheduler.name == "local"
+        self._job_info_loaded = not (local and info.pgid is None and not info.state.is_terminal)
         self._stdout = Path(info.stdout_path) if info.stdout_path and "%" not in info.stdout_path else None
         self._work_dir = Path(info.work_dir) if info.work_dir else None
         self._job_start = info.start_time
+        self._pgid = info.pgid
+
+    def _learn_writers(self) -> None:
+        """The job's processes on this host (and, on the local backend, its node): their event files are its own."""
+        if self.scheduler is None or self.settings.job_id is None:
+            return
+        self._load_job_info()
+        since = self._writer.since
+        if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
+            since = self._job_start  # a job's own files are those written since it started
+        local = self.scheduler.name == "local"
+        own, others = job_processes(self.settings.job_id, backend=self.scheduler.name, pgid=self._pgid)
+        writer = self._writer.knowing(hosts=(this_host(),) if local else (), pids=tuple(sorted(own)),
+                                      others=tuple(sorted(others)), pid_host=this_host() if own or others else "")
+        self._writer = replace(writer, since=since)
+        if self._writer != self._saved_writer and self.settings.identity is not None:
+            self._record_seen()
+
+    def _record_seen(self) -> None:
+        """Keep what was learned in the run's record, so `show` after the end tells the same files apart."""
+        run_dir = self.settings.state_file.parent
+        if not (run_dir / "run.json").is_file():
+            return
+        seen = replace(self._writer, uid=None, since=0.0).to_json()
+
+        def change(data: dict[str, Any]) -> None:
+            sources = data.get("sources")
+            if isinstance(sources, dict):
+                sources["seen"] = seen
+
+        try:
+            update_record(run_dir, change)
+            self._saved_writer = self._writer
+        except (OSError, GuardedError):
+            pass  # next poll
 
     def _add(self, source: MetricSource) -> None:
         key = (source.kind, source.describe())
@@ -74,112 +123,79 @@ class SourceSet:
             self.sources.append(source)
             self._opened.add(key)
 
+    def _open(self, spec: SourceSpec, *, given: bool) -> None:
+        """Open a spec once it has something to read; a spec whose files are not written yet is tried again."""
+        key = ("spec", f"{spec.kind}:{spec.locator}:{spec.writer.run_id}:{spec.writer.tag}")
+        if key in self._opened:
+            return
+        opened = registry.open_given(spec, self.job_writer) if given else registry.open_spec(spec, self.job_writer)
+        for source in opened:
+            self._add(source)
+        if opened:
+            self._opened.add(key)
+
     def _ensure_sources(self) -> None:
-
-        identity = self.settings.identity
-        accept = fresh_files(identity.since) if identity is not None else None
-        # explicit paths may not exist yet (the trainer creates them): retried at every poll
-        for kind, paths in (("wandb", self.settings.wandb_paths), ("tensorboard", self.settings.tb_paths),
-                            ("textlog", self.settings.log_paths), *self.settings.other_sources.items()):
-            for path in paths:
-                if (kind, str(path)) not in self._opened:
-                    self.sources.append(_open_tensorboard(path, accept) if kind == "tensorboard" else open_source(kind, path))
-                    self._opened.add((kind, str(path)))
-        if self.settings.wandb_run and ("wandb_api", self.settings.wandb_run) not in self._opened:
-
-            self.sources.append(WandbApiSource(self.settings.wandb_run))
-            self._opened.add(("wandb_api", self.settings.wandb_run))
+        self._learn_writers()
+        errors: list[str] = []
+        for spec in self.settings.sources:  # named outright: may not exist yet (the trainer creates them)
+            try:
+                self._open(spec, given=True)
+            except GuardedError as exc:
+                errors.append(_one_line(exc))
         for index, command in enumerate(self.settings.log_commands):
             if ("command", command) not in self._opened:
-
                 spool = self.settings.state_file.parent / f"command-log-{index}.log"
                 self.sources.append(CommandLogSource(command, spool, timeout_s=self.settings.log_command_timeout_s))
                 self._opened.add(("command", command))
-        self.ownership_note = ""
+        notes: list[str] = []
+        identity = self.settings.identity
         if identity is not None:
-            self._ensure_own_sources(identity)
-            self.sources.sort(key=lambda s: priority(s.kind))
-            return
-        explicit = bool(self.settings.tb_paths or self.settings.wandb_paths or self.settings.log_paths
-                        or any(self.settings.other_sources.values())
-                        or self.settings.wandb_run or self.settings.log_commands)
-        if explicit and not self.settings.search_dirs:
-            self.sources.sort(key=lambda s: priority(s.kind))  # `--log` and `--csv` given: the CSV outranks the log
-            return
-        self._load_job_info()
-        roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
-        # a job's own files are those written since it started; a folder given by hand is read as it is
-        since = self._job_start if self.settings.job_id is not None and not self.settings.search_dirs else None
-        for root in roots:
-            found = discover_owned(root, since=since, claimed=self._claimed_by_others() if since else ())
-            for source in found.sources:
-                self._add(source)
-            self.ownership_note = found.note()
-        if self._stdout is not None and self._stdout.is_file():
+            self._ensure_own_sources(identity, notes)
+        elif not (self.settings.sources or self.settings.log_commands) or self.settings.search_dirs:
+            self._load_job_info()
+            roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
+            since = self._writer.since or None
+            for root in roots:
+                specs, note = registry.discover(root, since=since, claimed=self._claimed_by_others() if since else ())
+                for spec in specs:
+                    self._open(spec, given=False)
+                notes.append(note)
+            if self._stdout is not None and self._stdout.is_file():
+                self._open(SourceSpec("textlog", str(self._stdout), "the job's stdout"), given=False)
+        self.sources.sort(key=lambda s: registry.priority(s.kind))
+        self._found_notes = [n for n in notes if n]
+        if errors:
+            raise GuardedError(errors[0])
 
-            self._add(TextLogSource(self._stdout))
-        self.sources.sort(key=lambda s: priority(s.kind))
-
-    def _ensure_own_sources(self, identity: RunSources) -> None:
+    def _ensure_own_sources(self, identity: RunSources, notes: list[str]) -> None:
         """A guarded run: exactly the sources its record names; discovery only where the record is silent,
         and then only files written since the run started that no other guarded run claims."""
-
-        accept = discovery.fresh_files(identity.since)
-        for path in identity.tb_paths:
-            self._add(_open_tensorboard(Path(path), accept))
-        if identity.wandb_run_id:
-            logs = discovery.own_wandb_logs(identity.wandb_dirs, identity.wandb_run_id)
-            if logs:  # the newest first: after a requeue the run goes on in a new folder
-                self._add(WandbLogSource(logs[-1]))
-                self.sources.sort(key=lambda s: -discovery.modified_at(Path(s.describe())) if s.kind == "wandb" else 0)
-        if (identity.mlflow_tag or identity.mlflow_run_id) and not any(s.kind == "mlflow" for s in self.sources):
-            for store in discovery.mlflow_stores(identity.mlflow_uri, identity.workdir):
-                if store.exists():
-                    run_id = identity.mlflow_run_id or discovery.mlflow_tagged_run(store, MLFLOW_TAG, identity.mlflow_tag)
-                    if run_id:
-                        self._add(MlflowSource(store, run_id))
-        for log in self._own_logs(identity):
-            self._add(TextLogSource(log))
-        if not identity.tb_paths and not self.settings.tb_paths:
-            found = discovery.discover_owned(identity.workdir, since=identity.since, claimed=self._claimed_by_others(),
-                                             include_wandb=not identity.wandb_run_id)
-            for source in found.sources:
-                if source.kind != "mlflow":
-                    self._add(source)
-            self.ownership_note = found.note()
-
-    def _own_logs(self, identity: RunSources) -> list[Path]:
-        """The job's stdout and stderr files: as the scheduler names them, else as recorded; a %N (the node,
-        known once the job runs) matches the one such file written since the run started."""
         self._load_job_info()
-        logs: list[Path] = [self._stdout] if self._stdout is not None else []
-        for pattern in (identity.stdout, identity.stderr):
-            if not pattern:
-                continue
-            if "%N" not in pattern:
-                path = Path(pattern)
-            else:
-                matches = [p for p in Path(pattern).parent.glob(Path(pattern).name.replace("%N", "*"))
-                           if p.is_file() and p.stat().st_mtime >= identity.since]
-                if len(matches) != 1:
-                    continue
-                path = matches[0]
-            if path not in logs and path.is_file():
-                logs.append(path)
-        return logs
+        if self._stdout is not None:
+            self._open(SourceSpec("textlog", str(self._stdout), "the job's stdout", self._writer), given=False)
+        specs = self.specs()
+        for spec in specs[len(self.settings.sources):]:
+            self._open(spec, given=False)
+        if not any(spec.kind == "tensorboard" for spec in specs):
+            found, note = registry.discover(Path(identity.workdir), since=identity.since,
+                                            claimed=self._claimed_by_others(),
+                                            include_wandb=not identity.wandb_run_id)
+            for spec in found:
+                if spec.kind != "mlflow":
+                    self._open(spec, given=False)
+            notes.append(note)
 
     def _claimed_by_others(self) -> list[str]:
         """Folders other guarded runs call their own (theirs even when written since this run started)."""
-
         claimed: list[str] = []
         for record in list_runs():
             if record.job_id == self.settings.job_id:
                 continue
             claimed.extend(record.tb_paths)
             claimed.extend(record.wandb_paths)
-            sources = record.sources or {}
-            claimed.extend(sources.get("tb_paths") or [])
-            claimed.extend(sources.get("output_dirs") or [])
+            other = RunSources.from_json(record.sources)
+            if other is not None:
+                claimed.extend(other.claimed_folders())
         return claimed
 
     def read(self) -> int:
@@ -201,18 +217,20 @@ class SourceSet:
             try:
                 # a backlog (a restarted watcher, a long run) is read in bounded batches and kept as arrays
                 added[id(source)] = history.add_batches(_batches(source, failures, self),
-                                                        newest_by_wall_time=source.kind == "tensorboard")
+                                                        newest_by_wall_time=source.batched)
             except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
                 failures.append(exc)
                 added[id(source)] = 0
             if failures:
-                self.read_error = self.errors[id(source)] = _one_line(failures[0], getattr(source, "describe", None))
-                if not getattr(failures[0], "missing", False):
+                self.read_error = self.errors[id(source)] = _one_line(failures[0], source.describe)
+                if not (isinstance(failures[0], SourceError) and failures[0].missing):
                     self.hard_error = self.read_error
                 continue
             missing = _unreachable_path(source, had_data=had_data)
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
+        notes = [*self._found_notes, *(source.ownership_note() for source in self.sources)]
+        self.ownership_note = "; ".join(n for n in notes if n)
         active = self._active()
         if active is not None:
             self.crashes.note_poll(self._log_histories(), added.get(id(active), 0) if active is before else 0)
@@ -225,7 +243,7 @@ class SourceSet:
     def _log_histories(self) -> list[tuple[MetricSource, MetricHistory]]:
         """The sources that read what the job printed, with their histories."""
         return [(source, self.histories[id(source)]) for source in self.sources
-                if source.kind in _LOG_KINDS and id(source) in self.histories]
+                if source.log_file() is not None and id(source) in self.histories]
 
     def _active(self) -> MetricSource | None:
         """The highest-priority source that has produced points."""
@@ -259,8 +277,7 @@ class SourceSet:
         source = self._active()
         if source is None:
             return "no metrics found yet"
-        run_label = getattr(source, "run_label", None)  # W&B: entity/project/run id
-        return run_label() if callable(run_label) else source.describe()
+        return source.run_label()  # W&B: entity/project/run id
 
     def files_inspected(self) -> list[str]:
         files: list[str] = []
@@ -274,10 +291,8 @@ class SourceSet:
     def stdout_path(self) -> Path | None:
         if self._stdout is not None:
             return self._stdout
-        if self.settings.log_paths:
-            return self.settings.log_paths[0]
-        spools = [getattr(s, "spool_path") for s in self.sources if hasattr(s, "spool_path")]
-        return spools[0] if spools else None  # a log read through a command: our copy of what it printed
+        # a log named outright, or our copy of what a log command printed
+        return next((log for log in (s.log_file() for s in self.sources) if log is not None), None)
 
     def stdout_grew(self) -> bool:
         path = self.stdout_path()
@@ -294,12 +309,8 @@ class SourceSet:
     def wandb_run_info(self) -> dict[str, str] | None:
         """run_path (entity/project/id) and run_dir of the W&B run being judged, once its log says."""
         source = self._active()
-        run = getattr(source, "run", None)
-        if source is None or run is None or source.kind != "wandb" or not getattr(run, "run_id", ""):
-            return None
-        path_parts = [p for p in (run.entity, run.project, run.run_id) if p]
-        log_path = getattr(source, "log_path", None)
-        return {"run_path": "/".join(path_parts), "run_dir": str(Path(log_path).resolve().parent) if log_path else ""}
+        run = source.tracker_run() if source is not None else None
+        return {"run_path": run.run_path, "run_dir": run.run_dir} if run is not None else None
 
 
 def _one_line(exc: BaseException, describe: object = None) -> str:
@@ -316,35 +327,26 @@ def _one_line(exc: BaseException, describe: object = None) -> str:
     return (where + text)[:500]
 
 
-def _open_tensorboard(path: Path, accept: Callable[[Path], bool] | None) -> MetricSource:
-
-    return TensorBoardSource(path, accept=accept)
-
-
 _BATCH_POINTS = 100_000
-_LOG_KINDS = ("textlog",)  # sources that read what the job printed (a file or a log command)
 
 
 def _batches(source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> "Iterator[Any]":
     """The source's new points, in batches where the reader can stop early (TensorBoard); a read
     error ends the batches and is put in failures (what was read before it is kept). Point lists are
     sanitised on the way in (steps outside ±2**53 dropped, values beyond float range made ±inf)."""
-    batched = source.kind == "tensorboard" and hasattr(source, "read_columns")
+    batched = source.batched
     while True:
         try:
-            # TensorBoard: numpy columns, no object per point
-            points = source.read_columns(max_points=_BATCH_POINTS) if batched else source.read_new()  # type: ignore[attr-defined]
+            points = source.read_batch(_BATCH_POINTS)  # TensorBoard: numpy columns, no object per point
             notes: list[str] = []
-            if not batched and not getattr(source, "points_sanitized", False):
+            if not batched and not source.points_sanitized:
                 points, notes = sanitize_points(points)
         except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
             failures.append(exc)
             return
-        notes = [*getattr(source, "sanitize_notes", []), *notes]  # the reader's own sanitising, then ours
+        notes = [*source.take_notes(), *notes]  # the reader's own sanitising, then ours
         if notes:
             owner.notes = [*owner.notes, *notes][-20:]
-            if getattr(source, "sanitize_notes", None):
-                source.sanitize_notes = []  # type: ignore[attr-defined]
         if not points:
             return
         yield points
@@ -355,8 +357,8 @@ def _batches(source: "MetricSource", failures: list[Exception], owner: "SourceSe
 def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
     """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
     A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
-    path = getattr(source, "path", None)
-    if not isinstance(path, Path):
+    path = source.path
+    if path is None:
         return ""
     if not os.path.lexists(path):
         return "path not found (moved or deleted?)" if had_data else ""

@@ -21,6 +21,7 @@ from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
+from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.textlog import TextLogSource
 
 ANCHOR_LINES = 32  # how many of the last lines seen must match to find the overlap
@@ -29,10 +30,11 @@ MAX_SPOOL_BYTES = 64 * 1024 * 1024
 _BYTE_LIMIT = re.compile(r"^(?:-c|--bytes=?)(\+?)(\d+)([kKmMgG]?)$")
 
 
-class CommandLogSource:
+class CommandLogSource(SourceBase):
     """Metric points from the recent log printed by a command, read at every poll."""
 
     kind = "textlog"
+    path: Path | None = None  # read through a command
 
     def __init__(self, command: str, spool_path: Path, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         try:
@@ -55,6 +57,9 @@ class CommandLogSource:
 
     def describe(self) -> str:
         return f"`{self.command}`"
+
+    def log_file(self) -> Path | None:
+        return self.spool_path
 
     def files_inspected(self) -> list[str]:
         return [f"command: {self.command}", str(self.spool_path)]

@@ -14,13 +14,14 @@ import os
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import guarded_reader, read_whole
 
 _STEP_COLUMNS = ("step", "global_step", "trainer/global_step")
 
 
 @guarded_reader
-class LightningCsvSource:
+class LightningCsvSource(SourceBase):
     kind = "csv"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

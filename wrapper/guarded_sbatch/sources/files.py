@@ -2,7 +2,8 @@
 `max_read_bytes` per read and `max_whole_file_bytes` for files read whole (CSV, trainer_state.json,
 MLflow metric files). A FIFO, a device or a socket named like a metric file is a SourceError (the
 sidecar WAITs and says so), never a hang; a missing file stays an OSError (readers treat it as "not
-written yet").
+written yet"). A file owned by another uid than the job's user (`configure(owner_uid=...)`, default: the
+reading process's own) is a SourceError too: a co-worker's file in a shared folder is never this run's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _MB = 1024 * 1024
 class ReadLimits:
     max_read_bytes: int = 16 * _MB  # per file per poll, for files read incrementally
     max_whole_file_bytes: int = 64 * _MB  # files that are re-read from the top
+    owner_uid: int | None = None  # whose files are read; None: the reading process's user
 
 
 def _limits_from_env() -> ReadLimits:
@@ -43,8 +45,11 @@ def _limits_from_env() -> ReadLimits:
 LIMITS = _limits_from_env()
 
 
-def configure(*, max_read_bytes: int | None = None, max_whole_file_bytes: int | None = None) -> None:
-    """Set the per-poll caps (the sidecar's settings call this once)."""
+def configure(*, max_read_bytes: int | None = None, max_whole_file_bytes: int | None = None,
+              owner_uid: int | None = None) -> None:
+    """Set the per-poll caps and the job's user (the sidecar's settings call this once)."""
+    if owner_uid is not None:
+        LIMITS.owner_uid = owner_uid
     if max_read_bytes is not None and max_read_bytes > 0:
         LIMITS.max_read_bytes = int(max_read_bytes)
     if max_whole_file_bytes is not None and max_whole_file_bytes > 0:
@@ -68,6 +73,7 @@ def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
     info = os.stat(path)
     if not stat.S_ISREG(info.st_mode):
         raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+    check_owner(path, info)
     return info
 
 
@@ -81,10 +87,32 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+        check_owner(path, info)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def expected_owner() -> int:
+    return LIMITS.owner_uid if LIMITS.owner_uid is not None else os.geteuid()
+
+
+def check_owner(path: str | os.PathLike[str], info: os.stat_result) -> None:
+    """SourceError when another user owns the file (checked on the open descriptor: no swap in between)."""
+    expected = expected_owner()
+    if info.st_uid != expected:
+        raise SourceError(f"{os.fspath(path)} is owned by {_user(info.st_uid)}, not by the job's user "
+                          f"({_user(expected)}): another user's file is never read as this run's")
+
+
+def _user(uid: int) -> str:
+    try:
+        import pwd  # noqa: PLC0415 - only for naming a refused file's owner
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
 
 
 def _pread_all(fd: int, offset: int, count: int) -> bytes:

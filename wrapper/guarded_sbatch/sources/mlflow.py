@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import check_regular, guarded_reader, read_range
 
 _DBL_MAX = 1.7976931348623157e308
@@ -32,7 +33,7 @@ def _decode_value(value: float, is_nan: int | None) -> float:
 
 
 @guarded_reader
-class MlflowSource:
+class MlflowSource(SourceBase):
     """Points of one MLflow run (the newest one unless run_id is given), from mlflow.db or mlruns/."""
 
     kind = "mlflow"

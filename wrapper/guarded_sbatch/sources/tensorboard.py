@@ -19,8 +19,10 @@ from typing import Any
 
 from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.files import guarded_reader, open_regular
+from guarded_sbatch.sources.base import Batch, SourceBase
 from guarded_sbatch.sources.tb_records import ColumnSink, RecordDecoder
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, find_next_header
+from guarded_sbatch.sources.writers import WriterFilter, owned
 
 EVENT_FILE_MARKER = "tfevents"
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
@@ -83,15 +85,16 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = 
 
 
 @guarded_reader
-class TensorBoardSource:
+class TensorBoardSource(SourceBase):
     """Scalars from every event file under a folder (or one event file), read incrementally."""
 
     kind = "tensorboard"
+    batched = True
 
     def __init__(self, path: str | os.PathLike[str], *, check_crc: bool = True,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, accept: Callable[[Path], bool] | None = None) -> None:
         self.path = Path(path)
-        self.accept = accept  # which event files to read (a run's own); None: all
+        self.accept = accept or owned  # which event files to read (a run's own, sources/writers.py); None: the reader's user's
         self.check_crc = check_crc
         self.chunk_bytes = chunk_bytes
         self.bad_records = 0  # crc failures and undecodable events
@@ -124,6 +127,12 @@ class TensorBoardSource:
         repeated = self._read_into(sink, max_points)
         points = sink.points()
         return newest_per_key_step(points) if repeated else points
+
+    def read_batch(self, max_points: int) -> Batch:
+        return self.read_columns(max_points=max_points)
+
+    def ownership_note(self) -> str:
+        return self.accept.note() if isinstance(self.accept, WriterFilter) else ""
 
     def read_columns(self, max_points: int | None = None) -> dict[str, tuple[Any, Any, Any]]:
         """read_new's points as {key: (steps, wall_times, values)} numpy columns, in arrival order per

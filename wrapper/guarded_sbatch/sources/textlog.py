@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, crash_key, newest_per_key_step
+from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.textlog_crash import CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
@@ -34,7 +35,7 @@ MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without
 
 
 @guarded_reader
-class TextLogSource:
+class TextLogSource(SourceBase):
     """Metric points parsed from a trainer's log file, read incrementally."""
 
     kind = "textlog"
@@ -56,6 +57,9 @@ class TextLogSource:
 
     def describe(self) -> str:
         return str(self.path)
+
+    def log_file(self) -> Path | None:
+        return self.path
 
     def files_inspected(self) -> list[str]:
         return [str(self.path)]
@@ -236,7 +240,7 @@ class _HFSteps:
 
 
 @guarded_reader
-class TrainerStateSource:
+class TrainerStateSource(SourceBase):
     """HF Trainer's trainer_state.json (`log_history`): rewritten at each checkpoint, re-read when it changes."""
 
     kind = "textlog"

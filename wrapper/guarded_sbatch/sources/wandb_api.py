@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import re
 import threading
+from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from guarded_sbatch.core.points import Axis, MetricPoint
 from guarded_sbatch.sources.base import SourceError
+from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import guarded_reader
 from guarded_sbatch.sources.wandb_axis import WandbAxes, WandbRow
 
@@ -70,7 +72,7 @@ def _convert(rows: Iterable[Mapping[str, Any]], axes: WandbAxes) -> tuple[list[M
 
 
 @guarded_reader
-class WandbApiSource:
+class WandbApiSource(SourceBase):
     """History of an online W&B run, fetched incrementally by step (needs network and an API key).
 
     Each request runs in a background thread and is waited for at most timeout_s: the client retries on
@@ -79,6 +81,7 @@ class WandbApiSource:
     """
 
     kind = "wandb"
+    path: Path | None = None  # read through the online API
 
     def __init__(self, run_path: str, *, keys: list[str] | None = None, page_size: int = 1000,
                  timeout_s: float = 30.0) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.base import SourceBase, SourceError, TrackerRun
 from guarded_sbatch.sources.files import guarded_reader, open_regular
 from guarded_sbatch.sources.wandb_axis import WandbAxes, WandbRow
 from guarded_sbatch.sources.wire import iter_fields, read_double, read_varint
@@ -180,13 +181,14 @@ def _decode_run(buf: bytes, start: int, end: int, info: RunInfo) -> None:
 
 
 @guarded_reader
-class WandbLogSource:
+class WandbLogSource(SourceBase):
     """History points from a W&B run's local `.wandb` log (and its resumed parts), read incrementally."""
 
     kind = "wandb"
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, run_id: str = "") -> None:
         self.path = Path(path)
+        self.expected_run_id = run_id  # the id the job was given: a log of another run is never read
         self.run = RunInfo()
         self.bad_records = 0  # chunks with a bad checksum, broken fragment sequences, undecodable records
         self.header_error = ""
@@ -215,6 +217,12 @@ class WandbLogSource:
             parts = [p for p in (self.run.entity, self.run.project, self.run.run_id) if p]
             return "/".join(parts) + (f" ({self.run.display_name})" if self.run.display_name else "")
         return self.describe()
+
+    def tracker_run(self) -> TrackerRun | None:
+        if not self.run.run_id:
+            return None
+        run_path = "/".join(p for p in (self.run.entity, self.run.project, self.run.run_id) if p)
+        return TrackerRun(run_path, str(self.log_path.resolve().parent) if self.log_path else "")
 
     def files_inspected(self) -> list[str]:
         return [str(part.path) for part in self._parts] or ([str(self.log_path)] if self.log_path else [])
@@ -251,7 +259,18 @@ class WandbLogSource:
                     repeated |= self._decode_record(record, part, previous, points)
                 except (ValueError, IndexError, struct.error, UnicodeDecodeError):
                     self.bad_records += 1
+        self._check_run_id()
         return newest_per_key_step(points) if repeated else points
+
+    def _check_run_id(self) -> None:
+        """A log whose folder or Run record names another run than the job's is never read as this run's."""
+        if not self.expected_run_id:
+            return
+        named = {i for i in (self.run.run_id, *(_run_id_of(p.path) for p in self._parts)) if i}
+        wrong = sorted(named - {self.expected_run_id})
+        if wrong:
+            raise SourceError(f"{self.describe()} is W&B run {wrong[0]}, not this run's {self.expected_run_id}: "
+                              "not read")
 
     def _decode_record(self, record: bytes, part: _LogPart, previous: _LogPart | None,
                        points: list[MetricPoint]) -> bool:

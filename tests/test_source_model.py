@@ -1,0 +1,98 @@
+"""The typed model of a run's sources (core/run_sources.py): one list of SourceSpec, written to the record and
+read back unchanged, the launch's older fields converted in one place, older records read tolerantly, and the
+writer attribution that decides whether a file is the run's own."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from guarded_sbatch.core.run_sources import (
+    Attribution,
+    FileWriter,
+    RunSources,
+    SourceSpec,
+    WriterIdentity,
+    attribute,
+    run_specs,
+)
+from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.sources.writers import event_file_writer
+
+
+def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
+    writer = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(4242,), pid_host="gpu07", others=(777,), since=1.7e9,
+                            run_id="ab12cd34")
+    sources = RunSources(since=1.7e9, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["config key logdir"],
+                         wandb_run_id="ab12cd34", wandb_dirs=["/p"], stdout="/p/slurm-7.out", uid=1000,
+                         specs=[SourceSpec("jsonl", "/p/m.jsonl", "a guard flag", writer, ("/p",))], seen=writer)
+    text = json.dumps(sources.to_json())
+    again = RunSources.from_json(json.loads(text))
+    assert again == sources
+    assert again is not None and again.source_specs() == sources.source_specs()
+
+
+def test_the_launch_fields_become_one_list_of_specs_with_origin_and_writer() -> None:
+    sources = RunSources(since=100.0, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["--logdir"],
+                         wandb_run_id="id1", wandb_id_from="guarded-sbatch", wandb_dirs=["/p", "/p/src"],
+                         mlflow_tag="t0", stdout="/p/slurm-7.out", stderr="/p/slurm-7.err", uid=5,
+                         seen=WriterIdentity(pids=(11,), pid_host="n1"))
+    specs = {spec.kind: spec for spec in sources.source_specs()}
+    assert [s.kind for s in sources.source_specs()] == ["tensorboard", "wandb", "mlflow", "textlog", "textlog"]
+    assert specs["tensorboard"] == SourceSpec("tensorboard", "/p/runs/a", "--logdir",
+                                              WriterIdentity(uid=5, pids=(11,), pid_host="n1", since=100.0))
+    assert specs["wandb"].writer.run_id == "id1" and specs["wandb"].search == ("/p", "/p/src")
+    assert specs["wandb"].origin == "guarded-sbatch"
+    assert specs["mlflow"].writer.tag == "t0" and specs["mlflow"].search == ("/p",)
+
+
+def test_older_and_hand_edited_records_are_read_tolerantly() -> None:
+    old = {"since": 5, "workdir": "/p", "tb_paths": ["/p/runs/a", 3], "wandb_run_id": None, "stdout": 7,
+           "unknown_field": {"x": 1}, "specs": [{"kind": "tensorboard", "locator": "/x"}, {"locator": "/no-kind"}, "junk"],
+           "seen": "not a dict", "uid": True}
+    sources = RunSources.from_json(old)
+    assert sources is not None
+    assert sources.since == 5.0 and sources.tb_paths == ["/p/runs/a"] and sources.wandb_run_id == ""
+    assert sources.stdout == "" and sources.uid is None and sources.seen == WriterIdentity()
+    assert sources.specs == [SourceSpec("tensorboard", "/x")]
+    assert RunSources.from_json({}) is None and RunSources.from_json("x") is None
+
+
+def test_a_record_without_sources_still_names_its_guard_flag_paths() -> None:
+    record = RunRecord(run_id="r-1", run_name="r", backend="local", job_id="1", submit_dir="/p", submitted_at=9.0,
+                       tb_paths=["/p/tb"], log_paths=["/p/train.log"])
+    specs = run_specs(record)
+    assert [(s.kind, s.locator) for s in specs] == [("tensorboard", "/p/tb"), ("textlog", "/p/train.log")]
+    assert all(s.origin == "a guard flag at launch" and s.writer.since == 9.0 for s in specs)
+
+
+@pytest.mark.parametrize(("name", "created", "host", "pid"), [
+    ("events.out.tfevents.1764745200.gpu07.4242.0", 1764745200.0, "gpu07", 4242),  # torch, tensorboard
+    ("events.out.tfevents.1764745200.node-3.cluster.org.88.1.v2", 1764745200.0, "node-3.cluster.org", 88),  # TF 2
+    ("events.out.tfevents.1764745200.vm", 1764745200.0, "vm", None),  # tensorboardX without a pid
+])
+def test_an_event_file_name_gives_its_writer(name: str, created: float, host: str, pid: int | None) -> None:
+    found = event_file_writer(Path("/runs") / name, uid=7)
+    assert (found.created, found.host, found.pid, found.uid) == (created, host, pid, 7)
+
+
+def test_attribution_by_user_start_node_and_process() -> None:
+    job = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(10, 11), pid_host="gpu07", others=(20,), since=1000.5)
+
+    def verdict(**found: object) -> Attribution:
+        values: dict[str, object] = {"uid": 1000, "created": 1001.0, "host": "gpu07", "pid": None, **found}
+        return attribute(job, FileWriter(**values))[0]  # type: ignore[arg-type]
+
+    assert verdict(uid=1001) is Attribution.FOREIGN  # another user's file, whatever else it says
+    assert verdict(created=999.0) is Attribution.FOREIGN  # older than the run
+    assert verdict(created=1000.0) is not Attribution.FOREIGN  # TensorBoard names hold whole seconds
+    assert verdict(host="gpu08", pid=10) is Attribution.FOREIGN  # another node
+    assert verdict(pid=11) is Attribution.OWN
+    assert verdict(host="gpu07.cluster.org", pid=10) is Attribution.OWN  # short and long host names agree
+    assert verdict(pid=20) is Attribution.FOREIGN  # another job's process
+    assert verdict(pid=30) is Attribution.UNKNOWN  # neither: read only when it is the one writer left
+    assert verdict() is Attribution.UNKNOWN
+    why = attribute(job, FileWriter(uid=1001, created=1001.0))[1]
+    assert "uid 1001" in why and "uid 1000" in why
