@@ -63,9 +63,11 @@ def load_intended_config(context: PreflightContext) -> None:
         candidate = context.resolve(str(context.launch.guard_options.config))
     elif launcher is not None and launcher.config_path is not None:
         if launcher.config_unresolved:
+            shell = context.script.shell
+            why = "; ".join(shell.why_unresolved(launcher.config_path)) if shell else ""
             context.intended_problem = (
-                f"the config argument {launcher.config_path!r} needs a shell to expand; "
-                "name the file with --guard-config"
+                f"the config argument {launcher.config_path!r} needs a shell to expand"
+                f"{f' ({why})' if why else ''}; name the file with --guard-config"
             )
             return
         candidate = context.resolve(launcher.config_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ def run_preflight(
     environ = dict(os.environ if env is None else env)
     if launch.script is not None:
         script_path = launch.script if launch.script.is_absolute() else (cwd or Path.cwd()) / launch.script
-        script = parse_script(script_path, environ, launch.script_args)
+        script = parse_script(script_path, environ, launch.script_args, known_job_env(cwd or Path.cwd()))
     elif launch.wrap is not None:
         script = parse_wrap(launch.wrap, environ)
     else:
@@ -143,6 +144,11 @@ def run_preflight(
             "intended_run_config": context.intended,
         },  # fmt: skip
     )
+
+
+def known_job_env(submit_dir: Path) -> dict[str, str]:
+    """The job's SLURM_* variables known before it is submitted (both backends set them alike)."""
+    return {"SLURM_SUBMIT_DIR": str(submit_dir), "SLURM_SUBMIT_HOST": socket.gethostname()}
 
 
 TOTAL_STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters", "steps")

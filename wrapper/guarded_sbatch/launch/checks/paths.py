@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.sbatch.script_shell import needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -65,7 +66,7 @@ def collect_path_refs(context: PreflightContext) -> list[PathRef]:
         if role is None:
             continue
         label = f"--{key}" if launcher and key in launcher.overrides else f"config key {key}"
-        refs.append(_ref(context, role, label, value, value in unresolved or "$" in value))
+        refs.append(_ref(context, role, label, value, value in unresolved or needs_shell(value)))
     refs.extend(_sbatch_refs(context))
     return refs
 
