@@ -1,4 +1,4 @@
-"""Run the five pre-flight checks, apply waivers, and report (text for people, JSON for tools)."""
+"""Run the pre-flight checks, apply waivers, and report (text for people, JSON for tools)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from guarded_sbatch.core.sbatch.argv import LaunchArgs, Waiver
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
 from guarded_sbatch.launch.checks.monitoring import check_monitoring
+from guarded_sbatch.launch.checks.own_folder import check_own_folder
 from guarded_sbatch.launch.checks.paths import check_paths
 from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
 from guarded_sbatch.launch.context import PreflightContext, load_intended_config
@@ -30,7 +31,7 @@ from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
 from guarded_sbatch.scheduler.base import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
-    check_config_diff, check_run_name, check_paths, check_monitoring, check_eta,
+    check_config_diff, check_run_name, check_paths, check_monitoring, check_eta, check_own_folder,
 )  # fmt: skip
 
 
@@ -110,6 +111,11 @@ def run_preflight(
     )
     load_intended_config(context)
     _find_reference(context, script_path=launch.script)
+    source_problem = ""
+    try:
+        context.source_plan = plan_run_sources(context, now=time.time())
+    except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
+        source_problem = f"could not resolve the run's own sources: {exc}"
     results = tuple(check(context) for check in CHECKS)
     applied, refused, unused = _apply_waivers(results, launch.guard_options.waivers, config)
     notes = [f"{script.path} line {d.line_number}: {d.text!r} — {d.why}" for d in script.ignored_directives]
@@ -121,12 +127,8 @@ def run_preflight(
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
-    try:
-        source_plan: object = plan_run_sources(context, now=time.time())
-        notes.extend(source_plan.describe())  # type: ignore[attr-defined]
-    except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
-        source_plan = None
-        notes.append(f"could not resolve the run's own sources: {exc}")
+    source_plan = context.source_plan
+    notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
     return PreflightReport(
         results=results,
         waivers=tuple(applied),
