@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
@@ -19,9 +18,6 @@ from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, lo
 from guarded_sbatch.core.sbatch.options import EffectiveOptions
 from guarded_sbatch.core.sbatch.script import ParsedScript
 from guarded_sbatch.scheduler.base import Scheduler
-
-if TYPE_CHECKING:
-    from guarded_sbatch.launch.run_sources import SourcePlan
 
 
 @dataclass
@@ -41,7 +37,8 @@ class PreflightContext:
     reference_problem: str | None = None
     mounts: list[Mount] | None = None  # None: read the live mount table
     submit_dir: Path | None = None  # where sbatch is run (the folder relative paths on its line are from)
-    source_plan: SourcePlan | None = None  # what the run writes and reads as its own (launch/run_sources.py)
+    # launch/run_sources.SourcePlan: what the run writes and reads as its own (that module imports this one)
+    source_plan: object | None = None
 
     @property
     def launcher(self) -> LauncherLine | None:

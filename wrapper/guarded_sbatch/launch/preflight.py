@@ -25,7 +25,7 @@ from guarded_sbatch.launch.fsinfo import Mount
 from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference
-from guarded_sbatch.launch.run_sources import plan_run_sources
+from guarded_sbatch.launch.run_sources import SourcePlan, plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
 from guarded_sbatch.scheduler.base import Scheduler
@@ -112,8 +112,9 @@ def run_preflight(
     load_intended_config(context)
     _find_reference(context, script_path=launch.script)
     source_problem = ""
+    source_plan: SourcePlan | None = None
     try:
-        context.source_plan = plan_run_sources(context, now=time.time())
+        source_plan = context.source_plan = plan_run_sources(context, now=time.time())
     except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
         source_problem = f"could not resolve the run's own sources: {exc}"
     results = tuple(check(context) for check in CHECKS)
@@ -127,7 +128,6 @@ def run_preflight(
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
-    source_plan = context.source_plan
     notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
     return PreflightReport(
         results=results,

@@ -20,6 +20,7 @@ from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_varia
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+from guarded_sbatch.launch.run_sources import SourcePlan
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 
@@ -36,7 +37,7 @@ def planned_folders(context: PreflightContext) -> list[Folder]:
     """This run's folders as far as they are known before its job exists (a `${SLURM_JOB_ID}` one is unique)."""
     folders: list[Folder] = []
     plan = context.source_plan
-    if plan is not None:
+    if isinstance(plan, SourcePlan):
         sources = plan.sources
         labelled = [*zip(sources.tb_paths, sources.tb_from), *((p, "output folder") for p in sources.output_dirs)]
         for path, label in labelled:
