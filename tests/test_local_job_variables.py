@@ -1,5 +1,5 @@
 """The local backend gives a job script the SLURM_* variables it reads, true to what it runs, and the run's
-recorded folders fill in $SLURM_JOB_ID / $SLURM_JOB_NAME the same way on both backends."""
+recorded folders fill in $SLURM_JOB_ID / $SLURM_JOB_NAME the same way on both backends (local and the dev Slurm)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
 from e2e_helpers import make_project, submitted_job_id, wait_for
+from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.base import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
@@ -42,22 +44,26 @@ def test_a_local_job_reads_the_slurm_variables_of_what_it_runs(tmp_path: Path, m
     }  # fmt: skip
 
 
-def test_a_logdir_named_from_slurm_variables_runs_under_set_u_and_is_read(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_a_logdir_named_from_slurm_variables_runs_under_set_u_and_is_read(tmp_path: Path, backend: str,
+                                                                         request: pytest.FixtureRequest) -> None:
+    if backend == "slurm":
+        request.getfixturevalue("slurm_cluster")
     project = make_project(tmp_path, fast_interval=1.0)
     script = project.root / "train.sh"
     text = script.read_text()
     assert "set -euo pipefail" in text
     script.write_text(text.replace('configs/synthetic-tanh-mlp.yaml "$@"',
                                    'configs/synthetic-tanh-mlp.yaml --logdir "runs/${SLURM_JOB_NAME}-${SLURM_JOB_ID}" "$@"'))
-    result = project.cli("--guard-backend", "local", "train.sh", "--steps", "150", "--step-seconds", "0.02",
+    result = project.cli("--guard-backend", backend, "train.sh", "--steps", "150", "--step-seconds", "0.02",
                          "--flush-secs", "1")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     record = project.run_record(job_id)
     own = project.root / "runs" / f"{project.name}-{job_id}"
     assert record["sources"]["tb_paths"] == [str(own)]
-    scheduler = LocalScheduler(project.state_dir / "local-jobs")
-    assert wait_for(lambda: scheduler.state(job_id).is_terminal, 120, what="training to end")
+    scheduler = LocalScheduler(project.state_dir / "local-jobs") if backend == "local" else get_scheduler("slurm")
+    assert wait_for(lambda: scheduler.state(job_id).is_terminal, 180, what="training to end")
     assert scheduler.state(job_id) is JobState.COMPLETED, (project.root / f"slurm-{job_id}.out").read_text()
     assert list(own.glob("events.out.tfevents.*"))
     wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 60, what="the sidecar to exit")

@@ -123,14 +123,15 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
             found_out.append((label, value))
     for label, value in found_out:
         if needs_shell(value):
-            sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand")
+            sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand{_why(context, value)}")
         else:
             sources.output_dirs.append(str(context.resolve(value)))
     # event files go to the TensorBoard folder when one is named, else somewhere under the output folder
     for label, value in found_tb or found_out:
         if needs_shell(value):
             if found_tb:
-                sources.unresolved.append(f"TensorBoard folder {value!r} ({label}) needs a shell to expand")
+                sources.unresolved.append(f"TensorBoard folder {value!r} ({label}) needs a shell to expand"
+                                          f"{_why(context, value)}")
             continue
         path = str(context.resolve(value))
         if path not in sources.tb_paths:
@@ -140,6 +141,12 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
         sources.unresolved.append("no TensorBoard / output folder in the run's config or arguments (logdir, "
                                   "output_dir, ...): TensorBoard files are looked for only if they are clearly "
                                   "this run's")
+
+
+def _why(context: PreflightContext, value: str) -> str:
+    shell = context.script.shell
+    reasons = shell.why_unresolved(value) if shell is not None else []
+    return f" ({'; '.join(reasons)})" if reasons else ""
 
 
 def _wandb(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> None:
