@@ -82,7 +82,7 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
         job_id = result.stdout.strip()
         record = next(r for r in _runs(project) if r["job_id"] == job_id)
         assert record["launched_by"] == "run" and record["backend"] == "local"
-        assert record["script_args"][:2] == ["python", "train.py"]
+        assert record["script"] == "python" and record["script_args"][:1] == ["train.py"]  # the command, not "--"
         scheduler = LocalScheduler(project.state_dir / "local-jobs")
         wait_for(lambda: scheduler.state(job_id).is_terminal, 180, what="the tmux run to be stopped")
         wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 60, what="its watcher to exit")

@@ -1,10 +1,11 @@
-"""GuardedExecutor: submitit's API, the pre-flight for function jobs, and a sidecar that stops a diverging
-function on the real dev Slurm."""
+"""GuardedExecutor: submitit's API through guarded-sbatch's own launch path (the whole pre-flight, launch/submit.py,
+recorded sources), and a sidecar that stops a diverging function, on the local backend and the real dev Slurm."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -15,12 +16,10 @@ import pytest
 
 from e2e_helpers import wait_for
 from guarded_sbatch.core.errors import BlockedError, UsageError
+from guarded_sbatch.launch.executor import GuardStoppedError
 
 RUN_NAME = f"mnist-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"  # the dev Slurm is shared: a name no other job has
 
-# Under CI=true the dev Slurm is installed: a missing srun there must fail the tests, never skip them.
-pytestmark = pytest.mark.skipif(shutil.which("srun") is None and os.environ.get("CI") != "true",
-                                reason="submitit's Slurm executor needs srun on PATH")
 
 
 def diverging_training(tb_dir: str, steps: int) -> str:
@@ -51,35 +50,42 @@ def guarded_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+WAIVE_CONFIG = {"config-diff": "a function job: no config file to diff"}
+ALL_CHECKS = ["config-diff", "run-name", "paths", "monitoring", "eta", "own-folder"]
+
+
 def test_a_session_label_blocks_the_submission(guarded_env: Path) -> None:
     from guarded_sbatch.launch.executor import GuardedExecutor
+    from guarded_sbatch.scheduler.local import LocalScheduler
 
     (guarded_env / "runs").mkdir()
-    executor = GuardedExecutor(guarded_env / "logs", run_name="run-1", tb_dir="runs/x")
+    executor = GuardedExecutor(guarded_env / "logs", run_name="run-1", tb_dir="runs/x", cluster="local",
+                               waivers=WAIVE_CONFIG)
     with pytest.raises(BlockedError, match="run-name: run name 'run-1' is a session-local label"):
         executor.submit(diverging_training, "runs/x", 1)
-    assert not list((guarded_env / "logs").glob("*.out"))  # nothing was submitted
-    assert [r.status.value for r in executor.last_preflight] == ["failed", "passed", "passed"]
+    assert not list((guarded_env / "logs").glob(".submission_file_*"))  # the batch script it checked is gone
+    assert not (LocalScheduler().root / "1").exists()  # nothing was submitted
+    assert [r.name for r in executor.last_preflight] == ALL_CHECKS  # the whole pre-flight, as the CLI runs it
+    assert {r.name: r.status.value for r in executor.last_preflight}["run-name"] == "failed"
 
 
-def test_a_missing_folder_blocks_and_the_checks_are_waivable_by_name(guarded_env: Path) -> None:
+def test_the_whole_preflight_runs_and_every_check_is_waivable_by_name(guarded_env: Path) -> None:
     from guarded_sbatch.launch.executor import GuardedExecutor
 
-    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb")
-    with pytest.raises(BlockedError, match="paths: TensorBoard folder: .*missing/parent does not exist"):
+    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb", cluster="debug")
+    with pytest.raises(BlockedError, match="config-diff: cannot diff: no config file .* --guard-config"):
         executor.submit(diverging_training, "x", 1)
-    with pytest.raises(UsageError, match="cannot waive 'eta'"):
-        GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, waivers={"eta": "no"})
+    waived = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb", cluster="debug",
+                             waivers=WAIVE_CONFIG)
+    job = waived.submit(lambda: "ran")
+    statuses = {r.name: r for r in waived.last_preflight}
+    assert statuses["paths"].status.value == "warned" and "missing/parent" in statuses["paths"].finding
+    assert waived.last_report is not None and [w.check for w in waived.last_report.waivers] == ["config-diff"]
+    assert job.result() == "ran"
+    with pytest.raises(UsageError, match="cannot waive 'nonsense'"):
+        GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, waivers={"nonsense": "no"})
     with pytest.raises(UsageError, match="cluster='slurm', 'local' or 'debug'"):
         GuardedExecutor(guarded_env / "logs", cluster="chronos")
-
-
-def test_monitoring_defaults_to_the_jobs_stdout(guarded_env: Path) -> None:
-    from guarded_sbatch.launch.executor import GuardedExecutor
-
-    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME)
-    result = executor._check_monitoring()
-    assert result.status.value == "warned" and "%j_0_log.out" in result.finding
 
 
 @pytest.mark.slurm
@@ -95,7 +101,7 @@ def test_the_sidecar_stops_a_diverging_function(guarded_env: Path, slurm_cluster
     tb_dir = guarded_env / "runs" / RUN_NAME
     tb_dir.parent.mkdir()
     executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=RUN_NAME, tb_dir=tb_dir,
-                               checkpoint_dir=guarded_env / "ckpt")
+                               checkpoint_dir=guarded_env / "ckpt", waivers=WAIVE_CONFIG, cluster="slurm")
     executor.update_parameters(timeout_min=5, mem_gb=0.5, cpus_per_task=1)
     started = time.monotonic()
     job = executor.submit(diverging_training, str(tb_dir), 600)
@@ -122,6 +128,10 @@ def test_the_sidecar_stops_a_diverging_function(guarded_env: Path, slurm_cluster
     log = Path(str(job.paths.stdout)).read_text()
     assert "step 20 loss nan" in log and "step 599" not in log
     assert stopped_after < 90
+    assert record.sources["stdout"] == str(job.paths.stdout) and record.sources["wandb_run_id"]
+    with pytest.raises(GuardStoppedError, match=f"job {job.job_id} was stopped by its guard \\(STOP, non_finite_loss"):
+        job.result()
+    assert job.guard_stop is not None and job.guard_stop["reason"] == "non_finite_loss"
 
 
 def healthy_training(tb_dir: str, steps: int, seed: int) -> str:
@@ -151,7 +161,8 @@ def test_a_sweep_of_ten_jobs_is_guarded_and_marked(guarded_env: Path, slurm_clus
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     name = f"sweep-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"
     (guarded_env / "runs").mkdir()
-    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=name, tb_dir=guarded_env / "runs" / name)
+    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=name, tb_dir=guarded_env / "runs" / name,
+                               waivers=WAIVE_CONFIG, cluster="slurm")
     executor.update_parameters(timeout_min=5, mem_gb=0.3, cpus_per_task=1)
     jobs = [executor.submit(healthy_training, str(guarded_env / "runs" / name / f"lr{i}"), 30, i) for i in range(10)]
     assert len({job.job_id for job in jobs}) == 10 and len(executor.run_ids) == 10
@@ -170,7 +181,7 @@ def test_a_sweep_of_ten_jobs_is_guarded_and_marked(guarded_env: Path, slurm_clus
             scheduler.cancel(job.job_id)
 
 
-def test_the_local_cluster_runs_the_preflight_and_a_local_sidecar(guarded_env: Path) -> None:
+def test_on_the_local_backend_a_stop_really_stops_the_function(guarded_env: Path) -> None:
     import cloudpickle
 
     from guarded_sbatch.core.registry import find_run
@@ -178,22 +189,102 @@ def test_the_local_cluster_runs_the_preflight_and_a_local_sidecar(guarded_env: P
     from guarded_sbatch.scheduler import get_scheduler
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    with pytest.raises(BlockedError, match="run-name"):
-        GuardedExecutor(guarded_env / "logs", run_name="tmp", cluster="local").submit(diverging_training, "x", 1)
     tb_dir = guarded_env / "runs" / RUN_NAME
     tb_dir.parent.mkdir()
-    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir=tb_dir, cluster="local")
+    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir=tb_dir, cluster="local",
+                               waivers=WAIVE_CONFIG)
     executor.update_parameters(timeout_min=5)
-    job = executor.submit(diverging_training, str(tb_dir), 600)
+    job = executor.submit(diverging_training, str(tb_dir), 400)
     record = find_run(executor.run_ids[0])
-    assert record.backend == "process" and record.job_id.startswith(f"{job.job_id}@")
+    assert record.backend == "local" and record.job_id == job.job_id and record.launched_by == "submitit"
+    assert record.sources["tb_paths"] == [] and record.tb_paths == [str(tb_dir)]
+    assert record.sources["stdout"] == str(job.paths.stdout)
     local = get_scheduler("local")
-    wait_for(lambda: job.done(), 90, 0.5, what="the local sidecar to stop the diverging function")
-    sidecar_out = lambda: "".join(p.read_text() for p in record.folder.glob("sidecar-*.out"))  # noqa: E731
-    wait_for(lambda: "FINAL_SUMMARY" in sidecar_out(), 60, 0.5, what="the local sidecar's final summary")
-    assert "Decision: STOP" in sidecar_out()
+    with pytest.raises(GuardStoppedError, match=r"stopped by its guard \(STOP, non_finite_loss: training loss is nan"):
+        job.result()
+    assert job.state == "CANCELLED" and job.guard_stop is not None and job.guard_stop["decision"] == "STOP"
+    log = Path(str(job.paths.stdout)).read_text()
+    assert "step 20 loss nan" in log and "step 399" not in log  # the function itself was stopped
     wait_for(lambda: local.state(record.sidecar_id).is_terminal, 60, 0.5, what="the local sidecar to end")
-    assert "step 599" not in Path(str(job.paths.stdout)).read_text()
+
+
+def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env: Path) -> None:
+    import cloudpickle
+
+    from guarded_sbatch.launch.executor import GuardedExecutor
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    (guarded_env / "runs").mkdir()
+    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=RUN_NAME, tb_dir=guarded_env / "runs" / "h",
+                               cluster="local", waivers=WAIVE_CONFIG)
+    job = executor.submit(healthy_training, str(guarded_env / "runs" / "h"), 30, 3)
+    assert job.result() == "done 3" and job.state == "COMPLETED" and job.guard_stop is None
+    with pytest.raises(UsageError, match="cannot run a job array"):
+        executor.map_array(healthy_training, ["a", "b"], [1, 1], [0, 1])
+
+
+def test_a_sidecar_that_cannot_be_submitted_cancels_the_local_training_job(guarded_env: Path) -> None:
+    import cloudpickle
+
+    from guarded_sbatch.core.errors import SchedulerError
+    from guarded_sbatch.launch.executor import GuardedExecutor
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    templates = guarded_env / "templates"
+    templates.mkdir()
+    from guarded_sbatch.launch.templates import load_template
+
+    text, _ = load_template("sidecar.sbatch", [])
+    (templates / "sidecar.sbatch").write_text(text.replace("#SBATCH --requeue", "#SBATCH --requeue\n#SBATCH --begin=now+3600"))
+    config = guarded_env / "user-config.toml"
+    config.write_text(f'template_dirs = ["{templates}"]\n' + config.read_text())
+    (guarded_env / "runs").mkdir()
+    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir=guarded_env / "runs" / "c",
+                               cluster="local", waivers=WAIVE_CONFIG)
+    with pytest.raises(SchedulerError, match=r"training job (\d+) was cancelled: its sidecar could not be submitted "
+                                             r"\(.*deferred start"):
+        executor.submit(diverging_training, str(guarded_env / "runs" / "c"), 400)
+    local = LocalScheduler()
+    wait_for(lambda: local.state("1").is_terminal, 30, 0.2, what="the training job to be cancelled")
+    assert local.state("1").value == "CANCELLED"
+
+
+@pytest.mark.slurm
+def test_a_sidecar_that_cannot_be_submitted_cancels_the_slurm_training_job(
+    guarded_env: Path, slurm_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cloudpickle
+
+    from guarded_sbatch.core.errors import SchedulerError
+    from guarded_sbatch.launch.executor import GuardedExecutor
+    from guarded_sbatch.scheduler.slurm import SlurmScheduler
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    real = shutil.which("sbatch")
+    assert real is not None
+    fake = guarded_env / "bin"
+    fake.mkdir()
+    # a fault injected in front of the real sbatch: it refuses the sidecar only
+    (fake / "sbatch").write_text(f"""#!/bin/bash
+for word in "$@"; do
+  case "$word" in *sidecar.sbatch) echo "sbatch: error: Batch job submission failed: Invalid qos specification" >&2; exit 1;; esac
+done
+exec {real} "$@"
+""")
+    (fake / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}:{os.environ['PATH']}")
+    (guarded_env / "runs").mkdir()
+    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=RUN_NAME, tb_dir=guarded_env / "runs" / "s",
+                               cluster="slurm", waivers=WAIVE_CONFIG)
+    executor.update_parameters(timeout_min=5, mem_gb=0.3, cpus_per_task=1)
+    with pytest.raises(SchedulerError, match=r"training job (\d+) was cancelled: its sidecar could not be submitted "
+                                             r"\(.*Invalid qos") as caught:
+        executor.submit(diverging_training, str(guarded_env / "runs" / "s"), 600)
+    job_id = re.search(r"training job (\d+)", str(caught.value)).group(1)  # type: ignore[union-attr]
+    scheduler = SlurmScheduler()
+    wait_for(lambda: scheduler.state(job_id).is_terminal, 60, 1.0, what="the training job to be cancelled")
+    assert scheduler.state(job_id).value == "CANCELLED"
 
 
 @pytest.mark.slurm
@@ -209,7 +300,8 @@ def test_map_array_gives_each_array_task_its_own_sidecar(guarded_env: Path, slur
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     name = f"array-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"
     (guarded_env / "runs").mkdir()
-    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=name, tb_dir=guarded_env / "runs" / name)
+    executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=name, tb_dir=guarded_env / "runs" / name,
+                               waivers=WAIVE_CONFIG, cluster="slurm")
     executor.update_parameters(timeout_min=5, mem_gb=0.3, cpus_per_task=1)
     tb_dirs = [str(guarded_env / "runs" / name / f"seed{i}") for i in range(3)]
     jobs = executor.map_array(healthy_training, tb_dirs, [20] * 3, list(range(3)))

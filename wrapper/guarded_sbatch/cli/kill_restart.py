@@ -156,7 +156,9 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
     for waiver in record.waivers:
         if waiver.get("check") and waiver["check"] not in rewaived:
             recorded.append(f"--guard-waive={waiver['check']}={waiver.get('reason', '')}")
-    return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, record.script, *record.script_args]
+    needs_dashes = record.launched_by == "run" and record.script != "--"  # older records kept "--" as the script
+    command = ["--", record.script] if needs_dashes else [record.script]  # `run [options] -- COMMAND`
+    return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, *command, *record.script_args]
 
 
 def _run_under_guard(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:

@@ -38,7 +38,7 @@ blocks on a failed check unless you waive it, then submits the job unchanged plu
 that watches its metrics and stops it when it breaks.
 
 guard options (before the script; sbatch has none of these):
-  --guard-waive CHECK=REASON    waive a failed check (config-diff, run-name, paths, monitoring, eta)
+  --guard-waive CHECK=REASON    waive a failed check (config-diff, run-name, paths, monitoring, eta, own-folder)
   --guard-reference PATH        the reference run's config to diff against
   --guard-config PATH           the intended run's config, when the launcher line does not name it
   --guard-run-name NAME         the run name, when --job-name does not give it

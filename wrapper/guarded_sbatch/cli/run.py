@@ -22,8 +22,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING, cast
+
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.redact import redact
+
+if TYPE_CHECKING:
+    from guarded_sbatch.core.config import Config
+    from guarded_sbatch.core.sbatch.argv import LaunchArgs
+    from guarded_sbatch.launch.preflight import PreflightReport
+    from guarded_sbatch.launch.run_sources import SourcePlan
+    from guarded_sbatch.launch.runconfig import RunConfig
+    from guarded_sbatch.scheduler.base import Scheduler
 
 RUN_USAGE = ("usage: guarded-sbatch run [guard options] [--job-name NAME] [--time LIMIT] [--guard-tmux NAME] "
              "-- COMMAND...  (e.g. -- python train.py --config c.yaml)")
@@ -73,8 +83,9 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
     job_script, stop_command = script, None
     log_paths: tuple[Path, ...] = ()
+    plan = cast("SourcePlan | None", report.details.get("source_plan"))
     if tmux:
-        job_script, log = _tmux_job(staging, tmux, command)
+        job_script, log = _tmux_job(staging, tmux, command, dict(plan.env) if plan is not None else {})
         log_paths = (log,)
         stop_command = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{tmux}",
                                    "--grace", str(TMUX_STOP_GRACE_S)])
@@ -115,14 +126,17 @@ def _wait_session_gone(name: str, timeout_s: float = 2 * TMUX_STOP_GRACE_S + 10)
         time.sleep(0.5)
 
 
-def _tmux_job(staging: Path, session: str, command: list[str]) -> tuple[Path, Path]:
+def _tmux_job(staging: Path, session: str, command: list[str], env: dict[str, str]) -> tuple[Path, Path]:
     """The local job of a tmux run: start the session, live as long as it does, exit with the command's
-    status; cancelled, it stops the session (detached, so the job's own SIGKILL cannot cut that short)."""
+    status; cancelled, it stops the session (detached, so the job's own SIGKILL cannot cut that short).
+    `env` (the run's W&B id, MLflow tag) is exported inside the session: a tmux server that is already running
+    gives a new session its own environment, not the job's."""
     log, status = staging / "output.log", staging / "exit-status"
     inner = staging / "in-tmux.sh"
+    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
     inner.write_text(
         "#!/bin/bash\n# guarded-sbatch run: the command, inside its tmux session\nexport PYTHONUNBUFFERED=1\n"
-        f"cd {shlex.quote(os.getcwd())}\n{shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}\n"
+        f"{exports}cd {shlex.quote(os.getcwd())}\n{shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}\n"
         f"echo \"${{PIPESTATUS[0]}}\" > {shlex.quote(str(status))}\n", encoding="utf-8")
     stopper = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{session}",
                           "--grace", str(TMUX_STOP_GRACE_S)])
@@ -140,50 +154,74 @@ exit "$(cat {shlex.quote(str(status))} 2>/dev/null || echo 1)"
     return outer, log
 
 
-def _start(launch: object, report: object, config: object, scheduler: object, job_script: Path,
+def _start(launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler, job_script: Path,
            command: list[str], tmux: str | None, log_paths: tuple[Path, ...], stop_command: str | None) -> int:
-    from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
+    """Submit the command like the sbatch form: its sources pinned and recorded, the environment the pre-flight
+    promised (WANDB_RUN_ID, WANDB_RESUME, MLFLOW_RUN_CONTEXT) given to the job."""
+    from guarded_sbatch.cli.launch import _own_files_since, _planned_end
+    from guarded_sbatch.launch.run_reference import save_config_snapshot
+    from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
     from guarded_sbatch.scheduler.base import SubmitRequest
 
-    guard = launch.guard_options  # type: ignore[attr-defined]
+    guard = launch.guard_options
     cwd = Path.cwd()
 
     def absolute(path: Path) -> Path:
         return path if path.is_absolute() else cwd / path
 
-    sidecar_config = config.sidecar  # type: ignore[attr-defined]
+    sidecar_config = config.sidecar
     sidecar = SidecarOptions(
         tb_paths=tuple(map(absolute, guard.tb)), wandb_paths=tuple(map(absolute, guard.wandb)),
         log_paths=(*map(absolute, guard.log), *log_paths), stop_command=guard.stop_command or stop_command,
         notes_path=absolute(guard.notes) if guard.notes else None, fast_interval_s=sidecar_config.fast_interval_s,
-        full_interval_s=config.check_interval_s, job_poll_s=sidecar_config.job_poll_s,  # type: ignore[attr-defined]
+        full_interval_s=config.check_interval_s, job_poll_s=sidecar_config.job_poll_s,
     )
-    run_name = report.run_name or Path(command[0]).name  # type: ignore[attr-defined]
-    options = tuple(launch.sbatch_options)  # type: ignore[attr-defined]
-    if not any(o.name == "job-name" for o in launch.parsed_options):  # type: ignore[attr-defined]
+    run_name = report.run_name or _program_stem(command)
+    options = tuple(launch.sbatch_options)
+    if not any(o.name == "job-name" for o in launch.parsed_options):
         options = (f"--job-name={run_name}", *options)
-    request = SubmitRequest(script=job_script, sbatch_options=options, workdir=cwd)
+    plan = cast("SourcePlan | None", report.details.get("source_plan"))
+    if plan is not None and not any(o.name == "job-name" for o in launch.parsed_options):
+        plan = dataclasses.replace(plan, job_name=run_name)  # the name the job gets above, for $SLURM_JOB_NAME
+    request = SubmitRequest(script=job_script, sbatch_options=options, workdir=cwd,
+                            env=dict(plan.env) if plan is not None else {})
+    since = _own_files_since(report.run_name, cwd, restart=guard.restart)
     submission = submit_guarded(
-        scheduler, request, run_name=run_name, sidecar=sidecar, resources=SidecarResources(),  # type: ignore[arg-type]
-        waivers=[w.to_json() for w in report.waivers],  # type: ignore[attr-defined]
+        scheduler, request, run_name=run_name, sidecar=sidecar, resources=resources_from_config(config),
+        waivers=[w.to_json() for w in report.waivers],
         record_fields={
             **{key: str(absolute(path)) for key, path in
                (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
-            "total_steps": report.details.get("total_steps"),  # type: ignore[attr-defined]
+            "total_steps": report.details.get("total_steps"),
+            "planned_end": _planned_end(report),
+            "config_path": str(report.details.get("intended_config") or ""),
             "launched_by": "run",
         },
+        sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
     )
     record = submission.record
-    # what `restart` repeats: restart_launch_argv() gives [guard words] [options] "--" COMMAND...
-    record.sbatch_options = [*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else [])]  # type: ignore[attr-defined]
-    record.script, record.script_args = "--", list(command)
+    # what `restart` repeats: restart_launch_argv() gives [guard words] [options] -- COMMAND...
+    record.sbatch_options = [*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else [])]
+    record.script, record.script_args = command[0], list(command[1:])
     record.log_paths = [str(absolute(p)) for p in guard.log]  # not the tmux log: a restart writes a new one
     record.save()
+    try:
+        save_config_snapshot(record, cast("RunConfig | None", report.details.get("intended_run_config")))
+    except OSError as exc:
+        print(f"guarded-sbatch: could not keep the run's config with its record ({exc}); it cannot become a "
+              "reference", file=sys.stderr)
     print(submission.job_id)
     where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
     print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} as local job {submission.job_id}; "
           f"its watcher is local job {submission.sidecar_id}; run folder {record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
+
+
+def _program_stem(command: list[str]) -> str:
+    """A run without a name (run-name waived) is named after its program: `python train.py` → train."""
+    words = [w for w in command if not w.startswith("-")]
+    program = next((w for w in words[1:] if w.endswith(".py")), words[0] if words else "run")
+    return Path(program).stem or "run"
 
 
 def run_stop(argv: list[str]) -> int:

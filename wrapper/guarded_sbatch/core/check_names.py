@@ -11,6 +11,7 @@ class CheckName(str, enum.Enum):
     PATHS = "paths"
     MONITORING = "monitoring"
     ETA = "eta"
+    OWN_FOLDER = "own-folder"  # no live guarded run writes this run's folders
 
 
 CHECK_NAMES: tuple[str, ...] = tuple(name.value for name in CheckName)

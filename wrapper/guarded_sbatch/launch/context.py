@@ -37,6 +37,8 @@ class PreflightContext:
     reference_problem: str | None = None
     mounts: list[Mount] | None = None  # None: read the live mount table
     submit_dir: Path | None = None  # where sbatch is run (the folder relative paths on its line are from)
+    # launch/run_sources.SourcePlan: what the run writes and reads as its own (that module imports this one)
+    source_plan: object | None = None
 
     @property
     def launcher(self) -> LauncherLine | None:
@@ -63,9 +65,11 @@ def load_intended_config(context: PreflightContext) -> None:
         candidate = context.resolve(str(context.launch.guard_options.config))
     elif launcher is not None and launcher.config_path is not None:
         if launcher.config_unresolved:
+            shell = context.script.shell
+            why = "; ".join(shell.why_unresolved(launcher.config_path)) if shell else ""
             context.intended_problem = (
-                f"the config argument {launcher.config_path!r} needs a shell to expand; "
-                "name the file with --guard-config"
+                f"the config argument {launcher.config_path!r} needs a shell to expand"
+                f"{f' ({why})' if why else ''}; name the file with --guard-config"
             )
             return
         candidate = context.resolve(launcher.config_path)

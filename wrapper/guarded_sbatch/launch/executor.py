@@ -1,57 +1,66 @@
-"""GuardedExecutor: submitit's AutoExecutor with the launch pre-flight and a sidecar for every job.
+"""GuardedExecutor: submitit's AutoExecutor whose jobs go through guarded-sbatch's own launch path.
 
-    executor = GuardedExecutor(folder="logs/%j", run_name="cifar10-resnet18-bs128-lr0.1", tb_dir="runs/cifar")
+    executor = GuardedExecutor(folder="logs/%j", run_name="cifar10-resnet18-bs128-lr0.1", tb_dir="runs/cifar",
+                               config="configs/cifar10-resnet18.yaml")
     executor.update_parameters(timeout_min=60, slurm_partition="gpu")
     job = executor.submit(train, config)      # a submitit Job, as usual
 
-Before anything is submitted, the checks that make sense for a function job run: the run name, the paths the
-run depends on, and where the sidecar will read metrics (tb_dir / wandb_dir / log_path; by default the job's
-own stdout, submitit's `%j_0_log.out`). A failed check blocks with BlockedError unless waived through
-`waivers={"run-name": "why"}`. Each submitted job (each task of an array from `map_array`) gets its sidecar
-and a record in the registry, so `guarded-sbatch status` and `kill` know it.
+Each submission is the batch script submitit writes (`python -m submitit.core._submit FOLDER` under its #SBATCH
+lines), checked by the whole pre-flight (launch/preflight.py, as `guarded-sbatch check` would: the run name, the
+config diff against a reference, paths, monitoring, ETA, the run's own folders) and submitted by
+launch/submit.py with its sidecar, its sources resolved and recorded. A failed check blocks with BlockedError
+unless waived (`waivers={"config-diff": "why"}`); a sidecar that cannot be submitted cancels the training job.
 
-- `cluster="slurm"` (the default where Slurm answers): the job carries the guarded marker in `--comment`; its
-  sidecar is a Slurm job (`--dependency=after:<job>`, `--kill-on-invalid-dep=yes`). A sweep (`submit` in a loop,
-  `map_array`) reuses the run name of its own earlier jobs without tripping the run-name check.
-- `cluster="local"`: submitit runs the job as a local process; its sidecar is a local process too (the
-  `process` backend adopts the job's controller process and ends it on STOP).
-- `cluster="debug"`: submitit runs the function inside this process at `result()`; the pre-flight runs, and
-  there is no separate job for a sidecar to watch.
-sbatch's refusals surface as the project's SchedulerError with sbatch's message inside.
+- `cluster="slurm"` (the default where Slurm answers): the job and its sidecar carry the guarded marker in
+  `--comment`; a job array (`map_array`, `batch()`) gets one sidecar and one record per task. A sweep (`submit`
+  in a loop) reuses the run name (and folders) of its own earlier jobs without tripping the checks.
+- `cluster="local"`: the same batch script runs as a job of the local backend (no srun), its sidecar as a
+  second local job; a STOP ends the job's process group, so the function really stops. Arrays need Slurm.
+- `cluster="debug"`: the pre-flight runs, then submitit runs the function in this process at `result()`.
+A job the guard stopped says so: `job.guard_stop` (the verdict), and `result()` raises GuardStoppedError.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
+import tempfile
+import time
 import typing as tp
+import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import submitit
+from submitit.core import core, utils
 from submitit.core.core import Job
-from submitit.core.utils import DelayedSubmission, FailedJobError, FailedSubmissionError
-from submitit.slurm.slurm import SlurmExecutor
+from submitit.core.utils import DelayedSubmission
+from submitit.slurm.slurm import SlurmExecutor, SlurmJob
 
+from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.config import Config, load_config
-from guarded_sbatch.core.errors import BlockedError, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, comment_with_marker
-from guarded_sbatch.core.registry import create_run
-from guarded_sbatch.launch.checks.run_name import name_problem
-from guarded_sbatch.launch.fsinfo import timed_stats
-from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
-from guarded_sbatch.launch.submit import SidecarOptions, render_sidecar_script, resources_from_config
-from guarded_sbatch.launch.templates import check_run_name, load_template
+from guarded_sbatch.core.registry import new_run_id, runs_root
+from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
+from guarded_sbatch.launch.results import CheckResult
+from guarded_sbatch.launch.run_sources import SourcePlan
+from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
-from guarded_sbatch.scheduler.process import job_id_for
+from guarded_sbatch.scheduler.base import JobInfo, Scheduler, SubmitRequest
 
-FUNCTION_JOB_CHECKS = (CheckName.RUN_NAME.value, CheckName.PATHS.value, CheckName.MONITORING.value)
 StrPath = tp.Union[str, "os.PathLike[str]"]
+EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
+
+
+class GuardStoppedError(utils.UncompletedJobError):
+    """The job was stopped by its guard (a STOP verdict): no result, and the reason."""
 
 
 class GuardedExecutor(submitit.AutoExecutor):
-    """A submitit executor that runs the pre-flight and co-schedules a sidecar for each job."""
+    """A submitit executor whose every job goes through the pre-flight and gets a sidecar."""
 
     def __init__(
         self,
@@ -61,6 +70,8 @@ class GuardedExecutor(submitit.AutoExecutor):
         tb_dir: StrPath | None = None,
         wandb_dir: StrPath | None = None,
         log_path: StrPath | None = None,
+        config: StrPath | None = None,
+        reference: StrPath | None = None,
         checkpoint_dir: StrPath | None = None,
         artifact_dir: StrPath | None = None,
         waivers: Mapping[str, str] | None = None,
@@ -73,186 +84,229 @@ class GuardedExecutor(submitit.AutoExecutor):
         if cluster not in (None, "slurm", "local", "debug"):
             raise UsageError(f"GuardedExecutor runs on cluster='slurm', 'local' or 'debug', not {cluster!r}")
         for check in waivers or {}:
-            if check not in FUNCTION_JOB_CHECKS:
-                raise UsageError(f"cannot waive {check!r} for a function job: the checks are {', '.join(FUNCTION_JOB_CHECKS)}")
-        super().__init__(Path(folder), cluster=cluster, **kwargs)
+            if check not in CHECK_NAMES:
+                raise UsageError(f"cannot waive {check!r}: the checks are {', '.join(CHECK_NAMES)}")
+        backend = cluster or ("slurm" if SlurmExecutor.affinity() > 0 else "local")
+        # the local backend runs submitit's own batch script (without srun), so both backends share one path
+        super().__init__(Path(folder), cluster="debug" if backend == "debug" else "slurm", **kwargs)
+        self.guard_backend = backend
+        if backend == "local":
+            self._executor.update_parameters(use_srun=False)
         cwd = Path.cwd()
+        self.submit_dir = cwd
+        self.guard_paths = {key: _absolute(value, cwd) for key, value in (
+            ("tb", tb_dir), ("wandb", wandb_dir), ("log", log_path), ("config", config), ("reference", reference),
+            ("checkpoint-dir", checkpoint_dir), ("artifact-dir", artifact_dir), ("notes", notes_path))}
         self.guard_run_name = run_name
-        self.guard_tb_dir = _absolute(tb_dir, cwd)
-        self.guard_wandb_dir = _absolute(wandb_dir, cwd)
-        self.guard_log_path = _absolute(log_path, cwd)
-        self.guard_checkpoint_dir = _absolute(checkpoint_dir, cwd)
-        self.guard_artifact_dir = _absolute(artifact_dir, cwd)
         self.guard_waivers = dict(waivers or {})
         self.guard_stop_command = stop_command
-        self.guard_notes_path = _absolute(notes_path, cwd)
         self.guard_restart = restart
-        self.submit_dir = cwd
         self.last_preflight: list[CheckResult] = []
+        self.last_report: PreflightReport | None = None
         self.run_ids: list[str] = []  # registry ids of the runs this executor submitted
         self._own_names: set[str] = set()  # run names of jobs this executor submitted (a sweep reuses them)
         if run_name:
             self.update_parameters(name=run_name)
 
-    # submit, map_array, submit_array and batch() all come through here
-    def _internal_process_submissions(self, delayed_submissions: list[DelayedSubmission]) -> list[Job[tp.Any]]:
-        config = load_config()
-        scheduler: Scheduler | None = get_scheduler("slurm") if self.cluster == "slurm" else None
-        run_name = self.run_name()
-        self.last_preflight = self.preflight(config, scheduler, run_name)
-        blocking = [r for r in self.last_preflight if r.status is CheckStatus.FAILED and not self._waived(r, config)]
-        if blocking:
-            raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in blocking)
-                               + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
-        check_run_name(run_name)  # before anything is queued: a bad name must not leave a job unguarded
-        try:
-            with self._marked_submissions():
-                jobs = super()._internal_process_submissions(delayed_submissions)
-        except (FailedJobError, FailedSubmissionError) as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
-            raise SchedulerError(f"sbatch refused the submission: {message}") from None
-        self._own_names.add(run_name)
-        for job in jobs:
-            if self.cluster == "slurm":
-                self._guard(job, run_name, config, "slurm", job.job_id, get_scheduler("slurm"))
-            elif self.cluster == "local":
-                self._guard(job, run_name, config, "process", job_id_for(int(job.job_id)), get_scheduler("local"))
-        return jobs
-
-    @contextlib.contextmanager
-    def _marked_submissions(self) -> tp.Iterator[None]:
-        """Put the guarded marker on each sbatch call submitit makes (the digest of the file it submits).
-
-        Patched on the class for the duration of this submission: submitit builds a fresh SlurmExecutor of its
-        own for job arrays (map_array), and that one must mark its sbatch call too.
-        """
-        if self.cluster != "slurm":
-            yield
-            return
-        make_command = SlurmExecutor._make_submission_command
-        user_comment = self._executor.parameters.get("comment")
-
-        def marked(executor: SlurmExecutor, submission_file_path: Path) -> list[str]:
-            command = list(make_command(executor, submission_file_path))
-            text = Path(submission_file_path).read_bytes()
-            return [*command[:-1], f"--comment={comment_with_marker(user_comment, PREFLIGHT, text)}", command[-1]]
-
-        SlurmExecutor._make_submission_command = marked  # type: ignore[method-assign,assignment]
-        try:
-            yield
-        finally:
-            SlurmExecutor._make_submission_command = make_command  # type: ignore[method-assign]
-
     def run_name(self) -> str:
         name = self.guard_run_name or str(self._executor.parameters.get("job_name") or "")
         return name or "submitit"
 
-    def _waived(self, result: CheckResult, config: Config) -> bool:
-        return result.name in self.guard_waivers and config.can_waive(result.name)
+    # submit, map_array, submit_array and batch() all come through here
+    def _internal_process_submissions(self, delayed_submissions: list[DelayedSubmission]) -> list[Job[tp.Any]]:
+        config = load_config()
+        if self.guard_backend == "debug":
+            script = _debug_script(self.run_name(), Path(self.folder))
+            try:
+                self._preflight(script, config, None)
+            finally:
+                script.unlink(missing_ok=True)
+            return super()._internal_process_submissions(delayed_submissions)
+        original = SlurmExecutor._submit_command
 
-    def preflight(self, config: Config, scheduler: Scheduler | None, run_name: str) -> list[CheckResult]:
-        """The pre-flight checks that apply to a function job: run name, paths, monitoring."""
-        return [self._check_run_name(config, scheduler, run_name), self._check_paths(config), self._check_monitoring()]
+        def guarded(executor: SlurmExecutor, command: str) -> Job[tp.Any]:
+            return self._submit_command_guarded(executor, command, config)
 
-    def _check_run_name(self, config: Config, scheduler: Scheduler | None, name: str) -> CheckResult:
-        check = CheckName.RUN_NAME.value
-        problem = name_problem(name, config.name_pattern, config.forbidden_names)
-        if problem:
-            return CheckResult(check, CheckStatus.FAILED, f"run name {name!r} {problem}; pass run_name=... like "
-                               "coco-resnet50-bs256-lr3e-4")
-        if self.guard_restart:
-            return CheckResult(check, CheckStatus.PASSED, f"run name {name!r} follows the pattern (restart)")
-        if name in self._own_names:
-            return CheckResult(check, CheckStatus.PASSED, f"run name {name!r} follows the pattern; it is this "
-                               "executor's own sweep")
-        taken: list[str] = []
+        # patched on the class for this submission: submitit builds a fresh SlurmExecutor for an array
+        SlurmExecutor._submit_command = guarded  # type: ignore[method-assign,assignment]
         try:
-            if scheduler is not None and name in scheduler.active_job_names():
-                taken.append(f"a queued or running job is already called {name!r}")
-        except GuardedError as exc:
-            return CheckResult(check, CheckStatus.WARNED, f"run name {name!r} follows the pattern; could not list jobs: {exc}")
-        folders = [root / name for root in config.run_roots]
-        taken += [f"output folder {o.path} already exists" for o in timed_stats(folders, config.stat_timeout_s) if o.exists]
-        if taken:
-            return CheckResult(check, CheckStatus.FAILED, f"run name {name!r} is taken: {'; '.join(taken)}; pick a new "
-                               "name or pass restart=True")
-        return CheckResult(check, CheckStatus.PASSED, f"run name {name!r} follows the pattern and is free")
+            jobs = super()._internal_process_submissions(delayed_submissions)
+        finally:
+            SlurmExecutor._submit_command = original  # type: ignore[method-assign]
+        self._own_names.add(self.run_name())
+        return jobs
 
-    def _check_paths(self, config: Config) -> CheckResult:
-        check = CheckName.PATHS.value
-        # Each folder the run writes into must at least have an existing parent; submitit makes its own folder.
-        wanted = {
-            "submitit folder": _static_prefix(Path(self.folder)).parent,
-            "TensorBoard folder": self.guard_tb_dir.parent if self.guard_tb_dir else None,
-            "W&B folder": self.guard_wandb_dir.parent if self.guard_wandb_dir else None,
-            "log file": self.guard_log_path.parent if self.guard_log_path else None,
-            "checkpoint folder": self.guard_checkpoint_dir.parent if self.guard_checkpoint_dir else None,
-            "artifact folder": self.guard_artifact_dir.parent if self.guard_artifact_dir else None,
-        }
-        labels = [(label, path) for label, path in wanted.items() if path is not None]
-        outcomes = timed_stats([path for _, path in labels], config.stat_timeout_s)
-        problems = []
-        for (label, path), outcome in zip(labels, outcomes):
-            if outcome.timed_out:
-                problems.append(f"{label}: {path} did not answer in {config.stat_timeout_s:g} s")
-            elif not outcome.exists or not outcome.is_dir:
-                problems.append(f"{label}: {path} does not exist{f' ({outcome.error})' if outcome.error else ''}")
-        evidence = tuple(f"{label}: {path}" for label, path in labels)
-        if problems:
-            return CheckResult(check, CheckStatus.FAILED, "; ".join(problems) + "; create it or fix the path", evidence)
-        return CheckResult(check, CheckStatus.PASSED, f"all {len(labels)} folder(s) the run writes into are there", evidence)
+    def _argv(self, script: Path) -> list[str]:
+        """The guarded-sbatch command line this submission amounts to."""
+        words = [f"--guard-run-name={self.run_name()}"]
+        if self.guard_backend != "debug":
+            words.append(f"--guard-backend={self.guard_backend}")
+        for key, path in self.guard_paths.items():
+            if path is not None:
+                words.append(f"--guard-{key}={path}")
+        words += [f"--guard-waive={check}={reason}" for check, reason in self.guard_waivers.items()]
+        if self.guard_stop_command:
+            words.append(f"--guard-stop-command={self.guard_stop_command}")
+        if self.guard_restart or self.run_name() in self._own_names:  # a sweep continues its own run name
+            words.append("--guard-restart")
+        return [*words, str(script)]
 
-    def _check_monitoring(self) -> CheckResult:
-        check = CheckName.MONITORING.value
-        given = [str(p) for p in (self.guard_tb_dir, self.guard_wandb_dir, self.guard_log_path) if p]
-        if given:
-            return CheckResult(check, CheckStatus.PASSED, f"the sidecar reads {', '.join(given)}")
-        return CheckResult(check, CheckStatus.WARNED, "no tb_dir, wandb_dir or log_path: the sidecar reads only the "
-                           "job's stdout (%j_0_log.out) as a text log")
+    def _preflight(self, script: Path, config: Config, scheduler: Scheduler | None) -> PreflightReport:
+        launch = split_sbatch_argv(self._argv(script))
+        report = run_preflight(launch, config, scheduler, restart=launch.guard_options.restart, cwd=self.submit_dir)
+        self.last_report, self.last_preflight = report, list(report.results)
+        if report.blocked:
+            failed = [r for r in report.results if r.name in report.blocking_checks]
+            raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in failed)
+                               + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
+        return report
 
-    def _guard(self, job: Job[tp.Any], run_name: str, config: Config, backend: str, watched_id: str,
-               sidecar_scheduler: Scheduler) -> None:
-        """Record the run and submit its sidecar; the job is already queued, so a failure says it runs unguarded."""
+    def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
+        """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
+        tmp_uuid = uuid.uuid4().hex
+        script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
+        script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
+        scheduler = get_scheduler(self.guard_backend)
+        if self.guard_backend == "slurm":
+            scheduler = _Marked(scheduler, script, self._executor.parameters.get("comment"))
+        try:
+            report = self._preflight(script, config, scheduler)
+        except BaseException:
+            script.unlink(missing_ok=True)
+            raise
+        tasks = executor.parameters.get("map_count")
+        job_id = self._submit(script, report, config, scheduler, tasks if isinstance(tasks, int) else None)
+        job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
+        job = job_class(folder=executor.folder, job_id=job_id, tasks=list(range(executor._num_tasks())))
+        tp.cast(_Guarded, job).guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job_id))
+        job.paths.move_temporary_file(script, "submission_file", keep_as_symlink=True)
+        executor._write_job_id(job.job_id, tmp_uuid)
+        executor._set_job_permissions(job.paths.folder)
+        return job
+
+    def _submit(self, script: Path, report: PreflightReport, config: Config, scheduler: Scheduler,
+                tasks: int | None) -> str:
         job_settings = config.sidecar
-        resources = resources_from_config(config)
-        stdout = Path(job.paths.stdout)
-        logs = (self.guard_log_path,) if self.guard_log_path else (stdout,)
-        options = SidecarOptions(
-            tb_paths=(self.guard_tb_dir,) if self.guard_tb_dir else (),
-            wandb_paths=(self.guard_wandb_dir,) if self.guard_wandb_dir else (),
-            log_paths=logs, stop_command=self.guard_stop_command, notes_path=self.guard_notes_path,
-            fast_interval_s=job_settings.fast_interval_s, full_interval_s=config.check_interval_s,
-            job_poll_s=job_settings.job_poll_s,
+        paths = self.guard_paths
+        sidecar = SidecarOptions(
+            tb_paths=(paths["tb"],) if paths["tb"] else (), wandb_paths=(paths["wandb"],) if paths["wandb"] else (),
+            log_paths=(paths["log"],) if paths["log"] else (), stop_command=self.guard_stop_command,
+            notes_path=paths["notes"], fast_interval_s=job_settings.fast_interval_s,
+            full_interval_s=config.check_interval_s, job_poll_s=job_settings.job_poll_s,
         )
+        plan = tp.cast("SourcePlan | None", report.details.get("source_plan"))
+        request = SubmitRequest(script=script, workdir=self.submit_dir, env=dict(plan.env) if plan else {})
+        since = time.time() - 1.0
+        submission = submit_guarded(
+            scheduler, request, run_name=self.run_name(), sidecar=sidecar, resources=resources_from_config(config),
+            waivers=[w.to_json() for w in report.waivers],
+            record_fields={
+                **{key.replace("-", "_"): str(paths[key]) for key in ("checkpoint-dir", "artifact-dir") if paths[key]},
+                "total_steps": report.details.get("total_steps"), "launched_by": "submitit",
+                "config_path": str(report.details.get("intended_config") or ""),
+                "tracker": {"submitit_folder": str(self.folder)},
+            },
+            sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan else None,
+            task_ids=(lambda job_id: [f"{job_id}_{n}" for n in range(tasks)]) if tasks else None,
+        )
+        for one in submission.tasks or (submission,):
+            self.run_ids.append(one.record.run_id)
+        return submission.job_id
+
+
+class _Guarded:
+    """What a guarded job handle adds to submitit's: whether the guard stopped it, and why."""
+
+    guard_run_dir = ""
+
+    @property
+    def guard_stop(self) -> dict[str, tp.Any] | None:
+        """The guard's STOP verdict for this job (decision, reason, message, last_step), or None."""
+        if not self.guard_run_dir:
+            return None
         try:
-            template_text, _ = load_template(resources.template, list(resources.template_dirs))
-            submission_file = Path(job.paths.submission_file)
-            record = create_run(
-                run_name, backend, watched_id, script=str(submission_file), submit_dir=str(self.submit_dir),
-                tb_paths=[str(p) for p in options.tb_paths], wandb_paths=[str(p) for p in options.wandb_paths],
-                log_paths=[str(p) for p in logs], checkpoint_dir=str(self.guard_checkpoint_dir or ""),
-                artifact_dir=str(self.guard_artifact_dir or ""), launched_by="submitit",
-                waivers=[{"check": c, "reason": r} for c, r in self.guard_waivers.items()],
-                tracker={"submitit_folder": str(job.paths.folder), "submitit_job_id": str(job.job_id)},
-            )
-            script_path = record.folder / "sidecar.sbatch"
-            script_text = render_sidecar_script(template_text, record, options, resources)
-            script_path.write_text(script_text, encoding="utf-8")
-            sbatch_options: tuple[str, ...] = ()
-            if backend == "slurm":
-                sbatch_options = (f"--dependency=after:{job.job_id}", "--kill-on-invalid-dep=yes",
-                                  f"--comment={comment_with_marker(None, SIDECAR, script_text.encode('utf-8'))}")
-            record.sidecar_id = sidecar_scheduler.submit(SubmitRequest(
-                script=script_path, sbatch_options=sbatch_options, workdir=record.folder,
-            ))
-            record.save()
-        except GuardedError as exc:
-            raise type(exc)(f"job {job.job_id} was submitted but runs unguarded: {exc.message} (watch it with "
-                            f"`guarded-sbatch monitor --job {job.job_id}`)", exit_code=exc.exit_code) from None
-        except OSError as exc:
-            raise SchedulerError(f"job {job.job_id} was submitted but runs unguarded: cannot write its run record "
-                                 f"({exc.strerror or exc}); check GUARDED_SBATCH_STATE_DIR") from None
-        self.run_ids.append(record.run_id)
+            evidence = json.loads((Path(self.guard_run_dir) / "evidence" / "evidence.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        verdict = evidence.get("verdict") if isinstance(evidence, dict) else None
+        return verdict if isinstance(verdict, dict) and verdict.get("decision") == "STOP" else None
+
+    def _guard_outcome(self) -> None:
+        """Raise GuardStoppedError when the job has no result because its guard stopped it."""
+        job = tp.cast(Job[tp.Any], self)
+        if job.paths.result_pickle.exists() or not self.guard_run_dir:
+            return
+        deadline = time.monotonic() + EVIDENCE_WAIT_S
+        while self.guard_stop is None and time.monotonic() < deadline and job.state in ("CANCELLED", "RUNNING"):
+            time.sleep(0.5)
+        stop = self.guard_stop
+        if stop is not None:
+            raise GuardStoppedError(f"job {job.job_id} was stopped by its guard (STOP, {stop.get('reason')}: "
+                                    f"{stop.get('message')}); evidence in {self.guard_run_dir}/evidence")
+
+
+class GuardedSlurmJob(_Guarded, SlurmJob[core.R]):
+    def _get_outcome_and_result(self) -> tuple[str, tp.Any]:
+        self._guard_outcome()
+        return super()._get_outcome_and_result()
+
+
+class GuardedLocalJob(_Guarded, core.Job[core.R]):
+    """A job of the local backend: its state and cancel are the local scheduler's (Slurm's state names)."""
+
+    def _local_info(self) -> JobInfo:
+        return get_scheduler("local").info(self.job_id)
+
+    @property
+    def state(self) -> str:
+        return self._local_info().state.value
+
+    def done(self, force_check: bool = False) -> bool:
+        return self._local_info().state.is_terminal
+
+    def get_info(self, mode: str = "force") -> dict[str, str]:
+        info = self._local_info()
+        return {"JobID": self.job_id, "State": info.state.value, "ExitCode": str(info.exit_code)}
+
+    def cancel(self, check: bool = True) -> None:
+        get_scheduler("local").cancel(self.job_id)
+
+    def _get_outcome_and_result(self) -> tuple[str, tp.Any]:
+        self._guard_outcome()
+        return super()._get_outcome_and_result()
+
+
+class _Marked:
+    """The Slurm scheduler, with the guarded marker on the training job (and its --test-only) and the sidecar."""
+
+    def __init__(self, inner: Scheduler, training_script: Path, user_comment: object) -> None:
+        self._inner, self._training, self._comment = inner, training_script, user_comment
+        self.name = inner.name
+
+    def __getattr__(self, name: str) -> tp.Any:
+        return getattr(self._inner, name)
+
+    def _marked(self, request: SubmitRequest) -> SubmitRequest:
+        raw = request.script.read_bytes()
+        if request.script == self._training:
+            comment = comment_with_marker(str(self._comment) if self._comment else None, PREFLIGHT, raw)
+        else:
+            comment = comment_with_marker(None, SIDECAR, raw)
+        return replace(request, sbatch_options=(*request.sbatch_options, f"--comment={comment}"))
+
+    def submit(self, request: SubmitRequest) -> str:
+        return self._inner.submit(self._marked(request))
+
+    def estimate_start(self, request: SubmitRequest) -> float | None:
+        return self._inner.estimate_start(self._marked(request))
+
+
+def _debug_script(run_name: str, folder: Path) -> Path:
+    """What the pre-flight reads for a debug job (run in this process): a one-line batch script."""
+    handle, name = tempfile.mkstemp(prefix="guarded-debug-", suffix=".sh")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(f"#!/bin/bash\n#SBATCH --job-name={run_name}\npython -u -m submitit.core._submit {folder}\n")
+    return Path(name)
 
 
 def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
@@ -262,11 +316,4 @@ def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
     return candidate if candidate.is_absolute() else cwd / candidate
 
 
-def _static_prefix(folder: Path) -> Path:
-    """The part of a submitit folder before its first %-pattern (logs/%j → logs): the folder submitit creates."""
-    parts: list[str] = []
-    for part in folder.parts:
-        if "%" in part:
-            return Path(*parts)
-        parts.append(part)
-    return folder
+__all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedLocalJob", "GuardedSlurmJob"]

@@ -1,9 +1,10 @@
-"""Run the five pre-flight checks, apply waivers, and report (text for people, JSON for tools)."""
+"""Run the pre-flight checks, apply waivers, and report (text for people, JSON for tools)."""
 
 from __future__ import annotations
 
 import os
 import shlex
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from guarded_sbatch.core.sbatch.argv import LaunchArgs, Waiver
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
 from guarded_sbatch.launch.checks.monitoring import check_monitoring
+from guarded_sbatch.launch.checks.own_folder import check_own_folder
 from guarded_sbatch.launch.checks.paths import check_paths
 from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
 from guarded_sbatch.launch.context import PreflightContext, load_intended_config
@@ -23,13 +25,13 @@ from guarded_sbatch.launch.fsinfo import Mount
 from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference
-from guarded_sbatch.launch.run_sources import plan_run_sources
+from guarded_sbatch.launch.run_sources import SourcePlan, plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
 from guarded_sbatch.scheduler.base import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
-    check_config_diff, check_run_name, check_paths, check_monitoring, check_eta,
+    check_config_diff, check_run_name, check_paths, check_monitoring, check_eta, check_own_folder,
 )  # fmt: skip
 
 
@@ -83,7 +85,7 @@ def run_preflight(
     environ = dict(os.environ if env is None else env)
     if launch.script is not None:
         script_path = launch.script if launch.script.is_absolute() else (cwd or Path.cwd()) / launch.script
-        script = parse_script(script_path, environ, launch.script_args)
+        script = parse_script(script_path, environ, launch.script_args, known_job_env(cwd or Path.cwd()))
     elif launch.wrap is not None:
         script = parse_wrap(launch.wrap, environ)
     else:
@@ -109,6 +111,12 @@ def run_preflight(
     )
     load_intended_config(context)
     _find_reference(context, script_path=launch.script)
+    source_problem = ""
+    source_plan: SourcePlan | None = None
+    try:
+        source_plan = context.source_plan = plan_run_sources(context, now=time.time())
+    except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
+        source_problem = f"could not resolve the run's own sources: {exc}"
     results = tuple(check(context) for check in CHECKS)
     applied, refused, unused = _apply_waivers(results, launch.guard_options.waivers, config)
     notes = [f"{script.path} line {d.line_number}: {d.text!r} — {d.why}" for d in script.ignored_directives]
@@ -120,12 +128,7 @@ def run_preflight(
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
-    try:
-        source_plan: object = plan_run_sources(context, now=time.time())
-        notes.extend(source_plan.describe())  # type: ignore[attr-defined]
-    except (OSError, ValueError) as exc:  # never block a launch on this: the sidecar then discovers, carefully
-        source_plan = None
-        notes.append(f"could not resolve the run's own sources: {exc}")
+    notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
     return PreflightReport(
         results=results,
         waivers=tuple(applied),
@@ -143,6 +146,11 @@ def run_preflight(
             "intended_run_config": context.intended,
         },  # fmt: skip
     )
+
+
+def known_job_env(submit_dir: Path) -> dict[str, str]:
+    """The job's SLURM_* variables known before it is submitted (both backends set them alike)."""
+    return {"SLURM_SUBMIT_DIR": str(submit_dir), "SLURM_SUBMIT_HOST": socket.gethostname()}
 
 
 TOTAL_STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters", "steps")

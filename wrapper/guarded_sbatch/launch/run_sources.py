@@ -19,6 +19,7 @@ from guarded_sbatch.core.run_sources import (
     RunSources,
     expand_filename_pattern,
 )
+from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 
 TB_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",
@@ -26,7 +27,6 @@ TB_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_l
 OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
                "default_root_dir")  # fmt: skip
 _ID_ALPHABET = string.ascii_lowercase + string.digits
-_SHELL_EXPANDED = re.compile(r"\$\{?(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\}?")
 
 
 @dataclass
@@ -67,11 +67,8 @@ class SourcePlan:
             path = Path(text)
             return str(path if path.is_absolute() else Path(self.sources.workdir) / path)
 
-        def with_job(paths: list[str]) -> list[str]:
-            if self.local:  # no SLURM_* variables in a local job: the shell expands them to nothing
-                return [_SHELL_EXPANDED.sub("", p) for p in paths]
-            return [_SHELL_EXPANDED.sub(lambda m: self.job_name if m.group(1) == "SLURM_JOB_NAME" else job_id, p)
-                    for p in paths]
+        def with_job(paths: list[str]) -> list[str]:  # both backends set the job's SLURM_* variables alike
+            return [fill_job_variables(p, job_id=job_id, job_name=self.job_name) for p in paths]
 
         return replace(
             self.sources, since=since if since is not None else self.sources.since,
@@ -125,15 +122,16 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
         elif name in OUTPUT_KEYS:
             found_out.append((label, value))
     for label, value in found_out:
-        if _needs_shell(value):
-            sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand")
+        if needs_shell(value):
+            sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand{_why(context, value)}")
         else:
             sources.output_dirs.append(str(context.resolve(value)))
     # event files go to the TensorBoard folder when one is named, else somewhere under the output folder
     for label, value in found_tb or found_out:
-        if _needs_shell(value):
+        if needs_shell(value):
             if found_tb:
-                sources.unresolved.append(f"TensorBoard folder {value!r} ({label}) needs a shell to expand")
+                sources.unresolved.append(f"TensorBoard folder {value!r} ({label}) needs a shell to expand"
+                                          f"{_why(context, value)}")
             continue
         path = str(context.resolve(value))
         if path not in sources.tb_paths:
@@ -145,8 +143,10 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
                                   "this run's")
 
 
-def _needs_shell(value: str) -> bool:
-    return "$" in _SHELL_EXPANDED.sub("", value) or "`" in value
+def _why(context: PreflightContext, value: str) -> str:
+    shell = context.script.shell
+    reasons = shell.why_unresolved(value) if shell is not None else []
+    return f" ({'; '.join(reasons)})" if reasons else ""
 
 
 def _wandb(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> None:

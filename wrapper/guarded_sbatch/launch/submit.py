@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +61,7 @@ class GuardedSubmission:
     record: RunRecord
     job_id: str
     sidecar_id: str
+    tasks: tuple[GuardedSubmission, ...] = ()  # a job array: each task's own record and sidecar
 
 
 def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
@@ -121,9 +122,11 @@ def submit_guarded(
     record_fields: dict[str, object] | None = None,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
     shared: SharedMonitorOptions | None = None,
+    task_ids: Callable[[str], Sequence[str]] | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
-    caller can print sbatch's own line before anything else can fail."""
+    caller can print sbatch's own line before anything else can fail. `task_ids(job_id)`: the ids to guard
+    one by one (the tasks of a job array, `<job>_<n>`); by default the job itself."""
     template_text, _ = load_template(resources.template, list(resources.template_dirs))
     run_name = check_run_name(run_name or _fallback_name(request))
     # A trial render with a stand-in job id: a bad value fails here, before anything is submitted.
@@ -142,10 +145,14 @@ def submit_guarded(
     if callable(on_training_submitted):
         on_training_submitted(job_id)
     try:
-        return _guard_submitted(scheduler, request, job_id, run_name, template_text, sidecar, resources,
-                                waivers, record_fields, sources_for_job, shared)
+        guarded = [_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar, resources,
+                                    waivers, record_fields, sources_for_job, shared)
+                   for watched in (task_ids(job_id) if task_ids is not None else [job_id])]
     except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
         raise _unguarded(scheduler, job_id, exc) from None
+    if task_ids is None:
+        return guarded[0]
+    return GuardedSubmission(guarded[0].record, job_id, guarded[0].sidecar_id, tuple(guarded))
 
 
 def _fallback_name(request: SubmitRequest) -> str:

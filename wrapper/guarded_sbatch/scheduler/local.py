@@ -38,6 +38,9 @@ class LocalOptions:
     time_limit_s: int | None
     after_job: str | None
     kill_on_invalid_dep: bool
+    ntasks: str | None = None
+    cpus_per_task: str | None = None
+    partition: str | None = None
 
 
 def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, str]) -> LocalOptions:
@@ -68,7 +71,33 @@ def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, s
         time_limit_s=effective.time_limit_s,
         after_job=after_job,
         kill_on_invalid_dep=kill_flag if effective.has("kill-on-invalid-dep") else False,
+        ntasks=effective.get("ntasks"),
+        cpus_per_task=effective.get("cpus-per-task"),
+        partition=effective.get("partition"),
     )
+
+
+def job_variables(options: LocalOptions, *, job_id: str, job_name: str, submit_dir: Path, user: str) -> dict[str, str]:
+    """The SLURM_* variables a batch script reads, true to what the local backend runs: one task on this host."""
+    host = socket.gethostname()
+    node = host.split(".")[0]
+    ntasks = options.ntasks or "1"
+    values = {
+        "SLURM_JOB_ID": job_id, "SLURM_JOBID": job_id, "SLURM_JOB_NAME": job_name,
+        "SLURM_SUBMIT_DIR": str(submit_dir), "SLURM_SUBMIT_HOST": host, "SLURM_CLUSTER_NAME": "local",
+        "SLURM_NTASKS": ntasks, "SLURM_NPROCS": ntasks, "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1",
+        "SLURM_NODELIST": node, "SLURM_JOB_NODELIST": node, "SLURMD_NODENAME": node, "SLURM_TOPOLOGY_ADDR": node,
+        "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_USER": user,
+        "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
+    }  # fmt: skip
+    if options.cpus_per_task:
+        values["SLURM_CPUS_PER_TASK"] = options.cpus_per_task
+    if options.partition:
+        values["SLURM_JOB_PARTITION"] = options.partition
+    return values
+
+
+KEPT_SLURM_ENV = ("SLURM_CONF", "SLURM_TIME_FORMAT")  # how Slurm's own commands are reached, not what the job is
 
 
 def expand_output_pattern(pattern: str, job_id: str, job_name: str, user: str) -> str:
@@ -76,6 +105,11 @@ def expand_output_pattern(pattern: str, job_id: str, job_name: str, user: str) -
     4294967294, as Slurm writes it)."""
     return expand_filename_pattern(pattern, job_id=job_id, job_name=job_name, user=user,
                                    node=socket.gethostname().split(".")[0], array_task="4294967294")
+
+
+def _without_slurm_job(env: dict[str, str]) -> dict[str, str]:
+    """The submitting environment less the SLURM_* variables of a job it may itself run in (salloc, srun)."""
+    return {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SLURMD_")) or k in KEPT_SLURM_ENV}
 
 
 class LocalScheduler:
@@ -132,17 +166,19 @@ class LocalScheduler:
         while self.job_dir(job_id).exists():  # a leftover folder (the counter was reset): skip its id
             job_id = self._next_id()
         user = self.current_user()
-        stdout_path = workdir / expand_output_pattern(options.output, job_id, options.job_name or script.name, user)
+        job_name = options.job_name or script.name
+        stdout_path = workdir / expand_output_pattern(options.output, job_id, job_name, user)
         stderr_path = (
-            workdir / expand_output_pattern(options.error, job_id, options.job_name or script.name, user)
+            workdir / expand_output_pattern(options.error, job_id, job_name, user)
             if options.error else None
         )
         folder = self.job_dir(job_id)
         folder.mkdir(parents=True)
         argv = ["bash", str(script.resolve()), *request.script_args]
+        slurm_env = job_variables(options, job_id=job_id, job_name=job_name, submit_dir=base, user=user)
         spec = {
             "job_id": job_id,
-            "name": options.job_name or script.name,
+            "name": job_name,
             "owner": user,
             "argv": redact_args(argv),  # the real one reaches the supervisor through its environment only
             "work_dir": str(workdir.resolve()),
@@ -152,7 +188,7 @@ class LocalScheduler:
             "after_job": options.after_job,
             "kill_on_invalid_dep": options.kill_on_invalid_dep,
             "env": {name: redact(f"{name}={value}").partition("=")[2]
-                    for name, value in {**request.env, "GUARDED_SBATCH_JOB_ID": job_id}.items()},
+                    for name, value in {**request.env, **slurm_env, "GUARDED_SBATCH_JOB_ID": job_id}.items()},
             "submit_time": time.time(),
         }
         write_json_atomic(folder / "spec.json", spec)
@@ -163,7 +199,7 @@ class LocalScheduler:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "guarded_sbatch.scheduler.local_supervisor", str(folder)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                env={**request.job_environment(), ARGV_ENV: json.dumps(argv)},
+                env={**_without_slurm_job(request.job_environment()), **slurm_env, ARGV_ENV: json.dumps(argv)},
             )
         except OSError as exc:
             raise SchedulerError(f"cannot start the local job supervisor: {exc}") from None

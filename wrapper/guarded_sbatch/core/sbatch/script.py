@@ -1,7 +1,7 @@
 """Read a batch script: its #SBATCH lines (as sbatch reads them), its plain variables and its launcher line.
 
-Nothing here runs a shell: lines are split by shell_words, variables are only those the script assigns
-plainly (`DATA=/scratch/x`, `export WANDB_PROJECT=coco`) plus the environment.
+Nothing here runs a shell: lines are split by shell_words, variables are those the script assigns simply
+(`DATA=/scratch/x`, `CONFIG=${1:-x.yaml}`, `export WANDB_PROJECT=coco`; script_shell.py) plus the environment.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import ParsedOption
 from guarded_sbatch.core.sbatch.directives import scan_directives
 from guarded_sbatch.core.sbatch.launcher import LauncherLine, detect_launcher
-from guarded_sbatch.core.sbatch.shell_words import ShellSyntaxError, Word, split_commands
+from guarded_sbatch.core.sbatch.script_shell import ScriptShell, spread_all_args
+from guarded_sbatch.core.sbatch.shell_words import ShellSyntaxError, Word
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # sbatch itself refuses scripts over 4 MB
 DIRECTIVE = re.compile(r"^#SBATCH(?:\s|$)")
 # `#sbatch -p x`, `#Sbatch`, `# SBATCH --x`: look like directives, but sbatch ignores them (`##SBATCH` is the
 # usual way to switch one off on purpose and is not reported)
 NEAR_DIRECTIVE = re.compile(r"^#(?:(?!SBATCH)[Ss][Bb][Aa][Tt][Cc][Hh]|\s+SBATCH)\s+-")
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 HEREDOC = re.compile(r"<<-?\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?")
 
 
@@ -53,8 +53,10 @@ class ParsedScript:
     text: str
     directives: tuple[Directive, ...] = ()
     ignored_directives: tuple[IgnoredDirective, ...] = ()
-    variables: dict[str, str] = field(default_factory=dict)  # plain assignments, in order, last wins
+    variables: dict[str, str] = field(default_factory=dict)  # simple assignments, expanded; last wins
     exported: frozenset[str] = frozenset()
+    needs_shell: dict[str, str] = field(default_factory=dict)  # name -> why only a running shell knows it
+    shell: ScriptShell | None = field(default=None, compare=False, repr=False)
     commands: tuple[ScriptCommand, ...] = ()
     launcher: LauncherLine | None = None
     other_launchers: tuple[LauncherLine, ...] = ()
@@ -88,9 +90,13 @@ def read_script_text(path: Path) -> str:
         raise UsageError(f"batch script {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
 
 
-def parse_script(path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None) -> ParsedScript:
-    """`args`: the script's real arguments, so `"$@"`, `$1`, `$#` on its lines expand as bash would."""
-    return parse_script_text(read_script_text(path), path, env, args)
+def parse_script(
+    path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
+    job_env: Mapping[str, str] | None = None,
+) -> ParsedScript:
+    """`args`: the script's real arguments, so `"$@"`, `$1`, `$#` on its lines expand as bash would;
+    `job_env`: the SLURM_* values the job will be given that are known before it is submitted."""
+    return parse_script_text(read_script_text(path), path, env, args, job_env)
 
 
 def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScript:
@@ -99,7 +105,8 @@ def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScri
 
 
 def parse_script_text(
-    text: str, path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None
+    text: str, path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
+    job_env: Mapping[str, str] | None = None,
 ) -> ParsedScript:
     if not text.startswith("#!"):
         raise UsageError(
@@ -120,8 +127,7 @@ def parse_script_text(
         for number in scan.slurm_magic_lines
     ]
     header_end = scan.hetjob_line or scan.first_command_line or len(lines) + 1
-    variables: dict[str, str] = {}
-    exported: set[str] = set()
+    shell = ScriptShell(env or {}, args, job_env or {}, lines[0] if lines else "")
     commands: list[ScriptCommand] = []
     launchers: list[LauncherLine] = []
     heredoc_end: str | None = None
@@ -148,14 +154,11 @@ def parse_script_text(
         heredoc = HEREDOC.search(line)
         if heredoc:
             heredoc_end = heredoc.group(1)
-        known = {**(env or {}), **variables, **_positional(args)}
         try:
-            simple_commands = [_spread_all_args(words, args) for words in split_commands(line, known)]
+            simple_commands = [spread_all_args(words, shell.args) for words in shell.read_line(line, line_number)]
         except ShellSyntaxError as exc:
             raise UsageError(f"{path} line {line_number}: {exc}; bash would fail on it too") from None
         for words in simple_commands:
-            if _record_assignments(words, variables, exported):
-                continue
             commands.append(ScriptCommand(line_number, stripped, tuple(words)))
             launcher = detect_launcher(words, line_number, stripped)
             if launcher is not None:
@@ -165,39 +168,14 @@ def parse_script_text(
         text=text,
         directives=tuple(directives),
         ignored_directives=tuple(sorted(ignored, key=lambda item: item.line_number)),
-        variables=variables,
-        exported=frozenset(exported),
+        variables=dict(shell.variables),
+        exported=frozenset(shell.exported),
+        needs_shell=dict(shell.needs_shell),
+        shell=shell,
         commands=tuple(commands),
         launcher=launchers[0] if launchers else None,
         other_launchers=tuple(launchers[1:]),
     )
-
-
-_ALL_ARGS = "\0guarded-sbatch:all-args\0"
-
-
-def _positional(args: Sequence[str] | None) -> dict[str, str]:
-    """$1.., $#, and a marker for "$@" / $* (spread into words by _spread_all_args); nothing when the
-    arguments are not known, so those words stay unresolved."""
-    if args is None:
-        return {}
-    values = {str(index): value for index, value in enumerate(args, start=1)}
-    values.update({"#": str(len(args)), "@": _ALL_ARGS, "*": _ALL_ARGS})
-    return values
-
-
-def _spread_all_args(words: list[Word], args: Sequence[str] | None) -> list[Word]:
-    if args is None or not any(_ALL_ARGS in word.text for word in words):
-        return words
-    spread: list[Word] = []
-    for word in words:
-        if word.text == _ALL_ARGS:
-            spread.extend(Word(arg) for arg in args)
-        elif _ALL_ARGS in word.text:  # `--x="$@"`: joined, as "$*" would be
-            spread.append(Word(word.text.replace(_ALL_ARGS, " ".join(args)), word.unresolved))
-        else:
-            spread.append(word)
-    return spread
 
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
@@ -216,32 +194,3 @@ def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:
     if buffer:
         joined.append((start, buffer))
     return joined
-
-
-MAX_VARIABLE_CHARS = 64 * 1024
-
-
-def _record_assignments(words: list[Word], variables: dict[str, str], exported: set[str]) -> bool:
-    """Handle `A=1 B=2`, `export A=1`, `export A`; True when the command was only assignments."""
-    items = words
-    is_export = False
-    if items and items[0].text in ("export", "declare", "local", "readonly"):
-        is_export = items[0].text == "export"
-        items = [word for word in items[1:] if not word.text.startswith("-")]
-        if not items:
-            return True
-        if not all(ASSIGNMENT.match(word.text) or re.match(r"^[A-Za-z_]\w*$", word.text) for word in items):
-            return False
-    elif not items or not all(ASSIGNMENT.match(word.text) for word in items):
-        return False
-    for word in items:
-        name, has_value, value = word.text.partition("=")
-        if has_value:
-            if word.unresolved or len(value) > MAX_VARIABLE_CHARS:
-                # needs a shell, or grows without bound (A="$A$A" line after line): later uses stay unresolved
-                variables.pop(name, None)
-            else:
-                variables[name] = value
-        if is_export:
-            exported.add(name)
-    return True

@@ -1,23 +1,40 @@
 """Split one logical line of a batch script into words and operators, the way bash would, without a shell.
 
 Quotes, backslashes and comments follow bash. `$VAR` / `${VAR}` are expanded from the variables given
-(the script's own plain assignments and the environment); anything that needs a shell to know its value
-(`$(...)`, backticks, unknown variables, `${X:-y}`) leaves the word marked `unresolved`. Operators
-(`;`, `&&`, `||`, `|`, `&`) end a command; redirections (`> f`, `2>&1`) are dropped with their target.
+(the script's own plain assignments and the environment), and with a `Scope` also `${X:-y}`, `${X-y}`,
+`${X:=y}`, `${X:+y}`, `${X:?y}`; anything that needs a shell to know its value (`$(...)`, backticks, unknown
+variables, `${#X}`, `${X%y}`) leaves the word marked `unresolved`. Operators (`;`, `&&`, `||`, `|`, `&`) end
+a command; redirections (`> f`, `2>&1`) are dropped with their target.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 OPERATORS = (";;", "&&", "||", "|&", ";", "|", "&")
-VARIABLE = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-]))")
+VARIABLE = re.compile(r"\$(?P<plain>[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
+PARAMETER = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(?:(?P<op>:?[-=+?])(?P<word>.*))?$", re.S)
 
 
 class ShellSyntaxError(ValueError):
     pass
+
+
+def _never_unset(name: str) -> bool:
+    return False
+
+
+@dataclass
+class Scope:
+    """What an expansion may assume beyond the known values: which names bash would see unset (so
+    `${X:-default}` takes its default), which are set by the job itself and stay symbolic (`${SLURM_JOB_ID}`,
+    filled in once the job exists), and the assignments `${X:=y}` makes."""
+
+    is_unset: Callable[[str], bool] = _never_unset
+    symbolic: frozenset[str] = frozenset()
+    assigned: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -29,10 +46,12 @@ class Word:
         return self.text
 
 
-def split_commands(line: str, variables: Mapping[str, str] | None = None) -> list[list[Word]]:
+def split_commands(
+    line: str, variables: Mapping[str, str] | None = None, scope: Scope | None = None
+) -> list[list[Word]]:
     """The simple commands of a line, each a list of words (redirections removed)."""
     commands: list[list[Word]] = [[]]
-    for item in tokenize(line, variables):
+    for item in tokenize(line, variables, scope):
         if isinstance(item, Word):
             commands[-1].append(item)
         elif commands[-1]:
@@ -40,7 +59,7 @@ def split_commands(line: str, variables: Mapping[str, str] | None = None) -> lis
     return [words for words in commands if words]
 
 
-def tokenize(line: str, variables: Mapping[str, str] | None = None) -> list[Word | str]:
+def tokenize(line: str, variables: Mapping[str, str] | None = None, scope: Scope | None = None) -> list[Word | str]:
     """Words (Word) and operators (str). Raises ShellSyntaxError on an unbalanced quote or `$(`."""
     known = variables or {}
     items: list[Word | str] = []
@@ -80,12 +99,12 @@ def tokenize(line: str, variables: Mapping[str, str] | None = None) -> list[Word
             in_word = True
             position = end + 1
         elif char == '"':
-            position, text, dirty = _double_quoted(line, position + 1, known)
+            position, text, dirty = _double_quoted(line, position + 1, known, scope)
             chars.append(text)
             unresolved |= dirty
             in_word = True
         elif char == "$" or char == "`":
-            position, text, dirty = _dollar(line, position, known)
+            position, text, dirty = _dollar(line, position, known, scope)
             chars.append(text)
             unresolved |= dirty
             in_word = True
@@ -116,7 +135,7 @@ def tokenize(line: str, variables: Mapping[str, str] | None = None) -> list[Word
     return items
 
 
-def _double_quoted(line: str, position: int, known: Mapping[str, str]) -> tuple[int, str, bool]:
+def _double_quoted(line: str, position: int, known: Mapping[str, str], scope: Scope | None) -> tuple[int, str, bool]:
     out: list[str] = []
     dirty = False
     while position < len(line):
@@ -127,7 +146,7 @@ def _double_quoted(line: str, position: int, known: Mapping[str, str]) -> tuple[
             out.append(line[position + 1])
             position += 2
         elif char in "$`":
-            position, text, was_dirty = _dollar(line, position, known)
+            position, text, was_dirty = _dollar(line, position, known, scope, quoted=True)
             out.append(text)
             dirty |= was_dirty
         else:
@@ -136,7 +155,9 @@ def _double_quoted(line: str, position: int, known: Mapping[str, str]) -> tuple[
     raise ShellSyntaxError("unbalanced double quote")
 
 
-def _dollar(line: str, position: int, known: Mapping[str, str]) -> tuple[int, str, bool]:
+def _dollar(
+    line: str, position: int, known: Mapping[str, str], scope: Scope | None = None, *, quoted: bool = False
+) -> tuple[int, str, bool]:
     """Expand what starts at line[position] ('$' or '`'): (next position, text, unresolved)."""
     if line[position] == "`":
         end = line.find("`", position + 1)
@@ -153,10 +174,121 @@ def _dollar(line: str, position: int, known: Mapping[str, str]) -> tuple[int, st
                 if depth == 0:
                     return index + 1, line[position : index + 1], True
         raise ShellSyntaxError("unbalanced $(")
+    if line.startswith("${", position):
+        end = _closing_brace(line, position + 2)
+        text, dirty = _parameter(line[position + 2 : end], known, scope, quoted=quoted)
+        return end + 1, (line[position : end + 1] if dirty else text), dirty
     match = VARIABLE.match(line, position)
     if not match:
         return position + 1, "$", False
-    name = match.group("plain") or match.group("braced") or ""
-    if name in known:
-        return match.end(), known[name], False
+    name = match.group("plain") or ""
+    value = _lookup(name, known, scope)
+    if isinstance(value, str):
+        return match.end(), value, False
     return match.end(), match.group(0), True
+
+
+def _closing_brace(line: str, position: int) -> int:
+    """The index of the `}` that closes a `${` whose body starts at position (nested `${}`, quotes skipped)."""
+    depth = 0
+    while position < len(line):
+        char = line[position]
+        if char == "\\":
+            position += 2
+            continue
+        if char == "'":
+            end = line.find("'", position + 1)
+            if end < 0:
+                raise ShellSyntaxError("unbalanced single quote")
+            position = end + 1
+            continue
+        if char == '"':
+            position = _double_quoted(line, position + 1, {}, None)[0]
+            continue
+        if line.startswith("${", position):
+            depth += 1
+            position += 2
+            continue
+        if char == "}":
+            if depth == 0:
+                return position
+            depth -= 1
+        position += 1
+    raise ShellSyntaxError("unbalanced ${")
+
+
+_UNSET = object()  # bash sees the name unset
+_UNKNOWN = object()  # only a running shell knows
+
+
+def _lookup(name: str, known: Mapping[str, str], scope: Scope | None) -> str | object:
+    if scope is not None and name in scope.assigned:
+        return scope.assigned[name]
+    if name in known:
+        return known[name]
+    if scope is None:
+        return _UNKNOWN
+    if name in scope.symbolic:
+        return "${" + name + "}"
+    return _UNSET if scope.is_unset(name) else _UNKNOWN
+
+
+def _parameter(body: str, known: Mapping[str, str], scope: Scope | None, *, quoted: bool) -> tuple[str, bool]:
+    """`${NAME}`, `${NAME:-word}`, `${NAME-word}`, `${NAME:=word}`, `${NAME:+word}`, `${NAME:?word}` as bash
+    expands them; any other form (`${#X}`, `${X%y}`, `${!X}`, ...) needs a shell."""
+    match = PARAMETER.match(body)
+    if not match:
+        return "", True
+    name, operator, word = match.group("name"), match.group("op") or "", match.group("word") or ""
+    if not operator and word:
+        return "", True
+    value = _lookup(name, known, scope)
+    if value is _UNKNOWN:
+        return "", True
+    is_set = isinstance(value, str)
+    usable = is_set and (value != "" or not operator.startswith(":"))
+    if not operator:
+        return (value, False) if isinstance(value, str) else ("", True)
+    kind = operator[-1]
+    if kind == "+":
+        return _expand_word(word, known, scope, quoted=quoted) if usable else ("", False)
+    if usable:
+        return str(value), False
+    if kind == "?":
+        return "", True  # bash stops the script here
+    text, dirty = _expand_word(word, known, scope, quoted=quoted)
+    if kind == "=":
+        if dirty or scope is None or not re.match(r"^[A-Za-z_]", name):
+            return "", True  # `${1:=x}`: bash refuses to assign a positional parameter
+        scope.assigned[name] = text
+    return text, dirty
+
+
+def _expand_word(word: str, known: Mapping[str, str], scope: Scope | None, *, quoted: bool) -> tuple[str, bool]:
+    """The word of `${X:-word}`: expanded, its quotes removed (inside double quotes a ' is a plain character)."""
+    out: list[str] = []
+    dirty = False
+    position = 0
+    while position < len(word):
+        char = word[position]
+        if char == "\\" and position + 1 < len(word):
+            out.append(word[position + 1])
+            position += 2
+        elif char == "'" and not quoted:
+            end = word.find("'", position + 1)
+            if end < 0:
+                raise ShellSyntaxError("unbalanced single quote")
+            out.append(word[position + 1 : end])
+            position = end + 1
+        elif char == '"':
+            position, text, was_dirty = _double_quoted(word, position + 1, known, scope)
+            out.append(text)
+            dirty |= was_dirty
+        elif char in "$`":
+            position, text, was_dirty = _dollar(word, position, known, scope, quoted=quoted)
+            out.append(text)
+            dirty |= was_dirty
+        else:
+            out.append(char)
+            position += 1
+    return "".join(out), dirty

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.sbatch.script_shell import needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -65,9 +66,22 @@ def collect_path_refs(context: PreflightContext) -> list[PathRef]:
         if role is None:
             continue
         label = f"--{key}" if launcher and key in launcher.overrides else f"config key {key}"
-        refs.append(_ref(context, role, label, value, value in unresolved or "$" in value))
+        refs.append(_ref(context, role, label, value, value in unresolved or needs_shell(value)))
     refs.extend(_sbatch_refs(context))
+    refs.extend(_guard_refs(context))
     return refs
+
+
+def _guard_refs(context: PreflightContext) -> list[PathRef]:
+    """The folders named to guarded-sbatch itself (--guard-tb, --guard-checkpoint-dir, ...): written by the run."""
+    guard = context.launch.guard_options
+    named = [("--guard-tb", p) for p in guard.tb] + [("--guard-wandb", p) for p in guard.wandb]
+    named += [("--guard-log", p) for p in guard.log]
+    named += [(flag, p) for flag, p in (("--guard-checkpoint-dir", guard.checkpoint_dir),
+                                        ("--guard-artifact-dir", guard.artifact_dir)) if p is not None]
+    base = context.submit_dir or context.workdir
+    return [PathRef("output", flag, str(path), path if path.is_absolute() else base / path, "parent exists")
+            for flag, path in named]
 
 
 def _role(key: str, value: str) -> str | None:

@@ -1,0 +1,128 @@
+"""Check: this run writes folders of its own — none that a live guarded run already writes.
+
+Two runs writing one TensorBoard / output folder (one config launched twice, its `logdir` unchanged) mix their
+files: each run's sidecar may judge the other's metrics. The run's folders (resolved at launch, as recorded)
+are compared with those of every guarded run in the registry whose job the scheduler says is not over; a folder
+equal to, inside or around one of theirs fails the check, with the fix. A folder holding `${SLURM_JOB_ID}` is
+this job's alone; a restart continues in the folders of the run it restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+
+from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
+from guarded_sbatch.launch.checks.run_name import run_name_of
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+from guarded_sbatch.launch.run_sources import SourcePlan
+from guarded_sbatch.scheduler import get_scheduler
+from guarded_sbatch.scheduler.base import JobState, Scheduler
+
+NAME = CheckName.OWN_FOLDER.value
+
+
+@dataclass(frozen=True)
+class Folder:
+    path: str
+    label: str  # where it came from: "--logdir", "config key logdir", "--guard-tb"
+
+
+def planned_folders(context: PreflightContext) -> list[Folder]:
+    """This run's folders as far as they are known before its job exists (a `${SLURM_JOB_ID}` one is unique)."""
+    folders: list[Folder] = []
+    plan = context.source_plan
+    if isinstance(plan, SourcePlan):
+        sources = plan.sources
+        labelled = [*zip(sources.tb_paths, sources.tb_from), *((p, "output folder") for p in sources.output_dirs)]
+        for path, label in labelled:
+            if not re.search(r"SLURM_JOB_?ID", path):
+                folders.append(Folder(fill_job_variables(path, job_id="", job_name=plan.job_name), label))
+    cwd = context.submit_dir or context.workdir
+    for given in context.launch.guard_options.tb:
+        folders.append(Folder(str(given if given.is_absolute() else cwd / given), "--guard-tb"))
+    unique: dict[str, Folder] = {}
+    for folder in folders:
+        unique.setdefault(os.path.normpath(folder.path), folder)
+    return [Folder(path, folder.label) for path, folder in unique.items()]
+
+
+def recorded_folders(record: RunRecord) -> list[str]:
+    sources = record.sources or {}
+    paths = [*sources.get("tb_paths", []), *sources.get("output_dirs", []), *record.tb_paths]
+    kept = [os.path.normpath(p) for p in paths if isinstance(p, str) and p and not JOB_VARIABLE.search(p)]
+    return list(dict.fromkeys(kept))
+
+
+def overlaps(ours: str, theirs: str) -> bool:
+    """One folder is the other, or holds it (event files are read from a folder's subfolders too)."""
+    return ours == theirs or ours.startswith(theirs.rstrip("/") + "/") or theirs.startswith(ours.rstrip("/") + "/")
+
+
+def check_own_folder(context: PreflightContext) -> CheckResult:
+    folders = planned_folders(context)
+    if not folders:
+        return CheckResult(NAME, CheckStatus.PASSED, "no folder of this run is known before it starts; "
+                           "nothing to compare with live runs")
+    conflicts: list[str] = []
+    unsure: list[str] = []
+    evidence = [f"this run writes {f.path} ({f.label})" for f in folders]
+    schedulers: dict[str, Scheduler] = {}
+    restarting = run_name_of(context)[0] if context.restart else None
+    for record in list_runs():
+        if record.ended or record.run_name == restarting:  # a restart continues that run, once it is stopped
+            continue
+        shared = [(f, theirs) for f in folders for theirs in recorded_folders(record) if overlaps(f.path, theirs)]
+        if not shared:
+            continue
+        state, problem = _job_state(record, context, schedulers)
+        if state is not None and state.is_terminal:
+            continue
+        for folder, theirs in shared:
+            where = theirs if theirs == folder.path else f"{theirs} (around or inside {folder.path})"
+            line = f"{where} is written by run {record.run_name} (job {record.job_id}"
+            if problem:
+                unsure.append(f"{line}; could not tell whether it still runs: {problem})")
+            else:
+                conflicts.append(f"{line}, {state.value if state else 'UNKNOWN'})")
+                evidence.append(f"{folder.label} {folder.path} overlaps run {record.run_id}'s {theirs}")
+    if conflicts:
+        return CheckResult(NAME, CheckStatus.FAILED, f"{'; '.join(conflicts)}: {_fix(folders[0], context)}",
+                           tuple(evidence))
+    if unsure:
+        return CheckResult(NAME, CheckStatus.WARNED, "; ".join(unsure), tuple(evidence))
+    return CheckResult(NAME, CheckStatus.PASSED, f"no live guarded run writes {', '.join(f.path for f in folders)}",
+                       tuple(evidence))
+
+
+def _job_state(record: RunRecord, context: PreflightContext,
+               schedulers: dict[str, Scheduler]) -> tuple[JobState | None, str]:
+    try:
+        scheduler = schedulers.get(record.backend)
+        if scheduler is None:
+            own = context.scheduler
+            scheduler = own if own is not None and own.name == record.backend else get_scheduler(record.backend)
+            schedulers[record.backend] = scheduler
+        state = scheduler.state(record.job_id)
+    except GuardedError as exc:
+        return None, exc.message
+    if state is JobState.UNKNOWN:
+        return None, "the scheduler did not say"
+    return state, ""
+
+
+def _fix(folder: Folder, context: PreflightContext) -> str:
+    name = run_name_of(context)[0] or "<run name>"
+    option = folder.label.rsplit(" ", 1)[-1].lstrip("-") if folder.label.startswith(("--", "config key")) else "logdir"
+    option = option.rsplit(".", 1)[-1]
+    parent = os.path.dirname(folder.path.rstrip("/")) or "."
+    mine = os.path.relpath(os.path.join(parent, name), context.workdir)
+    by_id = os.path.relpath(os.path.join(parent, "${SLURM_JOB_ID}"), context.workdir)
+    return (f"give this run its own {option}: e.g. --{option} {shlex.quote(mine)} on the launcher line (or after the "
+            f"script, when it passes \"$@\"), or --{option} \"{by_id}\" in the job script; or waive with "
+            f"--guard-waive {NAME}=\"REASON\"")
