@@ -147,6 +147,16 @@ class SourceSet:
                 if source.kind != "mlflow":
                     self._add(source)
             self.ownership_note = found.note()
+            return
+        notes = []  # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv)
+        for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
+            found = discovery.discover_owned(folder, since=identity.since, claimed=self._claimed_by_others(),
+                                             include_wandb=False, include_tensorboard=False)
+            for source in found.sources:
+                if source.kind != "mlflow":
+                    self._add(source)
+            notes.append(found.note())
+        self.ownership_note = "; ".join(note for note in notes if note)
 
     def _own_logs(self, identity: RunSources) -> list[Path]:
         """The job's stdout and stderr files: as the scheduler names them, else as recorded; a %N (the node,

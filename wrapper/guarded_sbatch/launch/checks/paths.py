@@ -14,7 +14,7 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 
 NAME = CheckName.PATHS.value
 OUTPUT_WORDS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
-                "work_dir", "run_dir", "exp_dir", "results_dir")  # fmt: skip
+                "work_dir", "run_dir", "exp_dir", "results_dir", "default_root_dir")  # fmt: skip
 CHECKPOINT_WORDS = (
     "resume",
     "pretrain",
