@@ -5,7 +5,7 @@ beside the script when `report_to` names it, tqdm bars on stdout.
 
     python train.py --config configs/tiny-gpt2.yaml                 # healthy
     python train.py --config configs/tiny-gpt2.yaml --nan-at 40     # the loss becomes NaN from step 40
-    python train.py --config configs/tiny-gpt2.yaml --diverge-at 40 # the learning rate x1000 from step 40
+    python train.py --config configs/tiny-gpt2.yaml --diverge-at 60 # the learning rate x1000 from step 60
 """
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         warmup_steps=int(config.get("warmup_steps", 10)),
         weight_decay=float(config.get("weight_decay", 0.0)),
         max_grad_norm=float(config.get("max_grad_norm", 1.0)),
-        logging_steps=int(config.get("logging_steps", 5)),
+        logging_steps=int(config.get("logging_steps", 2)),
         eval_strategy="steps",
-        eval_steps=int(config.get("eval_steps", 25)),
+        eval_steps=int(config.get("eval_steps", 20)),
         save_strategy="no",
         seed=int(config.get("seed", 0)),
         dataloader_num_workers=int(config.get("num_workers", 0)),
