@@ -123,3 +123,42 @@ def test_a_lightning_csv_logger_in_the_runs_output_folder_is_read_by_the_sidecar
     history = sources.history()
     steps, values = history.series("train_loss")
     assert list(steps) == list(range(9, 60, 10)) and not any(math.isnan(v) for v in values)  # version_0 unread
+
+
+@pytest.mark.parametrize("folder, script, tb_path", [
+    ("hf_trainer", "train.sh", "outputs/synthetic-counting-gpt2-tiny-lr1e-3"),
+    ("lightning_tiny", "train.sh", "logs/synthetic-tanh-lightning"),
+    ("lightning_tiny", "train-tb.sh", "logs/synthetic-tanh-lightning"),
+    ("summarywriter_loop", "train.sh", None),
+])
+def test_each_example_passes_the_preflight_as_a_new_project(tmp_path: Path, folder: str, script: str,
+                                                            tb_path: str | None) -> None:
+    """No guard flag, no reference run yet: warnings only (Lightning's default_root_dir is the run's output folder,
+    not a data set that must exist), and the run's own folder is what the sidecar will read."""
+    import shutil
+
+    from e2e_helpers import REPO
+    from guarded_sbatch.core.config import Config
+    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.launch.preflight import run_preflight
+    from guarded_sbatch.launch.results import CheckStatus
+
+    root = tmp_path / folder
+    shutil.copytree(REPO / "examples" / folder, root, ignore=shutil.ignore_patterns("__pycache__"))
+    report = run_preflight(split_sbatch_argv([script]), Config(), None, cwd=root,
+                           env={"PATH": os.environ["PATH"], "GUARDED_SBATCH_BACKEND": "local"})
+    failed = [(r.name, r.finding) for r in report.results if r.status is CheckStatus.FAILED]
+    assert failed == []
+    plan = report.details["source_plan"]
+    assert plan.sources.tb_paths == ([str(root / tb_path)] if tb_path else [])
+
+
+@pytest.mark.parametrize("key, role", [
+    ("default_root_dir", "output"), ("trainer.default_root_dir", "output"), ("log_root", "output"),
+    ("exp_root", "output"), ("tensorboard_dir", "output"), ("logging_dir", "output"), ("save_dir", "output"),
+    ("root_dir", "data"), ("data_root", "data"), ("dataset.root", "data"),
+])
+def test_a_frameworks_output_folder_key_is_an_output_not_a_data_set(key: str, role: str) -> None:
+    from guarded_sbatch.launch.checks.paths import _role
+
+    assert _role(key, "runs/x") == role
