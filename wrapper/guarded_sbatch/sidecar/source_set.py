@@ -184,6 +184,15 @@ class SourceSet:
                 if spec.kind != "mlflow":
                     self._open(spec, given=False)
             notes.append(note)
+            return
+        # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv)
+        for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
+            found, note = registry.discover(Path(folder), since=identity.since, claimed=self._claimed_by_others(),
+                                            include_wandb=False, include_tensorboard=False)
+            for spec in found:
+                if spec.kind != "mlflow":
+                    self._open(spec, given=False)
+            notes.append(note)
 
     def _claimed_by_others(self) -> list[str]:
         """Folders other guarded runs call their own (theirs even when written since this run started)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -15,10 +16,9 @@ from pathlib import Path
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.csvlog import LightningCsvSource
 from guarded_sbatch.sources.mlflow import MlflowSource
-from guarded_sbatch.sources.tensorboard import TensorBoardSource
+from guarded_sbatch.sources.tensorboard import TensorBoardSource, run_folder
 from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource
-import sqlite3
 
 MAX_DEPTH = 4
 TIME_BUDGET_S = 5.0
@@ -115,16 +115,13 @@ def fresh_files(since: float | None) -> Callable[[Path], bool] | None:
     return lambda path: created_at(path) >= whole_second
 
 
-_SPLIT_FOLDERS = {"train", "training", "val", "valid", "validation", "eval", "evaluation", "test"}
-
-
 def run_roots(event_folders: list[Path], base: Path) -> dict[Path, list[Path]]:
-    """Event folders grouped by the run they belong to: train/ and validation/ are one run (their parent);
-    sibling runs (runs/a, runs/b) stay apart, never merged."""
+    """Event folders grouped by the run they belong to (tensorboard.run_folder): train/ and validation/ are one
+    run (their parent), a writer's add_scalars subfolders belong to its folder; sibling runs (runs/a, runs/b)
+    stay apart, never merged."""
     roots: dict[Path, list[Path]] = {}
     for folder in event_folders:
-        root = folder.parent if folder.name.lower() in _SPLIT_FOLDERS and folder != base else folder
-        roots.setdefault(root, []).append(folder)
+        roots.setdefault(run_folder(folder, event_folders, base), []).append(folder)
     return roots
 
 
@@ -138,10 +135,12 @@ class Discovery:
 
 
 def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None,
-                   claimed: Collection[str] = (), include_wandb: bool = True, max_depth: int = MAX_DEPTH,
-                   time_budget_s: float = TIME_BUDGET_S) -> Discovery:
+                   claimed: Collection[str] = (), include_wandb: bool = True, include_tensorboard: bool = True,
+                   max_depth: int = MAX_DEPTH, time_budget_s: float = TIME_BUDGET_S) -> Discovery:
     """The sources under `folder` that clearly belong to one run: written since `since`, not claimed by another
-    guarded run, and of one run only. Several candidates of a kind: none is read, and the candidates are named."""
+    guarded run, and of one run only. Several candidates of a kind: none is read, and the candidates are named.
+    `include_tensorboard=False` where the run's event folders are known already (its own output folder, in
+    which a Lightning CSVLogger's version_N/metrics.csv is still to be found)."""
     root = Path(folder)
     result = Discovery()
     if not root.is_dir():
@@ -166,7 +165,7 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
             result.sources.append(WandbLogSource(log))
     accept = fresh_files(since)
     tb_candidates = []
-    for run_root, folders in run_roots(found.tensorboard_folders, root).items():
+    for run_root, folders in run_roots(found.tensorboard_folders if include_tensorboard else [], root).items():
         if _claimed(run_root, taken):
             continue
         if accept is not None and not any(accept(f) for folder in folders for f in _event_files(folder)):

@@ -2,8 +2,11 @@
 
 Unlike TensorBoard's own loader (files in name order, never going back) every event file under the
 folder keeps its own offset, so late writes to an older file (a restarted job whose first process is
-still flushing) are not lost. Files in subfolders are separate runs: their tags get the subfolder as a
-prefix (``validation/epoch_loss``), as TensorBoard shows them.
+still flushing) are not lost. A metric's name is its tag as the trainer wrote it, with a namespace only where
+TensorBoard itself shows one: the train/ and validation/ subfolders of one run (Keras) or a writer's own
+add_scalars subfolders give `validation/epoch_loss`; the run's folder (HF's and SummaryWriter's
+runs/<date>_<host>, Lightning's version_N) is no part of the name, unless the folder holds several runs, which
+then keep their folder as a prefix so they are never merged.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import gc
 import os
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +34,8 @@ MAX_ENTRIES = 20_000
 _SKIPPED_FOLDERS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", "checkpoints",
                     "wandb", "media"}
 
+# TensorBoard's own split folders of one run (Keras writes logs/train and logs/validation)
+SPLIT_FOLDERS = frozenset({"train", "training", "val", "valid", "validation", "eval", "evaluation", "test"})
 
 
 @dataclass
@@ -84,6 +89,23 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = 
     return sorted(found, key=_sort_key)
 
 
+def run_folder(folder: Path, event_folders: Collection[Path], base: Path) -> Path:
+    """The run an event folder belongs to: the topmost folder from `base` down to it that holds event files
+    itself (a writer's add_scalars subfolders are namespaces of its run), and the parent of a split folder
+    (train/, validation/) when no folder above holds any (Keras's logs/train + logs/validation)."""
+    holders = set(event_folders)
+    chain = [folder, *folder.parents]
+    inside = chain[: chain.index(base) + 1] if base in chain else [folder]
+    for candidate in reversed(inside):
+        if candidate in holders:
+            break
+    else:
+        candidate = folder
+    if candidate == folder and folder != base and folder.name.lower() in SPLIT_FOLDERS:
+        return folder.parent
+    return candidate
+
+
 @guarded_reader
 class TensorBoardSource(SourceBase):
     """Scalars from every event file under a folder (or one event file), read incrementally."""
@@ -101,6 +123,8 @@ class TensorBoardSource(SourceBase):
         self.skipped_bytes = 0  # bytes jumped over to find the next record after a corrupt length
         self._files: dict[Path, _EventFile] = {}
         self._decoder = RecordDecoder(check_crc=check_crc)
+        self._only_run: Path | None = None  # the run whose folder is no part of its names (set at the first files)
+        self._several_runs = False
 
     def describe(self) -> str:
         return str(self.path)
@@ -113,13 +137,28 @@ class TensorBoardSource(SourceBase):
         return {key: Axis.EPOCH for key in self._decoder.last_step if key.rsplit("/", 1)[-1].startswith("epoch_")}
 
     def _refresh_files(self) -> list[_EventFile]:
-        root = self.path if self.path.is_dir() else self.path.parent
-        for file_path in find_event_files(self.path):
-            if file_path not in self._files and (self.accept is None or self.accept(file_path)):
-                relative = file_path.parent.relative_to(root).as_posix() if self.path.is_dir() else "."
-                prefix = "" if relative == "." else relative + "/"
-                self._files[file_path] = _EventFile(file_path, prefix)
+        new = [path for path in find_event_files(self.path)
+               if path not in self._files and (self.accept is None or self.accept(path))]
+        if new and not self.path.is_dir():
+            self._files[self.path] = _EventFile(self.path, "")
+        elif new:
+            folders = {f.path.parent for f in self._files.values()} | {path.parent for path in new}
+            runs = {path: run_folder(path.parent, folders, self.path) for path in new}
+            if self._only_run is None and not self._several_runs:
+                if len(set(runs.values())) == 1:
+                    self._only_run = next(iter(runs.values()))
+                else:
+                    self._several_runs = True
+            for path, run in runs.items():
+                self._files[path] = _EventFile(path, self._key_prefix(path.parent, run))
         return sorted(self._files.values(), key=lambda f: _sort_key(f.path))
+
+    def _key_prefix(self, folder: Path, run: Path) -> str:
+        """The run's folder when it is not the only run here, then the namespace within the run."""
+        parts = [] if run == self._only_run or run == self.path else [run.relative_to(self.path).as_posix()]
+        if folder != run:
+            parts.append(folder.relative_to(run).as_posix())
+        return "".join(part + "/" for part in parts)
 
     def read_new(self, max_points: int | None = None) -> list[MetricPoint]:
         """New points from all files; with max_points, stop after about that many (call again for more)."""

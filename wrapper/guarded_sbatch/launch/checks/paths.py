@@ -15,7 +15,8 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 
 NAME = CheckName.PATHS.value
 OUTPUT_WORDS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
-                "work_dir", "run_dir", "exp_dir", "results_dir")  # fmt: skip
+                "work_dir", "run_dir", "exp_dir", "results_dir", "tensorboard",
+                "default_root", "log_root", "logs_root", "exp_root", "run_root", "runs_root", "work_root")  # fmt: skip
 CHECKPOINT_WORDS = (
     "resume",
     "pretrain",
