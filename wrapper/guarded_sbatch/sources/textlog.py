@@ -1,7 +1,8 @@
 """Incremental reader of a training run's text log (stdout) and of HF's trainer_state.json.
 
 Only complete lines are parsed: bytes after the last newline are kept for the next read, so a line
-being written is never half-read. Carriage returns (tqdm) split records too, ANSI colours are removed,
+being written is never half-read. Carriage returns (tqdm) split records too, and so does a traceback that
+starts on a progress bar's line (the bar's final redraw after it never counts as training); ANSI colours are removed,
 rank prefixes and duplicate lines from several ranks fold into one point per (key, step).
 
 Steps: a line's own step-like field, else the step of the nearest earlier line that had one; a log
@@ -31,6 +32,9 @@ MAX_RECORD_CHARS = 64 * 1024
 # lines Slurm's own tools write into the job's output (srun, slurmstepd or slurmstepd-<node>, ...)
 _SCHEDULER_LINE = re.compile(r"\s*(?:srun|slurmstepd|slurmd|sbatch|salloc|scontrol|scancel)(?:-[\w.-]{1,100})?(?:\[\d+\])?: ")
 MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
+# a traceback printed right after a progress bar's last redraw starts on the bar's line (no newline before it)
+_TRACEBACK_TEXT = "Traceback (most recent call last):"
+_AT_TRACEBACK = re.compile(r"(?<=\S)(?=Traceback \(most recent call last\):)")
 
 
 @guarded_reader
@@ -53,6 +57,7 @@ class TextLogSource:
         self._crashes = CrashTracker()
         self._crash_point: MetricPoint | None = None
         self._overflow_step: int | None = None
+        self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
 
     def describe(self) -> str:
         return str(self.path)
@@ -74,7 +79,11 @@ class TextLogSource:
         repeated = False
         for physical_line in text.split("\n"):
             for line in physical_line.split("\r"):
-                repeated |= self._parse(line, points)
+                if _TRACEBACK_TEXT in line:  # `...10.81it/s]Traceback (most recent call last):`: two records
+                    for piece in _AT_TRACEBACK.split(line):
+                        repeated |= self._parse(piece, points)
+                else:
+                    repeated |= self._parse(line, points)
         return newest_per_key_step(points) if repeated else points
 
     def _read_bytes(self) -> bytes:
@@ -104,6 +113,9 @@ class TextLogSource:
         if parsed is None:
             return False
         if parsed.bar is not None:
+            bar, self._last_bar = self._last_bar, (parsed.step, parsed.bar[0])
+            if self._crashes.crash is not None and bar == self._last_bar:
+                return False  # the bar's last redraw as the program exits, after the traceback: not training
             self._hf.see_bar(*parsed.bar)
         if parsed.kind in ("hf_header", "hf_summary", "overflow"):
             self._hf.header.update(parsed.header)
