@@ -1,5 +1,6 @@
 """The last word when the training job ends: one last read of every source, and the final decision and report made
-from it (the crash verdict when the job died by itself), before the sidecar exits; `status` shows that one.
+from it (the crash verdict when the job died by itself), before the sidecar exits; `status` shows that one. A guarded
+launch passes its [judge] thresholds to its sidecar through the run's record.
 
 Real local jobs (LocalScheduler) running the example trainer or a real Python script; the race the last read closes
 (the job writes its last lines and ends between a poll's read and its question to the scheduler) is made
@@ -25,12 +26,15 @@ TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 
 def test_a_completed_local_job_shows_its_final_decision_from_all_its_steps(tmp_path: Path) -> None:
     project = make_project(tmp_path, fast_interval=30.0)  # fewer polls than the run has seconds: the last read counts
+    with open(tmp_path / "user-config.toml", "a", encoding="utf-8") as config:
+        config.write("[judge]\nnonfinite_loss_points = 3\n")  # recorded with the run, used by its sidecar
     result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "300",
                          "--step-seconds", "0.01")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     record = project.run_record(job_id)
+    assert record["judge"] == {"nonfinite_loss_points": 3}
     wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 180, what="sidecar to exit")
     assert scheduler.info(job_id).state is JobState.COMPLETED
     status = project.cli("status", "--json", check=True)
@@ -38,6 +42,7 @@ def test_a_completed_local_job_shows_its_final_decision_from_all_its_steps(tmp_p
     assert row["last_step"] >= 290, row  # the final decision is judged on all 300 steps, not the first poll's
     assert (row["decision"], row["reason"]) == ("CONTINUE", "healthy"), row
     output = project.sidecar_output(job_id)
+    assert "judging with the run's [judge] thresholds: nonfinite_loss_points = 3" in output
     assert f"ended COMPLETED; sidecar done (final decision CONTINUE healthy at step {row['last_step']})" in output
 
 

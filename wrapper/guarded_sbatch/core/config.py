@@ -39,6 +39,7 @@ DEFAULT_NAME_PATTERN = r"[a-z0-9][a-z0-9.]*(-[a-z0-9][a-z0-9.]*){2,}"
 
 NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
 SITE_ONLY_KEYS = ("locked", "enabled", "audit")  # a user config may not set these
+OPEN_TABLES = ("judge",)  # tables whose names are checked by their reader (the judge's thresholds)
 
 DEFAULTS: dict[str, Any] = {
     "locked": [],
@@ -71,6 +72,8 @@ DEFAULTS: dict[str, Any] = {
     # jobs built from a launcher command (guarded-sbatch torchrun train.py ...): USR1 this long before the
     # time limit, then checkpoint and requeue up to max_requeues times
     "launcher": {"signal_margin_seconds": 300, "max_requeues": 3},
+    # the judge's thresholds by name (judge/policy.py's fields, docs/judge.md): checked by judge/policy_table.py
+    "judge": {},
     "preflight": {
         "reference_dirs": ["configs", "recipes", "experiments"],
         "reference_max_depth": 3,
@@ -159,6 +162,7 @@ class Config:
     notify_wait_long_s: float = 3600.0
     audit_log: Path | None = None
     audit_syslog: bool = False
+    judge: Mapping[str, float | int | str] = field(default_factory=dict)  # [judge]: thresholds by name
     sources: tuple[Path, ...] = field(default=(), compare=False)  # files it was loaded from
 
     def can_waive(self, check: str) -> bool:
@@ -262,7 +266,8 @@ def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: P
         if isinstance(known[key], dict):
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: '{dotted}' must be a table ([{dotted}]), not {type(value).__name__}")
-            _check_known_keys(value, known[key], path, prefix=f"{dotted}.")
+            if dotted not in OPEN_TABLES:
+                _check_known_keys(value, known[key], path, prefix=f"{dotted}.")
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:
@@ -387,8 +392,19 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
         notify_wait_long_s=number("notify.wait_long_minutes", notify["wait_long_minutes"], float) * 60.0,
         audit_log=_expand_path(audit["log"], env) if audit["log"] else None,
         audit_syslog=audit["syslog"],
+        judge=_judge_table(data["judge"], fail),
         sources=sources,
     )
+
+
+def _judge_table(table: Mapping[str, Any], fail: Any) -> dict[str, float | int | str]:
+    """[judge] as given: names to numbers or strings (their names and ranges are judge/policy_table.py's)."""
+    for name, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
+                (isinstance(value, (int, float)) and not abs(value) <= MAX_NUMBER):
+            raise fail(f"judge.{name}", f"must be a number (at most {MAX_NUMBER:g}) or a string, "
+                                        f"not a {type(value).__name__}; see docs/judge.md")
+    return dict(table)
 
 
 def _expand_path(text: str, env: Mapping[str, str]) -> Path:

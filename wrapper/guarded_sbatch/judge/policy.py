@@ -1,4 +1,7 @@
-"""What the decision core may be told: thresholds and windows (in steps), and the run's context."""
+"""What the decision core may be told: thresholds and windows (in steps), and the run's context.
+
+Every field of JudgePolicy can be set by name in the `[judge]` table of the site or user config (docs/judge.md;
+judge/policy_table.py checks the names and ranges)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ class JudgePolicy:
     # at the first one when the finite loss just before it had exploded (>= this x the median before it)
     nonfinite_loss_points: int = 2
     nonfinite_after_explosion_ratio: float = 1000.0
-    # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are
+    # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are all non-finite
     nonfinite_patience_points: int = 3
     # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped
     loss_scale_floor: float = 1.0

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.logs import stream_logger
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy_table import policy_table
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
@@ -92,6 +93,9 @@ class Sidecar:
             self.state.full_interval_s = self.settings.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
         self.emit(cadence_line(self.settings))
+        changed = policy_table(self.settings.policy) if self.settings.policy is not None else {}
+        if changed:
+            self._diag("judging with the run's [judge] thresholds: " + ", ".join(f"{k} = {v}" for k, v in changed.items()))
         return True
 
     def run(self) -> int:
