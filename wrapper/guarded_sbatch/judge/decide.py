@@ -93,7 +93,7 @@ def decide(
     if keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys):
         if crashed is not None:
             return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
-        logged = [k for k in history.keys() if not checks_crash.is_crash_key(k)]
+        logged = history.keys()
         if _logged_steps(history, logged) < policy.startup_steps_without_loss:
             return Verdict(
                 Decision.WAIT, Reason.TOO_EARLY,

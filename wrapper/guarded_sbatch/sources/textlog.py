@@ -10,7 +10,8 @@ that never printed a step numbers its records 1, 2, 3... HF Trainer dicts take t
 training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total optimization steps`
 header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
 new value, at the step being computed when it was printed (the last completed step + 1).
-A crash at the end of the log becomes a point with a crash key (see base.crash_key).
+A crash at the end of the log travels as a point with a crash key (core/points.crash_key); the judged history
+turns it into a typed event (judge/history.CrashEvent).
 """
 
 from __future__ import annotations
