@@ -9,7 +9,8 @@ Steps: a line's own step-like field, else the step of the nearest earlier line t
 that never printed a step numbers its records 1, 2, 3... HF Trainer dicts take the step of HF's
 training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total optimization steps`
 header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
-new value, at the step being computed when it was printed (the last completed step + 1).
+new value, at the step being computed when it was printed (the last completed step + 1; drops in a row with
+no step completed between are one attempt each: + 2, + 3, ...).
 A crash at the end of the log travels as a point with a crash key (core/points.crash_key); the judged history
 turns it into a typed event (judge/history.CrashEvent).
 """
@@ -59,6 +60,7 @@ class TextLogSource:
         self._crash_point: MetricPoint | None = None
         self._overflow_step: int | None = None
         self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
+        self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
 
     def describe(self) -> str:
         return str(self.path)
@@ -166,7 +168,13 @@ class TextLogSource:
             return step
         if parsed.kind == "loss_scale" and parsed.step is None:
             completed = self._hf.bar_step if self._hf.bar_step is not None else self._last_step
-            return completed + 1 if completed is not None else self._next_ordinal()
+            if completed is None:
+                return self._next_ordinal()
+            # drops in a row with no step completed between (fairseq retries after each overflow): one attempt each
+            last_completed, drops = self._scale_drops
+            drops = drops + 1 if last_completed == completed else 0
+            self._scale_drops = (completed, drops)
+            return completed + 1 + drops
         if parsed.step is not None:
             if parsed.kind != "loss_scale":
                 self._last_step = parsed.step
