@@ -102,3 +102,12 @@ def test_a_sidecar_judges_with_its_runs_record_not_the_config_of_today(tmp_path:
     assert _policy(args).spike_z == 9.0  # no record: today's config
     broken = dataclasses.replace(record, judge={"spike_z": -1})
     assert _policy(args, broken, strict=False) == JudgePolicy(train_loss_key="train/loss")  # never unguarded
+
+
+def test_the_shared_monitor_judges_a_run_with_its_records_thresholds(tmp_path: Path) -> None:
+    from guarded_sbatch.sidecar.monitor import _recorded_policy
+
+    (tmp_path / "run.json").write_text('{"run_id": "r1", "judge": {"spike_z": 7.0}}', encoding="utf-8")
+    assert _recorded_policy(tmp_path, JudgePolicy()).spike_z == 7.0
+    (tmp_path / "run.json").write_text('{"run_id": "r1", "judge": {"spike_z": -7}}', encoding="utf-8")
+    assert _recorded_policy(tmp_path, JudgePolicy()) == JudgePolicy()  # edited by hand: defaults, still watched

@@ -24,6 +24,7 @@ from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.run_sources import RunSources
 from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.judge.policy_table import policy_from_table
 from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.loop import CountedScheduler, Sidecar, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -129,7 +130,7 @@ class SharedMonitor:
                 continue
             run_dir = Path(entry["run_dir"])
             out = open(run_dir / REPORT_FILE, "a", encoding="utf-8")
-            policy = JudgePolicy(**entry.get("policy", {}))
+            policy = _recorded_policy(run_dir, JudgePolicy(**entry.get("policy", {})))
             sidecar_settings = SidecarSettings(
                 run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
                 state_file=run_dir / "sidecar-state.json", evidence_dir=run_dir / "evidence",
@@ -222,6 +223,18 @@ class SharedMonitor:
                 self.calls.count += 1
                 requeue(self.settings.job_id)
         return 0
+
+
+def _recorded_policy(run_dir: Path, base: JudgePolicy) -> JudgePolicy:
+    """The [judge] thresholds the run was launched with (its record), as a per-job sidecar judges it."""
+    raw = read_json(run_dir / "run.json")
+    table = raw.get("judge") if isinstance(raw, dict) else None
+    if not isinstance(table, dict) or not table:
+        return base
+    try:
+        return policy_from_table(table, where=f"{run_dir / 'run.json'}", base=base)
+    except GuardedError:
+        return base  # a record edited by hand: the defaults, never an unwatched run
 
 
 def _recorded_sources(run_dir: Path) -> RunSources | None:
