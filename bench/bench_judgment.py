@@ -11,7 +11,12 @@ step) through three judges:
   - Lightning EarlyStopping defaults: monitor the eval loss, mode min, min_delta 0, patience 3 checks
     (evaluations), check_finite on; STOP when 3 evaluations in a row do not beat the best one or the
     monitored value is non-finite. A run without evaluations is never stopped by it.
-Prints a markdown table (and, with --per-run, each run's first STOP per judge); asserts nothing.
+Prints a markdown table, then beside the anchors the steps from the break to STOP for each kind of break, then
+the text-log corpus (tests/data/trainer_logs: the formats' NaN, crash and loss-scale endings, the cut, collapse and
+explosion shapes, the real HF Trainer crash) replayed poll by poll: at which logged loss point after the first NaN
+each judge stops (1 = the first NaN, 2 = the second) and how many steps after the break (and, with --per-run, each
+run's first STOP per judge); asserts nothing. The anchors on text logs: stop-on-first-NaN (also Keras'
+TerminateOnNaN and Lightning's check_finite on the training loss) and the same with a crash line counted as a stop.
 """
 
 from __future__ import annotations
@@ -128,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(args.seeds) > 1:
             print(f"\n## seed {seed}\n")
         bench_seed(names, seed, args.per_run)
+    bench_text_logs(args.per_run)
     return 0
 
 
@@ -167,6 +173,18 @@ def bench_seed(names: list[str], seed: int, per_run: bool) -> None:
             f"{judge}: {seconds[judge]:.1f} s CPU for {polls} polls "
             f"({1000 * seconds[judge] / polls:.2f} ms per poll); false STOPs: {s['false_names']}"
         )
+    print("\n| kind of break (run) | break at step | " + " | ".join(f"{j}: steps to STOP" for j in JUDGES) + " |")
+    print("|---|---|" + "---|" * len(JUDGES))
+    for n in names:
+        lab = labels[n]
+        if lab.healthy:
+            continue
+        cells = []
+        for judge in JUDGES:
+            stop = outcomes[judge][n].stop
+            cells.append("-" if stop is None else f"{stop - (lab.onset_step or 0)}")
+        kind = "/".join(lab.reasons[:2]) + ("/…" if len(lab.reasons) > 2 else "")
+        print(f"| {kind} ({n}) | {lab.onset_step} | " + " | ".join(cells) + " |")
     if per_run:
         print("\n| run | healthy | onset | bound | " + " | ".join(JUDGES) + " |")
         print("|---|---|---|---|" + "---|" * len(JUDGES))
@@ -177,6 +195,67 @@ def bench_seed(names: list[str], seed: int, per_run: bool) -> None:
                 o = outcomes[judge][n]
                 cells.append("-" if o.stop is None else f"STOP@{o.stop} {o.reason}")
             print(f"| {n} | {lab.healthy} | {lab.onset_step} | {lab.stop_within_steps} | " + " | ".join(cells) + " |")
+
+
+TEXT_CASES = ("nan", "explode", "collapse", "crash", "scale", "cut")
+
+
+def bench_text_logs(per_run: bool) -> None:
+    """The text-log corpus replayed poll by poll through the real reader's points: where each judge stops."""
+    from textlog_corpus import CORPUS, corpus_logs, expected_of, read_all
+
+    rows: dict[str, list[tuple[str, int | None, int | None, int | None, str]]] = {}
+    for log in corpus_logs():
+        expected = expected_of(log)
+        if expected["case"] not in TEXT_CASES:
+            continue
+        points = read_all(log)
+        metrics = [p for p in points if not p.key.startswith("__crashed__")]
+        replay = dense_replay(points)
+        loss_key = replay.last.summary.get("keys", {}).get("train_loss") if replay.last else None
+        losses = sorted((p.step, p.value) for p in metrics if p.key == loss_key)
+        first_nan = next((step for step, value in losses if not math.isfinite(value)), None)
+        scale = sorted((p.step, p.value) for p in metrics if p.key == "loss_scale")
+        first_drop = next((b[0] for a, b in zip(scale, scale[1:]) if b[1] < a[1]), None)
+        crash_at = max((p.step for p in points if p.key.startswith("__crashed__") and p.value), default=None)
+        broke = first_nan if first_nan is not None else first_drop if expected["case"] in ("collapse", "scale") \
+            else crash_at
+        nth = None
+        if first_nan is not None and replay.first_stop is not None:
+            nth = sum(1 for step, _ in losses if first_nan <= step <= replay.first_stop)
+        first_any_nan = min((p.step for p in metrics if not math.isfinite(p.value)), default=None)
+        anchor_crash = min(x for x in (first_any_nan, crash_at, 10**18) if x is not None)
+        reason = replay.stop_verdict.reason.value if replay.stop_verdict else (replay.last.reason.value
+                                                                             if replay.last else "")
+        rows.setdefault(expected["case"], []).append(
+            (log.stem, broke, replay.first_stop, None if anchor_crash == 10**18 else anchor_crash, f"{reason}"))
+        if nth is not None:
+            rows.setdefault("nan_points", []).append((log.stem, nth, None, None, ""))
+    print(f"\ntext-log corpus ({CORPUS.relative_to(REPO)}): each log replayed poll by poll (one poll per logged step)\n")
+    print("| case | logs | guarded-sbatch: STOPs | median steps from the break to STOP | stop-on-first-NaN-or-crash: "
+          "STOPs | its median steps | guarded-sbatch reasons |")
+    print("|---|---|---|---|---|---|---|")
+    for case in TEXT_CASES:
+        got = rows.get(case, [])
+        if not got:
+            continue
+        ours = [stop - broke for _, broke, stop, _, _ in got if stop is not None and broke is not None]
+        theirs = [a - broke for _, broke, _, a, _ in got if a is not None and broke is not None]
+        reasons = sorted({r for *_, r in got})
+        print(f"| {case} | {len(got)} | {sum(1 for g in got if g[2] is not None)} | "
+              f"{statistics.median(ours) if ours else '-'} | {sum(1 for g in got if g[3] is not None)} | "
+              f"{statistics.median(theirs) if theirs else '-'} | {', '.join(reasons)} |")
+    nth = [n for _, n, *_ in rows.get("nan_points", [])]
+    if nth:
+        counts = {k: nth.count(k) for k in sorted(set(nth))}
+        print("\nNaN in the training loss: guarded-sbatch STOPs at logged loss point "
+              + ", ".join(f"#{k} after the first NaN in {v} log(s)" for k, v in counts.items())
+              + f" (of {len(nth)}); stop-on-first-NaN and TerminateOnNaN: #1 in all")
+    if per_run:
+        print("\n| log | break at | guarded-sbatch STOP | first NaN or crash | reason |\n|---|---|---|---|---|")
+        for case in TEXT_CASES:
+            for name, broke, stop, anchor, reason in rows.get(case, []):
+                print(f"| {name} | {broke} | {stop} | {anchor} | {reason} |")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 NAN = float("nan")
-CASES = ("healthy", "nan", "scale", "crash")
+CASES = ("healthy", "nan", "scale", "crash")  # and corpus_shapes.SHAPES: "cut", "collapse", "explode"
+REAL_LOGS = ("hf_trainer_tqdm_crash", "lightning_real_healthy", "lightning_rich_healthy")  # make_real_logs.py
 
 
 class Log:
@@ -116,7 +117,8 @@ INTERRUPTIONS = ("KeyboardInterrupt",)
 def expected_decision(case: str, crash: str | None) -> str:
     if case == "crash" and crash in INTERRUPTIONS:
         return "WAIT"
-    return {"healthy": "not STOP", "scale": "not STOP", "nan": "STOP", "crash": "STOP"}[case]
+    return {"healthy": "not STOP", "scale": "not STOP", "nan": "STOP", "crash": "STOP", "cut": "not STOP",
+            "collapse": "STOP", "explode": "STOP"}[case]
 
 
 GENERATORS: dict[str, Callable[[str], Log | None]] = {}
@@ -132,16 +134,19 @@ def generator(name: str) -> Callable[[Callable[[str], Log | None]], Callable[[st
 def main() -> None:
     import corpus_formats  # noqa: F401  (registers the generators)
     import corpus_formats2  # noqa: F401
+    from corpus_shapes import SHAPES
 
-    for old in HERE.glob("*_*.log"):
-        old.unlink()
-    for old in HERE.glob("*.expected.json"):
-        old.unlink()
+    for old in [*HERE.glob("*_*.log"), *HERE.glob("*.expected.json")]:
+        if not old.name.startswith(REAL_LOGS):  # written by real trainers: make_real_logs.py
+            old.unlink()
     for name, function in sorted(GENERATORS.items()):
         for case in CASES:
             log = function(case)
             if log is not None:
                 write(name, case, log, expected_decision(case, log.crash))
+    for (name, case), shape in SHAPES.items():
+        log = shape()
+        write(name, case, log, expected_decision(case, log.crash))
 
 
 if __name__ == "__main__":

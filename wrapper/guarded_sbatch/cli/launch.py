@@ -54,6 +54,7 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     if launch.script is None:
         raise UsageError("no batch script given: guarded-sbatch needs `[options] script.sh [args]` (--wrap is not guarded)")
     config = load_config()
+    judge_table(config)  # a bad [judge] threshold is one line before anything runs
     # `guarded-sbatch [options] torchrun train.py ...`: a batch script is rendered from the launcher's template
     # and then checked and submitted like the user's own (launch/launcher_job.py)
     launcher_job = launcher_job_of(launch, config)
@@ -191,6 +192,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
                 "total_steps": report.details.get("total_steps"),
                 "planned_end": _planned_end(report),
                 "config_path": str(report.details.get("intended_config") or ""),
+                "judge": judge_table(config),
             },
             sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
             shared=shared,
@@ -219,6 +221,14 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
           f"run folder {submission.record.folder}", file=sys.stderr)
     audit_launch(config, submission.record, report)
     return int(ExitCode.OK)
+
+
+def judge_table(config: Config) -> dict[str, object]:
+    """The config's [judge] thresholds, checked (names, ranges) and as the run's record keeps them."""
+    from guarded_sbatch.judge.policy_table import policy_from_table, policy_table
+
+    where = ", ".join(map(str, config.sources)) or "config"
+    return policy_table(policy_from_table(config.judge, where=where))
 
 
 def audit_launch(config: Config, record: RunRecord, report: PreflightReport) -> None:

@@ -76,8 +76,8 @@ def run_status_row(record: RunRecord) -> dict[str, Any]:
 
 def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord) -> str | None:
     """Who ended the run: the guard (its sidecar's STOP), the user (kill, scancel) or the scheduler."""
-    if sidecar.get("last_decision") == "STOP" and sidecar.get("finished"):
-        return "guard"
+    if sidecar.get("last_decision") == "STOP" and sidecar.get("finished") and sidecar.get("stop_requested_at"):
+        return "guard"  # a STOP on a job that had ended by itself (a crash) stopped nothing"
     if record.ended == "killed":
         return "user (kill)"
     if record.ended == "restarted":

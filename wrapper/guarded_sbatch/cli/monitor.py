@@ -45,15 +45,29 @@ def _add_source_flags(parser: ArgumentParser) -> None:
                         help="the key metric that would count as success")
 
 
-def _policy(args: object) -> JudgePolicy:
+def _policy(args: object, record: RunRecord | None = None, *, strict: bool = True) -> JudgePolicy:
+    """The thresholds the guarded run was launched with (its record's [judge]: a requeued or restarted sidecar judges
+    the same), else the config's [judge]; the flags name the keys on top."""
+    import dataclasses
+
+    from guarded_sbatch.judge.policy_table import policy_from_table
+
     from guarded_sbatch.judge.policy import JudgePolicy
 
-    return JudgePolicy(
-        train_loss_key=getattr(args, "train_loss_key", None),
-        key_metric=getattr(args, "eval_key", None),
-        baseline=getattr(args, "baseline", None),
-        target=getattr(args, "target_value", None),
-    )
+    try:
+        if record is not None and record.judge:
+            policy = policy_from_table(record.judge, where=f"run record of {record.run_name}")
+        else:
+            config = load_config()
+            policy = policy_from_table(config.judge, where=", ".join(map(str, config.sources)) or "config")
+    except GuardedError as exc:
+        if strict:
+            raise
+        print(f"sidecar: judging with the default thresholds: {exc.message}", flush=True)  # never unguarded
+        policy = JudgePolicy()
+    flags = {"train_loss_key": getattr(args, "train_loss_key", None), "key_metric": getattr(args, "eval_key", None),
+             "baseline": getattr(args, "baseline", None), "target": getattr(args, "target_value", None)}
+    return dataclasses.replace(policy, **{k: v for k, v in flags.items() if v is not None})
 
 
 def _intervals(parser: ArgumentParser) -> None:
@@ -90,7 +104,7 @@ def run_sidecar_command(argv: list[str]) -> int:
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         sources=[*_given_sources(args), *(flagged_specs(record) if record is not None else [])],
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args), identity=_identity_of(record), **_anywhere_settings(args),
+        policy=_policy(args, record, strict=False), identity=_identity_of(record), **_anywhere_settings(args),
     )
     settings.notify, settings.audit = _site_actions()
     try:
@@ -179,7 +193,7 @@ def run_monitor(argv: list[str]) -> int:
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
         notes_path=args.notes, stop_command=args.stop_command, sources=given, search_dirs=search_dirs,
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args),
+        policy=_policy(args, cast("RunRecord | None", record)),
         identity=None if explicit else _identity_of(cast("RunRecord | None", record)), **_anywhere_settings(args),
     )
     if args.once:

@@ -25,6 +25,7 @@ from guarded_sbatch.core.config_schema import (
     KEYS,
     MAX_NUMBER,
     NOTIFY_EVENTS,
+    OPEN_TABLES,
     Key,
     checked,
     defaults,
@@ -76,7 +77,7 @@ def _converted(key: Key, value: Any, metadata: Mapping[str, Any], env: Mapping[s
         return _expand_path(value, env) if value else None
     if key.kind == "quiet_hours":
         return tuple(parse_quiet_hours(entry, sources) for entry in value)
-    if isinstance(value, list):
+    if isinstance(value, (list, dict)):
         return metadata["container"](value)
     if key.kind == "float":
         return float(value) * metadata["scale"]
@@ -92,7 +93,10 @@ def _expand_path(text: str, env: Mapping[str, str]) -> Path:
 def setting(path: str, *, scale: float = 1.0, container: type = tuple) -> Any:
     """A settings field filled from config key `path` (its default, kind and bounds are the schema's)."""
     metadata = {"key": path, "scale": scale, "container": container}
-    return field(default=_converted(KEYS[path], KEYS[path].default, metadata, {}), metadata=metadata)
+    default = _converted(KEYS[path], KEYS[path].default, metadata, {})
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,7 @@ class Config:
     notify_wait_long_s: float = setting("notify.wait_long_minutes", scale=60.0)
     audit_log: Path | None = setting("audit.log")
     audit_syslog: bool = setting("audit.syslog")
+    judge: Mapping[str, float | int | str] = setting("judge", container=dict)  # [judge]: thresholds by name
     sources: tuple[Path, ...] = field(default=(), compare=False)  # files it was loaded from
 
     def can_waive(self, check: str) -> bool:
@@ -249,7 +254,8 @@ def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: P
         if isinstance(known[key], dict):
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: '{dotted}' must be a table ([{dotted}]), not {type(value).__name__}")
-            _check_known_keys(value, known[key], path, prefix=f"{dotted}.")
+            if dotted not in OPEN_TABLES:
+                _check_known_keys(value, known[key], path, prefix=f"{dotted}.")
 
 
 def _lookup(data: Mapping[str, Any], dotted: str) -> tuple[bool, Any]:

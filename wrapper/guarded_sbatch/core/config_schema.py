@@ -278,10 +278,19 @@ SCHEMA: tuple[Key, ...] = (
         site_only=True,
     ),
     Key("enforcement.tag_field", "choice", "admin_comment", "", choices=("admin_comment", "comment"), site_only=True),
+    Key(
+        "judge",
+        "table",
+        {},
+        "The judge's thresholds by name (every field of judge/policy.py's JudgePolicy; docs/judge.md lists them with\n"
+        "their defaults and ranges, checked when the run is judged). Empty: the built-in ones.",
+    ),
 )
 KEYS: dict[str, Key] = {key.path: key for key in SCHEMA}
 # Tables a user config may not hold at all (everything in them is the site's)
 SITE_ONLY_TABLES = ("audit", "enforcement")
+# Tables whose names their reader checks (the judge's thresholds: judge/policy_table.py)
+OPEN_TABLES = tuple(key.path for key in SCHEMA if key.kind == "table")
 
 
 def defaults() -> dict[str, Any]:
@@ -307,6 +316,12 @@ def checked(key: Key, value: Any, fail: Callable[[str, str], Exception]) -> Any:
                 re.compile(pattern)
             except re.error as exc:
                 raise fail(key.path, f"is not a valid regular expression ({pattern!r}: {exc})") from None
+    if key.kind == "table":
+        for name, item in value.items():
+            if isinstance(item, bool) or not isinstance(item, (int, float, str)) or \
+                    (isinstance(item, (int, float)) and not abs(item) <= MAX_NUMBER):
+                raise fail(f"{key.path}.{name}", f"must be a number (at most {MAX_NUMBER:g}) or a string, "
+                                                 f"not a {type(item).__name__}; see docs/judge.md")
     if key.kind == "names":
         for name in value:
             if name not in key.choices:
@@ -341,6 +356,7 @@ _CHECKS: dict[str, Callable[[Key, Any], bool]] = {
     "regex_list": _strings,
     "names": _strings,
     "quiet_hours": _strings,
+    "table": lambda key, value: isinstance(value, dict),
 }
 KINDS = tuple(_CHECKS)
 
@@ -374,6 +390,16 @@ def render_example_site() -> str:
     ]
     table = ""
     for key in SCHEMA:
+        if key.kind == "table":
+            lines += ["", *(f"# {line}".rstrip() for line in key.doc.split("\n")), f"[{key.path}]"]
+            lines += [f"{name} = {_toml(value)}" for name, value in (key.example or {}).items()]
+            table = key.path
+            continue
+        if key.kind == "table":
+            lines += ["", *(f"# {line}".rstrip() for line in key.doc.split("\n")), f"[{key.path}]"]
+            lines += [f"{name} = {_toml(value)}" for name, value in (key.example or {}).items()]
+            table = key.path
+            continue
         *tables, name = key.path.split(".")
         if ".".join(tables) != table:
             table = ".".join(tables)

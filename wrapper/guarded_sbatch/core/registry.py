@@ -45,6 +45,7 @@ class RunRecord:
     planned_end: float | None = None  # the pre-flight's ETA (epoch seconds)
     ended: str = ""  # "killed", "restarted" once the lifecycle commands are done with it
     launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
+    judge: dict[str, Any] = field(default_factory=dict)  # [judge] thresholds at launch: its sidecar judges with these
 
     @property
     def folder(self) -> Path:

@@ -1,7 +1,7 @@
 """A log that ends in a fatal error (traceback, CUDA OOM, NCCL timeout, fp16 scale at its minimum...):
-the run is dead or dying, so there is nothing to keep alive. The text-log reader reports the crash
-as a point with a crash key (sources.base.crash_key): 1.0 while it is the log's last word. While a live job
-is watched, 0.5 means "printed, not yet confirmed" (a WAIT; sidecar/crash_confirm.py).
+the run is dead or dying, so there is nothing to keep alive. The crash is a typed event of the history
+(history.CrashEvent): CONFIRMED is a STOP; PRINTED (a live job, not yet confirmed by its silence;
+sidecar/crash_confirm.py) is a WAIT; DISMISSED (training went on after it) is nothing.
 
 A run ended by a signal from outside is not broken: Ctrl-C (`KeyboardInterrupt`), torchrun's
 `SignalException` when the launcher template's checkpoint signal arrives before the time limit, a
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 
-from guarded_sbatch.core.points import split_crash_key
 from guarded_sbatch.judge.findings import Finding
-from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.history import CrashState, MetricHistory
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 
 _INTERRUPTION = re.compile(
@@ -25,31 +24,18 @@ _INTERRUPTION = re.compile(
 )
 
 
-def is_crash_key(key: str) -> bool:
-    return split_crash_key(key) is not None
-
-
 def is_interruption(exception: str) -> bool:
     """Whether a crash label is a signal from outside (see the module doc), not a failure of the run."""
     return _INTERRUPTION.search(exception) is not None
 
 
 def check_crashed(history: MetricHistory) -> Finding | None:
-    """STOP for a crash, WAIT for an interruption, None when the log does not end in either."""
-    latest: tuple[int, str, str, float] | None = None
-    for key in history.keys():
-        parts = split_crash_key(key)
-        if parts is None:
-            continue
-        steps, values = history.series(key)
-        if not len(values) or values[-1] == 0.0:
-            continue  # training went on after it (a requeued or resumed run)
-        if latest is None or int(steps[-1]) >= latest[0]:
-            latest = (int(steps[-1]), *parts, float(values[-1]))
-    if latest is None:
+    """STOP for a crash, WAIT for an interruption or an unconfirmed crash, None when the log ends in neither."""
+    event = history.open_crash()
+    if event is None:
         return None
-    step, exception, evidence, mark = latest
-    if mark != 1.0:
+    step, exception, evidence = event.step, event.exception, event.evidence
+    if event.state is CrashState.PRINTED:
         return Finding.wait(
             Reason.CRASHED,
             f"the job's log ends in {exception}; not stopping yet: a caught exception's traceback is followed by "

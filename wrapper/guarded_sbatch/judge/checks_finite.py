@@ -62,6 +62,8 @@ def skip_rate(history: MetricHistory, keys: RunKeys, first_step: int, last_step:
 
 
 def check_loss_scale_collapse(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """The scale stuck at its floor with steps skipped every time, or driven down to it by a streak of drops with
+    no growth between: the optimizer skips every step. Judged on the scale alone (no loss point needed)."""
     if not keys.loss_scale:
         return None
     steps, scales = history.series(keys.loss_scale)
@@ -70,6 +72,16 @@ def check_loss_scale_collapse(history: MetricHistory, keys: RunKeys, policy: Jud
     at_floor = scales <= policy.loss_scale_floor * (1 + 1e-6)
     if not at_floor[-1]:
         return None
+    streak, before = _drop_streak(scales)
+    if streak >= policy.loss_scale_drop_streak:
+        first = int(steps[before])
+        return Finding.stop(
+            Reason.LOSS_SCALE_COLLAPSE,
+            f"fp16 loss scale dropped at each of its last {streak} changes with no growth between, from "
+            f"{fmt(float(scales[before]))} at step {first} to {fmt(float(scales[-1]))} at step {int(steps[-1])}: "
+            "every step overflows, the run no longer trains",
+            Anomaly("loss_scale_collapse", keys.loss_scale, first, float(scales[-1])),
+        )
     # start of the current stretch at the floor
     above = np.nonzero(~at_floor)[0]
     first_at_floor = int(steps[above[-1] + 1]) if len(above) else int(steps[0])
@@ -88,6 +100,15 @@ def check_loss_scale_collapse(history: MetricHistory, keys: RunKeys, policy: Jud
         f"{rate:.0%} of the last {policy.loss_scale_window_steps} steps skipped: the run no longer trains",
         Anomaly("loss_scale_collapse", keys.loss_scale, first_at_floor, float(scales[-1])),
     )
+
+
+def _drop_streak(scales: np.ndarray) -> tuple[int, int]:
+    """(how many of the series' last changes of value were all drops, the index of the value before the first
+    of them); repeated values in between do not count."""
+    moves = np.nonzero(np.diff(scales) != 0)[0]  # i: scales[i] -> scales[i + 1] changed
+    rises = np.nonzero(scales[moves + 1] > scales[moves])[0]
+    streak = moves[rises[-1] + 1 :] if len(rises) else moves
+    return len(streak), (int(streak[0]) if len(streak) else len(scales) - 1)
 
 
 def _nonfinite_fraction(history: MetricHistory, key: str | None, first_step: int, last_step: int) -> float | None:
@@ -141,11 +162,32 @@ def check_nonfinite_loss(
         else f"training loss is {values[-1]}"
     )
     anomaly = Anomaly("hidden_nan" if is_hidden else "nan", keys.train_loss, onset, None, what)
-    if streak >= policy.nonfinite_patience_points:
+    if streak >= policy.nonfinite_loss_points:
         return Finding.stop(reason, f"{what} at the last {streak} logged steps (since step {onset})", anomaly)
+    exploded = _explosion_before(steps, values, counted, onset_index, policy)
+    if exploded:
+        return Finding.stop(reason, f"{what} at step {onset}, {exploded}", anomaly)
     return Finding.wait(
-        reason, f"{what} at step {onset}; waiting for {policy.nonfinite_patience_points} logged steps", anomaly
+        reason, f"{what} at step {onset}; STOP if the next logged step is non-finite too", anomaly
     )
+
+
+def _explosion_before(steps: np.ndarray, values: np.ndarray, counted: np.ndarray, onset_index: int,
+                      policy: JudgePolicy) -> str:
+    """Why the first non-finite loss needs no second one: the finite loss just before it had already exploded
+    (>= `nonfinite_after_explosion_ratio` x the median of the finite losses before that); "" when it had not."""
+    if onset_index < 2 or counted[onset_index - 1]:
+        return ""
+    last = float(values[onset_index - 1])
+    earlier = values[: onset_index - 1]
+    earlier = np.abs(earlier[np.isfinite(earlier)][-64:])
+    if not np.isfinite(last) or not len(earlier):
+        return ""
+    median = float(np.median(earlier))
+    if median <= 0 or abs(last) < policy.nonfinite_after_explosion_ratio * median:
+        return ""
+    return (f"right after the loss exploded to {fmt(last)} at step {int(steps[onset_index - 1])} "
+            f"(median {fmt(median)} before)")
 
 
 def check_nan_counter(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
@@ -160,7 +202,7 @@ def check_nan_counter(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
         return None
     onset = int(steps[len(steps) - streak])
     anomaly = Anomaly("nan", keys.nan_counter, onset, None, f"{keys.nan_counter} > 0 since step {onset}")
-    if streak >= policy.nonfinite_patience_points:
+    if streak >= policy.nonfinite_loss_points:
         return Finding.stop(
             Reason.NON_FINITE_LOSS,
             f"the trainer counted NaN iterations ({keys.nan_counter}) at each of the last {streak} logged "

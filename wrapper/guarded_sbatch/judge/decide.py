@@ -11,16 +11,20 @@ Order (the first STOP in this order wins; else the first WAIT; else CONTINUE wit
   3. non-finite grad norm or LR (outside skipped steps)
   4. evaluations failing (non-finite) every time
   5. training-loss spike that does not recover / sustained divergence (WAIT while the key eval is
-     at or near its best), then a slow climb of the training loss above its best
+     at or near its best), a jump in a window too short for a baseline (WAIT), then a slow climb of the
+     training loss above its best
   6. gradient-norm explosion (open: WAIT)
   7. LR schedule stuck at 0
   8. plateau from the start
   9. key eval metric regressing from its own best (WAIT first, STOP after a patience in evals or steps)
  10. staleness (only while a live job is watched) -> WAIT
 Notes (recovered spikes, a NaN that went away, LR restarts, eval vs baseline) never stop a run.
-Thin evidence: with fewer than `min_loss_points` training-loss points every STOP becomes a WAIT, except
-the non-finite ones (a short log that ends in NaN is judged on what is there). The NaN checks run even
-when no loss key is logged (a log whose only signal is `grad norm: nan`).
+Hard faults first, whatever the history's length: a crash, a non-finite loss confirmed at a second logged step
+(or right after an explosion), a loss scale collapsing step after step are STOPs with one loss point or none.
+Thin evidence: with fewer than `min_loss_points` training-loss points only the soft findings (trends) become a
+WAIT. A short window is still judged for what it shows: a jump far above its own earlier level is a WAIT that
+names it (checks_window.py). The NaN checks run even when no loss key is logged (a log whose only signal is
+`grad norm: nan`); no loss key at all is start-up (too_early) until the run has logged at a few steps.
 Every WAIT and STOP message names its evidence: the metric, its values and their steps.
 """
 
@@ -33,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
-from guarded_sbatch.judge import checks_climb, checks_crash, checks_eval, checks_finite, checks_trend
+from guarded_sbatch.judge import checks_climb, checks_crash, checks_eval, checks_finite, checks_trend, checks_window
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
@@ -62,6 +66,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
                                                                                         c.excused)),
     ("eval_failing", lambda c: checks_finite.check_eval_failing(c.history, c.keys, c.policy)),
     ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
+    ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
     ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy, c.excused)),
     ("lr_schedule", lambda c: checks_eval.check_lr_schedule(c.history, c.keys, c.policy)),
@@ -88,10 +93,16 @@ def decide(
     if keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys):
         if crashed is not None:
             return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
+        logged = history.keys()
+        if _logged_steps(history, logged) < policy.startup_steps_without_loss:
+            return Verdict(
+                Decision.WAIT, Reason.TOO_EARLY,
+                f"no training loss logged yet (start-up; logged so far: {', '.join(logged[:8]) or 'nothing'})",
+                last_step=last_step, summary=summary,
+            )
         return Verdict(
             Decision.WAIT, Reason.NO_DATA,
-            f"no training loss or eval metric among the logged keys "
-            f"({', '.join([k for k in history.keys() if not checks_crash.is_crash_key(k)][:8])}); "
+            f"no training loss or eval metric among the logged keys ({', '.join(logged[:8])}); "
             "name the loss key in the policy",
             last_step=last_step, summary=summary,
         )
@@ -141,6 +152,14 @@ HARD_REASONS = frozenset({
     Reason.NON_FINITE_LOSS, Reason.HIDDEN_NAN, Reason.NON_FINITE_METRIC, Reason.EVAL_FAILING,
     Reason.LOSS_SCALE_COLLAPSE,
 })
+
+
+def _logged_steps(history: MetricHistory, keys: list[str]) -> int:
+    """How many distinct steps the run has logged anything at (bounded: only whether it is a few matters)."""
+    seen: set[int] = set()
+    for key in keys:
+        seen.update(history.series(key)[0][-64:].tolist())
+    return len(seen)
 
 
 def _has_optimizer_signal(keys: RunKeys) -> bool:

@@ -13,16 +13,47 @@ stay exact; the checks look mostly at the recent window, which is never thinned.
 Each series also holds a small cache for the checks' trailing statistics (`stats_cache`): the
 statistics of a prefix that has not changed are not computed again, so a poll costs what its new
 points cost plus a bounded window.
+
+A crash the job printed is not a metric: it is a typed event (`CrashEvent`, with its `CrashState`). A text-log
+reader sends it as a point with a crash key (core/points.crash_key; 1.0 while it is the log's last word, 0.0 once
+training went on after it): the history turns that into an event at the door, and it never appears among the
+metric keys. The watcher (sidecar/crash_confirm.py) moves an event between PRINTED and CONFIRMED.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.core.points import MetricPoint, crash_key, split_crash_key
+
+
+class CrashState(enum.Enum):
+    CONFIRMED = "confirmed"  # the log's last word and nothing more will come (a one-shot read, the job ended,
+    # or the run's silence confirmed it): the judge STOPs (WAIT for an interruption from outside)
+    PRINTED = "printed"  # printed while the job is live, not confirmed yet: the judge WAITs
+    DISMISSED = "dismissed"  # training went on after it (a caught exception, a requeued or resumed run)
+
+
+@dataclasses.dataclass(frozen=True)
+class CrashEvent:
+    step: int  # the last training step before it
+    exception: str  # the root error (`torch.OutOfMemoryError: CUDA out of memory...`) or a label
+    evidence: str  # the log line, as printed
+    state: CrashState = CrashState.CONFIRMED
+
+    @property
+    def key(self) -> str:
+        """Its identity: the same exception on the same line is the same crash."""
+        return crash_key(self.exception, self.evidence)
+
+
+# what a reader's crash point says (its value) -> the event's state
+_READER_STATES = {1.0: CrashState.CONFIRMED, 0.5: CrashState.PRINTED, 0.0: CrashState.DISMISSED}
 
 DEFAULT_MAX_POINTS_PER_KEY = 50_000
 DEFAULT_FULL_RESOLUTION_STEPS = 20_000
@@ -125,6 +156,7 @@ class MetricHistory:
         full_resolution_steps: int = DEFAULT_FULL_RESOLUTION_STEPS,
     ) -> None:
         self._series: dict[str, _Series] = {}
+        self._crashes: dict[str, CrashEvent] = {}  # by CrashEvent.key, in the order first seen
         self._max_points_per_key = max_points_per_key
         self._full_resolution_steps = full_resolution_steps
         self._last_wall_time: float | None = None
@@ -158,6 +190,8 @@ class MetricHistory:
                 columns = _columns_of(batch if isinstance(batch, (list, tuple)) else list(batch))
             for name, (steps, walls, values) in columns.items():
                 count += len(steps)
+                if self._crash_points(name, steps, values):
+                    continue
                 series = self._series.get(name)
                 before = touched.setdefault(name, int(series.steps[-1]) if series is not None and series.n else None)
                 if name in collected:
@@ -185,6 +219,9 @@ class MetricHistory:
         count = 0
         for key, (steps, walls, values) in columns.items():
             step_array = np.asarray(steps, dtype=np.int64)
+            if self._crash_points(key, step_array, np.asarray(values, dtype=np.float64)):
+                count += len(step_array)
+                continue
             if len(step_array):
                 self._add_one(key, step_array, np.asarray(walls, dtype=np.float64),
                               np.asarray(values, dtype=np.float64))
@@ -204,6 +241,34 @@ class MetricHistory:
         if thin:
             self._thin_if_full(series)
 
+    def _crash_points(self, key: str, steps: np.ndarray, values: np.ndarray) -> bool:
+        """A reader's crash point becomes (or updates) a CrashEvent; False for a metric key."""
+        parts = split_crash_key(key)
+        if parts is None:
+            return False
+        if len(steps):
+            state = _READER_STATES.get(float(values[-1]), CrashState.CONFIRMED)
+            known = self._crashes.get(key)
+            step = int(steps[-1]) if known is None or state is not CrashState.DISMISSED else known.step
+            self._crashes[key] = CrashEvent(step, *parts, state)
+        return True
+
+    def crashes(self) -> list[CrashEvent]:
+        """Every crash seen, in the order first seen."""
+        return list(self._crashes.values())
+
+    def open_crash(self) -> CrashEvent | None:
+        """The latest crash that training did not go on after (the latest step; on a tie the later seen)."""
+        found = None
+        for event in self._crashes.values():
+            if event.state is not CrashState.DISMISSED and (found is None or event.step >= found.step):
+                found = event
+        return found
+
+    def put_crash(self, event: CrashEvent) -> None:
+        """Record a crash event (new, or the same crash in another state)."""
+        self._crashes[event.key] = event
+
     def _thin_if_full(self, series: _Series) -> None:
         if series.n > self._max_points_per_key:
             series.thin(int(series.steps[-1]) - self._full_resolution_steps)
@@ -215,7 +280,8 @@ class MetricHistory:
         return key in self._series
 
     def __len__(self) -> int:
-        return sum(s.n for s in self._series.values())
+        """Points and crash events: a log whose only content is a crash has something to judge."""
+        return sum(s.n for s in self._series.values()) + len(self._crashes)
 
     def series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
         """(steps, values) sorted by step; empty arrays for an unknown key. Do not modify them."""
@@ -244,6 +310,7 @@ class MetricHistory:
     @property
     def last_step(self) -> int | None:
         ends = [int(s._steps[s.n - 1]) for s in self._series.values() if s.n]
+        ends += [event.step for event in self._crashes.values()]
         return max(ends) if ends else None
 
     @property
@@ -260,6 +327,7 @@ class MetricHistory:
             inside = series.steps <= max_step
             if np.any(inside):
                 copy._add_one(key, series.steps[inside], series.walls[inside], series.values[inside])
+        copy._crashes = {key: event for key, event in self._crashes.items() if event.step <= max_step}
         return copy
 
 

@@ -1,4 +1,7 @@
-"""What the decision core may be told: thresholds and windows (in steps), and the run's context."""
+"""What the decision core may be told: thresholds and windows (in steps), and the run's context.
+
+Every field of JudgePolicy can be set by name in the `[judge]` table of the site or user config (docs/judge.md;
+judge/policy_table.py checks the names and ranges)."""
 
 from __future__ import annotations
 
@@ -20,15 +23,24 @@ class JudgePolicy:
     baseline: float | None = None  # value of key_metric of a reference run
     chance_loss: float | None = None  # e.g. ln(num_classes); sharpens the plateau-from-start check
 
-    # thin evidence: below these, WAIT
+    # thin evidence: below these, soft findings WAIT (hard faults never do)
     min_loss_points: int = 5
+    # no loss key among fewer logged steps than this is start-up (too_early), not a key to name
+    startup_steps_without_loss: int = 10
 
-    # non-finite values: STOP when the last N logged values are all non-finite (not excused by fp16)
+    # non-finite training loss: STOP when the last N logged losses are all non-finite (not excused by fp16), or
+    # at the first one when the finite loss just before it had exploded (>= this x the median before it)
+    nonfinite_loss_points: int = 2
+    nonfinite_after_explosion_ratio: float = 1000.0
+    # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are all non-finite
     nonfinite_patience_points: int = 3
     # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped
     loss_scale_floor: float = 1.0
     loss_scale_window_steps: int = 100
     loss_scale_min_skip_rate: float = 0.8
+    # fp16: STOP when the scale dropped at each of the last N changes, with no growth between, and is now at or
+    # below the floor (an initial search from 2**32 halves many times too, but stays far above it)
+    loss_scale_drop_streak: int = 8
 
     # spikes (robust z-score against the median / quantile scale of the trailing window, OLMo-like 6 sigma)
     baseline_window_steps: int = 400
@@ -42,6 +54,10 @@ class JudgePolicy:
     spike_patience_points: int = 5
     spike_patience_points_any_axis: int = 30
     divergence_ratio: float = 2.0  # sustained and >= this x baseline median: divergence
+    # a history too short for a baseline (started mid-run, a cut log): a jump to >= this x every earlier
+    # value, held for short_jump_points logged points, is a WAIT naming it
+    short_jump_ratio: float = 3.0
+    short_jump_points: int = 3
 
     # gradient norm explosions (same detector, own thresholds); an open explosion is WAIT
     grad_spike_z: float = 8.0

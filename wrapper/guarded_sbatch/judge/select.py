@@ -9,7 +9,6 @@ from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.keys import Direction, KeyRole, Role, classify_key, key_words
 from guarded_sbatch.judge.policy import JudgePolicy
 
-from guarded_sbatch.judge.checks_crash import is_crash_key
 
 # most common training-loss names first: used to break ties between several loss keys
 _PREFERRED_LOSS_NAMES = ("loss", "train/loss", "train_loss", "loss/train", "lm loss", "lm_loss", "trl")
@@ -49,7 +48,7 @@ def metric_direction(name: str) -> Direction:
 
 
 def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
-    roles: dict[str, KeyRole] = {key: classify_key(key) for key in history.keys() if not is_crash_key(key)}
+    roles: dict[str, KeyRole] = {key: classify_key(key) for key in history.keys()}
 
     def with_role(role: Role) -> list[str]:
         return [k for k, r in roles.items() if r.role is role]

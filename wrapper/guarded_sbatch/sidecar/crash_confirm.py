@@ -1,11 +1,11 @@
 """When a crash the job printed (traceback, CUDA OOM, NCCL timeout...) counts as the end of the run.
 
 A printed traceback is not always the end: a caught exception's traceback (a retried upload, a data loader
-that recovered) sits in the log of a healthy run. While a job is live, a crash is therefore marked in the
-judged history as 0.5 (printed, not confirmed: the judge says WAIT) until the run has logged nothing after it
+that recovered) sits in the log of a healthy run. While a job is live, a crash event (judge/history.CrashEvent)
+is therefore PRINTED in the judged history (the judge says WAIT) until the run has logged nothing after it
 for CRASH_CONFIRM_S or three of its own logging intervals, whichever is longer (a large run may log every few
-minutes), then 1.0 (the judge says STOP); a run that logs again is alive and the crash is dismissed
-(0.0). Points whose wall time is more than ALIVE_MARGIN_S after the crash prove life (the margin covers
+minutes), then CONFIRMED (the judge says STOP); a run that logs again is alive and the crash is DISMISSED.
+Points whose wall time is more than ALIVE_MARGIN_S after the crash prove life (the margin covers
 clock skew between the trainer's node and the watcher's); a source without wall times (Lightning's CSV) proves
 it by new points at two later polls (a dead trainer's last flush is one batch). A one-shot read, or a job the
 scheduler says has ended, confirms at once: nothing more will come. A text log that is itself the judged
@@ -13,12 +13,13 @@ source clears its own crash when a training line follows; the same delay applies
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from guarded_sbatch.core.points import split_crash_key
+from guarded_sbatch.judge.history import CrashEvent, CrashState
 from guarded_sbatch.sources.files import check_regular
 
 if TYPE_CHECKING:
@@ -49,28 +50,25 @@ class CrashConfirmation:
         if new_points:
             self._arrived_at = [*self._arrived_at[-8:], now]
         for source, history in logs:
-            for key in _open_crashes(history):
-                printed = self._printed.get(key)
+            for event in _open_crashes(history):
+                printed = self._printed.get(event.key)
                 if printed is None:
-                    self._printed[key] = _printed_at(source, now)
+                    self._printed[event.key] = _printed_at(source, now)
                 elif new_points and now > printed + ALIVE_MARGIN_S:
-                    self._arrivals[key] = self._arrivals.get(key, 0) + 1
+                    self._arrivals[event.key] = self._arrivals.get(event.key, 0) + 1
 
     def settle(self, logs: LogHistories, judged: MetricHistory) -> None:
-        """Put each open crash into the judged history with its mark (0.0, 0.5 or 1.0): in place when the log
-        is the judged source, else forwarded next to the judged source's points."""
+        """Put each crash of the job's logs into the judged history in its state (PRINTED, CONFIRMED or
+        DISMISSED): in place when the log is the judged source, else forwarded beside the judged source's points."""
         for source, history in logs:
-            for key in _open_crashes(history):
-                steps, values = history.series(key)
-                mark = self._mark(key, source, judged)
-                if history is judged:
-                    judged.add_columns({key: ([int(steps[-1])], [0.0], [mark])})
-                else:
-                    marks = values.tolist()
-                    marks[-1] = mark
-                    judged.add_columns({key: (steps.tolist(), [0.0] * len(steps), marks)})
+            for event in history.crashes():
+                if event.state is CrashState.DISMISSED:  # the log itself saw training go on after it
+                    if history is not judged and event.key in {e.key for e in judged.crashes()}:
+                        judged.put_crash(event)
+                    continue
+                judged.put_crash(dataclasses.replace(event, state=self._state(event.key, source, judged)))
 
-    def _mark(self, key: str, source: MetricSource, judged: MetricHistory) -> float:
+    def _state(self, key: str, source: MetricSource, judged: MetricHistory) -> CrashState:
         now = self._clock()
         printed = self._printed.get(key)
         if printed is None:
@@ -79,10 +77,10 @@ class CrashConfirmation:
         if key in self._dismissed or (last_logged is not None and last_logged > printed + ALIVE_MARGIN_S) \
                 or self._arrivals.get(key, 0) >= 2:
             self._dismissed.add(key)
-            return 0.0
+            return CrashState.DISMISSED
         if self.live and not self.job_over and now - printed < max(CRASH_CONFIRM_S, 3 * self._cadence(judged)):
-            return 0.5
-        return 1.0
+            return CrashState.PRINTED
+        return CrashState.CONFIRMED
 
     def _cadence(self, judged: MetricHistory) -> float:
         """The run's own rhythm (seconds between new points; 0 when unknown): from the polls that brought new
@@ -99,15 +97,9 @@ class CrashConfirmation:
         return max(gaps, default=0.0)
 
 
-def _open_crashes(history: MetricHistory) -> list[str]:
-    """Crash keys whose latest mark is not 'training went on after it'."""
-    found = []
-    for key in history.keys():
-        if split_crash_key(key) is not None:
-            values = history.series(key)[1]
-            if len(values) and values[-1] != 0.0:
-                found.append(key)
-    return found
+def _open_crashes(history: MetricHistory) -> list[CrashEvent]:
+    """The crashes that training did not go on after, as the log's reader saw them."""
+    return [event for event in history.crashes() if event.state is not CrashState.DISMISSED]
 
 
 def _printed_at(source: MetricSource, now: float) -> float:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.logs import stream_logger
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy_table import policy_table
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
@@ -92,6 +93,9 @@ class Sidecar:
             self.state.full_interval_s = self.settings.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
         self.emit(cadence_line(self.settings))
+        changed = policy_table(self.settings.policy) if self.settings.policy is not None else {}
+        if changed:
+            self._diag("judging with the run's [judge] thresholds: " + ", ".join(f"{k} = {v}" for k, v in changed.items()))
         return True
 
     def run(self) -> int:
@@ -141,6 +145,8 @@ class Sidecar:
                 self._tracker_recorded = True  # once is enough to say it
                 self._poll_failed("recording the W&B run", exc)
         self.sources.crashes.job_over = self.job_state.is_terminal  # a printed crash needs no more confirming
+        if self.job_state.is_terminal:
+            self._last_read()
         try:
             verdict = self._judge(now)
         except Exception as exc:  # noqa: BLE001 - the judge failing must not end the watch
@@ -148,9 +154,9 @@ class Sidecar:
             verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE,
                               f"this poll could not be judged ({what}); waiting, the watch goes on")
         self.state.data_source = source_label(self.sources.active_kind)
-        if verdict.decision is Decision.STOP:
-            return self._stop(verdict, now)
         ended = self.job_state.is_terminal
+        if verdict.decision is Decision.STOP:
+            return self._stop(verdict, now, ended=ended)
         if not ended and self._starting_up(now, verdict):
             return None
         self._maybe_alert_wait_or_crash(verdict, now, ended)
@@ -161,10 +167,22 @@ class Sidecar:
         self._remember(verdict)
         if ended:
             self.state.finished = True
-            self.state.final_summary = f"training job {self.settings.job_id} ended {self.job_state.value}; sidecar done\n"
+            self.state.final_summary = (
+                f"training job {self.settings.job_id} ended {self.job_state.value}; sidecar done (final decision "
+                f"{verdict.decision.value} {verdict.reason.value} at step {verdict.last_step})\n"
+            )
             self.emit(self.state.final_summary)
             return 0
         return None
+
+    def _last_read(self) -> None:
+        """The job has ended: one last read of every source (what it wrote between the last poll's read and its
+        end, its final flushes), so the final decision and report are made from all of it."""
+        try:
+            if self.sources.read():
+                self.state.last_new_data_at = self.clock()
+        except Exception as exc:  # noqa: BLE001 - the last word is judged on what was read before
+            self._poll_failed("the last read after the job ended", exc)
 
     def _poll_failed(self, doing: str, exc: BaseException) -> str:
         """Count and name one failure inside a poll; the loop goes on. Returns the one-line error."""
@@ -312,10 +330,12 @@ class Sidecar:
         job = f" (job {self.settings.job_id})" if self.settings.job_id else ""
         return f"{self.settings.run_name}{job} — {self.sources.describe()}"
 
-    def _stop(self, verdict: Verdict, now: float) -> int:
-
+    def _stop(self, verdict: Verdict, now: float, *, ended: bool = False) -> int:
         self._full_report(verdict, now, ending=True)
-        if self.state.stop_requested_at:
+        if ended:  # it died by itself (a crash, a NaN): the verdict and its evidence, nothing to stop
+            outcome = StopOutcome("none", True, f"training job {self.settings.job_id} had already ended "
+                                                f"{self.job_state.value}; nothing to stop")
+        elif self.state.stop_requested_at:
             # an earlier process of this watcher stopped the run and was ended before it could finish:
             # one stop per run, whatever restarts happen in between
             outcome = StopOutcome("none", True, f"stop requested already at {self.state.stop_requested_at:.0f} by an "

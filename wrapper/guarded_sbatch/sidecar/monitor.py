@@ -25,6 +25,7 @@ from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.judge.policy_table import policy_from_table
 from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.loop import CountedScheduler, Sidecar, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -130,7 +131,7 @@ class SharedMonitor:
                 continue
             run_dir = Path(entry["run_dir"])
             out = open(run_dir / REPORT_FILE, "a", encoding="utf-8")
-            policy = JudgePolicy(**entry.get("policy", {}))
+            policy = _recorded_policy(run_dir, JudgePolicy(**entry.get("policy", {})))
             record = _record(run_dir)
             sidecar_settings = SidecarSettings(  # the run's sources as its record has them, as a per-job sidecar reads
                 run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
@@ -224,6 +225,18 @@ class SharedMonitor:
                 self.calls.count += 1
                 requeue(self.settings.job_id)
         return 0
+
+
+def _recorded_policy(run_dir: Path, base: JudgePolicy) -> JudgePolicy:
+    """The [judge] thresholds the run was launched with (its record), as a per-job sidecar judges it."""
+    raw = read_json(run_dir / "run.json")
+    table = raw.get("judge") if isinstance(raw, dict) else None
+    if not isinstance(table, dict) or not table:
+        return base
+    try:
+        return policy_from_table(table, where=f"{run_dir / 'run.json'}", base=base)
+    except GuardedError:
+        return base  # a record edited by hand: the defaults, never an unwatched run
 
 
 def _named_sources(entry: dict[str, Any], record: RunRecord | None) -> list[SourceSpec]:

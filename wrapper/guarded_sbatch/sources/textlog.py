@@ -1,15 +1,18 @@
 """Incremental reader of a training run's text log (stdout) and of HF's trainer_state.json.
 
 Only complete lines are parsed: bytes after the last newline are kept for the next read, so a line
-being written is never half-read. Carriage returns (tqdm) split records too, ANSI colours are removed,
+being written is never half-read. Carriage returns (tqdm) split records too, and so does a traceback that
+starts on a progress bar's line (the bar's final redraw after it never counts as training); ANSI colours are removed,
 rank prefixes and duplicate lines from several ranks fold into one point per (key, step).
 
 Steps: a line's own step-like field, else the step of the nearest earlier line that had one; a log
 that never printed a step numbers its records 1, 2, 3... HF Trainer dicts take the step of HF's
 training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total optimization steps`
 header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
-new value, at the step being computed when it was printed (the last completed step + 1).
-A crash at the end of the log becomes a point with a crash key (see base.crash_key).
+new value, at the step being computed when it was printed (the last completed step + 1; drops in a row with
+no step completed between are one attempt each: + 2, + 3, ...).
+A crash at the end of the log travels as a point with a crash key (core/points.crash_key); the judged history
+turns it into a typed event (judge/history.CrashEvent).
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ MAX_RECORD_CHARS = 64 * 1024
 # lines Slurm's own tools write into the job's output (srun, slurmstepd or slurmstepd-<node>, ...)
 _SCHEDULER_LINE = re.compile(r"\s*(?:srun|slurmstepd|slurmd|sbatch|salloc|scontrol|scancel)(?:-[\w.-]{1,100})?(?:\[\d+\])?: ")
 MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
+# a traceback printed right after a progress bar's last redraw starts on the bar's line (no newline before it)
+_TRACEBACK_TEXT = "Traceback (most recent call last):"
+_AT_TRACEBACK = re.compile(r"(?<=\S)(?=Traceback \(most recent call last\):)")
 
 
 @guarded_reader
@@ -54,6 +60,8 @@ class TextLogSource(SourceBase):
         self._crashes = CrashTracker()
         self._crash_point: MetricPoint | None = None
         self._overflow_step: int | None = None
+        self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
+        self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
 
     def describe(self) -> str:
         return str(self.path)
@@ -78,7 +86,11 @@ class TextLogSource(SourceBase):
         repeated = False
         for physical_line in text.split("\n"):
             for line in physical_line.split("\r"):
-                repeated |= self._parse(line, points)
+                if _TRACEBACK_TEXT in line:  # `...10.81it/s]Traceback (most recent call last):`: two records
+                    for piece in _AT_TRACEBACK.split(line):
+                        repeated |= self._parse(piece, points)
+                else:
+                    repeated |= self._parse(line, points)
         return newest_per_key_step(points) if repeated else points
 
     def _read_bytes(self) -> bytes:
@@ -108,6 +120,9 @@ class TextLogSource(SourceBase):
         if parsed is None:
             return False
         if parsed.bar is not None:
+            bar, self._last_bar = self._last_bar, (parsed.step, parsed.bar[0])
+            if self._crashes.crash is not None and bar == self._last_bar:
+                return False  # the bar's last redraw as the program exits, after the traceback: not training
             self._hf.see_bar(*parsed.bar)
         if parsed.kind in ("hf_header", "hf_summary", "overflow"):
             self._hf.header.update(parsed.header)
@@ -157,7 +172,13 @@ class TextLogSource(SourceBase):
             return step
         if parsed.kind == "loss_scale" and parsed.step is None:
             completed = self._hf.bar_step if self._hf.bar_step is not None else self._last_step
-            return completed + 1 if completed is not None else self._next_ordinal()
+            if completed is None:
+                return self._next_ordinal()
+            # drops in a row with no step completed between (fairseq retries after each overflow): one attempt each
+            last_completed, drops = self._scale_drops
+            drops = drops + 1 if last_completed == completed else 0
+            self._scale_drops = (completed, drops)
+            return completed + 1 + drops
         if parsed.step is not None:
             if parsed.kind != "loss_scale":
                 self._last_step = parsed.step

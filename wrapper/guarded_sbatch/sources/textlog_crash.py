@@ -2,8 +2,10 @@
 launchers and Slurm (CUDA OOM, NCCL watchdog timeouts, fp16 loss scale at its minimum, ...).
 
 The tracker sees every line in order. Lines of a traceback (frames, source, carets, the exception)
-are never metrics. The first fatal line after the last training record is the crash; a later
-training record with its own step (a requeued or resumed run) clears it.
+are never metrics. The first fatal line after the last training record is the crash, named by its root
+error: in a chained traceback the first fatal exception, the later ones (a launcher's `CalledProcessError`)
+added as context (an ordinary exception being handled, `StopIteration`, is context of the one raised then).
+A later training record with its own step (a requeued or resumed run) clears it.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class Crash:
     step: int | None  # the last training step before it
 
 
+def _known_fatal(exception: str) -> bool:
+    """Whether a crash label is one of the known fatal errors (OOM, NCCL timeout, ...), not an ordinary exception."""
+    return any(pattern.search(exception) for _, _, pattern in _FATAL_LINES)
+
+
 def _clip(text: str, limit: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -60,7 +67,7 @@ class CrashTracker:
         self._in_traceback = False
         self._ignored_traceback = False  # `Exception ignored in ...`: Python goes on
         self._saw_frame = False
-        self._chained = False  # `During handling of the above exception...`: the next one is the crash
+        self._chained = ""  # "cause" (`... was the direct cause of ...`) or "handling" (`During handling ...`)
 
     def clear(self) -> None:
         """A training record came after the crash: the run is alive again (requeued, resumed)."""
@@ -77,7 +84,7 @@ class CrashTracker:
         if self._in_traceback:
             return self._traceback_line(line, stripped, step)
         if stripped.startswith(_CHAIN):
-            self._chained = self.crash is not None
+            self._chained = ("handling" if stripped.startswith(_CHAIN[0]) else "cause") if self.crash else ""
             return True
         if stripped.startswith("Exception ignored in"):
             self._ignored_traceback = True
@@ -111,11 +118,24 @@ class CrashTracker:
         return True
 
     def _record(self, label: str, line: str, step: int | None, cause: str = "") -> None:
-        if self.crash is not None and not self._chained:
-            return  # the first fatal line is the cause; what follows is its aftermath
-        step = self.crash.step if self.crash is not None else step
-        self._chained = False
         exception = _clip(cause or line, 160)
         if label and label.lower() not in exception.lower():
             exception = f"{label}: {exception}"
+        root, chain = self.crash, self._chained
+        if root is not None and not chain:
+            return  # the first fatal line is the cause; what follows is its aftermath
+        self._chained = ""
+        if root is not None and (chain == "cause" or _known_fatal(root.exception)):
+            # `raise Wrapper from error` (a launcher's CalledProcessError over the trainer's error), or a fatal error
+            # (OOM, NCCL) whose handling failed too: the first is the root error, the later one its context
+            wrapper = exception.split(":", 1)[0]
+            if wrapper.lower() not in root.exception.lower():
+                exception = _clip(f"{root.exception} (raised as {wrapper})", 200)
+            else:
+                exception = root.exception
+            self.crash = Crash(exception=exception, evidence=root.evidence, step=root.step)
+            return
+        if root is not None:  # `During handling of StopIteration ...`: the exception raised while handling is the crash
+            step = root.step
+            exception = _clip(f"{exception} (while handling {root.exception.split(':', 1)[0]})", 200)
         self.crash = Crash(exception=exception, evidence=_clip(line, MAX_EVIDENCE), step=step)

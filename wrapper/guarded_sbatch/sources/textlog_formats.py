@@ -41,7 +41,7 @@ _STEP_KEYS = ("global_step", "global step", "num_updates", "step", "_step", "s",
 _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test", "iteration", "iter", "batch",
                  "validation loss at iteration", "validate step", "global step", "micro_step", "default", "day",
                  "days", "line", "pid", "node", "gpu", "device", "epoch(train)", "epoch(val)", "iter(train)",
-                 "iter(val)", "epoch(test)", "update"}
+                 "iter(val)", "epoch(test)", "update", "using"}
 _EVAL_LINE = re.compile(
     r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
     r"\bend of epoch\b|^Eval |^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
@@ -66,6 +66,12 @@ _MODULE_PATH = re.compile(r"[a-z_]+(?:\.[a-z_0-9]+)+")
 _DICT_STEP_KEYS = ("global_step", "train/global_step", "trainer/global_step", "step", "num_updates", "iteration",
                    "iter", "_step")
 _DEBUG_DICT = re.compile(r"device=|grad_fn=")
+_RICH_BAR = re.compile(r"Epoch (?P<epoch>\d+)/\d+\s+[━╸╺╴╶─ ]{1,400}\s(?P<n>\d+)/(?P<total>\d+)\b")
+# a model's size as printed at start-up (`model params: 0.42M`, Lightning's summary: `Trainable params: 9`, `Total
+# params`, `Total estimated model params size (MB)`, `Modules in train mode`, `Total FLOPs`; HF's `num_parameters`)
+_BANNER = re.compile(r"\b(?:params|parameters|num_parameters|n_params|FLOPs)\b\s*(?:size\s*\(\w+\)\s*)?[:=]"
+                     r"|^\s*[\d.,]+\s*[KMGT]?\s+(?:Trainable|Non-trainable|Total) params|^Modules in \w+ mode:",
+                     re.IGNORECASE)
 _COLUMN = re.compile(r"[A-Za-z][\w()\-@/%.]*:?")
 _ROW_FIELD = re.compile(rf"(?:{_N})(?:/\d+)?[A-Za-z%]{{0,3}}:?|all")
 
@@ -230,12 +236,31 @@ def table_row(message: str, columns: list[str]) -> ParsedLine | None:
     return parsed if parsed.values else None
 
 
+def _rich_bar(message: str, rich: re.Match[str], wall: float) -> ParsedLine:
+    """Lightning's RichProgressBar, `Epoch 2/2  ━━━━ 40/40 0:00:00 • 0:00:00 691.78it/s train_loss: 0.000`
+    (epochs from 0, batches within the epoch): step epoch x batches + batch, its metrics after the rate."""
+    n, total = int(rich["n"]), int(rich["total"])
+    parsed = ParsedLine(kind="bar", step=int(rich["epoch"]) * total + n, bar=(n, total, True), wall_time=wall)
+    tail = message[rich.end() :]
+    rate = tail.find("it/s")
+    start = rate + 4 if rate >= 0 else 0
+    if n > 0:
+        parsed.values = {k: v for k, v, p in find_pairs(tail, start) if _keep(k, tail, p)}
+    return parsed
+
+
 def parse_line(line: str) -> ParsedLine | None:
     """One record (split on \\r and \\n)."""
     line = clean_line(line)
     message = strip_headers(line)
     if not message:
         return None
+    if _BANNER.search(message[:HEAD]):
+        return None  # start-up summaries (parameter counts, model size, FLOPs): not training metrics
+    if "━" in message[:HEAD]:
+        rich = _RICH_BAR.match(message)
+        if rich is not None:
+            return _rich_bar(message, rich, wall=0.0)
     wall = parse_timestamp(line) if line[:1] in "[0123456789" or "[titan]" in line[:20] else 0.0
     head = message[:HEAD]
     bar = find_bar(message)
@@ -261,7 +286,8 @@ def parse_line(line: str) -> ParsedLine | None:
 
 
 def _bar_line(message: str, bar: re.Match[str], wall: float) -> ParsedLine | None:
-    """A tqdm bar: its postfix metrics, Lightning's epoch step, and whatever follows the bar."""
+    """A tqdm bar: its postfix metrics, Lightning's epoch step, and whatever follows the bar. A bar at 0/N is a
+    reset (Lightning redraws each epoch's bar at 0 with the last epoch's postfix): it counts nothing new."""
     description = message[: bar.start()].strip()
     n, total = int(bar.group(2)), int(bar.group(3))
     postfix = bar.group(4) or ""
@@ -270,7 +296,7 @@ def _bar_line(message: str, bar: re.Match[str], wall: float) -> ParsedLine | Non
     if lightning is not None and lightning.group(1) is not None:
         parsed.step = int(lightning.group(1)) * total + n
     comma = postfix.find(",")
-    if comma >= 0 and "=" in postfix:
+    if comma >= 0 and "=" in postfix and n > 0:
         pairs = [(k, v, p) for k, v, p in find_pairs(postfix, comma) if _keep(k, postfix, p)]
         for key, value, _ in pairs:
             if key.lower().endswith("global_step") and math.isfinite(value):
