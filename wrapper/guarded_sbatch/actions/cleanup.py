@@ -24,8 +24,8 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import RunRecord, launch_root
 from guarded_sbatch.scheduler.base import SchedulerUnreachableError
 from guarded_sbatch.actions.stop import stop_run
-import sys
 from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 import os
 import stat as stat_module
 import sqlite3
@@ -340,7 +340,7 @@ def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
     """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too)."""
 
     try:
-        result = run_command([sys.executable, "-c", _WANDB_DELETE, run_path], timeout=timeout_s, check=False)
+        result = run_command(python_argv("-c", _WANDB_DELETE, run_path), timeout=timeout_s, check=False, cwd=CHILD_CWD)
     except CommandError as exc:
         if exc.timed_out:
             return f"W&B did not answer within {timeout_s:.0f} s: online run {run_path} not deleted; delete it on the W&B site"

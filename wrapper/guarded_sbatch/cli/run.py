@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.redact import redact
 
@@ -76,7 +77,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     if tmux:
         job_script, log = _tmux_job(staging, tmux, command)
         log_paths = (log,)
-        stop_command = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{tmux}",
+        stop_command = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{tmux}",
                                    "--grace", str(TMUX_STOP_GRACE_S)])
     return _start(launch, report, config, scheduler, job_script, command, tmux, log_paths, stop_command)
 
@@ -124,7 +125,7 @@ def _tmux_job(staging: Path, session: str, command: list[str]) -> tuple[Path, Pa
         "#!/bin/bash\n# guarded-sbatch run: the command, inside its tmux session\nexport PYTHONUNBUFFERED=1\n"
         f"cd {shlex.quote(os.getcwd())}\n{shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}\n"
         f"echo \"${{PIPESTATUS[0]}}\" > {shlex.quote(str(status))}\n", encoding="utf-8")
-    stopper = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{session}",
+    stopper = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{session}",
                           "--grace", str(TMUX_STOP_GRACE_S)])
     outer = staging / "tmux-job.sh"
     outer.write_text(f"""#!/bin/bash

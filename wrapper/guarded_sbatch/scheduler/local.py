@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pathlib import Path
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.redact import redact, redact_args
+from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.run_sources import expand_filename_pattern
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
@@ -105,7 +105,7 @@ class LocalScheduler:
 
     def test_only(self, request: SubmitRequest) -> str:
         """What `sbatch --test-only` says (on stderr), without creating a job, as sbatch does."""
-        base = Path(request.workdir or os.getcwd())
+        base = Path(os.path.abspath(request.workdir or os.getcwd()))
         script = request.script if request.script.is_absolute() else base / request.script
         parse_local_options(tuple(o for o in request.sbatch_options if o != "--test-only"), script,
                             request.job_environment())  # the same errors a real submission would give
@@ -122,7 +122,7 @@ class LocalScheduler:
     def submit(self, request: SubmitRequest) -> str:
         if "--test-only" in request.sbatch_options:
             raise UsageError("--test-only creates no job; use LocalScheduler.test_only")
-        base = Path(request.workdir or os.getcwd())
+        base = Path(os.path.abspath(request.workdir or os.getcwd()))  # the supervisor runs in its own folder
         script = request.script if request.script.is_absolute() else base / request.script
         options = parse_local_options(request.sbatch_options, script, request.job_environment())
         workdir = (base / options.chdir) if options.chdir else base
@@ -161,7 +161,7 @@ class LocalScheduler:
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
             proc = subprocess.Popen(
-                [sys.executable, "-m", "guarded_sbatch.scheduler.local_supervisor", str(folder)],
+                python_argv("-m", "guarded_sbatch.scheduler.local_supervisor", str(folder.resolve())), cwd=folder,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 env={**request.job_environment(), ARGV_ENV: json.dumps(argv)},
             )
