@@ -60,6 +60,17 @@ class SharedCluster:
                               capture_output=True, text=True, timeout=timeout, input=input_text,
                               stdin=None if input_text is not None else subprocess.DEVNULL)
 
+    def copy_project(self, source: Path, name: str) -> Path:
+        """A copy of `source` in the shared project folder, as the victim's group-shared work: owned by the victim,
+        the project group's, group-writable, every folder setgid."""
+        target = self.project / name
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
+        for path in [target, *target.rglob("*")]:
+            os.chown(path, self.victim.uid, self.gid, follow_symlinks=False)
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o020 | (0o2000 if path.is_dir() else 0))
+        return target
+
     def write_as(self, user: User, path: Path, text: str, mode: str = "664") -> None:
         """A file written by `user` (so owned by them), as a co-worker would plant it."""
         result = self.run(user, ["sh", "-c", f'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod {mode} "$1"', "sh",

@@ -35,11 +35,7 @@ def _ours(marker: Path) -> list[str]:
 
 def test_planted_modules_never_run_in_the_shim_the_cli_the_supervisor_or_the_sidecar(shared_cluster: SharedCluster) -> None:
     cluster = shared_cluster
-    project = cluster.project / "mlp"
-    cluster.run(cluster.victim, ["mkdir", "-p", str(project)])
-    shutil.copytree(EXAMPLE, project, dirs_exist_ok=True, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
-    subprocess.run(["chown", "-R", f"{cluster.victim.uid}:{cluster.gid}", str(project)], check=True, timeout=30)
-    subprocess.run(["chmod", "-R", "g+w", str(project)], check=True, timeout=30)  # a shared project, as umask 002 makes it
+    project = cluster.copy_project(EXAMPLE, "mlp")
     name = f"{EXAMPLE_NAME}-p{int(time.time()) % 100000}"
     script = project / "train.sh"
     script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1))
