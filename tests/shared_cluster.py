@@ -71,6 +71,12 @@ class SharedCluster:
                 path.chmod(path.stat().st_mode | 0o020 | (0o2000 if path.is_dir() else 0))
         return target
 
+    def fast_sidecar(self, user: User) -> None:
+        """The user's own config with short sidecar intervals (tests poll; real runs keep the defaults)."""
+        config = user.home / ".config" / "guarded-sbatch" / "config.toml"
+        self.write_as(user, config, '[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = "400M"\n',
+                      mode="600")
+
     def write_as(self, user: User, path: Path, text: str, mode: str = "664") -> None:
         """A file written by `user` (so owned by them), as a co-worker would plant it."""
         result = self.run(user, ["sh", "-c", f'mkdir -p "$(dirname "$1")" && cat > "$1" && chmod {mode} "$1"', "sh",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -40,10 +39,7 @@ def test_planted_modules_never_run_in_the_shim_the_cli_the_supervisor_or_the_sid
     script = project / "train.sh"
     script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1))
     marker = _plant(cluster, project)
-    config = cluster.victim.home / ".config" / "guarded-sbatch" / "config.toml"
-    cluster.run(cluster.victim, ["mkdir", "-p", str(config.parent)], cwd=cluster.victim.home)
-    config.write_text('[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = "400M"\n')
-    subprocess.run(["chown", f"{cluster.victim.uid}:{cluster.victim.gid}", str(config)], check=True, timeout=30)
+    cluster.fast_sidecar(cluster.victim)
     env = cluster.env(cluster.victim, GUARDED_SBATCH_BACKEND="local",
                       GUARDED_SBATCH_REAL_SBATCH=shutil.which("sbatch") or "/usr/bin/sbatch")
 

@@ -33,7 +33,7 @@ TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run'
 
 def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False) -> int:
     from guarded_sbatch.core.config import load_config
-    from guarded_sbatch.core.fsutil import state_dir
+    from guarded_sbatch.core.fsutil import private_dir, state_dir
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import format_report, run_preflight
     from guarded_sbatch.scheduler.local import LocalScheduler
@@ -52,7 +52,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
         _wait_session_gone(tmux)  # the killed run's session may still be on its way out
     if tmux and not check_only and _tmux_session_exists(tmux):
         raise UsageError(f"tmux session {tmux} already exists: pick another --guard-tmux name or end that session")
-    (state_dir() / "run-staging").mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir() / "run-staging")
     staging = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=state_dir() / "run-staging"))
     script = staging / "command.sh"  # what the pre-flight reads; also the job itself without tmux
     script.write_text("#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"

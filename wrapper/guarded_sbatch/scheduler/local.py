@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
-from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.fsutil import make_private_dirs, read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.run_sources import expand_filename_pattern
@@ -93,8 +93,9 @@ class LocalScheduler:
 
     def _next_id(self) -> str:
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "counter", "a+", encoding="utf-8") as handle:
+        make_private_dirs(self.root)
+        counter = os.open(self.root / "counter", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(counter, "r+", encoding="utf-8") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             handle.seek(0)
             current = int(handle.read().strip() or "0")
@@ -138,7 +139,9 @@ class LocalScheduler:
             if options.error else None
         )
         folder = self.job_dir(job_id)
-        folder.mkdir(parents=True)
+        make_private_dirs(folder.parent)
+        os.mkdir(folder, 0o700)  # fails when it exists: one job per folder
+        os.chmod(folder, 0o700)
         argv = ["bash", str(script.resolve()), *request.script_args]
         spec = {
             "job_id": job_id,
@@ -157,7 +160,7 @@ class LocalScheduler:
         }
         write_json_atomic(folder / "spec.json", spec)
         write_json_atomic(folder / "job.json", {"state": JobState.PENDING.value})
-        log = open(folder / "supervisor.log", "ab")
+        log = os.fdopen(os.open(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
             proc = subprocess.Popen(

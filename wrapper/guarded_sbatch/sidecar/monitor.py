@@ -11,6 +11,8 @@ monitor resumes every run from its state file.
 
 from __future__ import annotations
 
+import os
+
 import logging
 import signal
 import time
@@ -128,7 +130,8 @@ class SharedMonitor:
             if job_id in self.runs or len(self.runs) >= self.settings.max_runs:
                 continue
             run_dir = Path(entry["run_dir"])
-            out = open(run_dir / REPORT_FILE, "a", encoding="utf-8")
+            out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
+                            "a", encoding="utf-8")
             policy = JudgePolicy(**entry.get("policy", {}))
             sidecar_settings = SidecarSettings(
                 run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
