@@ -145,14 +145,22 @@ def test_deletion_does_not_follow_symlinks_inside_the_tree(root: Path, tmp_path:
     assert (precious / "data.bin").read_bytes() == b"keep me"
 
 
-def test_a_symlink_inside_the_root_to_a_folder_inside_the_root_deletes_both(root: Path) -> None:
+def test_a_symlink_inside_the_root_loses_the_link_alone_never_its_target(root: Path) -> None:
     real = root / "coco-resnet50-bs256" / "ckpt"
+    (real / "step-1.pt").write_bytes(b"keep me")
     link = root / "coco-resnet50-bs256" / "latest"
     link.symlink_to(real, target_is_directory=True)
     guarded = check(link, root)
-    assert guarded.is_link
-    assert "symlink" in delete_guarded(guarded)
-    assert not real.exists() and not os.path.lexists(link)
+    assert guarded.is_link and guarded.describe() == f"delete the symlink {link} only (its target {real} is left alone)"
+    assert "symlink deleted" in delete_guarded(guarded)
+    assert (real / "step-1.pt").read_bytes() == b"keep me" and not os.path.lexists(link)
+
+
+def test_a_folder_on_the_way_that_is_a_symlink_inside_the_root_is_refused(root: Path) -> None:
+    real = root / "coco-resnet50-bs256"
+    (root / "alias").symlink_to(real, target_is_directory=True)
+    assert "on the way is a symlink" in refused(root / "alias" / "ckpt", root)
+    assert (real / "ckpt").is_dir()
 
 
 def test_a_folder_swapped_for_a_symlink_after_the_plan_is_not_deleted(root: Path, tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import RunRecord, launch_root
 from guarded_sbatch.scheduler.base import SchedulerUnreachableError
 from guarded_sbatch.actions.stop import stop_run
-import sys
 from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 import os
 import stat as stat_module
 import sqlite3
@@ -53,6 +53,8 @@ class CleanupAction:
     def describe(self) -> str:
         if self.refused:
             return f"REFUSED {self.target}: {self.refused}"
+        if self.kind == "delete-path" and self.guarded is not None:
+            return self.guarded.describe()
         words = {
             "delete-path": f"delete {self.target}",
             "wandb-api-delete": f"delete W&B run {self.target} through the W&B API (when reachable)",
@@ -168,13 +170,31 @@ def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], 
     kind = str(tracker.get("kind", "")).lower()
     actions: list[CleanupAction] = []
     run_path = str(tracker.get("run_path") or tracker.get("wandb_run_path") or "")
+    # Only the W&B run the launch gave the job (WANDB_RUN_ID) is ever deleted: a log planted in a shared folder
+    # may name any run the user's key can delete.
+    launch_id = str((record.sources or {}).get("wandb_run_id") or "")
     if run_path and kind in ("", "wandb"):
-        actions.append(CleanupAction("wandb-api-delete", run_path))
+        if not launch_id:
+            actions.append(CleanupAction("manual", f"W&B run {run_path}", extra={
+                "why": "the launch gave this job no W&B run id, so which run it wrote cannot be proven; "
+                       "delete it on the W&B site"}))
+        elif run_path.rstrip("/").rpartition("/")[2] != launch_id:
+            actions.append(CleanupAction("wandb-api-delete", run_path, refused=(
+                f"not the W&B run the launch gave the job ({launch_id}): refused")))
+        else:
+            actions.append(CleanupAction("wandb-api-delete", run_path, extra={"run_id": launch_id}))
     # The local run folder goes too: a leftover folder would re-create the run at the next `wandb sync`.
-    local_runs = [p for p in [*record.wandb_paths, str(tracker.get("run_dir") or "")] if p]
+    # record.wandb_paths were given or found by the launch id; the sidecar's run_dir came from a log it read
+    seen = str(tracker.get("run_dir") or "")
+    local_runs = [p for p in [*record.wandb_paths, seen] if p]
     folders = []
     for recorded in local_runs:
         folder = wandb_run_folder(recorded)
+        if recorded == seen and recorded not in record.wandb_paths and folder is not None and not (
+                launch_id and Path(folder).name.endswith(f"-{launch_id}")):
+            actions.append(CleanupAction("manual", recorded, extra={
+                "why": f"not the folder of the W&B run the launch gave the job ({launch_id or 'none'}); left alone"}))
+            continue
         if folder is None:
             actions.append(
                 CleanupAction(
@@ -277,7 +297,7 @@ def execute_cleanup(
                     assert action.guarded is not None
                     detail = f"{action.target}: {delete_guarded(action.guarded)}"
                 elif action.kind == "wandb-api-delete":
-                    detail = delete_wandb_run(action.target, timeout_s=wandb_timeout_s)
+                    detail = delete_wandb_run(action.target, action.extra["run_id"], timeout_s=wandb_timeout_s)
                 elif action.kind in ("mlflow-sqlite", "mlflow-file"):
                     detail = delete_mlflow_run(action.kind, Path(action.target), action.extra["run_id"])
                 else:
@@ -336,15 +356,21 @@ except OSError as exc:
     print(f"unreachable: {exc}")
     sys.exit(3)
 import wandb
-wandb.Api(timeout=15).run(sys.argv[1]).delete()
+run = wandb.Api(timeout=15).run(sys.argv[1])
+if run.id != sys.argv[2]:
+    print(f"W&B answered with run {run.id!r}, not {sys.argv[2]!r}", file=sys.stderr)
+    sys.exit(4)
+run.delete()
 """
 
 
-def delete_wandb_run(run_path: str, *, timeout_s: float) -> str:
-    """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too)."""
+def delete_wandb_run(run_path: str, run_id: str, *, timeout_s: float) -> str:
+    """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too), once W&B
+    confirms that the run at run_path is run_id."""
 
     try:
-        result = run_command([sys.executable, "-c", _WANDB_DELETE, run_path], timeout=timeout_s, check=False)
+        result = run_command(python_argv("-c", _WANDB_DELETE, run_path, run_id), timeout=timeout_s, check=False,
+                             cwd=CHILD_CWD)
     except CommandError as exc:
         if exc.timed_out:
             return f"W&B did not answer within {timeout_s:.0f} s: online run {run_path} not deleted; delete it on the W&B site"

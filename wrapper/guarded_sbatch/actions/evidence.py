@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps, json_number
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.core.redact import redact, redact_tree
 from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 
 SNIPPET_BYTES = 16 * 1024
 PLOT_TIMEOUT_S = 120.0
@@ -100,7 +100,8 @@ def plot_in_subprocess(
     write_private(input_path, json.dumps(plot_input(series, verdict)))
     try:
         run_command(
-            [sys.executable, "-m", "guarded_sbatch.actions.evidence_plot", str(input_path), str(path)], timeout=PLOT_TIMEOUT_S
+            python_argv("-m", "guarded_sbatch.actions.evidence_plot", os.path.abspath(input_path), os.path.abspath(path)),
+            timeout=PLOT_TIMEOUT_S, cwd=CHILD_CWD,
         )
     except CommandError as exc:
         raise RuntimeError(f"plotting failed: {(exc.stderr.strip().splitlines() or [str(exc)])[-1]}") from None

@@ -16,12 +16,26 @@ class NotesError(GuardedError):
     pass
 
 
+NOTE_MODE = 0o640  # the project's notes: the project folder's group reads them (never writes), others nothing
+
+
+def _open_note(path: Path) -> int:
+    """The notes file opened for appending; a new one is NOTE_MODE whatever the umask (the sidecar runs with 077)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, NOTE_MODE)
+    except FileExistsError:
+        return os.open(path, flags)
+    os.fchmod(fd, NOTE_MODE)
+    return fd
+
+
 def append_project_note(path: Path, text: str) -> None:
 
     data = (redact(text).rstrip("\n") + "\n\n").encode("utf-8")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+        fd = _open_note(path)
     except OSError as exc:
         raise NotesError(f"cannot write project note to {path}: {exc.strerror}") from None
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 
 EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
 TITLES = {
@@ -103,7 +104,7 @@ def send_alert(settings: NotifySettings, alert: Alert) -> NotifyOutcome:
     attach = [str(alert.plot)] if alert.plot is not None and alert.plot.is_file() else []
     request = json.dumps({"urls": list(settings.urls), "title": alert.title(), "body": alert.body(), "attach": attach})
     try:
-        result = run_command([sys.executable, "-m", "guarded_sbatch.actions.notify"], input_text=request,
+        result = run_command(python_argv("-m", "guarded_sbatch.actions.notify"), input_text=request, cwd=CHILD_CWD,
                              timeout=settings.timeout_s, check=False)
     except CommandError as exc:
         what = f"not confirmed within {settings.timeout_s:.0f} s" if exc.timed_out else "could not start"

@@ -4,9 +4,13 @@ A path may be deleted only when it was recorded for that run and lies inside the
 (with no run roots configured: inside the submit folder pinned at launch, see registry.launch_root; the
 record's own, editable submit_dir never widens this). `/`, home folders (any user's) and the hidden
 folders directly in them, system folders (/etc, /usr, ...), the run root itself, `..` components and
-symlinks that lead out are refused. Deletion walks from the root with directory file descriptors
-(openat with O_NOFOLLOW, unlinkat), so a parent swapped for a symlink mid-way is never followed, and
-it never crosses into another file system or a (bind) mount point: those are left in place and reported.
+symlinks that lead out are refused. Links are never followed (as `rm -r LINK`): a recorded path that is a
+symlink inside the roots loses the link alone, a folder on the way that is a symlink is refused. Nothing owned
+by another user is crossed (systemd-tmpfiles' "unsafe path transition": in a group-writable project folder a
+co-worker can swap what they own into the run's path): such a folder on the way is refused, such an entry
+inside the deleted tree is left in place and reported. Deletion walks from the root with directory file
+descriptors (openat with O_NOFOLLOW, fstat of each opened folder, unlinkat), so a parent swapped mid-way is
+never followed, and it never crosses into another file system or a (bind) mount point.
 """
 
 from __future__ import annotations
@@ -31,9 +35,18 @@ class GuardedPath:
     """A path the guard accepted: where it was recorded, what it resolves to, and the root it lies in."""
 
     recorded: Path  # absolute, normalised, as recorded for the run
-    resolved: Path  # symlinks resolved
+    resolved: Path  # what is really deleted: the run root's own links resolved, nothing below it followed
     root: Path  # the (resolved) run root it lies inside
-    is_link: bool  # the recorded path itself is a symlink (to somewhere inside the root)
+    is_link: bool  # the recorded path itself is a symlink: the link alone is deleted, never its target
+    link_target: str = ""  # where that link points (left alone)
+
+    def describe(self) -> str:
+        """What deleting it really does, for the plan."""
+        if self.is_link:
+            return f"delete the symlink {self.recorded} only (its target {self.link_target} is left alone)"
+        if self.resolved != self.recorded:
+            return f"delete {self.recorded} (really {self.resolved})"
+        return f"delete {self.recorded}"
 
 
 def home_folders() -> set[Path]:
@@ -155,16 +168,54 @@ def check_deletable(  # noqa: C901 - one branch per refusal, in order
     root_of_resolved = next((root for root in resolved_roots if _inside(resolved, root)), None)
     if root_of_resolved is None:
         raise PathRefusedError(f"{text} is a symlink (or under one) that leads out of the run roots to {resolved}: refused")
-    is_link = os.path.islink(lexical)
-    return GuardedPath(recorded=lexical, resolved=resolved, root=root_of_resolved, is_link=is_link)
+    lexical_root = next(root for root in [*lexical_roots, *resolved_roots] if _inside(lexical, root))
+    real_root = Path(os.path.realpath(lexical_root))
+    real = real_root / lexical.relative_to(lexical_root)
+    is_link = _check_transitions(text, real_root, real)
+    return GuardedPath(recorded=lexical, resolved=real, root=real_root, is_link=is_link,
+                       link_target=os.readlink(real) if is_link else "")
+
+
+def _owner_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _check_transitions(text: str, root: Path, path: Path) -> bool:
+    """Refuse a folder on the way from the root to `path` that is a symlink or owned by another user, and a
+    `path` owned by another user; True when `path` itself is a symlink (only the link will go)."""
+    me = os.geteuid()
+    current = root
+    parts = path.relative_to(root).parts
+    for index, part in enumerate(parts):
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return False  # nothing there (any more): nothing to delete
+        last = index == len(parts) - 1
+        if stat.S_ISLNK(info.st_mode):
+            if last:
+                return True
+            raise PathRefusedError(f"{text}: the folder {current} on the way is a symlink: refused (links inside the run "
+                                   "root are never followed)")
+        if info.st_uid != me:
+            raise PathRefusedError(f"{text}: {current} belongs to {_owner_name(info.st_uid)}, not you: refused (another "
+                                   "user's folder is never crossed or deleted)")
+    return False
 
 
 def delete_guarded(guarded: GuardedPath) -> str:
     """Delete an accepted path without following symlinks or crossing mounts; return what was done."""
     # Re-check at the last moment: the tree may have changed since the plan was made.
-    now_resolved = Path(os.path.realpath(guarded.recorded))
-    if now_resolved != guarded.resolved:
-        raise PathRefusedError(f"{guarded.recorded} changed since the plan (now resolves to {now_resolved}): not deleted")
+    if os.path.islink(guarded.resolved) != guarded.is_link:
+        now = "a symlink" if os.path.islink(guarded.resolved) else "no symlink any more"
+        raise PathRefusedError(f"{guarded.recorded} changed since the plan (it is now {now}): not deleted")
+    if guarded.is_link:
+        _unlink_link(guarded.root, guarded.resolved)
+        return f"symlink deleted (its target {guarded.link_target} left alone)"
     relative = guarded.resolved.relative_to(guarded.root).parts
     if not relative:
         raise PathRefusedError(f"{guarded.resolved} is the run root itself: not deleted")
@@ -172,29 +223,42 @@ def delete_guarded(guarded: GuardedPath) -> str:
     root_fd = _open_dir(str(guarded.root), None, guarded.recorded)
     try:
         root_dev = os.fstat(root_fd).st_dev
-        parent_fd, current = root_fd, guarded.root
+        parent_fd = _walk_to_parent(root_fd, guarded, mounts, root_dev)
         try:
-            for part in relative[:-1]:  # walk down with O_NOFOLLOW: a component swapped for a symlink fails
-                current = current / part
-                if current in mounts:
-                    raise PathRefusedError(f"{current} is a mount point: not crossed, {guarded.recorded} not deleted")
-                next_fd = _open_dir(part, parent_fd, guarded.recorded)
-                if parent_fd != root_fd:
-                    os.close(parent_fd)
-                parent_fd = next_fd
-                if os.fstat(parent_fd).st_dev != root_dev:
-                    raise PathRefusedError(f"{current} is on another file system: not crossed, not deleted")
             name = relative[-1]
-            what = _delete_entry(parent_fd, name, current / name, root_dev, mounts)
+            what = _delete_entry(parent_fd, name, guarded.resolved, root_dev, mounts)
         finally:
             if parent_fd != root_fd:
                 os.close(parent_fd)
     finally:
         os.close(root_fd)
-    if guarded.is_link and os.path.islink(guarded.recorded):
-        _unlink_link(guarded.recorded)  # the link itself lies inside a root (checked); its target is gone
-        what += " (and the symlink to it)"
     return what
+
+
+def _walk_to_parent(root_fd: int, guarded: GuardedPath, mounts: frozenset[Path], root_dev: int) -> int:
+    """The parent folder of the path to delete, opened one component at a time with O_NOFOLLOW: a component
+    swapped for a symlink, a mount point, another file system or another user's folder stops the walk."""
+    parent_fd, current = root_fd, guarded.root
+    try:
+        for part in guarded.resolved.relative_to(guarded.root).parts[:-1]:
+            current = current / part
+            if current in mounts:
+                raise PathRefusedError(f"{current} is a mount point: not crossed, {guarded.recorded} not deleted")
+            next_fd = _open_dir(part, parent_fd, guarded.recorded)
+            if parent_fd != root_fd:
+                os.close(parent_fd)
+            parent_fd = next_fd
+            info = os.fstat(parent_fd)
+            if info.st_dev != root_dev:
+                raise PathRefusedError(f"{current} is on another file system: not crossed, not deleted")
+            if info.st_uid != os.geteuid():
+                raise PathRefusedError(f"{current} belongs to {_owner_name(info.st_uid)} since the plan: not crossed, "
+                                       f"{guarded.recorded} not deleted")
+    except BaseException:
+        if parent_fd != root_fd:
+            os.close(parent_fd)
+        raise
+    return parent_fd
 
 
 def _open_dir(name: str, dir_fd: int | None, recorded: Path) -> int:
@@ -206,13 +270,22 @@ def _open_dir(name: str, dir_fd: int | None, recorded: Path) -> int:
         raise
 
 
-def _unlink_link(path: Path) -> None:
-    parent_fd = _open_dir(str(path.parent), None, path)
+def _unlink_link(root: Path, path: Path) -> None:
+    """Remove the symlink `path` itself, its parent reached from `root` without following any link."""
+    root_fd = _open_dir(str(root), None, path)
+    parent_fd = root_fd
     try:
+        for part in path.relative_to(root).parts[:-1]:
+            next_fd = _open_dir(part, parent_fd, path)
+            if parent_fd != root_fd:
+                os.close(parent_fd)
+            parent_fd = next_fd
         if stat.S_ISLNK(os.stat(path.name, dir_fd=parent_fd, follow_symlinks=False).st_mode):
             os.unlink(path.name, dir_fd=parent_fd)
     finally:
-        os.close(parent_fd)
+        if parent_fd != root_fd:
+            os.close(parent_fd)
+        os.close(root_fd)
 
 
 def mount_points() -> frozenset[Path]:
@@ -248,12 +321,14 @@ def _delete_entry(parent_fd: int, name: str, path: Path, root_dev: int, mounts: 
         return "already gone"
     if stat.S_ISLNK(info.st_mode):
         raise PathRefusedError(f"{path} became a symlink since the plan: not deleted")
+    if info.st_uid != os.geteuid():
+        raise PathRefusedError(f"{path} belongs to {_owner_name(info.st_uid)} since the plan: not deleted")
     if not stat.S_ISDIR(info.st_mode):
         os.unlink(name, dir_fd=parent_fd)
         return "file deleted"
     kept = _delete_tree(parent_fd, name, path, root_dev, mounts)
     if kept:
-        return f"folder emptied except {kept} mount point(s) or other file system(s) left in place"
+        return f"folder emptied except {kept} mount point(s), other file system(s) or other users' entries left in place"
     return "folder deleted"
 
 
@@ -264,7 +339,8 @@ def _delete_tree(parent_fd: int, name: str, path: Path, root_dev: int, mounts: f
     fd = _open_dir(name, parent_fd, path)
     kept = 0
     try:
-        if os.fstat(fd).st_dev != root_dev:
+        opened = os.fstat(fd)
+        if opened.st_dev != root_dev or opened.st_uid != os.geteuid():  # swapped since its stat
             return 1
         with os.scandir(fd) as entries:
             names = [entry.name for entry in entries]
@@ -272,6 +348,9 @@ def _delete_tree(parent_fd: int, name: str, path: Path, root_dev: int, mounts: f
             try:
                 info = os.stat(child, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
+                continue
+            if info.st_uid != os.geteuid():
+                kept += 1  # another user's file or folder: theirs to delete
                 continue
             if stat.S_ISDIR(info.st_mode):
                 if info.st_dev != root_dev or (path / child) in mounts:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import stat
+
 import json
 import sys
 from pathlib import Path
@@ -79,7 +82,20 @@ def _intervals(parser: ArgumentParser) -> None:
                         help="seconds between scheduler calls")
 
 
+def _private_output() -> None:
+    """The sidecar's output file (created by the scheduler with the submitter's umask, before the template's
+    `umask 077`) lies in the state folder: make it the owner's alone, like everything else there."""
+    for fd in (1, 2):
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.fchmod(fd, 0o600)
+        except OSError:
+            pass
+
+
 def run_sidecar_command(argv: list[str]) -> int:
+    _private_output()
     if argv[:1] == ["--shared"]:
         return run_shared_monitor(argv[1:])
     parser = ArgumentParser(prog="guarded-sbatch sidecar", description="watch one training job (run by the sidecar job)")

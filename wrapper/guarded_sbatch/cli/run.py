@@ -24,6 +24,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING, cast
 
+from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.redact import redact
 
@@ -42,7 +43,7 @@ TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run'
 
 def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False) -> int:
     from guarded_sbatch.core.config import load_config
-    from guarded_sbatch.core.fsutil import state_dir
+    from guarded_sbatch.core.fsutil import private_dir, state_dir
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import format_report, run_preflight
     from guarded_sbatch.scheduler.local import LocalScheduler
@@ -61,7 +62,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
         _wait_session_gone(tmux)  # the killed run's session may still be on its way out
     if tmux and not check_only and _tmux_session_exists(tmux):
         raise UsageError(f"tmux session {tmux} already exists: pick another --guard-tmux name or end that session")
-    (state_dir() / "run-staging").mkdir(parents=True, exist_ok=True)
+    private_dir(state_dir() / "run-staging")
     staging = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=state_dir() / "run-staging"))
     script = staging / "command.sh"  # what the pre-flight reads; also the job itself without tmux
     script.write_text("#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"
@@ -87,7 +88,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     if tmux:
         job_script, log = _tmux_job(staging, tmux, command, dict(plan.env) if plan is not None else {})
         log_paths = (log,)
-        stop_command = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{tmux}",
+        stop_command = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{tmux}",
                                    "--grace", str(TMUX_STOP_GRACE_S)])
     return _start(launch, report, config, scheduler, job_script, command, tmux, log_paths, stop_command)
 
@@ -138,7 +139,7 @@ def _tmux_job(staging: Path, session: str, command: list[str], env: dict[str, st
         "#!/bin/bash\n# guarded-sbatch run: the command, inside its tmux session\nexport PYTHONUNBUFFERED=1\n"
         f"{exports}cd {shlex.quote(os.getcwd())}\n{shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}\n"
         f"echo \"${{PIPESTATUS[0]}}\" > {shlex.quote(str(status))}\n", encoding="utf-8")
-    stopper = shlex.join([sys.executable, "-m", "guarded_sbatch", "stop", f"tmux:{session}",
+    stopper = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{session}",
                           "--grace", str(TMUX_STOP_GRACE_S)])
     outer = staging / "tmux-job.sh"
     outer.write_text(f"""#!/bin/bash

@@ -4,27 +4,88 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
+import pwd
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.jsonnum import json_safe
 
 
 def state_dir() -> Path:
-    """Where guarded-sbatch keeps its own state ($GUARDED_SBATCH_STATE_DIR, else XDG state home)."""
+    """Where guarded-sbatch keeps its own state ($GUARDED_SBATCH_STATE_DIR, else XDG state home), made private.
+
+    Like ssh's StrictModes: the folder must be the user's own (another user's is refused with one line) and
+    private (a group- or world-accessible one of the user's is repaired to 0700), because what lies in it decides
+    what the tool runs and deletes as the user. Missing levels are created 0700 whatever the umask."""
     explicit = os.environ.get("GUARDED_SBATCH_STATE_DIR")
     if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "guarded-sbatch"
+        path = Path(explicit)
+    else:
+        base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+        path = Path(base) / "guarded-sbatch"
+    _check_private_folder(str(path), os.geteuid())
+    return path
+
+
+@functools.lru_cache(maxsize=16)
+def _check_private_folder(text: str, uid: int) -> None:
+    path = Path(text)
+    try:
+        make_private_dirs(path)
+        info = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"cannot use the state folder {path}: {exc.strerror or exc}; set GUARDED_SBATCH_STATE_DIR "
+                         "to a private folder of your own") from None
+    if info.st_uid != uid:
+        raise UsageError(f"the state folder {path} belongs to {owner_name(info.st_uid)}, not you: refused (whoever owns "
+                         "it decides what guarded-sbatch runs as you); set GUARDED_SBATCH_STATE_DIR to a private "
+                         "folder of your own")
+    if info.st_mode & 0o077:
+        try:
+            os.chmod(path, 0o700)
+        except OSError as exc:
+            raise UsageError(f"the state folder {path} is readable or writable by others and cannot be made private "
+                             f"({exc.strerror}): chmod 700 it, or set GUARDED_SBATCH_STATE_DIR") from None
+
+
+def owner_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+def make_private_dirs(path: Path) -> None:
+    """mkdir -p with every folder it creates 0700 whatever the umask (existing ones are left as they are)."""
+    missing = []
+    current = Path(os.path.abspath(path))
+    while not os.path.lexists(current):
+        missing.append(current)
+        current = current.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+
+
+def owned_by_me(path: Path) -> bool:
+    """The file is there and the current user's own (not a co-worker's planted in a shared folder)."""
+    try:
+        return os.lstat(path).st_uid == os.geteuid()
+    except OSError:
+        return False
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dirs(path.parent)
     # one encoding for NaN/Infinity everywhere (core/jsonnum.py)
     write_private(path, json.dumps(json_safe(data), indent=2, sort_keys=True, default=str, allow_nan=False) + "\n")
 
@@ -32,8 +93,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
 MAX_JSON_BYTES = 16 * 1024 * 1024
 
 
-def read_json(path: Path) -> Any | None:
-    """The JSON in path, or None when it is missing, half-written, not a regular file, huge or too deep."""
+def read_json(path: Path, *, own: bool = False) -> Any | None:
+    """The JSON in path, or None when it is missing, half-written, not a regular file, huge or too deep
+    (or, with `own`, not the current user's file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -42,6 +104,8 @@ def read_json(path: Path) -> Any | None:
         info = os.fstat(fd)
         if not (info.st_mode & 0o170000 == 0o100000) or info.st_size > MAX_JSON_BYTES:
             return None  # a FIFO or device planted in place of a state file, or a runaway file
+        if own and info.st_uid != os.geteuid():
+            return None  # another user's file in a folder they could write: never decides what we do
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(MAX_JSON_BYTES + 1)
         return json.loads(data.decode("utf-8"))
@@ -54,7 +118,7 @@ def read_json(path: Path) -> Any | None:
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """An exclusive flock on `<path>.lock` (created 0600) for a read-modify-write of `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dirs(path.parent)
     fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -74,8 +138,8 @@ def update_json(path: Path, change: Callable[[dict[str, Any]], Any]) -> dict[str
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) with the folder itself 0700."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create `path` (and parents, each 0700) with the folder itself 0700."""
+    make_private_dirs(path)
     try:
         os.chmod(path, 0o700)
     except OSError:
@@ -117,6 +181,6 @@ def read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write text to path (its folder created) through a temporary file and an atomic rename; mode 0600."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write text to path (its folder created, 0700) through a temporary file and an atomic rename; mode 0600."""
+    make_private_dirs(path.parent)
     write_private(path, text)

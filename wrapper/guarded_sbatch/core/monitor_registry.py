@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.fsutil import make_private_dirs, owned_by_me, read_json, state_dir, write_json_atomic
 
 
 def monitor_folder(cluster: str) -> Path:
@@ -31,24 +31,24 @@ def monitor_folder(cluster: str) -> Path:
 
 @contextmanager
 def locked(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "a+b") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    make_private_dirs(folder)
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def register_run(folder: Path, job_id: str, entry: dict[str, Any]) -> Path:
     path = folder / "runs" / f"{job_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {**entry, "job_id": job_id, "registered_at": time.time()})
     return path
 
 
 def registrations(folder: Path) -> list[dict[str, Any]]:
-    """The runs the monitor should watch, oldest registration first."""
+    """The runs the monitor should watch, oldest registration first: only the user's own registration files (a
+    file another user left in the folder never makes the monitor read, run or alert as this user)."""
     found = []
     try:
         names = sorted(os.listdir(folder / "runs"))
@@ -56,7 +56,7 @@ def registrations(folder: Path) -> list[dict[str, Any]]:
         return []
     for name in names:
         if name.endswith(".json"):
-            raw = read_json(folder / "runs" / name)
+            raw = read_json(folder / "runs" / name, own=True)
             if isinstance(raw, dict) and raw.get("job_id"):
                 found.append(raw)
     return sorted(found, key=lambda r: float(r.get("registered_at", 0.0)))
@@ -64,7 +64,7 @@ def registrations(folder: Path) -> list[dict[str, Any]]:
 
 def live_count(folder: Path) -> int:
     try:
-        return sum(1 for n in os.listdir(folder / "runs") if n.endswith(".json"))
+        return sum(1 for n in os.listdir(folder / "runs") if n.endswith(".json") and owned_by_me(folder / "runs" / n))
     except OSError:
         return 0
 
@@ -72,7 +72,7 @@ def live_count(folder: Path) -> int:
 def retire(folder: Path, job_id: str) -> None:
     source = folder / "runs" / f"{job_id}.json"
     target = folder / "done" / f"{job_id}.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(target.parent)
     try:
         os.replace(source, target)
     except FileNotFoundError:
@@ -80,7 +80,7 @@ def retire(folder: Path, job_id: str) -> None:
 
 
 def read_monitor(folder: Path) -> dict[str, Any] | None:
-    raw = read_json(folder / "monitor.json")
+    raw = read_json(folder / "monitor.json", own=True)
     return raw if isinstance(raw, dict) and raw.get("job_id") else None
 
 

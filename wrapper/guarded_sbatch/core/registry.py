@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.fsutil import locked, read_json, state_dir, update_json, write_json_atomic
+from guarded_sbatch.core.fsutil import locked, make_private_dirs, read_json, state_dir, update_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -65,7 +65,7 @@ class RunRecord:
         recording its W&B run while `kill` saves) loses nothing."""
         current = _redacted(asdict(self))
         base = getattr(self, "_loaded", None)
-        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dirs(self.folder)
 
         def merge(on_disk: dict[str, Any]) -> None:
             for key, value in current.items():
@@ -150,7 +150,7 @@ def new_run_id(run_name: str, job_id: str) -> str:
 def create_run(run_name: str, backend: str, job_id: str, **values: Any) -> RunRecord:
     record = RunRecord(run_id=new_run_id(run_name, job_id), run_name=run_name, backend=backend, job_id=job_id,
                        submitted_at=time.time(), **values)
-    record.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_private_dirs(record.folder)
     record.save()
     pin_launch_root(record.folder, record.submit_dir)
     return record
@@ -162,7 +162,7 @@ def list_runs() -> list[RunRecord]:
         return []
     records = []
     for folder in sorted(root.iterdir()):
-        raw = read_json(folder / "run.json")
+        raw = read_json(folder / "run.json", own=True)  # a co-worker's run.json never names what kill deletes
         if isinstance(raw, dict):
             records.append(RunRecord.from_json(raw))
     return sorted(records, key=lambda r: r.submitted_at)

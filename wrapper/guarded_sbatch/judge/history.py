@@ -10,6 +10,13 @@ than `full_resolution_steps` behind its last step is thinned to every other poin
 values are always kept, so a NaN is never forgotten). Runs of a few hundred thousand logged steps
 stay exact; the checks look mostly at the recent window, which is never thinned.
 
+The number of distinct series is capped too (`max_series`, GUARDED_SBATCH_MAX_SERIES, default
+DEFAULT_MAX_SERIES): per-sample or per-layer logging, or a file written to exhaust the watcher, may carry a
+million tags. The loss-like series are kept first (training loss and eval metrics, then learning rate and loss
+scale, then gradient norms, then the rest): at the cap a new series of a higher rank takes the place of the
+newest kept one of a lower rank; the others are counted (`dropped_series`), never stored, and the judge says so.
+A series starts with room for what it was given (not a block), so a million one-point series stay small.
+
 Each series also holds a small cache for the checks' trailing statistics (`stats_cache`): the
 statistics of a prefix that has not changed are not computed again, so a poll costs what its new
 points cost plus a bounded window.
@@ -24,11 +31,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from guarded_sbatch.core.keys import Role, classify_key
 from guarded_sbatch.core.points import MetricPoint, crash_key, split_crash_key
 
 
@@ -57,7 +66,25 @@ _READER_STATES = {1.0: CrashState.CONFIRMED, 0.5: CrashState.PRINTED, 0.0: Crash
 
 DEFAULT_MAX_POINTS_PER_KEY = 50_000
 DEFAULT_FULL_RESOLUTION_STEPS = 20_000
-_MIN_BLOCK = 1024
+DEFAULT_MAX_SERIES = 5_000
+MAX_SERIES_ENV = "GUARDED_SBATCH_MAX_SERIES"
+DROPPED_NAMES_KEPT = 100_000  # names of dropped series remembered (to count them once); beyond, "at least"
+_MIN_GROWTH = 16
+_RANKS = {Role.TRAIN_LOSS: 0, Role.EVAL_METRIC: 0, Role.LEARNING_RATE: 1, Role.LOSS_SCALE: 1, Role.SKIPPED_STEPS: 1,
+          Role.GRAD_NORM: 2}
+_LOWEST_RANK = 3
+
+
+def default_max_series() -> int:
+    try:
+        return max(1, int(os.environ.get(MAX_SERIES_ENV, "") or DEFAULT_MAX_SERIES))
+    except ValueError:
+        return DEFAULT_MAX_SERIES
+
+
+def series_rank(key: str) -> int:
+    """0 for the loss-like series judged first, up to _LOWEST_RANK for the rest."""
+    return _RANKS.get(classify_key(key).role, _LOWEST_RANK)
 
 
 class _Series:
@@ -111,7 +138,7 @@ class _Series:
     def _append(self, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
         end = self.n + len(steps)
         if end > len(self._steps):
-            capacity = max(end, self.n + max(_MIN_BLOCK, self.n // 4))
+            capacity = end if not self.n else max(end, self.n + max(_MIN_GROWTH, self.n // 2))
             for name in ("_steps", "_values", "_walls"):
                 old = getattr(self, name)
                 grown = np.empty(capacity, dtype=old.dtype)
@@ -154,12 +181,51 @@ class MetricHistory:
         *,
         max_points_per_key: int = DEFAULT_MAX_POINTS_PER_KEY,
         full_resolution_steps: int = DEFAULT_FULL_RESOLUTION_STEPS,
+        max_series: int | None = None,
     ) -> None:
         self._series: dict[str, _Series] = {}
         self._crashes: dict[str, CrashEvent] = {}  # by CrashEvent.key, in the order first seen
         self._max_points_per_key = max_points_per_key
         self._full_resolution_steps = full_resolution_steps
         self._last_wall_time: float | None = None
+        self.max_series = default_max_series() if max_series is None else max_series
+        self._kept_by_rank: list[list[str]] = [[] for _ in range(_LOWEST_RANK + 1)]
+        self._dropped: set[str] = set()
+        self.dropped_more = False  # more series were dropped than DROPPED_NAMES_KEPT names remembered
+
+    @property
+    def dropped_series(self) -> int:
+        """How many distinct series were not kept (at least this many when dropped_more)."""
+        return len(self._dropped)
+
+    def cap_message(self) -> str:
+        """One line naming the cap when series were dropped ("" when none were)."""
+        if not self._dropped:
+            return ""
+        count = f"{'more than ' if self.dropped_more else ''}{len(self._dropped)}"
+        return (f"the run logs more distinct series than the cap of {self.max_series} ({MAX_SERIES_ENV}): {count} "
+                "of them not judged (loss, eval, learning rate and grad norm series are judged first)")
+
+    def _admit(self, key: str) -> bool:
+        """Whether a new series `key` is kept (making room by dropping a lower-ranked one at the cap)."""
+        if key in self._dropped:
+            return False
+        rank = series_rank(key)
+        if len(self._series) >= self.max_series:
+            lower = next((r for r in range(_LOWEST_RANK, rank, -1) if self._kept_by_rank[r]), None)
+            if lower is None:
+                self._drop(key)
+                return False
+            self._drop(self._kept_by_rank[lower].pop())
+        self._kept_by_rank[rank].append(key)
+        return True
+
+    def _drop(self, key: str) -> None:
+        self._series.pop(key, None)
+        if len(self._dropped) < DROPPED_NAMES_KEPT:
+            self._dropped.add(key)
+        else:
+            self.dropped_more = True
 
     @classmethod
     def from_points(cls, points: Iterable[MetricPoint], **limits: int) -> MetricHistory:
@@ -210,7 +276,8 @@ class MetricHistory:
             chosen = order[np.append(sorted_steps[1:] != sorted_steps[:-1], True)]
             self._add_one(name, steps[chosen], walls[chosen], values[chosen], thin=False)
         for name in touched:  # thinned once, after all the batches: what one add of them all does
-            self._thin_if_full(self._series[name])
+            if name in self._series:  # not a series dropped at the cap
+                self._thin_if_full(self._series[name])
         return count
 
     def add_columns(self, columns: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> int:
@@ -231,6 +298,8 @@ class MetricHistory:
     def _add_one(self, key: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, *, thin: bool = True) -> None:
         series = self._series.get(key)
         if series is None:
+            if not self._admit(key):
+                return
             series = self._series[key] = _Series()
         series.merge(steps, walls, values)
         positive = walls[walls > 0]
@@ -321,8 +390,10 @@ class MetricHistory:
     def truncated(self, max_step: int) -> MetricHistory:
         """A copy holding only points at steps <= max_step (for replaying a run as it grew)."""
         copy = MetricHistory(
-            max_points_per_key=self._max_points_per_key, full_resolution_steps=self._full_resolution_steps
+            max_points_per_key=self._max_points_per_key, full_resolution_steps=self._full_resolution_steps,
+            max_series=self.max_series,
         )
+        copy._dropped, copy.dropped_more = set(self._dropped), self.dropped_more
         for key, series in self._series.items():
             inside = series.steps <= max_step
             if np.any(inside):

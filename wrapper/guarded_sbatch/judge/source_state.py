@@ -3,7 +3,8 @@
 `judge(history, policy, context, sources)` is what a watcher calls: `decide` on the history, then this rule.
 With nothing read and a read error: WAIT (source unreadable). With the judged source unreadable now and no
 STOP in what was read before: WAIT, naming the error and the step judged up to. A STOP found in what was
-read before stands (a run that is clearly broken is not let off because its log vanished).
+read before stands (a run that is clearly broken is not let off because its log vanished). A history that
+dropped series at its cap (judge/history.py) turns a CONTINUE into a WAIT naming the cap.
 """
 
 from __future__ import annotations
@@ -38,4 +39,8 @@ def judge(
             "waiting for the source to come back",
             verdict.anomalies, verdict.last_step, verdict.summary,
         )
+    capped = history.cap_message()
+    if capped and verdict.decision is Decision.CONTINUE:  # healthy in what was judged, but not all was judged
+        return Verdict(Decision.WAIT, Reason.SERIES_CAPPED, f"{capped}; the series judged look healthy",
+                       verdict.anomalies, verdict.last_step, verdict.summary)
     return verdict

@@ -32,6 +32,7 @@ class Reason(enum.Enum):
     NOISY = "noisy"
     STALE = "stale"
     SOURCE_UNREADABLE = "source_unreadable"
+    SERIES_CAPPED = "series_capped"  # more distinct series than the history keeps (judge/history.py)
     CRASHED = "crashed"
     INTERRUPTED = "interrupted"
 

@@ -26,7 +26,7 @@ from guarded_sbatch.core.sbatch.argv import LaunchArgs
 from guarded_sbatch.core.sbatch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
 from guarded_sbatch.core.sbatch.options import EffectiveOptions, effective_options
 from guarded_sbatch.launch.templates import load_template, render_template
-from guarded_sbatch.core.fsutil import state_dir
+from guarded_sbatch.core.fsutil import make_private_dirs, state_dir
 
 TEMPLATES = {"torchrun": "torchrun.sbatch", "accelerate": "accelerate.sbatch",
              "deepspeed": "deepspeed.sbatch", "python": "python.sbatch"}  # fmt: skip
@@ -222,7 +222,7 @@ def build_launcher_job(
 
 def write_job_script(job: LauncherJob, folder: Path) -> Path:
     """Write the rendered script under `folder` with a name of its own; it is submitted from there."""
-    folder.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(folder)
     path = folder / f"{job.command.kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 10**6}.sbatch"
     path.write_text(job.text, encoding="utf-8")
     return path

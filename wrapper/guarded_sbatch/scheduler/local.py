@@ -12,14 +12,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
-from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.fsutil import make_private_dirs, read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.redact import redact, redact_args
+from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.run_sources import expand_filename_pattern
 from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
@@ -127,8 +127,9 @@ class LocalScheduler:
 
     def _next_id(self) -> str:
 
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / "counter", "a+", encoding="utf-8") as handle:
+        make_private_dirs(self.root)
+        counter = os.open(self.root / "counter", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(counter, "r+", encoding="utf-8") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             handle.seek(0)
             current = int(handle.read().strip() or "0")
@@ -139,7 +140,7 @@ class LocalScheduler:
 
     def test_only(self, request: SubmitRequest) -> str:
         """What `sbatch --test-only` says (on stderr), without creating a job, as sbatch does."""
-        base = Path(request.workdir or os.getcwd())
+        base = Path(os.path.abspath(request.workdir or os.getcwd()))
         script = request.script if request.script.is_absolute() else base / request.script
         parse_local_options(tuple(o for o in request.sbatch_options if o != "--test-only"), script,
                             request.job_environment())  # the same errors a real submission would give
@@ -156,7 +157,7 @@ class LocalScheduler:
     def submit(self, request: SubmitRequest) -> str:
         if "--test-only" in request.sbatch_options:
             raise UsageError("--test-only creates no job; use LocalScheduler.test_only")
-        base = Path(request.workdir or os.getcwd())
+        base = Path(os.path.abspath(request.workdir or os.getcwd()))  # the supervisor runs in its own folder
         script = request.script if request.script.is_absolute() else base / request.script
         options = parse_local_options(request.sbatch_options, script, request.job_environment())
         workdir = (base / options.chdir) if options.chdir else base
@@ -173,7 +174,9 @@ class LocalScheduler:
             if options.error else None
         )
         folder = self.job_dir(job_id)
-        folder.mkdir(parents=True)
+        make_private_dirs(folder.parent)
+        os.mkdir(folder, 0o700)  # fails when it exists: one job per folder
+        os.chmod(folder, 0o700)
         argv = ["bash", str(script.resolve()), *request.script_args]
         slurm_env = job_variables(options, job_id=job_id, job_name=job_name, submit_dir=base, user=user)
         spec = {
@@ -193,11 +196,11 @@ class LocalScheduler:
         }
         write_json_atomic(folder / "spec.json", spec)
         write_json_atomic(folder / "job.json", {"state": JobState.PENDING.value})
-        log = open(folder / "supervisor.log", "ab")
+        log = os.fdopen(os.open(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
             proc = subprocess.Popen(
-                [sys.executable, "-m", "guarded_sbatch.scheduler.local_supervisor", str(folder)],
+                python_argv("-m", "guarded_sbatch.scheduler.local_supervisor", str(folder.resolve())), cwd=folder,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
                 env={**_without_slurm_job(request.job_environment()), **slurm_env, ARGV_ENV: json.dumps(argv)},
             )

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.fsutil import make_private_dirs
+
 CACHE_FILE_NAME = "slurm-final-states.json"
 MAX_ENTRIES = 5000  # oldest entries are dropped beyond this; a final state matters for days, not years
 
@@ -44,7 +46,7 @@ class FinalStateCache:
 
     def put(self, cluster: str, job_id: str, fields: dict[str, Any]) -> None:
         """Record (merge) fields for a job; unknown fields already stored are kept."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.path.parent)
         with self._locked():
             entries = self._read()
             key = _key(cluster, job_id)
@@ -77,12 +79,12 @@ class FinalStateCache:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.path.with_suffix(".lock"), "a", encoding="utf-8") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock_file, fcntl.LOCK_UN)
+        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
 
 def _key(cluster: str, job_id: str) -> str:

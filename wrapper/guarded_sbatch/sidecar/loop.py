@@ -23,6 +23,7 @@ from guarded_sbatch.core.logs import stream_logger
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.policy_table import policy_table
 from guarded_sbatch.judge.source_state import SourceReadState, judge
+from guarded_sbatch.judge.history import MAX_SERIES_ENV
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line,
@@ -65,6 +66,7 @@ class Sidecar:
         self._job_watch: Any = None  # scheduler.slurm.JobEndWatch while the job runs
         self._watch_starts = 0
         self._tracker_recorded = False
+        self._out_of_memory_alerted = False
         self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
@@ -106,11 +108,14 @@ class Sidecar:
                 try:
                     exit_code = self.poll_once()
                 except Exception as exc:  # noqa: BLE001 - never fatal: the run must not go unguarded
-                    self._poll_failed("the poll", exc)
                     exit_code = None
+                    try:
+                        self._poll_failed("the poll", exc)
+                    except MemoryError:
+                        pass  # not even the message fits: the next poll tries again
                 try:
                     self.state.save(self.settings.state_file)
-                except (OSError, TypeError, ValueError) as exc:
+                except Exception as exc:  # noqa: BLE001 - MemoryError included: the watch goes on
                     self._poll_failed("saving the sidecar state", exc)
                 if exit_code is not None:
                     return exit_code
@@ -194,6 +199,12 @@ class Sidecar:
         if not repeated or self.state.poll_errors % 10 == 0:
             self._diag(f"{doing} failed at check {self.state.checks} ({text}); treated as WAIT, "
                       f"the watch goes on ({self.state.poll_errors} failed poll step(s) so far)\n", logging.WARNING)
+        if isinstance(exc, MemoryError) and not self._out_of_memory_alerted:
+            self._out_of_memory_alerted = True  # said once: the watch goes on, but it may be judging less
+            self._alert("sidecar_error", Verdict(
+                Decision.WAIT, Reason.SOURCE_UNREADABLE,
+                f"{doing} ran out of memory at check {self.state.checks}; the sidecar goes on watching, but raise "
+                f"its memory (sidecar mem) or lower {MAX_SERIES_ENV} if this repeats"))
         return text
 
     def _record_tracker_run(self) -> None:

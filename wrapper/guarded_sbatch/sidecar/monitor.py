@@ -11,6 +11,8 @@ monitor resumes every run from its state file.
 
 from __future__ import annotations
 
+import os
+
 import logging
 import signal
 import time
@@ -130,7 +132,8 @@ class SharedMonitor:
             if job_id in self.runs or len(self.runs) >= self.settings.max_runs:
                 continue
             run_dir = Path(entry["run_dir"])
-            out = open(run_dir / REPORT_FILE, "a", encoding="utf-8")
+            out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
+                            "a", encoding="utf-8")
             policy = _recorded_policy(run_dir, JudgePolicy(**entry.get("policy", {})))
             record = _record(run_dir)
             sidecar_settings = SidecarSettings(  # the run's sources as its record has them, as a per-job sidecar reads
