@@ -68,35 +68,38 @@ def test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed(
                          "--config", CONFIG, "--steps", "500", "--step-seconds", "0.1")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
-    sidecar_id = project.run_record(job_id)["sidecar_id"]
-    wait_for(lambda: len(trainers_on(layout.compute, project.root)) == 2, 120, 0.5, "a trainer on each of 2 nodes")
-    wait_for(lambda: "Decision: CONTINUE" in project.sidecar_output(job_id), 90, 1, "the sidecar to judge the run healthy")
-    batch_host = scontrol_job(job_id)["BatchHost"]
-    failed_nodes.append(batch_host)
-    killed = dev_slurm("node-fail", batch_host)
-    assert killed.returncode == 0, killed.stderr
+    try:
+        sidecar_id = project.run_record(job_id)["sidecar_id"]
+        wait_for(lambda: len(trainers_on(layout.compute, project.root)) == 2, 120, 0.5, "a trainer on each of 2 nodes")
+        wait_for(lambda: "Decision: CONTINUE" in project.sidecar_output(job_id), 90, 1, "the sidecar to judge the run healthy")
+        batch_host = scontrol_job(job_id)["BatchHost"]
+        failed_nodes.append(batch_host)
+        killed = dev_slurm("node-fail", batch_host)
+        assert killed.returncode == 0, killed.stderr
 
-    assert wait_for(lambda: requeued(job_id), 120, 1, "Slurm to requeue the job of the dead node")
-    assert sacct_runs(job_id)[0]["state"] == "NODE_FAIL"
+        assert wait_for(lambda: requeued(job_id), 120, 1, "Slurm to requeue the job of the dead node")
+        assert sacct_runs(job_id)[0]["state"] == "NODE_FAIL"
 
-    def told() -> str | None:
-        lines = [line for line in project.sidecar_output(job_id).splitlines() if "lost a node" in line]
-        return lines[0] if lines else None
+        def told() -> str | None:
+            lines = [line for line in project.sidecar_output(job_id).splitlines() if "lost a node" in line]
+            return lines[0] if lines else None
 
-    line = wait_for(told, 60, 1, "the sidecar to tell the dead node")
-    assert f"job {job_id} lost a node: run 1 ended NODE_FAIL" in line and batch_host in line.split("down:")[1]
-    assert "a dead node, not the training; nothing is stopped" in line and "follows its next run" in line
-    assert slurm.state(sidecar_id) is JobState.RUNNING
-    release(job_id)
-    rerun = wait_for(lambda: len(nodes := job_nodes(job_id)) == 2 and slurm.state(job_id) is JobState.RUNNING and nodes,
-                     120, 1, "the requeued run to start on 2 nodes")
-    assert batch_host not in rerun
-    assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")
-    assert slurm.info(job_id).state is JobState.COMPLETED
-    assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "the sidecar to end")
-    report = project.sidecar_output(job_id)
-    assert "Decision: STOP" not in report and "FINAL_SUMMARY" not in report
-    assert report.count("lost a node") == 1 and report.count("ended COMPLETED") == 1
+        line = wait_for(told, 60, 1, "the sidecar to tell the dead node")
+        assert f"job {job_id} lost a node: run 1 ended NODE_FAIL" in line and batch_host in line.split("down:")[1]
+        assert "a dead node, not the training; nothing is stopped" in line and "follows its next run" in line
+        assert slurm.state(sidecar_id) is JobState.RUNNING
+        release(job_id)
+        rerun = wait_for(lambda: len(nodes := job_nodes(job_id)) == 2 and slurm.state(job_id) is JobState.RUNNING and nodes,
+                         120, 1, "the requeued run to start on 2 nodes")
+        assert batch_host not in rerun
+        assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")
+        assert slurm.info(job_id).state is JobState.COMPLETED
+        assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "the sidecar to end")
+        report = project.sidecar_output(job_id)
+        assert "Decision: STOP" not in report and "FINAL_SUMMARY" not in report
+        assert report.count("lost a node") == 1 and report.count("ended COMPLETED") == 1
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)  # a failed test leaves no job behind
 
 
 STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's node

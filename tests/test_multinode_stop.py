@@ -40,8 +40,9 @@ def test_stop_on_nan_ends_every_process_of_the_run_on_every_node(layout: Layout,
     assert all(sum("torchrun" in cmd for _, cmd in procs) >= 1 for procs in training.values()), training
     assert wait_for(lambda: slurm.state(job_id).is_terminal, 150, 1, "the sidecar to stop the job")
     assert slurm.info(job_id).state is JobState.CANCELLED
-    report = project.sidecar_output(job_id)
-    assert "Decision: STOP" in report and "FINAL_SUMMARY" in report
+    report = wait_for(lambda: "FINAL_SUMMARY" in (text := project.sidecar_output(job_id)) and text, 60, 0.5,
+                      "the sidecar's FINAL_SUMMARY")
+    assert "Decision: STOP" in report
     assert "nan" in report.lower()
     left = trainers_on(all_nodes, project.root)
     if left:  # Slurm's step teardown on the other node may lag its report by a moment: bounded, then fail

@@ -27,8 +27,9 @@ extra_conf_lines() {  # the site-plugin lines: from $DEV_SLURM_EXTRA_CONF, else 
 render_slurm_conf() {  # MODE (accounting|none) -> slurm.conf text on stdout, for $TOPOLOGY (multi|single)
     local mode=$1 storage ctld_host slurmd_log=slurmd.log
     if [[ "$mode" == accounting ]]; then
+        # sacct in a job (a sidecar on a node) must reach slurmdbd too: from a node's namespace that is the bridge
         storage="AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost"
+AccountingStorageHost=$([[ "$TOPOLOGY" == multi ]] && echo "$BRIDGE_ADDR" || echo localhost)"
     else
         storage="AccountingStorageType=accounting_storage/none"
     fi

@@ -157,7 +157,7 @@ cmd_shell() {
     shift
     (($# > 0)) || set -- "${SHELL:-/bin/bash}"
     # shellcheck disable=SC2016
-    exec in_node "$name" /bin/sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
+    exec nsenter --net="/run/netns/$name" -- unshare --uts -- /bin/sh -c 'hostname "$0" && exec "$@"' "$name" "$@"
 }
 
 # node-fail NAME: the node loses power: every process in it is killed (slurmd, slurmstepd, the job's tasks).

@@ -28,6 +28,7 @@ from guarded_sbatch.sidecar.report import (
 )
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
+from guarded_sbatch.sidecar.node_loss import NodeLossWatch
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.registry import label as source_label
@@ -39,9 +40,6 @@ from guarded_sbatch.actions.notes import append_project_note
 from guarded_sbatch.actions.stop import StopOutcome, stop_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
-_RAN = frozenset({JobState.RUNNING.value, JobState.COMPLETING.value})
-# what a job that lost a node is next: back in the queue (--requeue) or ended NODE_FAIL
-_AFTER_A_NODE_DIED = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.NODE_FAIL})
 
 
 class Sidecar:
@@ -70,7 +68,7 @@ class Sidecar:
         self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
-        self._node_losses_told = 0  # runs of the job lost with a node, said once each
+        self.node_losses = NodeLossWatch(settings.job_id)
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
         """A diagnostic line (not a report block) through logging, in the one format of core/logs.py."""
@@ -237,8 +235,8 @@ class Sidecar:
                       "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
         elif self.job_state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
             self._diag(f"the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
-        if self.state.last_job_state in _RAN and self.job_state in _AFTER_A_NODE_DIED:
-            self._tell_node_losses()
+        for line in self.node_losses.after_poll(self.scheduler, self.state.last_job_state, self.job_state):
+            self._diag(line, logging.WARNING)
         self.state.last_job_state = self.job_state.value
         if cheap:
             self.state.last_job_poll_at = now
@@ -249,19 +247,6 @@ class Sidecar:
             self._job_watch = start_watch(self.settings.job_id)
             self._watch_starts += 1
             self.state.record_job_poll(now)  # creating the step is one call to slurmctld too
-
-    def _tell_node_losses(self) -> None:
-        """A run that ended with a dead node is the cluster's fault, not the training's: say so, stop nothing."""
-        losses_of = getattr(self.scheduler, "node_losses", None)
-        if losses_of is None or self.settings.job_id is None:
-            return
-        losses = losses_of(self.settings.job_id)
-        for loss in losses[self._node_losses_told:]:
-            then = ("Slurm requeued the job: the watch follows its next run" if self.job_state is not JobState.NODE_FAIL
-                    else "the job was not requeued (submit it with --requeue to have Slurm run it again)")
-            self._diag(f"{loss.describe(self.settings.job_id)}: a dead node, not the training; nothing is stopped "
-                       f"for it; {then}\n", logging.WARNING)
-        self._node_losses_told = max(self._node_losses_told, len(losses))
 
     def _full_report(self, verdict: Verdict, now: float, *, ending: bool) -> None:
         interval = self.state.full_interval_s
