@@ -27,6 +27,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--step-seconds", type=float, help="pace of the run (sleep per step)")
     parser.add_argument("--logdir")
     parser.add_argument("--checkpoint-dir")
+    parser.add_argument("--nan-at", type=int, help="a corrupted batch: every rank's weights become NaN at this step")
     args = parser.parse_args(argv)
     config = {"lr": 0.05, "per_device_train_batch_size": 64, "seed": 0, "epochs": 2, "steps_per_epoch": 100,
               "step_seconds": 0.05, "features": 16, "momentum": 0.9,
@@ -40,6 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
     config["steps"] = args.steps or int(config["epochs"]) * int(config["steps_per_epoch"])
+    config["nan_at"] = args.nan_at
     return argparse.Namespace(**config)
 
 
@@ -91,6 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         lr = args.lr * 0.5 * (1 + math.cos(math.pi * (step - 1) / args.steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
+        if step == args.nan_at:
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.mul_(math.nan)
+            if rank == 0:
+                print(f"nan injected at step {step} (unix time {time.time():.3f})", flush=True)
         inputs = torch.randn(args.per_device_train_batch_size, args.features, generator=data)
         targets = inputs @ true_weights + 0.1 * torch.randn(args.per_device_train_batch_size, 1, generator=data)
         loss = torch.nn.functional.mse_loss(ddp(inputs), targets)

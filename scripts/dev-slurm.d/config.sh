@@ -24,18 +24,28 @@ extra_conf_lines() {  # the site-plugin lines: from $DEV_SLURM_EXTRA_CONF, else 
     return 0
 }
 
-render_slurm_conf() {  # MODE (accounting|none) -> slurm.conf text on stdout
-    local mode=$1 storage
+render_slurm_conf() {  # MODE (accounting|none) -> slurm.conf text on stdout, for $TOPOLOGY (multi|single)
+    local mode=$1 storage ctld_host slurmd_log=slurmd.log
     if [[ "$mode" == accounting ]]; then
+        # sacct in a job (a sidecar on a node) must reach slurmdbd too: from a node's namespace that is the bridge
         storage="AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost"
+AccountingStorageHost=$([[ "$TOPOLOGY" == multi ]] && echo "$BRIDGE_ADDR" || echo localhost)"
     else
         storage="AccountingStorageType=accounting_storage/none"
     fi
+    if [[ "$TOPOLOGY" == multi ]]; then
+        # slurmctld stays in the root namespace; every node reaches it on the bridge's address
+        ctld_host="$(hostname)($BRIDGE_ADDR)"
+        slurmd_log=slurmd-%n.log
+    else
+        ctld_host=localhost
+    fi
     cat <<EOF
-# Written by guarded-sbatch scripts/dev-slurm (mode: $mode). Edits are overwritten by the next \`up\`.
+# Written by guarded-sbatch scripts/dev-slurm (mode: $mode, topology: $TOPOLOGY). Edits are overwritten by the next \`up\`.
 ClusterName=$CLUSTER_NAME
-SlurmctldHost=localhost
+SlurmctldHost=$ctld_host
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -48,12 +58,12 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
 SlurmdParameters=config_overrides
 ReturnToService=2
-StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+StateSaveLocation=$CTLD_SPOOL
+SlurmdSpoolDir=$SLURMD_SPOOL
 SlurmctldPidFile=$(own_pidfile_of slurmctld)
 SlurmdPidFile=$(own_pidfile_of slurmd)
 SlurmctldLogFile=$LOG_DIR/slurmctld.log
-SlurmdLogFile=$LOG_DIR/slurmd.log
+SlurmdLogFile=$LOG_DIR/$slurmd_log
 SlurmctldDebug=info
 SlurmdDebug=info
 $storage
@@ -65,11 +75,38 @@ MailProg=/bin/true
 MessageTimeout=10
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
+EOF
+    if [[ "$TOPOLOGY" == multi ]]; then
+        render_multi_nodes
+    else
+        cat <<EOF
 # more CPUs than the machine has (config_overrides): 20+ small jobs and their sidecars run side by side
 NodeName=localhost NodeHostname=$(hostname) CPUs=${DEV_SLURM_CPUS:-32} RealMemory=$(real_memory_mb) State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
+    fi
     extra_conf_lines
+}
+
+# Multi-node: each node declares this machine's own cores and an equal share of its memory; the partitions
+# oversubscribe the cores (OverSubscribe=FORCE) so that many small test jobs still run side by side. Compute
+# nodes weigh less, so jobs go there first; the service nodes take the sidecars and per-user monitors of a
+# config that names the service partition, and ordinary jobs only when the compute nodes are full.
+render_multi_nodes() {
+    local i name weight cpus mem compute=() service=()
+    cpus=$(nproc)
+    mem=$(($(real_memory_mb) / NODE_COUNT))
+    echo "# a node that stops answering is DOWN after SlurmdTimeout (default 300 s); its jobs end NODE_FAIL or requeue"
+    echo "SlurmdTimeout=$SLURMD_TIMEOUT_S"
+    for ((i = 1; i <= NODE_COUNT; i++)); do
+        name=$(node_name "$i")
+        if ((i <= COMPUTE_COUNT)); then weight=1; compute+=("$name"); else weight=10; service+=("$name"); fi
+        echo "NodeName=$name NodeHostname=$name NodeAddr=$(node_addr "$i") CPUs=$cpus RealMemory=$mem Weight=$weight State=UNKNOWN"
+    done
+    local share="MaxTime=INFINITE State=UP OverSubscribe=FORCE:$OVERSUBSCRIBE"
+    echo "PartitionName=debug Nodes=$(IFS=,; echo "${compute[*]},${service[*]}") Default=YES $share"
+    echo "PartitionName=compute Nodes=$(IFS=,; echo "${compute[*]}") $share"
+    echo "PartitionName=service Nodes=$(IFS=,; echo "${service[*]}") $share"
 }
 
 render_dbd_conf() {

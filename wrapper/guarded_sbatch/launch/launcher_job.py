@@ -38,7 +38,7 @@ MAX_SIGNAL_MARGIN_S = 65535  # sbatch's --signal limit
 # Launcher options the template sets itself: the user's value is taken out of the words and rendered in.
 OWNED_OPTIONS = {
     "torchrun": {"nnodes": "NNODES", "nproc_per_node": "NPROC_PER_NODE"},
-    "accelerate": {"num_machines": "NNODES", "num_processes": "NUM_PROCESSES"},
+    "accelerate": {"num_machines": "NNODES", "num_processes": "NUM_PROCESSES", "machine_rank": "0 (c10d ranks the nodes)"},
     "deepspeed": {"num_nodes": "NNODES", "num_gpus": "NPROC_PER_NODE"},
 }
 LAUNCHER_FLAGS = {"torchrun": TORCHRUN_FLAGS, "accelerate": ACCELERATE_FLAGS, "deepspeed": DEEPSPEED_FLAGS}
@@ -168,6 +168,7 @@ def render_launcher_job(
     if command.kind == "accelerate":
         total = taken.get("num_processes") or str(nodes * (options.gpus_per_node or 1))
         values["NUM_PROCESSES"] = _checked_count(total, command.kind)
+        values["ACCELERATE_KIND"] = _accelerate_kind(int(values["NUM_PROCESSES"]), args)
     if command.kind == "python":
         tasks = nodes * options.tasks_per_node
         values["SRUN"] = "srun --kill-on-bad-exit=1 " if tasks > 1 else ""
@@ -176,6 +177,18 @@ def render_launcher_job(
     template_text, template_path = load_template(name, list(template_dirs))
     text = render_template(template_text, values, template_name=str(template_path))
     return LauncherJob(command, name, template_path, text, values)
+
+
+# accelerate's distributed types: one given by the job is kept (and no other added)
+_ACCELERATE_KINDS = ("--multi_gpu", "--cpu", "--tpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm", "--use_xpu")
+
+
+def _accelerate_kind(processes: int, args: Sequence[str]) -> str:
+    """`--multi_gpu ` for more than one process: without a GPU, accelerate would otherwise start a single process
+    (its torchrun launcher, with gloo on CPU, needs that flag)."""
+    program_at = next((i for i, word in enumerate(args) if not word.startswith("-")), len(args))
+    named = any(word.split("=")[0] in _ACCELERATE_KINDS for word in args[:program_at])
+    return "--multi_gpu " if processes > 1 and not named else ""
 
 
 def _nnodes(kind: str, options: EffectiveOptions, taken: Mapping[str, str]) -> str:

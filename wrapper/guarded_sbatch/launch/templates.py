@@ -85,6 +85,7 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "NNODES": ("a node count", _count_or(allow_range=True)),
     "NPROC_PER_NODE": ("a process count", _count_or("auto", "cpu", "gpu", "xpu")),
     "NUM_PROCESSES": ("a process count", _count_or()),
+    "ACCELERATE_KIND": ("accelerate's distributed type", lambda v: v in ("", "--multi_gpu ")),
     "SRUN": ("the srun prefix", lambda v: v in ("", "srun --kill-on-bad-exit=1 ")),
     "SRUN_NOTE": ("a note", lambda v: re.fullmatch(r"[A-Za-z0-9 ,()]{0,80}", v) is not None),
 }

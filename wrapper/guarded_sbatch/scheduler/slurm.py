@@ -18,6 +18,7 @@ from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.runner import CommandResult, run_command
 from guarded_sbatch.scheduler.base import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
+from guarded_sbatch.scheduler.slurm_nodes import NodeLoss, node_losses
 from guarded_sbatch.scheduler.slurm_parse import (
     error_lines,
     is_unknown_job,
@@ -191,6 +192,10 @@ class SlurmScheduler:
             if job in unknown:
                 unknown[job] = JobState.from_slurm(state_text)
         return unknown
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        """The job's runs that ended NODE_FAIL (a node died), with the nodes down now; [] without accounting."""
+        return node_losses(self, job_id)
 
     def requeue(self, job_id: str) -> None:
         """`scontrol requeue`: the job goes back to the queue under the same id (its process is ended)."""

@@ -30,6 +30,7 @@ from guarded_sbatch.sidecar.report import (
 )
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
+from guarded_sbatch.sidecar.node_loss import NodeLossWatch
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.registry import label as source_label
@@ -70,6 +71,7 @@ class Sidecar:
         self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
+        self.node_losses = NodeLossWatch(settings.job_id)
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
         """A diagnostic line (not a report block) through logging, in the one format of core/logs.py."""
@@ -262,6 +264,8 @@ class Sidecar:
                       "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
         elif self.job_state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
             self._diag(f"the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
+        for line in self.node_losses.after_poll(self.scheduler, self.state.last_job_state, self.job_state):
+            self._diag(line, logging.WARNING)
         self.state.last_job_state = self.job_state.value
         if cheap:
             self.state.last_job_poll_at = now

@@ -1,0 +1,154 @@
+"""Nodes that die under guarded jobs on the multi-node dev Slurm (`scripts/dev-slurm node-fail NODE`: every
+process in the node is killed, as a power cut would; Slurm marks it DOWN after SlurmdTimeout).
+
+- A training node of a 2-node job dies: the run ends NODE_FAIL and the sidecar (on a service node) says a node
+  died, naming it, and stops nothing (no training-quality STOP); Slurm requeues the job (--requeue) and the
+  sidecar follows its next run, on the nodes left, to the end.
+- The per-user monitor's node dies: Slurm requeues the monitor job onto the other service node, where it
+  resumes every run from its state on the shared file system: the STOP it made before is not repeated, the
+  STOP still due after is made, once.
+These kill nodes of the shared cluster, so they run alone (serial) and bring the node back in any case."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import require
+from e2e_helpers import make_project, submitted_job_id, wait_for
+from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.slurm import SlurmScheduler
+from multinode_helpers import (
+    CONFIG, SITE_CONFIG, Layout, ddp_project, dev_slurm, job_nodes, multinode_layout, sacct_runs, scontrol_job,
+    trainers_on, unique_name,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.multinode, pytest.mark.serial]
+
+
+@pytest.fixture
+def layout(slurm_cluster: None) -> Layout:
+    require(importlib.util.find_spec("torch") is not None, "torch not installed (scripts/test installs the torch extra)")
+    return multinode_layout()
+
+
+@pytest.fixture
+def failed_nodes() -> Iterator[list[str]]:
+    """Nodes a test failed; each is booted again afterwards, whatever happened (others share the cluster)."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        back = dev_slurm("node-up", node)
+        assert back.returncode == 0, back.stderr
+
+
+def release(job_id: str) -> None:
+    """Slurm holds a requeued batch job for ~2 minutes (EligibleTime); start it now so the test stays short."""
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], capture_output=True, timeout=30)
+
+
+def requeued(job_id: str, restarts: int = 1) -> bool:
+    job = scontrol_job(job_id)
+    return job.get("Restarts") == str(restarts) and job.get("JobState") in ("PENDING", "REQUEUED")
+
+
+def test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed(
+    layout: Layout, tmp_path: Path, failed_nodes: list[str]
+) -> None:
+    project = ddp_project(tmp_path)
+    slurm = SlurmScheduler(state_dir=tmp_path / "cache")
+    # the default partition (compute nodes first): the requeued run finds 2 nodes again without the dead one
+    result = project.cli("--guard-backend", "slurm", "--guard-waive", "eta=interrupted on purpose", "--nodes", "2",
+                         "--ntasks-per-node", "1", "--cpus-per-task", "1", "--mem", "1G", "--time", "00:10:00",
+                         "--job-name", unique_name("nodefail"), "torchrun", "--nproc-per-node", "1", "train.py",
+                         "--config", CONFIG, "--steps", "500", "--step-seconds", "0.1")
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+    try:
+        sidecar_id = project.run_record(job_id)["sidecar_id"]
+        wait_for(lambda: len(trainers_on(layout.compute, project.root)) == 2, 120, 0.5, "a trainer on each of 2 nodes")
+        wait_for(lambda: "Decision: CONTINUE" in project.sidecar_output(job_id), 90, 1, "the sidecar to judge the run healthy")
+        batch_host = scontrol_job(job_id)["BatchHost"]
+        failed_nodes.append(batch_host)
+        killed = dev_slurm("node-fail", batch_host)
+        assert killed.returncode == 0, killed.stderr
+
+        assert wait_for(lambda: requeued(job_id), 120, 1, "Slurm to requeue the job of the dead node")
+        assert sacct_runs(job_id)[0]["state"] == "NODE_FAIL"
+
+        def told() -> str | None:
+            lines = [line for line in project.sidecar_output(job_id).splitlines() if "lost a node" in line]
+            return lines[0] if lines else None
+
+        line = wait_for(told, 60, 1, "the sidecar to tell the dead node")
+        assert f"job {job_id} lost a node: run 1 ended NODE_FAIL" in line and batch_host in line.split("down:")[1]
+        assert "a dead node, not the training; nothing is stopped" in line and "follows its next run" in line
+        assert slurm.state(sidecar_id) is JobState.RUNNING
+        release(job_id)
+        rerun = wait_for(lambda: len(nodes := job_nodes(job_id)) == 2 and slurm.state(job_id) is JobState.RUNNING and nodes,
+                         120, 1, "the requeued run to start on 2 nodes")
+        assert batch_host not in rerun
+        assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")
+        assert slurm.info(job_id).state is JobState.COMPLETED
+        assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "the sidecar to end")
+        report = project.sidecar_output(job_id)
+        assert "Decision: STOP" not in report and "FINAL_SUMMARY" not in report
+        assert report.count("lost a node") == 1 and report.count("ended COMPLETED") == 1
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)  # a failed test leaves no job behind
+
+
+STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's node
+BREAKS = {1: ["--nan-at", "100"], 2: ["--nan-at", "2200"]}  # one STOP before the monitor's node dies, one after
+
+
+def _monitor_output(state_dir: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in state_dir.glob("shared-monitor/*/monitor-*.out"))
+
+
+def test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated(
+    layout: Layout, tmp_path: Path, failed_nodes: list[str]
+) -> None:
+    project = make_project(tmp_path, fast_interval=2.0, job_poll=5.0)
+    project.env["GUARDED_SBATCH_SITE_CONFIG"] = str(SITE_CONFIG)  # monitors go to the service partition
+    config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
+    config.write_text(config.read_text() + 'mode = "per-user"\nmonitor_mem = "1G"\n', encoding="utf-8")
+    slurm = SlurmScheduler(state_dir=tmp_path / "watcher")
+    jobs: dict[int, str] = {}
+    try:
+        for i in range(3):
+            launched = project.cli("-p", "compute", "--job-name", f"synthetic-tanh-mlp-bs64-mnode-r{i}", "train.sh",
+                                   "--steps", str(STEPS), "--step-seconds", "0.05", "--logdir", f"runs/r{i}",
+                                   *BREAKS.get(i, []))
+            assert launched.returncode == 0, launched.stderr
+            jobs[i] = submitted_job_id(launched.stdout)
+        records = {i: project.run_record(job) for i, job in jobs.items()}
+        (monitor,) = {r["monitor_id"] for r in records.values()}
+        wait_for(lambda: "mnode-r2 (job" in _monitor_output(project.state_dir), 120, 1, "the monitor to watch every run")
+        wait_for(lambda: slurm.state(jobs[1]) is JobState.CANCELLED, 120, 1, "the first STOP")
+        (monitor_node,) = job_nodes(monitor)
+        assert monitor_node in layout.service
+        failed_nodes.append(monitor_node)
+        assert dev_slurm("node-fail", monitor_node).returncode == 0
+        assert wait_for(lambda: requeued(monitor), 120, 1, "Slurm to requeue the monitor of the dead node")
+        release(monitor)
+        moved = wait_for(lambda: slurm.state(monitor) is JobState.RUNNING and job_nodes(monitor), 120, 1,
+                         "the monitor to start again")
+        assert moved != [monitor_node] and moved[0] in layout.service
+        wait_for(lambda: all(slurm.state(job).is_terminal for job in jobs.values()), 300, 2, "every training job to end")
+    finally:
+        for job in jobs.values():
+            subprocess.run(["scancel", job], capture_output=True, timeout=30)
+    states = {i: slurm.state(job) for i, job in jobs.items()}
+    assert states == {0: JobState.COMPLETED, 1: JobState.CANCELLED, 2: JobState.CANCELLED}, states
+    assert sacct_runs(monitor)[0]["state"] == "NODE_FAIL"
+    for i in jobs:
+        report = (project.state_dir / "runs" / records[i]["run_id"] / "sidecar-monitor.out").read_text()
+        assert report.count("FINAL_SUMMARY") == (1 if i in BREAKS else 0), report[-2000:]
+        assert report.count("Decision: STOP") == (1 if i in BREAKS else 0), report[-2000:]
+        if i != 1:  # still live when the monitor came back
+            assert "resuming (restart 1)" in report, report[-2000:]

@@ -1,0 +1,63 @@
+"""Runs of a Slurm job that ended because a node died (NODE_FAIL), and which of its nodes are down now.
+
+A node that stops answering is marked DOWN by slurmctld after SlurmdTimeout; its jobs end NODE_FAIL, or, when
+they may be requeued, go back to the queue under the same id. squeue then shows only the new run (PENDING);
+sacct's duplicates (`-D`) keep the run that ended NODE_FAIL. Needs accounting; without it no loss is found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from guarded_sbatch.core.runner import CommandResult
+from guarded_sbatch.scheduler.slurm_parse import parse_timestamp
+
+
+class _Runs(Protocol):
+    query_timeout_s: float
+
+    def _run(self, argv: list[str], *, timeout: float) -> CommandResult: ...
+
+
+@dataclass(frozen=True)
+class NodeLoss:
+    """One run of the job (1 = the first) that ended NODE_FAIL."""
+
+    run: int
+    nodes: str  # the job's nodes in that run, as Slurm writes them (mnode[1-2])
+    ended_at: float | None
+    down: tuple[str, ...]  # those nodes Slurm holds down or failed now, each "NAME (reason)"
+
+    def describe(self, job_id: str) -> str:
+        dead = ", ".join(self.down) if self.down else "none of them down any more"
+        return f"job {job_id} lost a node: run {self.run} ended NODE_FAIL on {self.nodes} (down: {dead})"
+
+
+def node_losses(slurm: _Runs, job_id: str) -> list[NodeLoss]:
+    """Every run of the job that ended NODE_FAIL, oldest first; [] when there is none or sacct cannot tell."""
+    result = slurm._run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList,End"],
+                        timeout=slurm.query_timeout_s)
+    if result.returncode != 0:
+        return []
+    rows = [line.split("|") for line in result.stdout.splitlines() if line.count("|") == 3]
+    runs = [row for row in rows if row[0] == job_id]
+    losses = []
+    for number, (_, state, nodes, end) in enumerate(runs, start=1):
+        if state.split()[0] not in ("NODE_FAIL", "BOOT_FAIL"):
+            continue
+        losses.append(NodeLoss(run=number, nodes=nodes, ended_at=parse_timestamp(end), down=_down_nodes(slurm, nodes)))
+    return losses
+
+
+def _down_nodes(slurm: _Runs, nodes: str) -> tuple[str, ...]:
+    result = slurm._run(["sinfo", "-h", "-N", "-n", nodes, "-t", "down,drain,fail,no_respond",
+                         "-o", "%N|%E"], timeout=slurm.query_timeout_s)
+    if result.returncode != 0:
+        return ()
+    seen: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        name, _, reason = line.partition("|")
+        if name.strip():
+            seen.setdefault(name.strip(), reason.strip() or "no reason given")
+    return tuple(f"{name} ({reason})" for name, reason in seen.items())
