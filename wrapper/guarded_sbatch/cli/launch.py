@@ -37,7 +37,10 @@ def run_check(argv: list[str], *, color: bool) -> int:
     return run_launch(argv, check_only=True, color=color)
 
 
-def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
+def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True,
+               clear_line: str = "") -> int:
+    """A launch (or with check_only, its pre-flight alone). clear_line replaces the report's last line when
+    the launch is clear (restart: what happens next is the restart's, not a command to copy)."""
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import format_report, launch_command, run_preflight
@@ -79,7 +82,10 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     if launcher_job is not None:
         report = dataclasses.replace(report, launch_command=launch_command(command_line))
     if show_report or report.blocked:
-        print(redact(format_report(report, color=color, launching=not check_only)), file=sys.stderr)
+        text = format_report(report, color=color, launching=not check_only or bool(clear_line))
+        if clear_line and not report.blocked:
+            text = text.rsplit("\n", 1)[0] + "\n" + clear_line
+        print(redact(text), file=sys.stderr)
     if check_only:
         if guard.json:
             print(redact(json_dumps(report.to_json())))

@@ -8,7 +8,7 @@ any guarded run, so `status`, `kill` and `restart` work on it. With --guard-tmux
 new detached tmux session NAME (its output tee'd to a log the watcher reads); the local job lasts as long
 as the session, and the watcher stops the run by interrupting, then killing, the session.
 
-`guarded-sbatch stop TARGET [--grace S]` stops a target by hand (tmux:, pid:, ssh:) and says whether it took.
+`guarded-sbatch stop TARGET` is cli/stop.py.
 """
 
 from __future__ import annotations
@@ -185,18 +185,3 @@ def _start(launch: object, report: object, config: object, scheduler: object, jo
           f"its watcher is local job {submission.sidecar_id}; run folder {record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
 
-
-def run_stop(argv: list[str]) -> int:
-    from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target
-    from guarded_sbatch.cli.args import ArgumentParser, positive_float
-
-    parser = ArgumentParser(prog="guarded-sbatch stop", description="stop a run by hand and check that it took")
-    parser.add_argument("target", help="tmux:SESSION, pid:PID, ssh:[USER@]HOST[:PORT]:PID")
-    parser.add_argument("--grace", type=positive_float, default=30.0, help="seconds between the signals")
-    args = parser.parse_args(argv)
-    target = parse_stop_target(args.target)
-    if target.kind == "slurm":
-        raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
-    outcome = stop_target(target, grace_s=args.grace)
-    print(f"{'stopped' if outcome.ok else 'NOT stopped'}: {outcome.detail}")
-    return int(ExitCode.OK) if outcome.ok else 1

@@ -70,6 +70,7 @@ def gather(record: RunRecord) -> dict[str, Any]:
     return {
         "run": record.run_name, "run_id": record.run_id, "job_id": record.job_id, "state": row["state"],
         "stopped_by": row["stopped_by"], "age": row["age"], "elapsed": row["elapsed"], "exit_code": row["exit_code"],
+        "exit": row["exit"],
         "decision_now": verdict.decision.value if verdict else None,
         "reason_now": verdict.message if verdict else None,
         "anomalies": [_anomaly_text(a) for a in verdict.anomalies] if verdict else [],
@@ -135,7 +136,7 @@ def _block(lines: list[str], marker: str) -> str:
 def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
     head = [f"# {view['run']} (job {view['job_id']}): {view['state']}"
             + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
-            + (f", exit {view['exit_code']}" if view["exit_code"] is not None else ""),
+            + (f", exit {view['exit']}" if view.get("exit") else ""),
             f"age {view['age'] or '-'}, ran {view['elapsed'] or '-'}; metrics: {view['source']}",
             f"judged now: {view['decision_now'] or '-'}: {view['reason_now'] or '-'}", ""]
     parts = ["\n".join(head)]
