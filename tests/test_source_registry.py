@@ -61,8 +61,10 @@ def _monitor_once(*args: str) -> dict[str, object]:
 
     out = io.StringIO()
     with redirect_stdout(out):
-        assert run_monitor(["--once", "--json", *args]) == 0
-    return json.loads(out.getvalue())
+        code = run_monitor(["--once", "--json", *args])
+    payload = json.loads(out.getvalue())
+    assert code == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]]  # the decision is the exit code
+    return payload
 
 
 def test_a_source_added_through_the_registry_is_read_and_judged(tmp_path: Path, jsonl_kind: object) -> None:
