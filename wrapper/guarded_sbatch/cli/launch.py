@@ -81,6 +81,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
             _script(launch).unlink(missing_ok=True)
     if launcher_job is not None:
         report = dataclasses.replace(report, launch_command=launch_command(command_line))
+    if _has(launch, "quiet") and not check_only:
+        show_report = False  # sbatch's --quiet: only errors (a blocked launch still says why)
     if show_report or report.blocked:
         text = format_report(report, color=color, launching=not check_only or bool(clear_line))
         if clear_line and not report.blocked:
@@ -120,7 +122,7 @@ def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
         return _pass_through_to_sbatch(tuple(words))
     from guarded_sbatch.scheduler.local import LocalScheduler
 
-    request = SubmitRequest(script=_script(launch), sbatch_options=launch.sbatch_options,
+    request = SubmitRequest(script=_script(launch), sbatch_options=without_options(launch, {"wait", "quiet"}),
                             script_args=launch.script_args, workdir=Path.cwd())
     if not isinstance(scheduler, LocalScheduler):
         raise UsageError(f"--test-only is answered by sbatch or the local backend, not {scheduler.name}")
@@ -156,7 +158,8 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     from guarded_sbatch.scheduler.base import SubmitRequest
 
     guard = launch.guard_options
-    parsable = any(o.name == "parsable" for o in launch.parsed_options)
+    parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler.name)
+    os.environ.pop("SBATCH_WAIT", None)  # sbatch itself must not block before the sidecar is submitted
     sidecar_config = config.sidecar
     resources = resources_from_config(config)
     cwd = Path.cwd()
@@ -179,13 +182,14 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
             mem=sidecar_config.monitor_mem, fast_interval_s=sidecar_config.fast_interval_s,
             job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),
         )
-    request = SubmitRequest(script=_script(launch), sbatch_options=launch.sbatch_options,
+    request = SubmitRequest(script=_script(launch), sbatch_options=without_options(launch, {"wait", "quiet"}),
                             script_args=launch.script_args, workdir=cwd,
                             env=dict(plan.env) if plan is not None else {})
     since = _own_files_since(report.run_name, cwd, restart=guard.restart)
 
     def announce(job_id: str) -> None:
-        print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
+        if not quiet:
+            print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
 
     try:
         submission = submit_guarded(
@@ -221,10 +225,75 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
         submission.record.script, submission.record.script_args = str(kept), []
         submission.record.save()
     watcher = "shared monitor job" if submission.record.monitor_id else "sidecar job"
-    print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
-          f"run folder {submission.record.folder}", file=sys.stderr)
+    if not quiet:
+        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
+              f"run folder {submission.record.folder}", file=sys.stderr)
     audit_launch(config, submission.record, report)
+    if wait:
+        return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
+
+
+def _has(launch: LaunchArgs, name: str) -> bool:
+    return any(o.name == name for o in launch.parsed_options)
+
+
+def wants_wait(launch: LaunchArgs, backend: str) -> bool:
+    """sbatch's --wait, from the command line, SBATCH_WAIT or an #SBATCH line. The job is submitted without it
+    (sbatch would block before the sidecar is submitted) and guarded-sbatch waits itself, once the guard is in
+    place; an #SBATCH --wait cannot be taken out of a script that is submitted unchanged, so Slurm refuses it."""
+    from guarded_sbatch.core.sbatch.script import parse_script
+
+    in_script = launch.script is not None and any(
+        option.name == "wait" for d in parse_script(_script(launch), dict(os.environ)).directives for option in d.options)
+    if in_script and backend == "slurm":
+        raise UsageError(f"{launch.script} has #SBATCH --wait, which would make sbatch block before the job's sidecar "
+                         "is submitted; remove that line and give --wait on the command line instead")
+    return in_script or _has(launch, "wait") or os.environ.get("SBATCH_WAIT", "") not in ("", "0")
+
+
+def without_options(launch: LaunchArgs, names: set[str]) -> tuple[str, ...]:
+    """The option words for the scheduler without these options: --wait and --quiet are guarded-sbatch's to
+    honour (a quiet sbatch prints no job id, a waiting one blocks before the sidecar is submitted)."""
+    words = list(launch.sbatch_options)
+    for option in launch.parsed_options:
+        if option.name not in names:
+            continue
+        span = len(option.words)
+        for start in range(len(words) - span + 1):
+            if tuple(words[start:start + span]) == option.words:
+                del words[start:start + span]
+                break
+    return tuple(words)
+
+
+WAIT_POLL_S = {"local": 1.0, "slurm": 10.0}  # Slurm: one squeue per 10 s, as sbatch --wait's own backoff
+
+
+def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
+    """Block until the job ends and exit with its code, as `sbatch --wait` does (a signal: 128 + signal)."""
+    import time
+
+    from guarded_sbatch.core.errors import SchedulerError
+
+    if not quiet:
+        print(f"guarded-sbatch: waiting for job {job_id} to end (--wait); Ctrl-C stops waiting, the job and its "
+              "guard go on", file=sys.stderr, flush=True)
+    poll = WAIT_POLL_S.get(scheduler.name, 10.0)
+    while True:
+        try:
+            state = scheduler.state(job_id)
+        except SchedulerError:
+            state = None  # a controller hiccup: ask again
+        if state is not None and state.is_terminal:
+            break
+        time.sleep(poll)
+    code = scheduler.info(job_id).exit_code
+    if not quiet:
+        print(f"guarded-sbatch: job {job_id} ended: {state.value}", file=sys.stderr)
+    if code is None:
+        return 0 if state.value == "COMPLETED" else 1
+    return 128 - code if code < 0 else code
 
 
 def audit_launch(config: Config, record: RunRecord, report: PreflightReport) -> None:
