@@ -229,6 +229,11 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
         print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
               f"run folder {submission.record.folder}", file=sys.stderr)
     audit_launch(config, submission.record, report)
+    if submission.interrupted:
+        print(f"guarded-sbatch: interrupted while submitting; the interrupt was held until job {submission.job_id} "
+              f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {submission.record.run_id}` "
+              "stops them)", file=sys.stderr)
+        return 130
     if wait:
         return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
