@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import math
 import sys
@@ -15,6 +14,7 @@ from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.timefmt import local_timestamp
 from guarded_sbatch.scheduler.base import JobState
 
@@ -61,9 +61,8 @@ def parse_states(text: str) -> set[str]:
     states = set()
     for word in filter(None, (w.strip().upper() for w in text.split(","))):
         if word not in STATES:
-            close = difflib.get_close_matches(word, STATES, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise UsageError(f"--state {word}: no such state; {hint}the states are {', '.join(STATES)}")
+            raise UsageError(f"--state {word}: no such state; {did_you_mean(word, STATES)}the states are "
+                             f"{', '.join(STATES)}")
         states.add(word)
     return states
 

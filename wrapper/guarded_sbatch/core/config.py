@@ -20,6 +20,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, UsageError
 from guarded_sbatch.core.check_names import CHECK_NAMES
+from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.runner import run_command
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
@@ -258,7 +259,8 @@ def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: P
         dotted = f"{prefix}{key}"
         if key not in known:
             choices = ", ".join(f"{prefix}{k}" for k in known)
-            raise UsageError(f"{path}: unknown key '{dotted}'; known keys here: {choices}")
+            hint = did_you_mean(key, known, prefix=prefix)
+            raise UsageError(f"{path}: unknown key '{dotted}'; {hint}known keys here: {choices}")
         if isinstance(known[key], dict):
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: '{dotted}' must be a table ([{dotted}]), not {type(value).__name__}")
@@ -315,7 +317,8 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
     waivable = str_list("checks.waivable", checks["waivable"])
     for name in [*mandatory, *waivable]:
         if name not in CHECK_NAMES:
-            raise fail("checks", f"names an unknown check {name!r}; the checks are {', '.join(CHECK_NAMES)}")
+            raise fail("checks", f"names an unknown check {name!r}; {did_you_mean(name, CHECK_NAMES)}"
+                                 f"the checks are {', '.join(CHECK_NAMES)}")
     scheduler = data["scheduler"]
     if scheduler not in ("auto", "slurm", "local"):
         raise fail("scheduler", f"must be \"slurm\", \"local\" or \"auto\", not {scheduler!r}")

@@ -83,6 +83,9 @@ def load_intended_config(context: PreflightContext) -> None:
             context.intended = config_from_overrides(overrides)
         context.intended_problem = "no config file on the launcher line (--config FILE, --config-name, a .yaml argument)"
         return
+    if candidate.is_dir():
+        context.intended_problem = f"the run's config {candidate} is a folder, not a config file"
+        return
     if not candidate.is_file():
         context.intended_problem = f"the run's config {candidate} does not exist"
         if overrides:
