@@ -67,7 +67,7 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
         assert "\x1b[" not in piped and "FINAL_SUMMARY" not in piped
 
         screen = on_pty(project, "show", job_id)
-        assert "\x1b[" in screen and "train/loss (train_loss)" in screen
+        assert "\x1b[" in screen and "train/loss (training loss)" in screen
         assert any(0x2800 <= ord(ch) <= 0x28FF for ch in screen), "no braille plot on the terminal"
 
         png = tmp_path / "live.png"
