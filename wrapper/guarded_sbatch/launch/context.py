@@ -37,6 +37,7 @@ class PreflightContext:
     reference_problem: str | None = None
     mounts: list[Mount] | None = None  # None: read the live mount table
     submit_dir: Path | None = None  # where sbatch is run (the folder relative paths on its line are from)
+    swept_lr: tuple[float, ...] = ()  # check-sweep: the learning rates the sweep tries (lr is searched, not set)
 
     @property
     def launcher(self) -> LauncherLine | None:
