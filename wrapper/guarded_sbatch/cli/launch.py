@@ -81,6 +81,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
             _script(launch).unlink(missing_ok=True)
     if launcher_job is not None:
         report = dataclasses.replace(report, launch_command=launch_command(command_line))
+    if notes_path(guard.notes, config, Path.cwd()) is None:
+        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
     if _has(launch, "quiet") and not check_only:
         show_report = False  # sbatch's --quiet: only errors (a blocked launch still says why)
     if show_report or report.blocked:
@@ -166,7 +168,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     sidecar = SidecarOptions(
         tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
         log_paths=tuple(_absolute(p, cwd) for p in guard.log), stop_command=guard.stop_command,
-        notes_path=_absolute(guard.notes, cwd) if guard.notes else None,
+        notes_path=notes_path(guard.notes, config, cwd),
         fast_interval_s=sidecar_config.fast_interval_s,
         full_interval_s=config.check_interval_s,
         job_poll_s=sidecar_config.job_poll_s,
@@ -237,6 +239,16 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     if wait:
         return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
+
+
+NO_NOTES = ("no project notes file: a STOP will be in the sidecar's output and evidence but noted nowhere else; "
+            "set notes = \"NOTES.md\" in ~/.config/guarded-sbatch/config.toml (or --guard-notes PATH)")
+
+
+def notes_path(given: Path | None, config: Config, cwd: Path) -> Path | None:
+    """The project notes file a STOP appends to: --guard-notes, else the config's `notes`; relative to cwd."""
+    chosen = given or config.notes_path
+    return _absolute(chosen, cwd) if chosen else None
 
 
 def _has(launch: LaunchArgs, name: str) -> bool:

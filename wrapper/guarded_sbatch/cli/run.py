@@ -142,6 +142,7 @@ exit "$(cat {shlex.quote(str(status))} 2>/dev/null || echo 1)"
 
 def _start(launch: object, report: object, config: object, scheduler: object, job_script: Path,
            command: list[str], tmux: str | None, log_paths: tuple[Path, ...], stop_command: str | None) -> int:
+    from guarded_sbatch.cli.launch import notes_path
     from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
     from guarded_sbatch.scheduler.base import SubmitRequest
 
@@ -155,7 +156,8 @@ def _start(launch: object, report: object, config: object, scheduler: object, jo
     sidecar = SidecarOptions(
         tb_paths=tuple(map(absolute, guard.tb)), wandb_paths=tuple(map(absolute, guard.wandb)),
         log_paths=(*map(absolute, guard.log), *log_paths), stop_command=guard.stop_command or stop_command,
-        notes_path=absolute(guard.notes) if guard.notes else None, fast_interval_s=sidecar_config.fast_interval_s,
+        notes_path=notes_path(guard.notes, config, cwd),  # type: ignore[arg-type]
+        fast_interval_s=sidecar_config.fast_interval_s,
         full_interval_s=config.check_interval_s, job_poll_s=sidecar_config.job_poll_s,  # type: ignore[attr-defined]
     )
     run_name = report.run_name or Path(command[0]).name  # type: ignore[attr-defined]

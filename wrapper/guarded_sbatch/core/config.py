@@ -50,6 +50,8 @@ DEFAULTS: dict[str, Any] = {
     "audit": {"log": "", "syslog": False},
     "scheduler": "auto",
     "check_interval_minutes": 30.0,
+    # the project notes file a STOP appends to (relative: to the folder you submit from); --guard-notes wins
+    "notes": "",
     "run_roots": [],
     "template_dirs": [],
     "name_pattern": DEFAULT_NAME_PATTERN,
@@ -158,6 +160,7 @@ class Config:
     notify_urls: tuple[str, ...] = field(default=(), repr=False)  # secrets
     notify_on: frozenset[str] = frozenset(NOTIFY_EVENTS)
     notify_wait_long_s: float = 3600.0
+    notes_path: Path | None = None  # the project notes file; relative to the submit folder
     audit_log: Path | None = None
     audit_syslog: bool = False
     sources: tuple[Path, ...] = field(default=(), compare=False)  # files it was loaded from
@@ -341,6 +344,8 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
             raise fail("notify.on", f"names an unknown event {event!r}; the events are {', '.join(NOTIFY_EVENTS)}")
     if not isinstance(data["enabled"], bool):
         raise fail("enabled", "must be true or false")
+    if not isinstance(data["notes"], str):
+        raise fail("notes", "needs a path in quotes, e.g. notes = \"NOTES.md\" (or \"\" for none)")
     audit = data["audit"]
     if not isinstance(audit["log"], str) or not isinstance(audit["syslog"], bool):
         raise fail("audit", "needs log = \"PATH\" (or \"\") and syslog = true|false")
@@ -389,6 +394,7 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
         notify_on=frozenset(notify_on),
         notify_wait_long_s=number("notify.wait_long_minutes", notify["wait_long_minutes"], float) * 60.0,
         audit_log=_expand_path(audit["log"], env) if audit["log"] else None,
+        notes_path=_expand_path(str(data["notes"]), env) if data["notes"] else None,
         audit_syslog=audit["syslog"],
         sources=sources,
     )
