@@ -27,6 +27,9 @@ parameters:
   lr: {min: 0.01, max: 0.1, distribution: log_uniform_values}
 """
 
+# 4x the reference's batch with an lr range below both rescaled values (linear 0.2, square-root 0.1)
+MISSING_LR = SWEEP.replace("min: 0.01, max: 0.1", "min: 0.005, max: 0.05")
+
 
 def _sweep(project, text: str = SWEEP) -> Path:  # type: ignore[no-untyped-def]
     path = project.root / "sweep.yaml"
@@ -53,19 +56,47 @@ def test_combinations_and_command_lines(tmp_path: Path) -> None:
 
 def test_check_sweep_blocks_an_lr_range_that_ignores_the_batch_change_and_names_the_combination(tmp_path: Path) -> None:
     project = make_project(tmp_path)
-    _sweep(project)
+    _sweep(project, MISSING_LR)
     result = project.cli("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
     assert result.returncode == 3, result.stderr
-    assert "combination 1/2 (batch_size=256, lr=0.01): BLOCKED" in result.stderr
-    assert "global batch 64 -> 256 (×4) but the learning rate was not rescaled (0.05 -> 0.01" in result.stderr
-    assert "BLOCKED by: config-diff in combination 1 (batch_size=256, lr=0.01)" in result.stderr
+    assert "combination 1/2 (batch_size=256, lr=0.005): BLOCKED" in result.stderr
+    assert ("global batch 64 -> 256 (×4) but the sweep's learning rates (0.005 .. 0.05) miss the reference's 0.05 "
+            "rescaled for it (linear rule 0.2, square-root rule 0.1)") in result.stderr
+    assert "BLOCKED by: config-diff in combination 1 (batch_size=256, lr=0.005)" in result.stderr
     report = json.loads(result.stdout)
-    assert report["blocked"] and [c["blocked"] for c in report["combinations"]] == [True, False]
-    assert report["combinations"][1]["run_name"] == "synthetic-regression-tanh-mlp-bs256-lr0.1"
+    assert report["blocked"] and [c["blocked"] for c in report["combinations"]] == [True, True]
+    assert report["combinations"][1]["run_name"] == "synthetic-regression-tanh-mlp-bs256-lr0.05"
     waived = project.cli("check-sweep", "--guard-run-name", NAME, "--guard-waive",
                          "config-diff=LR range explored on purpose", "sweep.yaml")
     assert waived.returncode == 0, waived.stderr
     assert "Clear to start the sweep." in waived.stderr and "(waived)" in waived.stderr
+
+
+GRID = """\
+program: train.py
+method: grid
+project: tiny-mlp
+command: ["${env}", "${interpreter}", "${program}", "--config", "configs/synthetic-tanh-mlp.yaml", "${args}"]
+parameters:
+  batch_size: {values: [64, 128, 256]}
+  lr: LR
+"""
+
+
+def test_an_ordinary_lr_by_batch_size_grid_passes_and_a_fixed_lr_over_batch_sizes_does_not(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    _sweep(project, GRID.replace("LR", "{values: [0.025, 0.05, 0.1, 0.2]}"))
+    grid = project.cli("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    assert grid.returncode == 0, grid.stderr  # 12 combinations, each batch size's rescaled lr within the grid
+    report = json.loads(grid.stdout)
+    assert len(report["combinations"]) == 12 and not report["blocked"]
+    assert "the sweep's learning rates (0.025 .. 0.2) reach the rescaled value" in grid.stderr
+    _sweep(project, GRID.replace("LR", "{value: 0.05}"))  # batch swept, lr left where the reference had it
+    fixed = project.cli("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    assert fixed.returncode == 3, fixed.stderr
+    blocked = [c["blocked"] for c in json.loads(fixed.stdout)["combinations"]]
+    assert blocked == [False, True, True]  # bs 64 is the reference's own; 128 and 256 keep its lr: real regressors
+    assert "but the learning rate was not rescaled (0.05 -> 0.05" in fixed.stderr
 
 
 def test_check_sweep_needs_a_project_and_a_run_name_pattern(tmp_path: Path) -> None:
@@ -80,7 +111,7 @@ def test_check_sweep_needs_a_project_and_a_run_name_pattern(tmp_path: Path) -> N
 
 def test_wandb_shim_preflights_wandb_sweep_and_passes_everything_else(tmp_path: Path) -> None:
     project = make_project(tmp_path)
-    _sweep(project)
+    _sweep(project, MISSING_LR)
     calls = tmp_path / "calls.txt"
     fake = tmp_path / "real-wandb"
     fake.write_text(f"#!/bin/bash\necho \"$*\" >> {calls}\n")

@@ -567,8 +567,9 @@ def test_monitor_reads_a_wandb_run_by_path_or_url_and_waits_when_it_is_unreachab
             timeout=120,
             check=False,
         )
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
+        payload = json.loads(result.stdout)
+        assert result.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], result.stderr
+        return payload
 
     for target in ("https://wandb.ai/ent/proj/runs/abc123?workspace=user", "ent/proj/runs/abc123", "ent/proj/abc123"):
         verdict = once(target)

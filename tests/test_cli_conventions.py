@@ -72,7 +72,7 @@ def test_monitor_once_is_one_line_with_step_loss_and_reason(tmp_path: Path) -> N
                    check=True, timeout=120, capture_output=True)
     result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--tb", "runs/a"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 0, result.stderr  # 0: CONTINUE
     lines = result.stdout.splitlines()
     assert len(lines) == 1, lines
     line = lines[0]

@@ -37,8 +37,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _once(*args: str, cwd: Path) -> dict:
     result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", *args],
                             cwd=cwd, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    payload = json.loads(result.stdout)
+    assert result.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], result.stderr
+    return payload
 
 
 @pytest.mark.parametrize("how", ["tb", "log", "folder"])
@@ -61,6 +62,7 @@ def test_one_shot_json_on_a_healthy_run(runs: dict[str, Path]) -> None:
 
 def test_no_data_is_wait_never_stop(tmp_path: Path) -> None:
     (tmp_path / "empty.log").write_text("", encoding="utf-8")
+    (tmp_path / "runs" / "not-yet").mkdir(parents=True)  # a run that has not written yet
     payload = _once("--log", "empty.log", "--tb", "runs/not-yet", cwd=tmp_path)
     assert payload["decision"] == "WAIT" and payload["data_source"] == "unreachable"
 
@@ -101,3 +103,36 @@ def test_a_crash_in_the_log_stops_while_tensorboard_is_the_judged_source(runs: d
     assert "CUDA out of memory" in payload["anomalies"][0]["message"], payload
     clean = _once("--tb", str(tb), "--log", str(runs["healthy"] / "train.log"), cwd=tmp_path)
     assert clean["decision"] != "STOP", clean
+
+
+def test_once_exit_code_is_the_decision_and_a_missing_path_is_bad_usage(runs: dict[str, Path], tmp_path: Path) -> None:
+    codes = {}
+    for name, args in (("healthy", ["--tb", "runs/a"]), ("broken", ["--tb", "runs/a"])):
+        codes[name] = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", *args],
+                                     cwd=runs[name], capture_output=True, text=True, timeout=120).returncode
+    (tmp_path / "runs" / "empty").mkdir(parents=True)
+    codes["empty"] = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--tb", "runs/empty"],
+                                    cwd=tmp_path, capture_output=True, text=True, timeout=120).returncode
+    assert codes == {"healthy": 0, "broken": 11, "empty": 10}
+    for flag in ("--tb", "--log", "--wandb"):
+        typo = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", flag, "runs/typo"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert typo.returncode == 2 and typo.stdout == "", typo
+        assert typo.stderr.count("\n") == 1 and f"{flag} runs/typo: no such file or folder" in typo.stderr
+        assert str(tmp_path) in typo.stderr  # relative to where it ran
+    helped = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--help"], capture_output=True,
+                            text=True, timeout=60).stdout
+    assert "0 CONTINUE, 10 WAIT, 11 STOP" in " ".join(helped.split())
+
+
+def test_monitor_job_follows_the_config_and_sees_the_job_end(tmp_path: Path) -> None:
+    project = make_project(tmp_path, fast_interval=1.0, job_poll=2.0)  # the user config's cadence
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    job_id = scheduler.submit(SubmitRequest(Path("train.sh"), script_args=("--steps", "80", "--step-seconds", "0.05"),
+                                            workdir=project.root, env={"PATH": project.env["PATH"]}))
+    result = project.cli("monitor", "--job", job_id, "--backend", "local", "--tb",
+                         "runs/synthetic-tanh-mlp-bs64-lr5e-2", timeout=90)  # no interval flags
+    assert result.returncode == 0, result.stderr
+    assert "metrics read every 1 s" in result.stderr and "the scheduler asked every 2 s" in result.stderr
+    assert scheduler.state(job_id) is JobState.COMPLETED
+    assert "COMPLETED" in result.stdout, result.stdout[-2000:]  # it saw the job end and left by itself

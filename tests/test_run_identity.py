@@ -216,8 +216,8 @@ def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(t
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     wait_for(lambda: scheduler.state(job_id).is_terminal, 60, 0.5, "the job to end")
     once = project.cli("monitor", "--once", "--json", "--job", job_id)
-    assert once.returncode == 0, once.stderr
     payload = json.loads(once.stdout)
+    assert once.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], once.stderr
     assert payload["data_source"] == "tensorboard_ok" and payload["last_step"] == 60
     watched = project.cli("monitor", "--job", job_id, "--fast-interval", "1", timeout=60)
     assert f"{project.name} (job" in watched.stdout

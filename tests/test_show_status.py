@@ -67,7 +67,7 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
         assert "\x1b[" not in piped and "FINAL_SUMMARY" not in piped
 
         screen = on_pty(project, "show", job_id)
-        assert "\x1b[" in screen and "train/loss (train_loss)" in screen
+        assert "\x1b[" in screen and "train/loss (training loss)" in screen
         assert any(0x2800 <= ord(ch) <= 0x28FF for ch in screen), "no braille plot on the terminal"
 
         png = tmp_path / "live.png"
@@ -84,9 +84,8 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
     finally:
         killed = project.cli("kill", job_id, "--yes")
     assert killed.returncode == 0, killed.stderr
-    assert _status_row(project, job_id) is None  # ended runs only with --all
-    row = _status_row(project, job_id, "--all")
-    assert row and row["state"] == "CANCELLED" and row["stopped_by"] == "user (kill)"
+    row = _status_row(project, job_id)  # a killed run stays listed, with its end
+    assert row and row["state"] == "CANCELLED" and row["stopped_by"] == "user (kill)" and row["exit"] == "0:15"
     assert [(r["event"], r["job"]) for r in read_audit(audit)] == [("launch", job_id), ("kill", job_id)]
 
 

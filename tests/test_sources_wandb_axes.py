@@ -49,8 +49,9 @@ def _theirs(log: Path, axis_key: str | None, skip: tuple[str, ...] = ()) -> dict
 def _once(*args: str, cwd: Path) -> dict:  # type: ignore[type-arg]
     result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", *args],
                             cwd=cwd, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    payload = json.loads(result.stdout)
+    assert result.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], result.stderr
+    return payload
 
 
 def test_nanogpt_points_sit_at_iterations_not_log_calls(runs: Path) -> None:

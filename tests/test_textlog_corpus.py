@@ -81,8 +81,9 @@ def _monitor(log: Path, state: Path) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", "--log", str(log),
          "--state-dir", str(state)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    payload = json.loads(result.stdout)
+    assert result.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], result.stderr
+    return payload
 
 
 @pytest.mark.parametrize("name", FORMATS)

@@ -74,7 +74,7 @@ def write_evidence(
     plot_path: Path | None = folder / "metrics.png"
     plot_error = ""
     try:
-        plot_in_subprocess(folder, folder / "metrics.png", series, verdict)
+        plot_in_subprocess(folder, folder / "metrics.png", series, verdict, run_name=str(run.get("name") or ""))
     except Exception as exc:  # noqa: BLE001 - a broken plot must never lose the rest of the evidence
         plot_path, plot_error = None, f"{type(exc).__name__}: {exc}"
     payload = {
@@ -93,11 +93,12 @@ def write_evidence(
 
 
 def plot_in_subprocess(
-    folder: Path, path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict
+    folder: Path, path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
+    *, run_name: str = "",
 ) -> None:
     """Draw the plot in a child process (matplotlib's memory never enters the sidecar); raise on failure."""
     input_path = folder / ".plot-input.json"
-    write_private(input_path, json.dumps(plot_input(series, verdict)))
+    write_private(input_path, json.dumps(plot_input(series, verdict, run_name)))
     try:
         run_command(
             python_argv("-m", "guarded_sbatch.actions.evidence_plot", os.path.abspath(input_path), os.path.abspath(path)),

@@ -9,16 +9,51 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.keys import KeyClassifier, Role, key_words
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
 MAX_PLOT_POINTS = 5000  # per key; the most recent points are always kept in full
+# the panels people look at, in order: (label in the verdict's summary["keys"], title, role)
+PANELS = (("train_loss", "training loss", Role.TRAIN_LOSS), ("key_metric", "eval metric", Role.EVAL_METRIC),
+          ("lr", "learning rate", Role.LEARNING_RATE), ("grad_norm", "grad norm", Role.GRAD_NORM))
+TITLES = {label: title for label, title, _ in PANELS}
+LOG_SPAN = 100.0  # a positive series whose max/min exceeds this (two decades) is drawn on a log scale
 
 
-def plot_input(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> dict[str, object]:
+def plotted_keys(keys: Iterable[str], chosen: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """{label: key} for the panels, by role (core/keys.py), never by substring: the judge's own choice when
+    it made one (the verdict's summary["keys"]), else the key the role classifier picks. An HF run's
+    eval/runtime or eval/samples_per_second is no eval metric; its train/loss, lr and grad norm are plotted."""
+    names = [k for k in keys if not k.startswith("crash/")]
+    classifier = KeyClassifier()
+    picked: dict[str, str] = {}
+    for label, _, role in PANELS:
+        key = (chosen or {}).get(label)
+        if not isinstance(key, str) or key not in names:
+            if role is Role.TRAIN_LOSS:
+                key = classifier.primary_train_loss(names)
+            else:
+                candidates = classifier.keys_with_role(names, role)
+                # an eval loss first (what every run has), then the shortest name
+                candidates.sort(key=lambda k: ("loss" not in key_words(k), len(k), k))
+                key = candidates[0] if candidates else None
+        if key and key not in picked.values():
+            picked[label] = key
+    return picked
+
+
+def log_scale(values: Sequence[float]) -> bool:
+    """Whether a series spans decades (a divergence next to a healthy curve): positive and max/min > LOG_SPAN."""
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > LOG_SPAN
+
+
+def plot_input(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
+               run_name: str = "") -> dict[str, object]:
     """What the plotting process needs, thinned to MAX_PLOT_POINTS per key (non-finite as text)."""
     thinned: dict[str, dict[str, list[object]]] = {}
     for key, (steps, values) in series.items():
@@ -31,55 +66,75 @@ def plot_input(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict
             "steps": [int(steps[i]) for i in indices],
             "values": [float(values[i]) if math.isfinite(values[i]) else repr(float(values[i])) for i in indices],
         }
-    return {"series": thinned, "verdict": verdict.to_json()}
+    return {"series": thinned, "verdict": verdict.to_json(), "run": run_name}
 
 
-def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Sequence[float]]], Verdict]:
+def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Sequence[float]]], Verdict, str]:
     series: dict[str, tuple[Sequence[int], Sequence[float]]] = {
         key: (entry["steps"], [float(v) for v in entry["values"]]) for key, entry in raw["series"].items()
     }
     v = raw["verdict"]
     anomalies = tuple(Anomaly(a["kind"], a["metric"], a["step"], a.get("value"), a.get("message", ""))
                       for a in v.get("anomalies", []))
-    verdict = Verdict(Decision(v["decision"]), Reason(v["reason"]), v.get("message", ""), anomalies, v.get("last_step"))
-    return series, verdict
+    verdict = Verdict(Decision(v["decision"]), Reason(v["reason"]), v.get("message", ""), anomalies, v.get("last_step"),
+                      v.get("summary") or {})
+    return series, verdict, str(raw.get("run") or "")
 
 
-def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict) -> None:
-    import matplotlib  # noqa: PLC0415 - lazy: ~40 MB, only ever in this child process
+def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
+                 run_name: str = "") -> None:
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - lazy: ~40 MB, only ever in this child process
+
+    fig = build_figure(series, verdict, run_name)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict, run_name: str = "") -> Any:
+    """The evidence figure: a panel per role, the run's name and the verdict in the title."""
+    import matplotlib  # noqa: PLC0415 - lazy, see plot_metrics
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415 - after matplotlib.use("Agg")
 
-    keys = [k for k in series if "loss" in k.lower() or "eval" in k.lower() or "val" in k.lower()][:4] or list(series)[:2]
-    fig, axes = plt.subplots(len(keys) or 1, 1, figsize=(8, 2.6 * max(1, len(keys))), squeeze=False)
-    for ax, key in zip(axes[:, 0], keys):
+    panels = list(plotted_keys(series, verdict.summary.get("keys")).items()) or [(k, k) for k in list(series)[:2]]
+    rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(rows, 2 if len(panels) > 1 else 1, figsize=(11, 3.0 * rows), squeeze=False)
+    plotted_metrics = {key for _, key in panels}
+    for ax, (label, key) in zip(axes.flat, panels):
         steps, values = series[key]
         finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
         if finite:
-            ax.plot([s for s, _ in finite], [v for _, v in finite], lw=1, label=key)
-            positive = all(v > 0 for _, v in finite)
-            spread = max(v for _, v in finite) / max(min(v for _, v in finite), 1e-300) if positive else 0
-            if positive and spread > 100:
+            ax.plot([s for s, _ in finite], [v for _, v in finite], lw=1)
+            if log_scale(values):
                 ax.set_yscale("log")
+        bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
+        if bad:
+            ax.axvline(bad[0], color="red", lw=1.5)
+            ax.annotate("not finite", (bad[0], 0.5), xycoords=("data", "axes fraction"), color="red", fontsize=8,
+                        ha="right", rotation=90)
         for anomaly in verdict.anomalies:
-            if anomaly.metric == key or len(keys) == 1:
+            if anomaly.metric == key or anomaly.metric not in plotted_metrics:
                 ax.axvline(anomaly.step, color="red", ls="--", lw=1)
                 ax.annotate(anomaly.kind, (anomaly.step, 0.95), xycoords=("data", "axes fraction"),
                             color="red", fontsize=8, ha="right")
-        ax.set_title(key, fontsize=9)
+        scale = ", log scale" if ax.get_yscale() == "log" else ""
+        ax.set_title(f"{TITLES.get(label, label)}: {key}{scale}", fontsize=9)
         ax.set_xlabel("step")
-    fig.suptitle(f"{verdict.decision.value}: {verdict.reason.value}", fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    head = f"{run_name}: " if run_name else ""
+    fig.suptitle(f"{head}{verdict.decision.value} ({verdict.reason.value}) at step {verdict.last_step}", fontsize=11)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         raise SystemExit("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png")
-    series, verdict = _from_input(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
-    plot_metrics(Path(argv[1]), series, verdict)
+    series, verdict, run_name = _from_input(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
+    plot_metrics(Path(argv[1]), series, verdict, run_name)
     return 0
 
 

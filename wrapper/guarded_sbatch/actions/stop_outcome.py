@@ -11,3 +11,4 @@ class StopOutcome:
     ok: bool
     detail: str
     final_state: str | None = None
+    found: bool = True  # False: the target had already ended, so nothing was stopped (ok stays True: it is gone)

@@ -230,7 +230,7 @@ def stop_process_group(pid: int, *, grace_s: float = 30.0, poll_s: float = 0.2) 
     try:
         members, what = _members_fn(pid)
     except ProcessLookupError:
-        return StopOutcome("pid", True, f"process {pid} had already ended", "gone")
+        return StopOutcome("pid", True, f"no process {pid} (it had already ended, or never ran)", "gone", found=False)
     except PermissionError:
         return StopOutcome("pid", False, f"process {pid} is not ours to signal: not stopped")
     steps: list[str] = []
@@ -257,7 +257,7 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
     session (another window) is left alone: then only the other panes are interrupted and killed."""
     steps: list[str] = []
     if not tmux_session_exists(session):
-        return StopOutcome("tmux", True, f"tmux session {session} is not running (already ended)", "gone")
+        return StopOutcome("tmux", True, f"tmux session {session} is not running (already ended)", "gone", found=False)
     try:
         panes = [line.split() for line in _tmux("list-panes", "-s", "-t", f"={session}", "-F",
                                                 "#{pane_id} #{pane_pid}").splitlines() if line.strip()]
@@ -321,11 +321,11 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
 
 # --- ssh -------------------------------------------------------------------------------------------
 
-# $1 pid, $2 grace (s); exit 0 stopped (or gone), 3 refused (another user), 5 still alive
+# $1 pid, $2 grace (s); exit 0 stopped, 6 no such process, 3 refused (another user), 5 still alive
 _REMOTE_SCRIPT = r"""
 pid=$1; grace=$2; me=$(id -u)
 pgid=$(ps -o pgid= -p "$pid" 2>/dev/null | tr -d ' ')
-[ -n "$pgid" ] || { echo "process $pid had already ended"; exit 0; }
+[ -n "$pgid" ] || { echo "no process $pid (it had already ended, or never ran)"; exit 6; }
 others=$(ps -eo pgid=,uid= | awk -v g="$pgid" -v me="$me" '$1==g && $2!=me' | wc -l)
 [ "$others" -eq 0 ] || { echo "refused: process group $pgid has processes of another user than uid $me"; exit 3; }
 alive() { ps -eo pgid=,stat= | awk -v g="$pgid" '$1==g && $2 !~ /^Z/' | grep -q .; }
@@ -358,6 +358,8 @@ def stop_remote_process(target: StopTarget, *, grace_s: float = 30.0) -> StopOut
     except CommandError as exc:
         return StopOutcome("ssh", False, f"{target}: ssh failed: {exc}")
     text = (result.stdout.strip() or result.stderr.strip()).replace("\n", " ")
+    if result.returncode == 6:
+        return StopOutcome("ssh", True, f"{target}: {text}", "gone", found=False)
     took = result.returncode == 0
     return StopOutcome("ssh", took, f"{target}: {text}" + ("" if took else f" (exit {result.returncode})"),
                        "gone" if took else None)

@@ -17,6 +17,7 @@ from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.core.registry import RunRecord, find_run, list_runs
+from guarded_sbatch.scheduler.base import JobState
 
 YES_FLAGS = ("--yes", "-y")
 
@@ -81,8 +82,10 @@ def confirm(question: str, *, assume_yes: bool, stdin: TextIO | None = None, err
 def kill_command(argv: list[str]) -> int:
     args = parse_lifecycle_args(argv, command="kill", allow_guard_options=False)
     record = find_run(args.run)
+    was_live = _job_live(record)
     failed = _clean_up(record, yes=args.yes, verb="kill")
     record.ended = "killed"  # its jobs are stopped either way
+    _note_stopped_by(record, was_live, "user (kill)")
     record.save()
     _audit("kill", record, reason="cleanup incomplete" if failed else "killed and cleaned up")
     if failed:
@@ -106,10 +109,14 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     run_launch = launch or (_run_under_guard if record.launched_by == "run" else _run_launch)
     # The pre-flight runs first, so a blocked relaunch deletes nothing.
     print("guarded-sbatch: pre-flight for the restart (nothing deleted yet):", file=sys.stderr)
-    if _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=True, color=False)) != 0:
+    clear = "Clear: the restart goes ahead (stop the run, clean up, relaunch); nothing to type."
+    if _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=True, color=False,
+                                                        clear_line=clear)) != 0:
         raise BlockedError("restart blocked by the pre-flight: nothing was stopped or deleted; fix the failed "
                            "checks above or waive one with --guard-waive CHECK=\"REASON\"")
+    was_live = _job_live(record)
     failed = _clean_up(record, yes=args.yes, verb="restart")
+    _note_stopped_by(record, was_live, "user (restart)")
     if failed:
         raise UsageError(f"run stopped but not relaunched: {len(failed)} cleanup step(s) not done (see above), "
                          f"first: {failed[0]}; fix that and run the restart again")
@@ -161,7 +168,31 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
     return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, *command, *record.script_args]
 
 
-def _run_under_guard(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
+def _job_live(record: RunRecord) -> bool:
+    from guarded_sbatch.scheduler import get_scheduler
+
+    try:
+        return not get_scheduler(record.backend).state(record.job_id).is_terminal
+    except GuardedError:
+        return False  # not known to the scheduler any more: nothing of it left to stop
+
+
+def _note_stopped_by(record: RunRecord, was_live: bool, who: str) -> None:
+    """Only a job that was still going and is now cancelled was stopped by this command; a kill of a run that
+    had completed (or crashed) by itself leaves its end as it was."""
+    from guarded_sbatch.scheduler import get_scheduler
+
+    if not was_live or record.stopped_by:
+        return
+    try:
+        if get_scheduler(record.backend).state(record.job_id) is JobState.CANCELLED:
+            record.stopped_by = who
+    except GuardedError:
+        pass
+
+
+def _run_under_guard(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True,
+                     clear_line: str = "") -> int:
     from guarded_sbatch.cli.run import run_under_guard  # a `guarded-sbatch run` run: its argv ends in -- COMMAND
 
     return run_under_guard(argv, check_only=check_only, color=color)
@@ -176,10 +207,11 @@ def _audit(event: str, record: RunRecord, **fields: str) -> None:
         print(f"guarded-sbatch: warning: the site's audit record was not written ({problem})", file=sys.stderr)
 
 
-def _run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
+def _run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True,
+                clear_line: str = "") -> int:
     from guarded_sbatch.cli.launch import run_launch
 
-    return run_launch(argv, check_only=check_only, color=color, show_report=show_report)
+    return run_launch(argv, check_only=check_only, color=color, show_report=show_report, clear_line=clear_line)
 
 
 def _in_folder(folder: str, action: Callable[[], int]) -> int:

@@ -37,7 +37,10 @@ def run_check(argv: list[str], *, color: bool) -> int:
     return run_launch(argv, check_only=True, color=color)
 
 
-def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True) -> int:
+def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True,
+               clear_line: str = "") -> int:
+    """A launch (or with check_only, its pre-flight alone). clear_line replaces the report's last line when
+    the launch is clear (restart: what happens next is the restart's, not a command to copy)."""
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import format_report, launch_command, run_preflight
@@ -79,8 +82,15 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
             _script(launch).unlink(missing_ok=True)
     if launcher_job is not None:
         report = dataclasses.replace(report, launch_command=launch_command(command_line))
+    if notes_path(guard.notes, config, Path.cwd()) is None:
+        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
+    if _has(launch, "quiet") and not check_only:
+        show_report = False  # sbatch's --quiet: only errors (a blocked launch still says why)
     if show_report or report.blocked:
-        print(redact(format_report(report, color=color, launching=not check_only)), file=sys.stderr)
+        text = format_report(report, color=color, launching=not check_only or bool(clear_line))
+        if clear_line and not report.blocked:
+            text = text.rsplit("\n", 1)[0] + "\n" + clear_line
+        print(redact(text), file=sys.stderr)
     if check_only:
         if guard.json:
             print(redact(json_dumps(report.to_json())))
@@ -115,7 +125,7 @@ def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
         return _pass_through_to_sbatch(tuple(words))
     from guarded_sbatch.scheduler.local import LocalScheduler
 
-    request = SubmitRequest(script=_script(launch), sbatch_options=launch.sbatch_options,
+    request = SubmitRequest(script=_script(launch), sbatch_options=without_options(launch, {"wait", "quiet"}),
                             script_args=launch.script_args, workdir=Path.cwd())
     if not isinstance(scheduler, LocalScheduler):
         raise UsageError(f"--test-only is answered by sbatch or the local backend, not {scheduler.name}")
@@ -151,14 +161,15 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     from guarded_sbatch.scheduler.base import SubmitRequest
 
     guard = launch.guard_options
-    parsable = any(o.name == "parsable" for o in launch.parsed_options)
+    parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler.name)
+    os.environ.pop("SBATCH_WAIT", None)  # sbatch itself must not block before the sidecar is submitted
     sidecar_config = config.sidecar
     resources = resources_from_config(config)
     cwd = Path.cwd()
     sidecar = SidecarOptions(
         tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
         log_paths=tuple(_absolute(p, cwd) for p in guard.log), stop_command=guard.stop_command,
-        notes_path=_absolute(guard.notes, cwd) if guard.notes else None,
+        notes_path=notes_path(guard.notes, config, cwd),
         fast_interval_s=sidecar_config.fast_interval_s,
         full_interval_s=config.check_interval_s,
         job_poll_s=sidecar_config.job_poll_s,
@@ -174,13 +185,14 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
             mem=sidecar_config.monitor_mem, fast_interval_s=sidecar_config.fast_interval_s,
             job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),
         )
-    request = SubmitRequest(script=_script(launch), sbatch_options=launch.sbatch_options,
+    request = SubmitRequest(script=_script(launch), sbatch_options=without_options(launch, {"wait", "quiet"}),
                             script_args=launch.script_args, workdir=cwd,
                             env=dict(plan.env) if plan is not None else {})
     since = _own_files_since(report.run_name, cwd, restart=guard.restart)
 
     def announce(job_id: str) -> None:
-        print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
+        if not quiet:
+            print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
 
     try:
         submission = submit_guarded(
@@ -217,9 +229,17 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
         submission.record.script, submission.record.script_args = str(kept), []
         submission.record.save()
     watcher = "shared monitor job" if submission.record.monitor_id else "sidecar job"
-    print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
-          f"run folder {submission.record.folder}", file=sys.stderr)
+    if not quiet:
+        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
+              f"run folder {submission.record.folder}", file=sys.stderr)
     audit_launch(config, submission.record, report)
+    if submission.interrupted:
+        print(f"guarded-sbatch: interrupted while submitting; the interrupt was held until job {submission.job_id} "
+              f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {submission.record.run_id}` "
+              "stops them)", file=sys.stderr)
+        return 130
+    if wait:
+        return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
 
 
@@ -229,6 +249,77 @@ def judge_table(config: Config) -> dict[str, object]:
 
     where = ", ".join(map(str, config.sources)) or "config"
     return policy_table(policy_from_table(config.judge, where=where))
+
+NO_NOTES = ("no project notes file: a STOP will be in the sidecar's output and evidence but noted nowhere else; "
+            "set notes = \"NOTES.md\" in ~/.config/guarded-sbatch/config.toml (or --guard-notes PATH)")
+
+
+def notes_path(given: Path | None, config: Config, cwd: Path) -> Path | None:
+    """The project notes file a STOP appends to: --guard-notes, else the config's `notes`; relative to cwd."""
+    chosen = given or config.notes_path
+    return _absolute(chosen, cwd) if chosen else None
+
+
+def _has(launch: LaunchArgs, name: str) -> bool:
+    return any(o.name == name for o in launch.parsed_options)
+
+
+def wants_wait(launch: LaunchArgs, backend: str) -> bool:
+    """sbatch's --wait, from the command line, SBATCH_WAIT or an #SBATCH line. The job is submitted without it
+    (sbatch would block before the sidecar is submitted) and guarded-sbatch waits itself, once the guard is in
+    place; an #SBATCH --wait cannot be taken out of a script that is submitted unchanged, so Slurm refuses it."""
+    from guarded_sbatch.core.sbatch.script import parse_script
+
+    in_script = launch.script is not None and any(
+        option.name == "wait" for d in parse_script(_script(launch), dict(os.environ)).directives for option in d.options)
+    if in_script and backend == "slurm":
+        raise UsageError(f"{launch.script} has #SBATCH --wait, which would make sbatch block before the job's sidecar "
+                         "is submitted; remove that line and give --wait on the command line instead")
+    return in_script or _has(launch, "wait") or os.environ.get("SBATCH_WAIT", "") not in ("", "0")
+
+
+def without_options(launch: LaunchArgs, names: set[str]) -> tuple[str, ...]:
+    """The option words for the scheduler without these options: --wait and --quiet are guarded-sbatch's to
+    honour (a quiet sbatch prints no job id, a waiting one blocks before the sidecar is submitted)."""
+    words = list(launch.sbatch_options)
+    for option in launch.parsed_options:
+        if option.name not in names:
+            continue
+        span = len(option.words)
+        for start in range(len(words) - span + 1):
+            if tuple(words[start:start + span]) == option.words:
+                del words[start:start + span]
+                break
+    return tuple(words)
+
+
+WAIT_POLL_S = {"local": 1.0, "slurm": 10.0}  # Slurm: one squeue per 10 s, as sbatch --wait's own backoff
+
+
+def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
+    """Block until the job ends and exit with its code, as `sbatch --wait` does (a signal: 128 + signal)."""
+    import time
+
+    from guarded_sbatch.core.errors import SchedulerError
+
+    if not quiet:
+        print(f"guarded-sbatch: waiting for job {job_id} to end (--wait); Ctrl-C stops waiting, the job and its "
+              "guard go on", file=sys.stderr, flush=True)
+    poll = WAIT_POLL_S.get(scheduler.name, 10.0)
+    while True:
+        try:
+            state = scheduler.state(job_id)
+        except SchedulerError:
+            state = None  # a controller hiccup: ask again
+        if state is not None and state.is_terminal:
+            break
+        time.sleep(poll)
+    code = scheduler.info(job_id).exit_code
+    if not quiet:
+        print(f"guarded-sbatch: job {job_id} ended: {state.value}", file=sys.stderr)
+    if code is None:
+        return 0 if state.value == "COMPLETED" else 1
+    return 128 - code if code < 0 else code
 
 
 def audit_launch(config: Config, record: RunRecord, report: PreflightReport) -> None:

@@ -2,39 +2,69 @@
 
 from __future__ import annotations
 
+import fnmatch
+import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.errors import ExitCode, GuardedError
+from guarded_sbatch.cli.status_table import render_table, render_terminal
+from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.timefmt import local_timestamp
 from guarded_sbatch.scheduler.base import JobState
+
+
+STATES = tuple(state.value for state in JobState)
 
 
 def run_status(argv: list[str], *, color: bool) -> int:
     from guarded_sbatch.cli.args import ArgumentParser
 
-    parser = ArgumentParser(prog="guarded-sbatch status", description="your guarded runs")
+    parser = ArgumentParser(prog="guarded-sbatch status", description="your guarded runs, live and ended")
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    parser.add_argument("--all", action="store_true", help="include runs that were killed or restarted")
+    parser.add_argument("--all", action="store_true",
+                        help="also runs that were restarted (their new run is listed anyway)")
     parser.add_argument("--project", type=Path, metavar="DIR",
                         help="only runs submitted from DIR or a folder below it (e.g. --project .)")
+    parser.add_argument("--state", metavar="STATE[,STATE]",
+                        help=f"only runs in these states (as squeue -t: {', '.join(STATES)}; any case)")
+    parser.add_argument("--name", metavar="NAME",
+                        help="only runs of this name (shell wildcards allowed, e.g. --name 'coco-*')")
     args = parser.parse_args(argv)
+    wanted = parse_states(args.state) if args.state else None
     project = args.project.resolve() if args.project else None
     rows = [run_status_row(r) for r in list_runs()
-            if (args.all or not r.ended) and (project is None or _under(r.submit_dir, project))]
+            if (args.all or r.ended != "restarted") and (project is None or _under(r.submit_dir, project))
+            and (args.name is None or fnmatch.fnmatchcase(r.run_name, args.name))]
+    if wanted is not None:
+        rows = [row for row in rows if row["state"] in wanted]
     if args.json:
         print(json_dumps({"runs": rows}))
         return int(ExitCode.OK)
     if not rows:
-        print("no guarded runs yet", file=sys.stderr)
+        print("no guarded runs match" if (wanted or args.name or project) else "no guarded runs yet",
+              file=sys.stderr)
         return int(ExitCode.OK)
-    print(render_table(rows, color=color))
+    if sys.stdout.isatty():
+        print(render_terminal(rows, color=color), end="")
+    else:
+        print(render_table(rows))
     return int(ExitCode.OK)
+
+
+def parse_states(text: str) -> set[str]:
+    states = set()
+    for word in filter(None, (w.strip().upper() for w in text.split(","))):
+        if word not in STATES:
+            raise UsageError(f"--state {word}: no such state; {did_you_mean(word, STATES)}the states are "
+                             f"{', '.join(STATES)}")
+        states.add(word)
+    return states
 
 
 def run_status_row(record: RunRecord) -> dict[str, Any]:
@@ -57,6 +87,8 @@ def run_status_row(record: RunRecord) -> dict[str, Any]:
         eta, eta_kind = time.time() + max(0, int(total) - int(last_step)) / float(rate), "live"
     elif record.planned_end and state in ("RUNNING", "PENDING", "REQUEUED", "UNKNOWN"):
         eta, eta_kind = record.planned_end, "planned"
+    terminal = JobState(state).is_terminal
+    exit_code = info.exit_code if info and terminal else None
     return {
         "run": record.run_name, "run_id": record.run_id, "backend": record.backend, "job_id": record.job_id,
         "sidecar_id": record.sidecar_id, "state": state,
@@ -66,26 +98,44 @@ def run_status_row(record: RunRecord) -> dict[str, Any]:
         "eta_kind": eta_kind,
         "evidence": sidecar.get("evidence") or None, "data_source": sidecar.get("data_source"),
         "ended": record.ended or None,
+        "ended_at": local_timestamp(end) if end and terminal else None,
         "age": _duration(now - record.submitted_at) if record.submitted_at else None,
         "elapsed": _duration((end or now) - start) if start else None,
-        "exit_code": info.exit_code if info and JobState(state).is_terminal else None,
-        "stopped_by": stopped_by(state, sidecar, record),
+        "exit_code": exit_code,
+        "exit": sacct_exit(exit_code),
+        "stopped_by": stopped_by(state, sidecar, record, end),
         "submit_dir": record.submit_dir or None,
     }
 
 
-def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord) -> str | None:
-    """Who ended the run: the guard (its sidecar's STOP), the user (kill, scancel) or the scheduler."""
-    if sidecar.get("last_decision") == "STOP" and sidecar.get("finished") and sidecar.get("stop_requested_at"):
-        return "guard"  # a STOP on a job that had ended by itself (a crash) stopped nothing"
-    if record.ended == "killed":
-        return "user (kill)"
-    if record.ended == "restarted":
-        return "user (restart)"
+def sacct_exit(code: int | None) -> str | None:
+    """An exit status as sacct writes it, `exit:signal`: 1 is `1:0`, killed by SIGTERM (-15) is `0:15`."""
+    if code is None:
+        return None
+    return f"0:{-code}" if code < 0 else f"{code}:0"
+
+
+def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord, end_time: float | None = None) -> str | None:
+    """Who ended the run, from the records: the command that stopped a live job wrote its name into the
+    run's record (kill, restart, stop tmux:/pid:); the guard when its sidecar's STOP came before the job's
+    end; the scheduler for its own ends; the job itself when it failed before anyone acted; else nobody
+    (a run that completed, or one still going)."""
+    if record.stopped_by:
+        return record.stopped_by
+    job_state = JobState(state)
+    stop_at = float(sidecar.get("stop_requested_at") or 0)
+    if record.backend == "slurm":
+        stop_at = math.floor(stop_at)  # Slurm's end times are whole seconds
+    guard_stop = sidecar.get("last_decision") == "STOP" and sidecar.get("finished") and stop_at
+    # a job that had ended by itself before the STOP (a crash the sidecar then judged) was not the guard's
+    if guard_stop and job_state.is_terminal and state != "COMPLETED" and (end_time is None or end_time >= stop_at):
+        return "guard"
     if state == "CANCELLED":
-        return "user"
-    if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"):
+        return "user (scancel)" if record.backend == "slurm" else "user (cancel)"
+    if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL"):
         return f"scheduler ({state.lower()})"
+    if state == "FAILED":
+        return "itself (failed)"
     return None
 
 
@@ -106,23 +156,6 @@ def _under(folder: str, project: Path) -> bool:
         return False
     path = Path(folder).resolve()
     return path == project or project in path.parents
-
-
-def render_table(rows: list[dict[str, Any]], *, color: bool) -> str:
-    columns = [("RUN", "run"), ("JOB", "job_id"), ("STATE", "state"), ("AGE", "age"), ("ELAPSED", "elapsed"),
-               ("EXIT", "exit_code"), ("STOPPED BY", "stopped_by"), ("DECISION", "decision"), ("REASON", "reason"),
-               ("STEP", "last_step"), ("ETA", "eta"), ("EVIDENCE", "evidence")]
-    cells = [[str(row.get(key) if row.get(key) is not None else "-") for _, key in columns] for row in rows]
-    widths = [max(len(title), *(len(c[i]) for c in cells)) for i, (title, _) in enumerate(columns)]
-    lines = ["  ".join(title.ljust(w) for (title, _), w in zip(columns, widths)).rstrip()]
-    for row_cells in cells:
-        line = "  ".join(c.ljust(w) for c, w in zip(row_cells, widths))
-        if color:
-            decision = row_cells[7]
-            code = {"STOP": "31", "WAIT": "33", "CONTINUE": "32"}.get(decision)
-            line = f"\x1b[{code}m{line}\x1b[0m" if code else line
-        lines.append(line.rstrip())
-    return "\n".join(lines)
 
 
 def run_kill(argv: list[str]) -> int:

@@ -73,12 +73,14 @@ def _policy(args: object, record: RunRecord | None = None, *, strict: bool = Tru
     return dataclasses.replace(policy, **{k: v for k, v in flags.items() if v is not None})
 
 
-def _intervals(parser: ArgumentParser) -> None:
-    parser.add_argument("--fast-interval", type=positive_float, default=SidecarSettings.fast_interval_s,
-                        help="seconds between reads")
-    parser.add_argument("--full-interval", type=positive_float, default=SidecarSettings.full_interval_s,
+def _intervals(parser: ArgumentParser, *, from_config: bool = False) -> None:
+    """from_config: no default here; the config's cadence fills what the command line leaves out."""
+    parser.add_argument("--fast-interval", type=positive_float,
+                        default=None if from_config else SidecarSettings.fast_interval_s, help="seconds between reads")
+    parser.add_argument("--full-interval", type=positive_float,
+                        default=None if from_config else SidecarSettings.full_interval_s,
                         help="seconds between full reports")
-    parser.add_argument("--job-poll", type=positive_float, default=SidecarSettings.job_poll_s,
+    parser.add_argument("--job-poll", type=positive_float, default=None if from_config else SidecarSettings.job_poll_s,
                         help="seconds between scheduler calls")
 
 
@@ -172,8 +174,42 @@ def _guarded_run(job_id: str, backend: str) -> object | None:
     return matches[-1] if matches else None
 
 
+# `monitor --once`: the decision is the exit code, so a script can branch on it without parsing
+ONCE_EXIT = {"CONTINUE": 0, "WAIT": 10, "STOP": 11}
+ONCE_CODES = ("exit codes with --once: 0 CONTINUE, 10 WAIT, 11 STOP (the same with --json); 2 bad usage, "
+              "e.g. a --tb/--wandb/--log path that is not there. A watch (no --once) exits 0 when it ends. "
+              "Without --fast-interval/--full-interval/--job-poll a watch follows the config "
+              "([sidecar] fast_interval_seconds, job_poll_seconds; check_interval_minutes).")
+
+
+def _interval_defaults(args: Any) -> None:
+    """Cadence not given on the command line: the config's, as the sidecar of a launch would use."""
+    if None not in (args.fast_interval, args.full_interval, args.job_poll):
+        return
+    config = load_config()
+    if args.fast_interval is None:
+        args.fast_interval = config.sidecar.fast_interval_s
+    if args.full_interval is None:
+        args.full_interval = config.check_interval_s
+    if args.job_poll is None:
+        args.job_poll = config.sidecar.job_poll_s
+
+
+def _refuse_missing_paths(args: Any) -> None:
+    kinds = {kind.name: kind for kind in flagged_kinds()}
+    for spec in _given_sources(args):
+        kind, path = kinds[spec.kind], Path(spec.locator)
+        online = "://" in spec.locator or (not kind.needs_existing_path and spec.locator.count("/") == 2)
+        if online or path.exists():  # a W&B run URL or entity/project/run_id is read through the API
+            continue
+        where = f" (relative to {Path.cwd()}, where you ran this)" if not path.is_absolute() else ""
+        raise UsageError(f"{kind.flag} {path}: no such file or folder{where}; check the path (for a run that has "
+                         "not written yet, leave out --once and watch it)")
+
+
 def run_monitor(argv: list[str]) -> int:
-    parser = ArgumentParser(prog="guarded-sbatch monitor", description="judge a run now (--once) or watch it")
+    parser = ArgumentParser(prog="guarded-sbatch monitor", description="judge a run now (--once) or watch it",
+                            epilog=ONCE_CODES)
     parser.add_argument("target", nargs="?", help="a folder to search, a log file, or a W&B run path/URL")
     parser.add_argument("--once", action="store_true", help="read what is there now, judge once, exit")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -184,9 +220,12 @@ def run_monitor(argv: list[str]) -> int:
     parser.add_argument("--notes", type=Path)
     parser.add_argument("--state-dir", type=Path, help="where the watcher keeps state and evidence")
     _add_source_flags(parser)
-    _intervals(parser)
+    _intervals(parser, from_config=True)
     args = parser.parse_args(argv)
     _check_stop_target(args)
+    if args.once:
+        _refuse_missing_paths(args)
+    _interval_defaults(args)
     if args.json and not args.once:
         raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
                          "use `guarded-sbatch monitor --once --json ...`")
@@ -219,7 +258,7 @@ def run_monitor(argv: list[str]) -> int:
             print(json_dumps(payload))
         else:
             print(one_line(verdict, data_source))
-        return int(ExitCode.OK)
+        return ONCE_EXIT.get(verdict.decision.value, int(ExitCode.OK))
     scheduler: Any = None
     if backend is not None:
         from guarded_sbatch.scheduler import get_scheduler
@@ -232,6 +271,11 @@ def run_monitor(argv: list[str]) -> int:
         scheduler = TargetWatch(parse_stop_target(args.stop_target), grace_s=args.stop_grace)
         settings.job_id = args.stop_target
     settings.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
+    watched = f"job {args.job} ({backend})" if args.job else (args.stop_target or "the files")
+    print(f"guarded-sbatch monitor: watching {watched}: metrics read every {settings.fast_interval_s:g} s, "
+          f"a full report every {settings.full_interval_s / 60:g} min"
+          + (f", the scheduler asked every {settings.job_poll_s:g} s" if args.job else "")
+          + "; Ctrl-C to leave (the run goes on)", file=sys.stderr, flush=True)
     return Sidecar(settings, scheduler, sys.stdout).run()
 
 

@@ -8,7 +8,7 @@ any guarded run, so `status`, `kill` and `restart` work on it. With --guard-tmux
 new detached tmux session NAME (its output tee'd to a log the watcher reads); the local job lasts as long
 as the session, and the watcher stops the run by interrupting, then killing, the session.
 
-`guarded-sbatch stop TARGET [--grace S]` stops a target by hand (tmux:, pid:, ssh:) and says whether it took.
+`guarded-sbatch stop TARGET` is cli/stop.py.
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
            command: list[str], tmux: str | None, log_paths: tuple[Path, ...], stop_command: str | None) -> int:
     """Submit the command like the sbatch form: its sources pinned and recorded, the environment the pre-flight
     promised (WANDB_RUN_ID, WANDB_RESUME, MLFLOW_RUN_CONTEXT) given to the job."""
-    from guarded_sbatch.cli.launch import _own_files_since, _planned_end
+    from guarded_sbatch.cli.launch import _own_files_since, _planned_end, notes_path
     from guarded_sbatch.launch.run_reference import save_config_snapshot
     from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
     from guarded_sbatch.scheduler.base import SubmitRequest
@@ -174,7 +174,7 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
     sidecar = SidecarOptions(
         tb_paths=tuple(map(absolute, guard.tb)), wandb_paths=tuple(map(absolute, guard.wandb)),
         log_paths=(*map(absolute, guard.log), *log_paths), stop_command=guard.stop_command or stop_command,
-        notes_path=absolute(guard.notes) if guard.notes else None, fast_interval_s=sidecar_config.fast_interval_s,
+        notes_path=notes_path(guard.notes, config, cwd), fast_interval_s=sidecar_config.fast_interval_s,
         full_interval_s=config.check_interval_s, job_poll_s=sidecar_config.job_poll_s,
     )
     run_name = report.run_name or _program_stem(command)
@@ -223,19 +223,3 @@ def _program_stem(command: list[str]) -> str:
     words = [w for w in command if not w.startswith("-")]
     program = next((w for w in words[1:] if w.endswith(".py")), words[0] if words else "run")
     return Path(program).stem or "run"
-
-
-def run_stop(argv: list[str]) -> int:
-    from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target
-    from guarded_sbatch.cli.args import ArgumentParser, positive_float
-
-    parser = ArgumentParser(prog="guarded-sbatch stop", description="stop a run by hand and check that it took")
-    parser.add_argument("target", help="tmux:SESSION, pid:PID, ssh:[USER@]HOST[:PORT]:PID")
-    parser.add_argument("--grace", type=positive_float, default=30.0, help="seconds between the signals")
-    args = parser.parse_args(argv)
-    target = parse_stop_target(args.target)
-    if target.kind == "slurm":
-        raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
-    outcome = stop_target(target, grace_s=args.grace)
-    print(f"{'stopped' if outcome.ok else 'NOT stopped'}: {outcome.detail}")
-    return int(ExitCode.OK) if outcome.ok else 1

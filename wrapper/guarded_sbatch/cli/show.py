@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.actions.evidence import plot_in_subprocess
+from guarded_sbatch.actions.evidence_plot import plotted_keys
 from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.core.errors import ExitCode, UsageError
@@ -30,7 +31,6 @@ from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 
-PLOT_LABELS = ("train_loss", "key_metric", "lr")
 PLAIN_ROWS = 12
 
 
@@ -65,12 +65,13 @@ def gather(record: RunRecord) -> dict[str, Any]:
     if not series:  # the metric files are gone: the curves the STOP kept
         series = _series_from_evidence(evidence_dir / "evidence.json")
     keys = (verdict.summary or {}).get("keys", {}) if verdict else {}
-    plotted: dict[str, str] = {label: str(keys[label]) for label in PLOT_LABELS if keys.get(label) in series}
-    if not plotted:  # no judged keys: the first few series there are
+    plotted = plotted_keys(series, keys)  # by role: training loss, eval metric, lr, grad norm
+    if not plotted:  # no key with a known role: the first few series there are
         plotted = {key: key for key in list(series)[:3]}
     return {
         "run": record.run_name, "run_id": record.run_id, "job_id": record.job_id, "state": row["state"],
         "stopped_by": row["stopped_by"], "age": row["age"], "elapsed": row["elapsed"], "exit_code": row["exit_code"],
+        "exit": row["exit"],
         "decision_now": verdict.decision.value if verdict else None,
         "reason_now": verdict.message if verdict else None,
         "anomalies": [_anomaly_text(a) for a in verdict.anomalies] if verdict else [],
@@ -114,8 +115,8 @@ def latest_report(folder: Path) -> str:
     """The sidecar's last full report block, and its FINAL_SUMMARY when there is one."""
     outputs = sorted(folder.glob("sidecar-*.out"), key=lambda p: p.stat().st_mtime)
     lines = "".join(p.read_text(encoding="utf-8", errors="replace") for p in outputs).splitlines()
-    blocks = [_block(lines, marker) for marker in ("## Training Check", "FINAL_SUMMARY")]
-    return "\n\n".join(b for b in blocks if b)
+    final = _block(lines, "FINAL_SUMMARY")  # an ended run: its summary says it all (the last report repeats it)
+    return final or _block(lines, "## Training Check")
 
 
 def _block(lines: list[str], marker: str) -> str:
@@ -134,41 +135,30 @@ def _block(lines: list[str], marker: str) -> str:
 def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
     head = [f"# {view['run']} (job {view['job_id']}): {view['state']}"
             + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
-            + (f", exit {view['exit_code']}" if view["exit_code"] is not None else ""),
+            + (f", exit {view['exit']}" if view.get("exit") else ""),
             f"age {view['age'] or '-'}, ran {view['elapsed'] or '-'}; metrics: {view['source']}",
             f"judged now: {view['decision_now'] or '-'}: {view['reason_now'] or '-'}", ""]
     parts = ["\n".join(head)]
     parts.append(view["report"] or "(no sidecar report yet)")
     curves = plot_terminal(view, color=color) if terminal else plot_plain(view)
     parts.append(curves)
-    parts.append("Anomalies: " + ("; ".join(view["anomalies"]) or "none"))
-    parts.append("Evidence: " + (", ".join(view["evidence"]) or "none yet") + f"\nRun folder: {view['folder']}")
+    if terminal:  # one line each, cut to the terminal's width
+        width = shutil.get_terminal_size((100, 40)).columns - 1
+        parts.append("\n".join(["Anomalies: " + ("" if view["anomalies"] else "none")]
+                               + [_cut(f"  - {a}", width) for a in view["anomalies"]]))
+        names = ", ".join(Path(p).name for p in view["evidence"])
+        parts.append(f"Evidence: {names or 'none yet'}\nRun folder (evidence/ inside): {view['folder']}")
+    else:
+        parts.append("Anomalies: " + ("; ".join(view["anomalies"]) or "none"))
+        parts.append("Evidence: " + (", ".join(view["evidence"]) or "none yet") + f"\nRun folder: {view['folder']}")
     return "\n\n".join(p.rstrip() for p in parts if p) + "\n"
 
 
 def plot_terminal(view: dict[str, Any], *, color: bool) -> str:
-    import plotext as plt  # noqa: PLC0415 - only `show` on a terminal draws
+    from guarded_sbatch.cli.show_plot import draw_panels  # plotext: only `show` on a terminal draws
 
-    plotted = [(label, key) for label, key in view["plotted"].items() if key in view["series"]]
-    if not plotted:
-        return "(no metrics to plot yet)"
-    width = min(shutil.get_terminal_size((100, 30)).columns, 120)
-    drawn = []
-    for label, key in plotted:
-        steps, values = view["series"][key]
-        finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
-        plt.clear_figure()
-        plt.plotsize(width, 12)
-        plt.theme("pro" if color else "clear")
-        if finite:
-            plt.plot([s for s, _ in finite], [v for _, v in finite], marker="braille")
-        bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
-        if bad:
-            plt.vline(bad[0], "red" if color else None)
-        plt.title(f"{key} ({label})" + (f" — not finite from step {bad[0]}" if bad else ""))
-        plt.xlabel("step")
-        drawn.append(plt.build())
-    return "\n".join(drawn)
+    verdict = view.get("verdict_obj")
+    return draw_panels(view["plotted"], view["series"], verdict.anomalies if verdict else (), color=color)
 
 
 def plot_plain(view: dict[str, Any]) -> str:
@@ -182,6 +172,10 @@ def plot_plain(view: dict[str, Any]) -> str:
         lines.append(f"{key} ({label}), last {len(picked)} of {len(steps)} points:")
         lines.extend(f"  step {s:>8}  {_number(v)}" for s, v in picked)
     return "\n".join(lines) or "(no metrics yet)"
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _number(value: float) -> str:
@@ -198,6 +192,6 @@ def write_png(view: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="guarded-sbatch-show-") as folder:
         try:
-            plot_in_subprocess(Path(folder), path, view["series"], verdict)
+            plot_in_subprocess(Path(folder), path, view["series"], verdict, run_name=view["run"])
         except RuntimeError as exc:
             raise UsageError(f"could not write {path}: {exc}") from None

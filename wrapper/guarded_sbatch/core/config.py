@@ -8,7 +8,6 @@ lists in `locked` (dotted paths, e.g. "checks.mandatory") cannot be changed by a
 from __future__ import annotations
 
 import copy
-import difflib
 import os
 import re
 import shutil
@@ -31,6 +30,7 @@ from guarded_sbatch.core.config_schema import (
     defaults,
 )
 from guarded_sbatch.core.errors import CommandError, UsageError
+from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.runner import run_command
 
 __all__ = ["DEFAULTS", "DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
@@ -148,6 +148,7 @@ class Config:
                                                                           "container": tuple})  # secrets
     notify_on: frozenset[str] = setting("notify.on", container=frozenset)
     notify_wait_long_s: float = setting("notify.wait_long_minutes", scale=60.0)
+    notes_path: Path | None = setting("notes")  # the project notes file; relative to the submit folder
     audit_log: Path | None = setting("audit.log")
     audit_syslog: bool = setting("audit.syslog")
     judge: Mapping[str, float | int | str] = setting("judge", container=dict)  # [judge]: thresholds by name
@@ -247,9 +248,8 @@ def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: P
     for key, value in data.items():
         dotted = f"{prefix}{key}"
         if key not in known:
-            close = difflib.get_close_matches(key, list(known), n=1)
-            hint = f"did you mean '{prefix}{close[0]}'? " if close else ""
             choices = ", ".join(f"{prefix}{k}" for k in known)
+            hint = did_you_mean(key, known, prefix=prefix)
             raise UsageError(f"{path}: unknown key '{dotted}'; {hint}known keys here: {choices}")
         if isinstance(known[key], dict):
             if not isinstance(value, dict):
@@ -307,8 +307,7 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
     config = fill(Config)
     for entry in config.locked:  # a misspelt lock would lock nothing
         if entry not in KEYS and not any(path.startswith(entry + ".") for path in KEYS):
-            close = difflib.get_close_matches(entry, list(KEYS), n=1)
-            raise fail("locked", f"names an unknown key {entry!r}" + (f"; did you mean {close[0]!r}?" if close else ""))
+            raise fail("locked", f"names an unknown key {entry!r}; {did_you_mean(entry, KEYS)}give a key of the schema")
     return replace(config, waivable_checks=config.waivable_checks - config.mandatory_checks, sources=sources)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guarded_sbatch.core.check_names import CHECK_NAMES
+from guarded_sbatch.core.suggest import did_you_mean
 
 MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
 NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
@@ -84,6 +85,13 @@ SCHEMA: tuple[Key, ...] = (
         30.0,
         "Minutes between the sidecar's full reports (it checks hard faults more often).",
         example=30,
+    ),
+    Key(
+        "notes",
+        "path",
+        "",
+        "The project notes file every STOP appends a note to (relative: to the folder you submit from); --guard-notes\n"
+        "wins. Empty: no notes file (the pre-flight says so).",
     ),
     Key(
         "run_roots",
@@ -325,7 +333,8 @@ def checked(key: Key, value: Any, fail: Callable[[str, str], Exception]) -> Any:
     if key.kind == "names":
         for name in value:
             if name not in key.choices:
-                raise fail(key.path, f"names an unknown {_WHAT.get(key.path, 'entry')} {name!r}; use {', '.join(key.choices)}")
+                raise fail(key.path, f"names an unknown {_WHAT.get(key.path, 'entry')} {name!r}; "
+                                     f"{did_you_mean(name, key.choices)}use {', '.join(key.choices)}")
     return value
 
 

@@ -45,8 +45,10 @@ _METRIC_KEY_FLAGS = re.compile(
     re.IGNORECASE,
 )
 # NAME=value / "name": "value" / name: value where the name is a secret's
+# (not a path component: `/data/my_secret_stuff: Permission denied` names a folder, it assigns nothing)
 _SECRET_ASSIGN = re.compile(
-    r"(\b[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
+    r"((?<![/\\A-Za-z0-9_.-])[A-Za-z0-9_.-]*" + _SECRET_WORD
+    + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
     re.IGNORECASE,
 )
 

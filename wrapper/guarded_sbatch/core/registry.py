@@ -44,6 +44,7 @@ class RunRecord:
     total_steps: int | None = None  # from the run's config, for the live ETA
     planned_end: float | None = None  # the pre-flight's ETA (epoch seconds)
     ended: str = ""  # "killed", "restarted" once the lifecycle commands are done with it
+    stopped_by: str = ""  # who ended a live job, written by the command that did ("user (kill)", ...)
     launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
     judge: dict[str, Any] = field(default_factory=dict)  # [judge] thresholds at launch: its sidecar judges with these
 

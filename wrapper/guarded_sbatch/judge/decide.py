@@ -81,6 +81,8 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
 def decide(
     history: MetricHistory, policy: JudgePolicy | None = None, context: RunContext | None = None
 ) -> Verdict:
+    """The decision on a metric history: CONTINUE, WAIT or STOP with its reason, message and anomalies.
+    Pure: the same history, policy and context give the same verdict. The checks run in CHECKS' order."""
     policy = policy or JudgePolicy()
     last_step = history.last_step
     if last_step is None:

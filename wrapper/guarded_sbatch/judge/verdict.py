@@ -8,12 +8,16 @@ from typing import Any
 
 
 class Decision(enum.Enum):
+    """CONTINUE: healthy enough; WAIT: inconclusive or unreadable, never stop; STOP: clearly broken."""
+
     CONTINUE = "CONTINUE"
     WAIT = "WAIT"
     STOP = "STOP"
 
 
 class Reason(enum.Enum):
+    """Why a verdict was reached (its value is what JSON output and the reports carry)."""
+
     HEALTHY = "healthy"
     NO_DATA = "no_data"
     TOO_EARLY = "too_early"
@@ -39,6 +43,8 @@ class Reason(enum.Enum):
 
 @dataclass(frozen=True)
 class Anomaly:
+    """One finding in the history: its kind, the metric and the step where it was seen."""
+
     kind: str  # e.g. "nan", "spike", "divergence", "plateau", "grad_explosion", "recovered_spike"
     metric: str
     step: int
@@ -48,6 +54,8 @@ class Anomaly:
 
 @dataclass(frozen=True)
 class Verdict:
+    """The judge's answer: decision, reason, a message for people, anomalies, the last step judged."""
+
     decision: Decision
     reason: Reason
     message: str

@@ -39,6 +39,7 @@ class PreflightContext:
     submit_dir: Path | None = None  # where sbatch is run (the folder relative paths on its line are from)
     # launch/run_sources.SourcePlan: what the run writes and reads as its own (that module imports this one)
     source_plan: object | None = None
+    swept_lr: tuple[float, ...] = ()  # check-sweep: the learning rates the sweep tries (lr is searched, not set)
 
     @property
     def launcher(self) -> LauncherLine | None:
@@ -86,6 +87,9 @@ def load_intended_config(context: PreflightContext) -> None:
         if overrides:
             context.intended = config_from_overrides(overrides)
         context.intended_problem = "no config file on the launcher line (--config FILE, --config-name, a .yaml argument)"
+        return
+    if candidate.is_dir():
+        context.intended_problem = f"the run's config {candidate} is a folder, not a config file"
         return
     if not candidate.is_file():
         context.intended_problem = f"the run's config {candidate} does not exist"

@@ -80,8 +80,10 @@ def run_preflight(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     mounts: list[Mount] | None = None,
+    swept_lr: tuple[float, ...] = (),
 ) -> PreflightReport:
-    """Check a launch. Raises UsageError for input that cannot be checked at all (unreadable script, ...)."""
+    """Check a launch. Raises UsageError for input that cannot be checked at all (unreadable script, ...).
+    swept_lr: for one combination of a sweep, the learning rates the sweep searches (check-sweep)."""
     environ = dict(os.environ if env is None else env)
     if launch.script is not None:
         script_path = launch.script if launch.script.is_absolute() else (cwd or Path.cwd()) / launch.script
@@ -108,6 +110,7 @@ def run_preflight(
         restart=restart or launch.guard_options.restart,
         mounts=mounts,
         submit_dir=base,
+        swept_lr=swept_lr,
     )
     load_intended_config(context)
     _find_reference(context, script_path=launch.script)

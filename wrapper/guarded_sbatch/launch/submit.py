@@ -7,10 +7,14 @@ job is cancelled and the error says so: a run never trains unguarded without the
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,6 +66,7 @@ class GuardedSubmission:
     job_id: str
     sidecar_id: str
     tasks: tuple[GuardedSubmission, ...] = ()  # a job array: each task's own record and sidecar
+    interrupted: bool = False  # Ctrl-C came while submitting: taken only once the job was guarded
 
 
 def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
@@ -137,22 +142,44 @@ def submit_guarded(
     except OSError as exc:
         raise SchedulerError(f"cannot create the run registry {runs_root()}: {exc.strerror or exc}; "
                              "nothing was submitted") from None
+    with _interrupts_deferred() as interrupted:
+        try:
+            job_id = scheduler.submit(request)
+        except UsageError as exc:  # the backend refused the request itself: no job exists (a timed-out sbatch
+            # may have queued one, so only this kind is said to be "not submitted")
+            raise UsageError(f"training job not submitted: {exc.message}") from None
+        if callable(on_training_submitted):
+            on_training_submitted(job_id)
+        try:
+            guarded = [_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar, resources,
+                                        waivers, record_fields, sources_for_job, shared)
+                       for watched in (task_ids(job_id) if task_ids is not None else [job_id])]
+        except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
+            raise _unguarded(scheduler, job_id, exc) from None
+    submission = guarded[0] if task_ids is None else \
+        GuardedSubmission(guarded[0].record, job_id, guarded[0].sidecar_id, tuple(guarded))
+    return dataclasses.replace(submission, interrupted=bool(interrupted))
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[list[int]]:
+    """Ctrl-C between the training job's submission and its sidecar's would leave the job unguarded: SIGINT is
+    blocked for that stretch (sbatch, started inside it, inherits the mask, so it cannot die halfway either)
+    and taken afterwards. The list it yields gets an entry when an interrupt came; the caller says so."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    came: list[int] = []
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the mask as it is
     try:
-        job_id = scheduler.submit(request)
-    except UsageError as exc:  # the backend refused the request itself: no job exists (a timed-out sbatch may
-        # have queued one, so only this kind is said to be "not submitted")
-        raise UsageError(f"training job not submitted: {exc.message}") from None
-    if callable(on_training_submitted):
-        on_training_submitted(job_id)
-    try:
-        guarded = [_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar, resources,
-                                    waivers, record_fields, sources_for_job, shared)
-                   for watched in (task_ids(job_id) if task_ids is not None else [job_id])]
-    except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
-        raise _unguarded(scheduler, job_id, exc) from None
-    if task_ids is None:
-        return guarded[0]
-    return GuardedSubmission(guarded[0].record, job_id, guarded[0].sidecar_id, tuple(guarded))
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C just before it raises here
+        yield came
+    finally:
+        previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # a pending SIGINT is taken here
+        finally:
+            signal.signal(signal.SIGINT, previous_handler)
 
 
 def _fallback_name(request: SubmitRequest) -> str:

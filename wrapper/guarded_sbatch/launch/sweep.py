@@ -25,6 +25,7 @@ from typing import Any
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.launch.checks.regressors import LEARNING_RATE
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import load_structured_file
@@ -192,14 +193,26 @@ def check_sweep(path: Path, guard_words: list[str], config: Config, scheduler: S
     combos, report.total_combinations = combinations(sweep)
     pattern = guard.run_name
     words = _without_run_name(guard_words)  # each combination gets its own name from the pattern
+    swept_lr = _swept_learning_rates(sweep)
     with tempfile.TemporaryDirectory(prefix="guarded-sweep-") as folder:
         for index, combo in enumerate(combos, 1):
             script = Path(folder) / f"combination-{index}.sh"
             script.write_text(f"#!/bin/bash\nexec {shlex.join(command_words(sweep, combo))}\n", encoding="utf-8")
             name_words = [f"--guard-run-name={render_run_name(pattern, combo)}"] if pattern else []
             combo_launch = split_sbatch_argv([*words, *name_words, str(script)])
-            report.combinations.append((combo, run_preflight(combo_launch, config, scheduler, cwd=base)))
+            report.combinations.append((combo, run_preflight(combo_launch, config, scheduler, cwd=base,
+                                                             swept_lr=swept_lr)))
     return report
+
+
+def _swept_learning_rates(sweep: Sweep) -> tuple[float, ...]:
+    """The learning rates a sweep searches (every batch size of a grid gets all of them): an lr x batch-size grid
+    is judged by whether these reach the rescaled LR, not combination by combination."""
+    for name, values in sweep.parameters.items():
+        if name.rsplit(".", 1)[-1].replace("-", "_").lower() in LEARNING_RATE and len(values) > 1:
+            numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+            return tuple(numbers) if len(numbers) > 1 else ()
+    return ()
 
 
 def _without_run_name(words: list[str]) -> list[str]:

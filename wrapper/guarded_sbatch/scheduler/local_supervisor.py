@@ -59,6 +59,8 @@ def _kill_group(pgid: int, sig: int) -> None:
 
 
 def main(folder: Path) -> int:
+    # started while the launch blocked SIGINT (launch/submit.py); the job must be interruptible again
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     spec = read_json(folder / "spec.json")
     if spec is None:
         return 2

@@ -67,12 +67,13 @@ def parse_timestamp(text: str) -> float | None:
 
 
 def parse_exit_code(text: str) -> int | None:
-    """`exit:signal` (e.g. `0:0`, `1:0`, `0:15`) to the exit status; a signal gives 128 + signal."""
+    """`exit:signal` (e.g. `0:0`, `1:0`, `0:15`) to the exit status; a signal gives -signal, as Python's
+    returncode does (and the local backend records), so `status` can write it back as sacct does."""
     status, _, signal = text.strip().partition(":")
     if not status.isdigit():
         return None
     if signal.isdigit() and int(signal) and not int(status):
-        return 128 + int(signal)
+        return -int(signal)
     return int(status)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.check_names import CHECK_NAMES
+from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.sbatch.spec import (
     SBATCH_OPTIONS,
     SHORT_TO_LONG,
@@ -164,8 +165,8 @@ def _parse_long(words: Sequence[str], index: int, where: str) -> tuple[ParsedOpt
         if has_value:
             return ParsedOption(typed_name, attached, (word,)), index + 1
         raise UsageError(
-            f"unknown sbatch option --{typed_name} ({where}); check its spelling, "
-            f"or if your sbatch knows it write it as --{typed_name}=VALUE"
+            f"unknown sbatch option --{typed_name} ({where}); {did_you_mean(typed_name, SBATCH_OPTIONS, prefix='--')}"
+            f"check its spelling, or if your sbatch knows it write it as --{typed_name}=VALUE"
         )
     kind = SBATCH_OPTIONS[name][1]
     canonical = canonical_name(name)
@@ -236,7 +237,8 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
             continue
         if word.startswith("--guard-"):
             raise UsageError(
-                f"unknown option {guard_name}; guarded-sbatch's own options are {', '.join(GUARD_OPTIONS)}"
+                f"unknown option {guard_name}; {did_you_mean(guard_name, GUARD_OPTIONS)}"
+                f"guarded-sbatch's own options are {', '.join(GUARD_OPTIONS)}"
             )
         if word == ":":  # heterogeneous job separator: more sbatch options follow
             sbatch_words.append(word)
@@ -356,7 +358,8 @@ def _parse_waiver(text: str) -> Waiver:
     check = check.strip()
     reason = reason.strip().strip("\"'").strip()
     if check not in CHECK_NAMES:
-        raise UsageError(f"--guard-waive names an unknown check {check!r}; the checks are {', '.join(CHECK_NAMES)}")
+        raise UsageError(f"--guard-waive names an unknown check {check!r}; {did_you_mean(check, CHECK_NAMES)}"
+                         f"the checks are {', '.join(CHECK_NAMES)}")
     if not has_reason or not reason:
         raise UsageError(f'--guard-waive {check} needs a reason: --guard-waive {check}="why it is safe to skip"')
     return Waiver(check, reason)

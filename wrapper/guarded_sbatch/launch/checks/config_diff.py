@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from guarded_sbatch.launch.checks import regressors as r
@@ -120,6 +121,9 @@ def _batch_and_lr(
     if lr_mine is None or lr_theirs is None:
         out.append((CheckStatus.FAILED, f"{change} and no learning rate to compare: set it explicitly"))
         return out
+    if len(context.swept_lr) > 1:  # a sweep searches the LR: it must search where the new batch wants it
+        out.append(_swept_lr_covers(change, ratio, lr_theirs, context.swept_lr))
+        return out
     rule = r.lr_rescaled(ratio, lr_mine / lr_theirs)
     if rule is None:
         out.append((CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> "
@@ -128,6 +132,21 @@ def _batch_and_lr(
         out.append((CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> "
                                         f"{lr_mine:g})"))  # fmt: skip
     return out
+
+
+def _swept_lr_covers(change: str, ratio: float, lr_theirs: float, swept: tuple[float, ...]) -> tuple[CheckStatus, str]:
+    """An lr x batch-size grid is no regressor when its learning rates reach the reference's LR rescaled for this
+    batch (linear or square-root rule, 5 % slack); one that misses it trains the whole batch size at a wrong rate."""
+    low, high = min(swept), max(swept)
+    targets = {"linear": lr_theirs * ratio, "square-root": lr_theirs * math.sqrt(ratio)}
+    covered = [rule for rule, target in targets.items() if low * 0.95 <= target <= high * 1.05]
+    rescaled = f"linear rule {targets['linear']:g}, square-root rule {targets['square-root']:g}"
+    if covered:
+        return (CheckStatus.WARNED, f"{change}; the sweep's learning rates ({low:g} .. {high:g}) reach the rescaled "
+                                    f"value ({rescaled})")
+    return (CheckStatus.FAILED, f"{change} but the sweep's learning rates ({low:g} .. {high:g}) miss the reference's "
+                                f"{lr_theirs:g} rescaled for it ({rescaled}): widen the lr range or scale it with the "
+                                "batch")
 
 
 def _precision(context: PreflightContext, intended: RunConfig, reference: RunConfig) -> list[tuple[CheckStatus, str]]:

@@ -26,6 +26,15 @@ EXPLICIT = re.compile(
 )
 STAMPED = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}).*?\bepoch\b\D{0,3}(\d+)", re.IGNORECASE)
 MAX_LOG_BYTES = 20 * 1024 * 1024
+# time per step, most explicit first: `time/step: 0.12s`, `sec/step 0.3`, HF's final
+# `'train_steps_per_second': 4.2`, timestamps of step lines, tqdm's `12.3it/s` / `1.5s/it`
+STEP_EXPLICIT = re.compile(
+    r"(?:time[ _/]per[ _]step|sec(?:onds)?[ _/]per[ _]step|s/step|sec/step|step[ _]time|time/step)"
+    r"\W{0,5}(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ms|s|sec)?\b", re.IGNORECASE)
+STEPS_PER_SECOND = re.compile(r"['\"]?train_steps_per_second['\"]?\s*[:=]\s*['\"]?(\d+(?:\.\d+)?(?:e-?\d+)?)")
+STAMPED_STEP = re.compile(
+    r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}).*?\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
+TQDM_RATE = re.compile(r"\b(\d+(?:\.\d+)?)\s*(it/s|s/it)\b")
 
 
 def local_clock(moment: datetime, now: datetime) -> str:
@@ -78,11 +87,47 @@ def seconds_per_epoch_from_log_files(logs: list[Path]) -> tuple[float, str] | No
     return None
 
 
+def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | None:
+    """From a reference run's text logs: the time one training step took."""
+    for log in logs:
+        try:
+            if log.stat().st_size > MAX_LOG_BYTES:
+                continue
+            text = log.read_text(errors="replace").replace("\r", "\n")
+        except OSError:
+            continue
+        explicit = [float(m.group(1)) / (1000.0 if (m.group(2) or "").lower() == "ms" else 1.0)
+                    for m in STEP_EXPLICIT.finditer(text)]
+        if explicit:
+            return statistics.median(explicit), f"median of {len(explicit)} step time(s) in {log}"
+        rates = [float(m.group(1)) for m in STEPS_PER_SECOND.finditer(text) if float(m.group(1)) > 0]
+        if rates:
+            return 1.0 / rates[-1], f"train_steps_per_second={rates[-1]:g} in {log}"
+        stamped = []
+        for match in STAMPED_STEP.finditer(text):
+            try:
+                stamped.append((datetime.fromisoformat(match.group(1).replace("T", " ")), int(match.group(2))))
+            except ValueError:
+                continue
+        if len(stamped) >= 2 and stamped[-1][1] > stamped[0][1] and stamped[-1][0] > stamped[0][0]:
+            seconds = (stamped[-1][0] - stamped[0][0]).total_seconds() / (stamped[-1][1] - stamped[0][1])
+            return seconds, f"step {stamped[0][1]}→{stamped[-1][1]} timestamps in {log}"
+        bars = [float(v) if unit == "s/it" else 1.0 / float(v) for v, unit in TQDM_RATE.findall(text) if float(v) > 0]
+        if len(bars) >= 3:
+            return statistics.median(bars), f"median of {len(bars)} progress-bar rates in {log}"
+    return None
+
+
 def check_eta(context: PreflightContext) -> CheckResult:
     evidence: list[str] = []
     warnings: list[str] = []
     epochs, epochs_from = _epochs(context)
     seconds_per_epoch, speed_from = _speed(context)
+    unit = "epoch"
+    if epochs is None or seconds_per_epoch is None:
+        by_steps = _by_steps(context)  # a step-based run (max_steps) and a reference whose log times its steps
+        if by_steps is not None:  # the same sum, counted in steps
+            (epochs, epochs_from, seconds_per_epoch, speed_from), unit = by_steps, "step"
     if epochs is None or seconds_per_epoch is None:
         missing = [
             m
@@ -102,11 +147,13 @@ def check_eta(context: PreflightContext) -> CheckResult:
             )
         )
         return CheckResult(
-            NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}"
+            NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)} "
+            "(a run counted in steps needs max_steps in its config and a reference whose log times its steps)"
         )
     run_seconds = epochs * seconds_per_epoch
     evidence.append(
-        f"{epochs:g} epochs ({epochs_from}) × {seconds_per_epoch:g} s per epoch ({speed_from}) = {format_duration(run_seconds)}"
+        f"{epochs:g} {unit}s ({epochs_from}) × {seconds_per_epoch:g} s per {unit} ({speed_from}) = "
+        f"{format_duration(run_seconds)}"
     )
     now = context.now
     start = now
@@ -172,6 +219,34 @@ def _epochs(context: PreflightContext) -> tuple[float | None, str]:
             if number and number > 0:
                 return number, f"config key {found[0]}"
     return None, ""
+
+
+def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None:
+    """(steps, where from, seconds per step, where from) for a run whose budget is in steps."""
+    if context.intended is None or context.reference is None:
+        return None
+    found = context.intended.find(STEP_KEYS)
+    total = as_number(found[1]) if found else None
+    if not found or not total or total <= 0:
+        return None
+    logs = list(context.reference.logs) or _logs_under(context.reference.folder)
+    speed = seconds_per_step_from_log_files(logs)
+    if speed is None:  # the reference timed its epochs and says how many steps one has
+        per_epoch = seconds_per_epoch_from_log_files(logs)
+        size = context.reference.config.find(("steps_per_epoch",))
+        steps = as_number(size[1]) if size else None
+        if per_epoch is None or not steps or steps <= 0:
+            return None
+        speed = (per_epoch[0] / steps, f"{per_epoch[1]}, / steps_per_epoch={steps:g} of the reference")
+    return total, f"config key {found[0]}={total:g}", speed[0], f"reference logs: {speed[1]}"
+
+
+def _logs_under(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.rglob("*") if p.suffix in LOG_SUFFIXES and p.is_file()
+                      and len(p.relative_to(folder).parts) <= 3)[:50]
+    except OSError:
+        return []
 
 
 def _speed(context: PreflightContext) -> tuple[float | None, str]:

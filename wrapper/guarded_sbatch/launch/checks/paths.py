@@ -160,7 +160,10 @@ def check_paths(context: PreflightContext) -> CheckResult:
                 f"{ref.role} path {ref.path} ({ref.label}) {verdict}"
             )
     if failed:
-        return CheckResult(NAME, CheckStatus.FAILED, "; ".join(failed), tuple(evidence))
+        relative = any(ref.text and not Path(ref.text).is_absolute() and f" {ref.path} " in f" {f} " for ref in refs
+                       for f in failed)
+        where = f" (relative paths count from the folder you submit from, {context.workdir})" if relative else ""
+        return CheckResult(NAME, CheckStatus.FAILED, "; ".join(failed) + where, tuple(evidence))
     if warned:
         return CheckResult(NAME, CheckStatus.WARNED, "; ".join(warned), tuple(evidence))
     return CheckResult(NAME, CheckStatus.PASSED, f"all {len(refs)} path(s) the run depends on are there", tuple(evidence))
@@ -186,6 +189,8 @@ def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None
         return None if outcome.is_dir else f"has a parent {outcome.path} that is not a folder"
     if not outcome.exists:
         return "does not exist"
+    if ref.role == "config" and outcome.is_dir:
+        return "is a folder, not a config file; name the file itself"
     if ref.must_be == "folder" and not outcome.is_dir:
         return "is not a folder"
     return None

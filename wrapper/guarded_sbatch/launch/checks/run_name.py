@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from guarded_sbatch.core.config import DEFAULT_NAME_PATTERN
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
@@ -54,7 +55,8 @@ def check_run_name(context: PreflightContext) -> CheckResult:
     evidence = [f"name {name!r} from {source}"]
     problem = name_problem(name, context.config.name_pattern, context.config.forbidden_names)
     if problem:
-        return CheckResult(NAME, CheckStatus.FAILED, f"run name {name!r} {problem}; choose one{hint}", tuple(evidence))
+        return CheckResult(NAME, CheckStatus.FAILED,
+                           f"run name {name!r} {problem}; set another with --job-name NAME{hint}", tuple(evidence))
     if context.restart:
         evidence.append("restart: an existing job or folder with this name is expected")
         return CheckResult(NAME, CheckStatus.PASSED, f"run name {name!r} follows the pattern (restart)", tuple(evidence))
@@ -95,9 +97,13 @@ def name_problem(name: str, pattern: str, forbidden: tuple[str, ...]) -> str | N
         return "has spaces or characters beyond letters, digits, '.', '_', '+', '-'"
     for rule in forbidden:
         if re.fullmatch(rule, name, flags=re.IGNORECASE):
-            return "is a session-local label that says nothing later"
+            return "is a session-local label that says nothing later (run-1, test, tmp, wave-2 ...)"
     if not re.fullmatch(pattern, name):
-        return "does not follow <dataset/task>-<model>-<key-config>-<recipe-piece>"
+        if pattern == DEFAULT_NAME_PATTERN:
+            return ("does not follow the rule: lowercase ASCII letters, digits and dots, in three or more parts "
+                    "joined by hyphens, <dataset/task>-<model>-<key-config>[-<recipe-piece>] "
+                    f"(pattern {pattern})")
+        return f"does not match the site's name pattern {pattern}"
     return None
 
 

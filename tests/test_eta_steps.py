@@ -1,0 +1,65 @@
+"""The ETA of a run counted in steps (max_steps, no epochs), from the reference's time per step: from a real
+Hugging Face Trainer log (its train_steps_per_second), and from a reference that timed its epochs and says how
+many steps an epoch has. Through `guarded-sbatch check --json`, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from e2e_helpers import Project, make_project
+
+REFERENCE = "experiments/synthetic-tanh-mlp-baseline"
+HF_TRAINER = """
+import sys, torch
+from torch.utils.data import Dataset
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+class Tokens(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=16, n_embd=16, n_layer=1, n_head=2))
+args = TrainingArguments(output_dir=sys.argv[1], max_steps=16, per_device_train_batch_size=4, logging_steps=4,
+                         report_to=[], save_strategy="no", use_cpu=True)
+Trainer(model=model, args=args, train_dataset=Tokens()).train()
+"""
+
+
+def _step_based(project: Project) -> None:
+    config = project.root / "configs" / "synthetic-tanh-mlp.yaml"
+    config.write_text(config.read_text().replace("epochs: 3\nsteps_per_epoch: 200\n", "max_steps: 1200\n"))
+
+
+def _eta(project: Project) -> dict:
+    result = project.cli("check", "--json", "--guard-backend", "local", "train.sh")
+    report = json.loads(result.stdout)
+    return next(check for check in report["checks"] if check["name"] == "eta")
+
+
+def test_eta_from_a_reference_that_timed_its_epochs(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    _step_based(project)
+    eta = _eta(project)
+    assert eta["status"] != "failed" and eta["finding"].startswith("ends about"), eta
+    (line,) = [e for e in eta["evidence"] if " steps (" in e]
+    assert line.startswith("1200 steps (config key max_steps=1200) × ") and "/ steps_per_epoch=200" in line, line
+
+
+def test_eta_from_a_real_hugging_face_log(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    _step_based(project)
+    run = subprocess.run([sys.executable, "-c", HF_TRAINER, str(tmp_path / "hf")], capture_output=True, text=True,
+                         timeout=240)
+    assert run.returncode == 0, run.stderr[-3000:]
+    log = project.root / REFERENCE / "train.log"
+    log.write_text(run.stdout + run.stderr)  # what the job's output file holds
+    assert "train_steps_per_second" in log.read_text()
+    eta = _eta(project)
+    assert eta["finding"].startswith("ends about"), eta
+    (line,) = [e for e in eta["evidence"] if " steps (" in e]
+    assert line.startswith("1200 steps (config key max_steps=1200) × ") and "train_steps_per_second=" in line, line
+    per_step = float(line.split(" × ")[1].split(" s per step")[0])
+    assert 0 < per_step < 60, line

@@ -1,0 +1,99 @@
+"""Messages as a user meets them, through the real CLI: every error one line that says what is wrong and
+what to do; "did you mean" for sbatch options, guard options, config keys, check names and states; a config
+path that is missing or a folder says so; the run-name rule is stated; a path with "secret" in it is shown,
+not masked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import Project, make_project
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return make_project(tmp_path)
+
+
+def _error(project: Project, *args: str, code: int = 2) -> str:
+    result = project.cli(*args)
+    assert result.returncode == code, (args, result.returncode, result.stderr)
+    assert "Traceback" not in result.stderr
+    if code == 2:
+        assert result.stderr.count("\n") == 1, result.stderr  # one line
+        assert result.stderr.startswith("guarded-sbatch: error: ")
+    return result.stderr
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--nodse", "2", "train.sh"], "did you mean --nodes?"),
+    (["--tiem=01:00:00", "train.sh"], None),  # a value given with '=': sbatch may know it; passed on, not guessed
+    (["--guard-wiave", "eta=x", "train.sh"], "did you mean --guard-waive?"),
+    (["--guard-waive", "run-nmae=because", "train.sh"], "did you mean run-name?"),
+    (["status", "--state", "RUNING"], "did you mean RUNNING?"),
+])
+def test_did_you_mean(project: Project, args: list[str], expected: str | None) -> None:
+    if expected is None:
+        result = project.cli("check", "--guard-backend", "local", *args)
+        assert "did you mean" not in result.stderr
+        return
+    assert expected in _error(project, *args)
+
+
+def test_did_you_mean_for_config_keys_and_check_names(project: Project, tmp_path: Path) -> None:
+    config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
+    config.write_text(config.read_text().replace("fast_interval_seconds", "fast_intervall_seconds"))
+    assert "did you mean sidecar.fast_interval_seconds?" in _error(project, "check", "train.sh")
+    config.write_text(config.read_text().replace("fast_intervall_seconds", "fast_interval_seconds"))
+    site = tmp_path / "site.toml"
+    site.write_text('[checks]\nmandatory = ["run-nmae"]\n')
+    project.env["GUARDED_SBATCH_SITE_CONFIG"] = str(site)
+    assert "did you mean run-name?" in _error(project, "check", "train.sh")
+
+
+def _check(project: Project, script: str, *args: str) -> str:
+    result = project.cli("check", "--guard-backend", "local", *args, script)
+    assert result.returncode == 3, result.stderr
+    return result.stderr
+
+
+def _with_config(project: Project, config: str, name: str) -> str:
+    script = project.root / "train.sh"
+    (project.root / name).write_text(script.read_text().replace("configs/synthetic-tanh-mlp.yaml", config))
+    return name
+
+
+def test_a_missing_config_and_a_folder_given_as_the_config_say_so(project: Project) -> None:
+    missing = _check(project, _with_config(project, "configs/nosuch.yaml", "missing.sh"))
+    assert "configs/nosuch.yaml does not exist" in missing and "all paths there" not in missing
+    assert "relative paths count from the folder you submit from" in missing and str(project.root) in missing
+    assert "no batch size" not in missing and "no seed" not in missing
+    folder = _check(project, _with_config(project, "configs", "folder.sh"))
+    assert "configs is a folder, not a config file" in folder and "does not exist" not in folder
+
+
+def test_the_run_name_rule_is_stated(project: Project) -> None:
+    text = _check(project, "train.sh", "--job-name", "Coco_Baseline")
+    line = next(line for line in text.splitlines() if line.startswith("[FAIL] run-name"))
+    assert "lowercase ASCII" in line and "hyphens" in line and "(pattern [a-z0-9]" in line
+    assert "--job-name NAME" in line and "(e.g. synthetic-regression-tanh-mlp" in line
+    label = _check(project, "train.sh", "--job-name", "run-1")
+    assert "session-local label" in label and "--job-name NAME" in label
+
+
+def test_a_path_with_secret_in_its_name_is_shown_not_masked(project: Project) -> None:
+    text = _check(project, _with_config(project, "my_secret_stuff/config.yaml", "secret.sh"))
+    assert "my_secret_stuff/config.yaml does not exist" in text and "[redacted]" not in text
+    leaked = project.cli("check", "--guard-backend", "local", "--guard-waive", "eta=token: hunter2x", "train.sh")
+    assert "hunter2x" not in leaked.stderr  # a secret-shaped assignment is still masked
+
+
+def test_help_of_every_command_answers(project: Project) -> None:
+    for command in ("status", "stop", "monitor", "show", "check-sweep", "kill", "restart"):
+        result = subprocess.run([sys.executable, "-m", "guarded_sbatch", command, "--help"], env=project.env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0 and "usage" in result.stdout.lower(), (command, result.stderr)

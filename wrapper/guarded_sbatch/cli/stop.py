@@ -1,0 +1,84 @@
+"""`guarded-sbatch stop TARGET [--grace S]`: stop a run by hand (tmux:, pid:, ssh:) and say what really happened.
+
+The exit code tells a script which it was (STOP_CODES). A guarded run whose tmux session or process group
+this was gets "stopped by user (stop TARGET)" in its record, so `status` says who ended it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from guarded_sbatch.core.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:
+    from guarded_sbatch.core.registry import RunRecord
+
+NOTHING_TO_STOP = 1
+NOT_STOPPED = 5
+STOP_CODES = (f"exit codes: 0 stopped (checked: nothing of it is left); {NOTHING_TO_STOP} nothing to stop (no such "
+              f"process or session: it had ended, or never ran); {NOT_STOPPED} NOT stopped (still running, or not "
+              "yours); 2 bad usage")
+# Set in every job of the local backend: a `stop` run by a watcher (its stop command) or by a job's own trap
+# is the guard's or the job's doing, not the user's.
+JOB_ENV = "GUARDED_SBATCH_JOB_ID"
+
+
+def run_stop(argv: list[str]) -> int:
+    from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target
+    from guarded_sbatch.cli.args import ArgumentParser, positive_float
+
+    parser = ArgumentParser(prog="guarded-sbatch stop", description="stop a run by hand and check that it took",
+                            epilog=STOP_CODES)
+    parser.add_argument("target", help="tmux:SESSION, pid:PID (its process group), ssh:[USER@]HOST[:PORT]:PID")
+    parser.add_argument("--grace", type=positive_float, default=30.0, help="seconds between the signals")
+    args = parser.parse_args(argv)
+    target = parse_stop_target(args.target)
+    if target.kind == "slurm":
+        raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
+    runs = [] if os.environ.get(JOB_ENV) else _live_runs_of(target.kind, target.value, target.pid)
+    outcome = stop_target(target, grace_s=args.grace)
+    if not outcome.found:
+        print(f"nothing stopped: {outcome.detail}", file=sys.stderr)
+        return NOTHING_TO_STOP
+    if not outcome.ok:
+        print(f"NOT stopped: {outcome.detail}", file=sys.stderr)
+        return NOT_STOPPED
+    for record in runs:
+        record.stopped_by = f"user (stop {target})"
+        record.save()
+    named = "".join(f"; run {r.run_name} (job {r.job_id})" for r in runs)
+    print(f"stopped: {outcome.detail}{named}", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def _live_runs_of(kind: str, value: str, pid: int | None) -> list[RunRecord]:
+    """The guarded runs, still going, that this target is: a `run --guard-tmux NAME` run for tmux:NAME, a local
+    job whose process group is PID for pid:PID."""
+    from guarded_sbatch.core.errors import GuardedError
+    from guarded_sbatch.core.fsutil import read_json
+    from guarded_sbatch.core.registry import list_runs
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    found = []
+    local = LocalScheduler()
+    for record in list_runs():
+        if record.ended or record.stopped_by or record.backend != "local":
+            continue
+        if kind == "tmux":
+            match = f"--guard-tmux={value}" in record.sbatch_options
+        elif kind == "pid":
+            try:
+                status = read_json(local.job_dir(record.job_id) / "job.json") or {}
+            except GuardedError:
+                continue
+            match = pid is not None and status.get("pgid") == pid
+        else:
+            match = False
+        try:
+            if match and not local.state(record.job_id).is_terminal:
+                found.append(record)
+        except GuardedError:
+            continue
+    return found
