@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+import socket
 import time
 from pathlib import Path
 
@@ -31,7 +32,8 @@ def write_run(folder: Path, tags: int) -> Path:
     from tensorboard.summary.writer.record_writer import RecordWriter
 
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"events.out.tfevents.{int(time.time())}.bench.1.0"
+    # named as a real writer names it (this host, this process): the reader attributes event files by writer
+    path = folder / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}.0"
     with open(path, "wb") as handle:
         writer = RecordWriter(handle)
         writer.write(Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from alert_servers import WebhookServer
 from e2e_helpers import REPO, wait_for
-from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.source_state import judge
@@ -68,8 +67,6 @@ def test_monitor_once_on_a_file_with_many_tags_names_the_cap(tmp_path: Path) -> 
 
 def test_the_sidecar_survives_a_poll_that_runs_out_of_memory_and_alerts(tmp_path: Path) -> None:
     tb = tmp_path / "tb"
-    write_tb_events(tb, [tb_event(step, "train/loss", 2.0 / step + 0.1, wall_time=time.time()) for step in range(1, 60)])
-    write_run(tb, 400_000)  # with the cap lifted below, far more than the limit holds
     hook = WebhookServer().start()
     config = tmp_path / "config.toml"
     config.write_text(f'[notify]\nurls = ["json://127.0.0.1:{hook.port}/hook"]\non = ["sidecar_error"]\n')
@@ -78,9 +75,11 @@ def test_the_sidecar_survives_a_poll_that_runs_out_of_memory_and_alerts(tmp_path
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)
     scheduler = LocalScheduler(tmp_path / "state" / "local-jobs")
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/bash\nsleep 12\n")
+    script.write_text("#!/bin/bash\nsleep 30\n")
     job = scheduler.submit(SubmitRequest(script=script, sbatch_options=("--output", str(tmp_path / "job.out")),
                                          workdir=tmp_path, env={}))
+    time.sleep(1.1)  # event files name their creation in whole seconds: one from before the job is not its own
+    write_run(tb, 400_000)  # written while the job runs; with the cap lifted below, far more than the limit holds
     limit = 450 * 1024 * 1024
 
     def cap() -> None:
