@@ -82,7 +82,10 @@ def test_lightning_bars_are_read_on_the_step_axis_they_count(tmp_path: Path) -> 
 def test_start_up_summaries_are_not_metrics_and_no_loss_yet_is_start_up(tmp_path: Path) -> None:
     log = tmp_path / "out.log"
     lightning = (CORPUS / "lightning_real_healthy.log").read_text().split("Training:")[0]
-    log.write_text("model params: 0.42M\nnumber of parameters: 124.44M\n" + lightning)
+    older = ("  | Name  | Type   | Params | Mode\n0 | layer | Linear | 66     | train\n66        Trainable params\n"
+             "0         Non-trainable params\n66        Total params\n0.000     Total estimated model params size (MB)\n"
+             "1         Modules in train mode\n")  # Lightning < 2.5's summary
+    log.write_text("model params: 0.42M\nnumber of parameters: 124.44M\nnum_parameters = 1234\n" + older + lightning)
     assert read_all(log) == []
     log.write_text(log.read_text() + "tokens per iteration will be: 491,520\n")
     payload = _monitor(log, tmp_path / "a")

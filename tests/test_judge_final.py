@@ -123,3 +123,27 @@ def test_a_job_that_died_by_itself_gets_its_crash_verdict_and_nothing_is_stopped
     assert "illegal memory access" in state.last_message
     assert not state.stop_requested_at and "had already ended FAILED; nothing to stop" in output
     assert "FINAL_SUMMARY" in output and (tmp_path / "evidence" / "evidence.json").is_file()
+
+
+def test_a_real_hf_trainer_dying_behind_its_progress_bar(tmp_path: Path) -> None:
+    """transformers' Trainer (tiny GPT-2, tqdm on stderr) as the job; its model raises torch.OutOfMemoryError at
+    step 37, so the traceback starts on the bar's line. The sidecar, watching the job's output with a real clock,
+    ends with the crash verdict named by the root error, and stops nothing."""
+    maker = Path(__file__).parent / "data" / "trainer_logs" / "make_real_logs.py"
+    log = tmp_path / "slurm-1.out"
+    job = tmp_path / "job.sh"
+    job.write_text(f"#!/bin/bash\ncd {tmp_path}\nexport TRANSFORMERS_VERBOSITY=warning\n"
+                   f"exec {sys.executable} {maker} --child hf {tmp_path / 'record.json'} > {log} 2>&1\n")
+    scheduler = LocalScheduler(tmp_path / "jobs")
+    job_id = scheduler.submit(SubmitRequest(script=job, workdir=tmp_path))
+    settings = SidecarSettings(run_name="tiny-gpt2-hf-bs4-lr5e-3", job_id=job_id, state_file=tmp_path / "state.json",
+                               evidence_dir=tmp_path / "evidence", log_paths=[log], fast_interval_s=0.5,
+                               startup_poll_s=0.5)
+    out = io.StringIO()
+    assert Sidecar(settings, scheduler, out).run() == 0
+    state = SidecarState.load(settings.state_file)
+    assert scheduler.state(job_id) is JobState.FAILED
+    assert (state.last_decision, state.last_reason) == ("STOP", "crashed"), out.getvalue()
+    assert state.last_message.startswith("crashed: torch.OutOfMemoryError: CUDA out of memory"), state.last_message
+    assert "Decision: CONTINUE" not in out.getvalue().split("## Training Check")[-1]
+    assert not state.stop_requested_at and "nothing to stop" in out.getvalue()

@@ -105,7 +105,8 @@ def check_loss_scale_collapse(history: MetricHistory, keys: RunKeys, policy: Jud
 def _drop_streak(scales: np.ndarray) -> tuple[int, int]:
     """(how many of the series' last changes of value were all drops, the index of the value before the first
     of them); repeated values in between do not count."""
-    moves = np.nonzero(np.diff(scales) != 0)[0]  # i: scales[i] -> scales[i + 1] changed
+    with np.errstate(invalid="ignore"):  # inf - inf (a garbage scale): no change, as NaN != 0 is not one either
+        moves = np.nonzero(np.nan_to_num(np.diff(scales)) != 0)[0]  # i: scales[i] -> scales[i + 1] changed
     rises = np.nonzero(scales[moves + 1] > scales[moves])[0]
     streak = moves[rises[-1] + 1 :] if len(rises) else moves
     return len(streak), (int(streak[0]) if len(streak) else len(scales) - 1)

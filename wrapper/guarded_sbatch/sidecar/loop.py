@@ -12,7 +12,6 @@ quiet trigger the question instead.
 from __future__ import annotations
 
 import logging
-import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,8 @@ from guarded_sbatch.sidecar.report import (
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.node_loss import NodeLossWatch
+
+from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.registry import label as source_label
@@ -428,44 +429,6 @@ class Sidecar:
 
 def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunContext) -> Verdict:
     return judge(sources.history(), policy, context, SourceReadState(sources.read_error, sources.active_error or ""))
-
-
-class CountedScheduler:
-    """The scheduler with a count of the calls made through it (each one at least one Slurm RPC)."""
-
-    COUNTED = frozenset({"state", "info", "cancel", "watch_job_end", "submit"})
-
-    def __init__(self, inner: Scheduler) -> None:
-        self.inner = inner
-        self.count = 0
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self.inner, name)
-        if name not in self.COUNTED or not callable(value):
-            return value
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.count += 1
-            return value(*args, **kwargs)
-
-        return counted
-
-
-def _cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _peak_rss_mb() -> float:
-    """VmHWM of this process (the peak resident set), in MB; ru_maxrss where /proc is missing."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
