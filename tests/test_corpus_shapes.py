@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from guarded_sbatch.cli.monitor import ONCE_EXIT
 
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
@@ -20,8 +21,9 @@ def _monitor(log: Path, state: Path) -> dict:
     result = subprocess.run(
         [sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", "--log", str(log),
          "--state-dir", str(state)], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    payload = json.loads(result.stdout)
+    assert result.returncode == ONCE_EXIT[payload["decision"]], result.stderr  # the decision is the exit code
+    return payload
 
 
 @pytest.mark.parametrize(("name", "decision", "reason", "anomaly"), [

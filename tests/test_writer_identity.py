@@ -73,10 +73,14 @@ def coworker_copy(source: Path, target: Path) -> None:
 def monitor_once(*args: str) -> dict[str, object]:
     from guarded_sbatch.cli.monitor import run_monitor
 
+    from guarded_sbatch.cli.monitor import ONCE_EXIT
+
     out = io.StringIO()
     with redirect_stdout(out):
-        assert run_monitor(["--once", "--json", *args]) == 0
-    return json.loads(out.getvalue())
+        code = run_monitor(["--once", "--json", *args])
+    payload = json.loads(out.getvalue())
+    assert code == ONCE_EXIT[payload["decision"]]  # the decision is the exit code
+    return payload
 
 
 def healthy_events(count: int) -> list:  # type: ignore[type-arg]

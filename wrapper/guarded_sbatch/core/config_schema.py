@@ -43,6 +43,7 @@ class Key:
     site_only: bool = False
     example: Any = None  # the example site config's value, when it is not the default
     note: str = ""  # a short comment after the value in the example
+    sample: str = ""  # a value to show in the error for a bad one
 
 
 _WAIT_DOC = (
@@ -92,6 +93,7 @@ SCHEMA: tuple[Key, ...] = (
         "",
         "The project notes file every STOP appends a note to (relative: to the folder you submit from); --guard-notes\n"
         "wins. Empty: no notes file (the pre-flight says so).",
+        sample="NOTES.md",
     ),
     Key(
         "run_roots",
@@ -381,7 +383,7 @@ def _expected(key: Key) -> str:
         return f"must be {', '.join(quoted[:-1])} or {quoted[-1]}"
     return {
         "str": "must be a string",
-        "path": 'must be a path (a string; "" for none)',
+        "path": f'must be a path in quotes, e.g. {key.path.rsplit(".", 1)[-1]} = "{key.sample or "PATH"}" (or "" for none)',
         "regex": "must be a string (a regular expression)",
         "bool": "must be true or false",
         "names": f"must be a list of names from {', '.join(key.choices)}",
