@@ -170,14 +170,15 @@ def _interrupts_deferred() -> Iterator[list[int]]:
         yield []
         return
     came: list[int] = []
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set())  # the mask as it is
+    # the handler first: a SIGINT whose C handler ran just before the block would otherwise raise
+    # KeyboardInterrupt at Python's next check, e.g. inside the fork of the training job's submission
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # a Ctrl-C just before it raises here
         yield came
     finally:
-        previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
         try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # a pending SIGINT is taken here
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)  # a pending SIGINT is taken here, into `came`
         finally:
             signal.signal(signal.SIGINT, previous_handler)
 
