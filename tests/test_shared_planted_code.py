@@ -12,9 +12,20 @@ from pathlib import Path
 from e2e_helpers import EXAMPLE, EXAMPLE_NAME
 from shared_cluster import REPO, SharedCluster, shared_cluster_fixture  # noqa: F401 - the fixture
 
+# A stealthy plant: it records who ran it, then hands over the real module, so the victim's own `python train.py`
+# (which imports a neighbour's socket.py by Python's rule for scripts) goes on working and nothing looks wrong.
 PLANTED = """import os, sys
 with open({marker!r}, "a") as handle:
     handle.write(f"{{__name__}} uid={{os.getuid()}} argv={{sys.orig_argv!r}}\\n")
+if __name__ in ("socket", "json"):
+    import importlib
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+    del sys.modules[__name__]
+    _real = importlib.import_module(__name__)
+    sys.path.insert(0, _here)
+    sys.modules[__name__] = _real
+    globals().update(_real.__dict__)
 """
 
 
