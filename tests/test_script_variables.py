@@ -33,6 +33,8 @@ EXPANDABLE = [
     ("CONFIG='configs/$literal.yaml'\nLOGDIR=runs/\\$x", []),
     ("CONFIG=${1:-${DEFAULT_CONFIG:-configs/nested.yaml}}\nLOGDIR=$SLURM_SUBMIT_DIR/runs/x", []),
     ("unset CONFIG\nCONFIG=${CONFIG:-configs/after-unset.yaml}\nLOGDIR=r", []),
+    ("CONFIG=configs/\nCONFIG+=appended.yaml\nLOGDIR+=runs/fresh", []),
+    ("CONFIG=c.yaml\nFOO=1 true\nLOGDIR=${FOO:-runs/prefix-is-not-kept}", []),
 ]
 
 # (body, what the note must say): only a running shell knows these
@@ -46,6 +48,9 @@ NEEDS_SHELL = [
     ("read -r CONFIG < which.txt\nLOGDIR=r", "`read`"),
     ("CONFIG=${CONFIG_PATH%.yaml}.yml\nLOGDIR=r", ""),
     ("CONFIG=${SLURM_ARRAY_TASK_ID}.yaml\nLOGDIR=r", "set by Slurm only for some jobs"),
+    ("CONFIG=configs/a.yaml\nCONFIG=(configs/b.yaml)\nLOGDIR=r", "an array assignment"),
+    ("CONFIG=configs/a.yaml\nif CONFIG=configs/b.yaml; then :; fi\nLOGDIR=r", "the condition of a block"),
+    ("N=1\nlet N=N+1\nCONFIG=configs/c$N.yaml\nLOGDIR=r", "arithmetic"),
 ]
 
 
@@ -123,6 +128,26 @@ def test_a_config_set_in_a_conditional_is_blocked_with_the_reason(tmp_path: Path
     config_diff = next(r for r in report.results if r.name == "config-diff")
     assert "'$CONFIG' needs a shell to expand (CONFIG is set inside an if block" in config_diff.finding
     assert "--guard-config" in config_diff.finding
+
+
+@pytest.mark.parametrize(("export", "expected"), [
+    (None, "configs/from-env.yaml"), ("CFG", "configs/from-env.yaml"), ("ALL,CFG=configs/given.yaml", "configs/given.yaml"),
+    ("NONE", None),
+])
+def test_the_script_sees_the_environment_that_export_gives_the_job(tmp_path: Path, export: str | None,
+                                                                     expected: str | None) -> None:
+    script = tmp_path / "train.sh"
+    directive = f"#SBATCH --export={export}\n" if export else ""
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name=x\n{directive}CONFIG=${{CFG:-configs/default.yaml}}\n"
+                      'python train.py --config "$CONFIG"\n')
+    env = {"PATH": os.environ["PATH"], "CFG": "configs/from-env.yaml"}
+    report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=tmp_path, env=env)
+    config_diff = next(r for r in report.results if r.name == "config-diff")
+    if expected is None:
+        assert "'$CONFIG' needs a shell to expand" in config_diff.finding
+        assert "--export=NONE gives the job the user's login environment" in config_diff.finding
+    else:
+        assert f"the run's config {tmp_path / expected} does not exist" in config_diff.finding
 
 
 def test_bash_is_there() -> None:
