@@ -16,7 +16,7 @@ import pytest
 
 from e2e_helpers import wait_for
 from guarded_sbatch.core.errors import BlockedError, UsageError
-from guarded_sbatch.launch.executor import GuardStoppedError
+from guarded_sbatch.launch.executor import GuardedSlurmJob, GuardStoppedError
 
 RUN_NAME = f"mnist-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"  # the dev Slurm is shared: a name no other job has
 
@@ -314,6 +314,7 @@ def test_map_array_gives_each_array_task_its_own_sidecar(guarded_env: Path, slur
             line = run_command(["scontrol", "-o", "show", "job", job.job_id], timeout=20).stdout
             assert marker_in(line.split(" Comment=", 1)[1].split(" ", 1)[0]) is not None, line
         assert [job.result() for job in jobs] == ["done 0", "done 1", "done 2"]
+        assert all(isinstance(job, GuardedSlurmJob) and job.guard_stop is None for job in jobs)
     finally:
         scheduler = SlurmScheduler()
         for job in jobs:
