@@ -35,6 +35,8 @@ EXPANDABLE = [
     ("unset CONFIG\nCONFIG=${CONFIG:-configs/after-unset.yaml}\nLOGDIR=r", []),
     ("CONFIG=configs/\nCONFIG+=appended.yaml\nLOGDIR+=runs/fresh", []),
     ("CONFIG=c.yaml\nFOO=1 true\nLOGDIR=${FOO:-runs/prefix-is-not-kept}", []),
+    ("NAME=vit; CONFIG=configs/$NAME.yaml; LOGDIR=runs/$NAME", []),  # one line: each command sees the ones before
+    ('cd "${SLURM_SUBMIT_DIR:-.}"; CONFIG=${1:-c.yaml} LOGDIR=runs/one-line', []),
 ]
 
 # (body, what the note must say): only a running shell knows these
@@ -51,6 +53,8 @@ NEEDS_SHELL = [
     ("CONFIG=configs/a.yaml\nCONFIG=(configs/b.yaml)\nLOGDIR=r", "an array assignment"),
     ("CONFIG=configs/a.yaml\nif CONFIG=configs/b.yaml; then :; fi\nLOGDIR=r", "the condition of a block"),
     ("N=1\nlet N=N+1\nCONFIG=configs/c$N.yaml\nLOGDIR=r", "arithmetic"),
+    ("CONFIG=configs/a.yaml\nsetup() { CONFIG=configs/b.yaml; }\nLOGDIR=r", "a { } group or a function"),
+    ("CONFIG=configs/a.yaml\n( CONFIG=configs/b.yaml; cd /tmp )\nLOGDIR=r", "a ( ) subshell"),
 ]
 
 

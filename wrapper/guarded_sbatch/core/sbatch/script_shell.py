@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from guarded_sbatch.core.sbatch.shell_words import Scope, Word, tokenize
+from guarded_sbatch.core.sbatch.shell_words import Scope, Word, next_command
 
 JOB_SYMBOLIC = frozenset({"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME"})
 JOB_VARIABLE = re.compile(r"\$(?:\{(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\}|(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\b)")
@@ -80,33 +80,30 @@ class ScriptShell:
         return values
 
     def read_line(self, line: str, line_number: int) -> list[list[Word]]:
-        """The line's commands that are not plain assignments (assignments are recorded here)."""
-        scope = self.scope()
-        items = tokenize(line, self.known(), scope)
-        commands: list[tuple[list[Word], str, str]] = []
-        words: list[Word] = []
-        before = ""
-        for item in [*items, ";"]:
-            if isinstance(item, Word):
-                words.append(item)
-                continue
-            if words:
-                commands.append((words, before, item))
-                words = []
-            before = item
-            if item in ("{", "("):
-                self._open(line_number, "a { } group or a function" if item == "{" else "a ( ) subshell")
-            elif item in ("}", ")"):
-                self._close()
+        """The line's commands that are not plain assignments (assignments are recorded here), each expanded
+        with what the commands before it set."""
         out: list[list[Word]] = []
-        for words, before, after in commands:
-            conditional = self.depth > 0 or before in CONDITIONAL_OPERATORS or after in CONDITIONAL_OPERATORS
-            where = self.block or f"a command joined by {after if after in CONDITIONAL_OPERATORS else before}"
-            if not self._assignments(words, line_number, where if conditional else ""):
-                self._special(words, line_number, where if conditional else "")
-                out.append(words)
-        for name, value in scope.assigned.items():  # `: "${VAR:=default}"`
-            self._set(name, value, line_number, self.block if self.depth else "")
+        before = ""
+        position = 0
+        while position < len(line):
+            scope = self.scope()
+            items, used = next_command(line[position:], self.known(), scope)
+            position += used
+            words = [item for item in items if isinstance(item, Word)]
+            after = next((item for item in items if isinstance(item, str)), "")
+            if words:
+                conditional = self.depth > 0 or before in CONDITIONAL_OPERATORS or after in CONDITIONAL_OPERATORS
+                where = self.block or f"a command joined by {after if after in CONDITIONAL_OPERATORS else before}"
+                if not self._assignments(words, line_number, where if conditional else ""):
+                    self._special(words, line_number, where if conditional else "")
+                    out.append(words)
+            for name, value in scope.assigned.items():  # `: "${VAR:=default}"`
+                self._set(name, value, line_number, self.block if self.depth else "")
+            if after in ("{", "("):
+                self._open(line_number, "a { } group or a function" if after == "{" else "a ( ) subshell")
+            elif after in ("}", ")"):
+                self._close()
+            before = after or before
         return out
 
     def _open(self, line_number: int, what: str) -> None:
