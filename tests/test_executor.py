@@ -221,6 +221,9 @@ def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env:
     assert job.result() == "done 3" and job.state == "COMPLETED" and job.guard_stop is None
     with pytest.raises(UsageError, match="cannot run a job array"):
         executor.map_array(healthy_training, ["a", "b"], [1, 1], [0, 1])
+    executor.update_parameters(tasks_per_node=2)
+    with pytest.raises(UsageError, match="the local backend runs one task per job, not 2"):
+        executor.submit(healthy_training, "x", 1, 0)
 
 
 def test_a_sidecar_that_cannot_be_submitted_cancels_the_local_training_job(guarded_env: Path) -> None:

@@ -170,6 +170,9 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
         """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
+        if self.guard_backend == "local" and executor._num_tasks() > 1:
+            raise UsageError(f"the local backend runs one task per job, not {executor._num_tasks()} "
+                             "(tasks_per_node x nodes): use cluster='slurm', or one task")
         tmp_uuid = uuid.uuid4().hex
         script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
         script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
