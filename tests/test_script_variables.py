@@ -3,6 +3,7 @@ script (core/sbatch/script_shell.py): each case is also run by real bash, and th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -156,3 +157,22 @@ def test_the_script_sees_the_environment_that_export_gives_the_job(tmp_path: Pat
 
 def test_bash_is_there() -> None:
     assert shutil.which("bash"), "the differential cases need bash"
+
+
+def test_the_everyday_default_config_script_is_checked_with_its_real_arguments(tmp_path: Path) -> None:
+    """Through the CLI, as a researcher runs it: `CONFIG=${1:-...}` + `python train.py --config "$CONFIG"`."""
+    project = make_project(tmp_path)
+    script = project.root / "train.sh"
+    script.write_text(script.read_text().replace(
+        'python train.py --config configs/synthetic-tanh-mlp.yaml "$@"',
+        'CONFIG=${1:-configs/synthetic-tanh-mlp.yaml}\nshift || true\npython train.py --config "$CONFIG" "$@"'))
+    other = project.root / "configs" / "synthetic-tanh-mlp-wide.yaml"
+    other.write_text((project.root / "configs" / "synthetic-tanh-mlp.yaml").read_text().replace("hidden: 32", "hidden: 64"))
+    for args, config in (([], "synthetic-tanh-mlp.yaml"), ([str(other.relative_to(project.root)), "--steps", "10"],
+                                                             "synthetic-tanh-mlp-wide.yaml")):
+        checked = project.cli("check", "--json", "--guard-backend", "local", "train.sh", *args)
+        report = json.loads(checked.stdout)
+        config_diff = next(c for c in report["checks"] if c["name"] == "config-diff")
+        assert "needs a shell" not in config_diff["finding"], config_diff
+        assert any(f"intended: {project.root / 'configs' / config}" in line for line in config_diff["evidence"])
+        assert not report["blocked"], checked.stderr
