@@ -94,6 +94,17 @@ def test_anything_not_simple_stays_unresolved_with_its_reason(body: str, why: st
     assert why in reasons
 
 
+def test_a_wandb_run_id_named_after_the_job_is_the_jobs_own(tmp_path: Path) -> None:
+    root, _ = _project_script(tmp_path, 'export WANDB_RUN_ID="resnet-${SLURM_JOB_ID}"\n'
+                                        'python train.py --config configs/synthetic-tanh-mlp.yaml')
+    report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=root,
+                           env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "1"})  # an enclosing job's id
+    plan = report.details["source_plan"]
+    assert "WANDB_RUN_ID" not in plan.env  # the script sets its own: nothing exported over it
+    sources = plan.for_job("808")
+    assert sources.wandb_run_id == "resnet-808" and sources.wandb_id_from == "WANDB_RUN_ID set by the user"
+
+
 def test_job_id_stays_symbolic_until_the_job_exists() -> None:
     parsed = parse_script_text(_script("RUN=$SLURM_JOB_ID\nLOGDIR=runs/$SLURM_JOB_NAME-$RUN\nCONFIG=c.yaml"),
                                Path("t.sh"), {"SLURM_JOB_ID": "7"}, [])
