@@ -187,3 +187,13 @@ def test_the_everyday_default_config_script_is_checked_with_its_real_arguments(t
         assert "needs a shell" not in config_diff["finding"], config_diff
         assert any(f"intended: {project.root / 'configs' / config}" in line for line in config_diff["evidence"])
         assert not report["blocked"], checked.stderr
+
+
+def test_a_job_array_is_not_given_one_wandb_run_id_for_all_its_tasks(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    report = run_preflight(split_sbatch_argv(["--array=0-3", "train.sh"]), Config(), None, cwd=project.root,
+                           env={"PATH": os.environ["PATH"]})
+    plan = report.details["source_plan"]
+    assert "WANDB_RUN_ID" not in plan.env and plan.sources.wandb_run_id == ""
+    assert any("a job array: each task starts its own W&B run" in item for item in plan.sources.unresolved)
+    assert "MLFLOW_RUN_CONTEXT" in plan.env  # a tag shared by the tasks still names this run's MLflow runs

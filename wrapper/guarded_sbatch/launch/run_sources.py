@@ -165,6 +165,8 @@ def _wandb(context: PreflightContext, sources: RunSources, env: dict[str, str]) 
     elif re.search(r"\bWANDB_RUN_ID=", context.script.text):
         sources.unresolved.append("the script sets WANDB_RUN_ID with a shell expression: the W&B run is "
                                   "identified once its log appears")
+    elif context.options.has("array"):  # one id exported to every task would make them all one W&B run
+        sources.unresolved.append("a job array: each task starts its own W&B run, identified once its log appears")
     else:
         sources.wandb_run_id, sources.wandb_id_from = new_wandb_run_id(), "guarded-sbatch"
         env["WANDB_RUN_ID"] = sources.wandb_run_id
