@@ -46,7 +46,7 @@ def test_twenty_concurrent_launches_lose_no_audit_line(tmp_path: Path) -> None:
     launches = [subprocess.Popen(
         [sys.executable, "-m", "guarded_sbatch", "--guard-backend", "local", "--guard-tb", f"{TB}-{i:02d}",
          f"--guard-run-name=synthetic-tanh-mlp-audit{i:02d}", "--guard-waive", f"eta=audit test {i}", "quick.sh",
-         "--logdir", f"{TB}-{i:02d}"],  # each its own folder: the pre-flight refuses one a live run writes
+         "--logdir", f"{TB}-{i:02d}"],  # each its own folder: the own-folder check refuses one a live run writes
         cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         stdin=subprocess.DEVNULL) for i in range(20)]
     results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in launches]  # type: ignore[union-attr]

@@ -16,7 +16,7 @@ import pytest
 
 from e2e_helpers import wait_for
 from guarded_sbatch.core.errors import BlockedError, UsageError
-from guarded_sbatch.launch.executor import GuardStoppedError
+from guarded_sbatch.launch.executor import GuardedSlurmJob, GuardStoppedError
 
 RUN_NAME = f"mnist-mlp-bs64-lr1e-2-{uuid.uuid4().hex[:6]}"  # the dev Slurm is shared: a name no other job has
 
@@ -221,6 +221,9 @@ def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env:
     assert job.result() == "done 3" and job.state == "COMPLETED" and job.guard_stop is None
     with pytest.raises(UsageError, match="cannot run a job array"):
         executor.map_array(healthy_training, ["a", "b"], [1, 1], [0, 1])
+    executor.update_parameters(tasks_per_node=2)
+    with pytest.raises(UsageError, match="the local backend runs one task per job, not 2"):
+        executor.submit(healthy_training, "x", 1, 0)
 
 
 def test_a_sidecar_that_cannot_be_submitted_cancels_the_local_training_job(guarded_env: Path) -> None:
@@ -314,6 +317,7 @@ def test_map_array_gives_each_array_task_its_own_sidecar(guarded_env: Path, slur
             line = run_command(["scontrol", "-o", "show", "job", job.job_id], timeout=20).stdout
             assert marker_in(line.split(" Comment=", 1)[1].split(" ", 1)[0]) is not None, line
         assert [job.result() for job in jobs] == ["done 0", "done 1", "done 2"]
+        assert all(isinstance(job, GuardedSlurmJob) and job.guard_stop is None for job in jobs)
     finally:
         scheduler = SlurmScheduler()
         for job in jobs:

@@ -264,6 +264,14 @@ def test_usr1_to_the_batch_shell_reaches_the_trainer_and_its_exit_status_is_kept
     assert "asking the trainer to checkpoint" in result.stderr and "not a Slurm job; not requeued" in result.stderr
 
 
+def test_a_local_backend_job_is_not_requeued_though_it_has_slurm_variables(tmp_path: Path) -> None:
+    script = _python_job(tmp_path, TRAINER_CHECKPOINTS_ON_USR1)
+    local = {"SLURM_JOB_ID": "7", "GUARDED_SBATCH_JOB_ID": "7", "SLURM_CLUSTER_NAME": "local"}  # as scheduler/local.py
+    result = _run_job(script, local, signal_after_start=True)
+    assert (tmp_path / "checkpoint").read_text() == "saved" and result.returncode == 3, result.stderr
+    assert "not a Slurm job; not requeued" in result.stderr and "requeueing" not in result.stderr
+
+
 def test_past_the_requeue_limit_the_trainer_runs_on(tmp_path: Path) -> None:
     script = _python_job(tmp_path, TRAINER_CHECKPOINTS_ON_USR1.replace("+ 20", "+ 1.5"), PreemptionSettings(60, 1))
     result = _run_job(script, {"SLURM_JOB_ID": "999999", "SLURM_RESTART_COUNT": "1"}, signal_after_start=True)

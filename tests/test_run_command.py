@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import require
 from e2e_helpers import Project, make_project, wait_for
 from guarded_sbatch.cli.run import run_under_guard
 from guarded_sbatch.core.run_sources import MLFLOW_TAG
@@ -110,3 +111,30 @@ def test_the_run_name_check_is_the_sbatch_forms(tmp_path: Path, monkeypatch: pyt
         if status == "FAIL":
             assert f"output folder {outputs / finished} already exists" in _run_name_line(run_form) and code == 3
     assert os.environ.get("GUARDED_SBATCH_STATE_DIR") == project.env["GUARDED_SBATCH_STATE_DIR"]
+
+
+def test_in_tmux_the_command_gets_the_same_environment(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    require(shutil.which("tmux") is not None, "tmux not installed")
+    project = _project(tmp_path, TMUX_TMPDIR=str(tmp_path))
+    (project.root / "env_probe.py").write_text(PROBE + "import time; time.sleep(1)\n")
+    # a tmux server already running (started without the run's variables) gives a new session its own environment
+    subprocess.run(["tmux", "new-session", "-d", "-s", "already-there"], env=project.env, check=True, timeout=30)
+    try:
+        result = project.cli("run", "--guard-run-name", NAME, "--guard-tmux", "probe-session",
+                             "--guard-waive", "config-diff=an environment probe",
+                             "--guard-waive", "monitoring=an environment probe", "--", "python", "env_probe.py")
+        assert result.returncode == 0, result.stderr
+        job_id = result.stdout.strip()
+        record = _record(project, job_id)
+        scheduler = LocalScheduler(project.state_dir / "local-jobs")
+        wait_for(lambda: scheduler.state(job_id).is_terminal, 60, 0.5, "the tmux probe to end")
+        logs = list((project.state_dir / "run-staging").glob("*/output.log"))
+        line = next(li for log in logs for li in log.read_text().splitlines() if li.startswith("ENV "))
+        seen = json.loads(line[4:])
+        assert seen["WANDB_RUN_ID"] == record["sources"]["wandb_run_id"] and seen["WANDB_RESUME"] == "allow"
+        assert json.loads(seen["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: record["sources"]["mlflow_tag"]}
+    finally:
+        subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True, check=False)

@@ -3,6 +3,7 @@ script (core/sbatch/script_shell.py): each case is also run by real bash, and th
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,6 +34,10 @@ EXPANDABLE = [
     ("CONFIG='configs/$literal.yaml'\nLOGDIR=runs/\\$x", []),
     ("CONFIG=${1:-${DEFAULT_CONFIG:-configs/nested.yaml}}\nLOGDIR=$SLURM_SUBMIT_DIR/runs/x", []),
     ("unset CONFIG\nCONFIG=${CONFIG:-configs/after-unset.yaml}\nLOGDIR=r", []),
+    ("CONFIG=configs/\nCONFIG+=appended.yaml\nLOGDIR+=runs/fresh", []),
+    ("CONFIG=c.yaml\nFOO=1 true\nLOGDIR=${FOO:-runs/prefix-is-not-kept}", []),
+    ("NAME=vit; CONFIG=configs/$NAME.yaml; LOGDIR=runs/$NAME", []),  # one line: each command sees the ones before
+    ('cd "${SLURM_SUBMIT_DIR:-.}"; CONFIG=${1:-c.yaml} LOGDIR=runs/one-line', []),
 ]
 
 # (body, what the note must say): only a running shell knows these
@@ -46,6 +51,11 @@ NEEDS_SHELL = [
     ("read -r CONFIG < which.txt\nLOGDIR=r", "`read`"),
     ("CONFIG=${CONFIG_PATH%.yaml}.yml\nLOGDIR=r", ""),
     ("CONFIG=${SLURM_ARRAY_TASK_ID}.yaml\nLOGDIR=r", "set by Slurm only for some jobs"),
+    ("CONFIG=configs/a.yaml\nCONFIG=(configs/b.yaml)\nLOGDIR=r", "an array assignment"),
+    ("CONFIG=configs/a.yaml\nif CONFIG=configs/b.yaml; then :; fi\nLOGDIR=r", "the condition of a block"),
+    ("N=1\nlet N=N+1\nCONFIG=configs/c$N.yaml\nLOGDIR=r", "arithmetic"),
+    ("CONFIG=configs/a.yaml\nsetup() { CONFIG=configs/b.yaml; }\nLOGDIR=r", "a { } group or a function"),
+    ("CONFIG=configs/a.yaml\n( CONFIG=configs/b.yaml; cd /tmp )\nLOGDIR=r", "a ( ) subshell"),
 ]
 
 
@@ -82,6 +92,17 @@ def test_anything_not_simple_stays_unresolved_with_its_reason(body: str, why: st
     assert parsed.shell is not None
     reasons = "; ".join(parsed.shell.why_unresolved(launcher.config_path or ""))
     assert why in reasons
+
+
+def test_a_wandb_run_id_named_after_the_job_is_the_jobs_own(tmp_path: Path) -> None:
+    root, _ = _project_script(tmp_path, 'export WANDB_RUN_ID="resnet-${SLURM_JOB_ID}"\n'
+                                        'python train.py --config configs/synthetic-tanh-mlp.yaml')
+    report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=root,
+                           env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "1"})  # an enclosing job's id
+    plan = report.details["source_plan"]
+    assert "WANDB_RUN_ID" not in plan.env  # the script sets its own: nothing exported over it
+    sources = plan.for_job("808")
+    assert sources.wandb_run_id == "resnet-808" and sources.wandb_id_from == "WANDB_RUN_ID set by the user"
 
 
 def test_job_id_stays_symbolic_until_the_job_exists() -> None:
@@ -125,5 +146,54 @@ def test_a_config_set_in_a_conditional_is_blocked_with_the_reason(tmp_path: Path
     assert "--guard-config" in config_diff.finding
 
 
+@pytest.mark.parametrize(("export", "expected"), [
+    (None, "configs/from-env.yaml"), ("CFG", "configs/from-env.yaml"), ("ALL,CFG=configs/given.yaml", "configs/given.yaml"),
+    ("NONE", None),
+])
+def test_the_script_sees_the_environment_that_export_gives_the_job(tmp_path: Path, export: str | None,
+                                                                     expected: str | None) -> None:
+    script = tmp_path / "train.sh"
+    directive = f"#SBATCH --export={export}\n" if export else ""
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name=x\n{directive}CONFIG=${{CFG:-configs/default.yaml}}\n"
+                      'python train.py --config "$CONFIG"\n')
+    env = {"PATH": os.environ["PATH"], "CFG": "configs/from-env.yaml"}
+    report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=tmp_path, env=env)
+    config_diff = next(r for r in report.results if r.name == "config-diff")
+    if expected is None:
+        assert "'$CONFIG' needs a shell to expand" in config_diff.finding
+        assert "--export=NONE gives the job the user's login environment" in config_diff.finding
+    else:
+        assert f"the run's config {tmp_path / expected} does not exist" in config_diff.finding
+
+
 def test_bash_is_there() -> None:
     assert shutil.which("bash"), "the differential cases need bash"
+
+
+def test_the_everyday_default_config_script_is_checked_with_its_real_arguments(tmp_path: Path) -> None:
+    """Through the CLI, as a researcher runs it: `CONFIG=${1:-...}` + `python train.py --config "$CONFIG"`."""
+    project = make_project(tmp_path)
+    script = project.root / "train.sh"
+    script.write_text(script.read_text().replace(
+        'python train.py --config configs/synthetic-tanh-mlp.yaml "$@"',
+        'CONFIG=${1:-configs/synthetic-tanh-mlp.yaml}\nshift || true\npython train.py --config "$CONFIG" "$@"'))
+    other = project.root / "configs" / "synthetic-tanh-mlp-wide.yaml"
+    other.write_text((project.root / "configs" / "synthetic-tanh-mlp.yaml").read_text().replace("hidden: 32", "hidden: 64"))
+    for args, config in (([], "synthetic-tanh-mlp.yaml"), ([str(other.relative_to(project.root)), "--steps", "10"],
+                                                             "synthetic-tanh-mlp-wide.yaml")):
+        checked = project.cli("check", "--json", "--guard-backend", "local", "train.sh", *args)
+        report = json.loads(checked.stdout)
+        config_diff = next(c for c in report["checks"] if c["name"] == "config-diff")
+        assert "needs a shell" not in config_diff["finding"], config_diff
+        assert any(f"intended: {project.root / 'configs' / config}" in line for line in config_diff["evidence"])
+        assert not report["blocked"], checked.stderr
+
+
+def test_a_job_array_is_not_given_one_wandb_run_id_for_all_its_tasks(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    report = run_preflight(split_sbatch_argv(["--array=0-3", "train.sh"]), Config(), None, cwd=project.root,
+                           env={"PATH": os.environ["PATH"]})
+    plan = report.details["source_plan"]
+    assert "WANDB_RUN_ID" not in plan.env and plan.sources.wandb_run_id == ""
+    assert any("a job array: each task starts its own W&B run" in item for item in plan.sources.unresolved)
+    assert "MLFLOW_RUN_CONTEXT" in plan.env  # a tag shared by the tasks still names this run's MLflow runs

@@ -128,10 +128,12 @@ def test_tag_then_reject(plugins: Plugins, tmp_path: Path) -> None:
         "--begin=now+3600",
         f"--job-name={unique_name()}",
         "--guard-tb",
-        TB,
+        "runs/second-launch",  # the first guarded run (still pending) writes TB: the own-folder check refuses it
         "train.sh",
         "--steps",
         "50",
+        "--logdir",
+        "runs/second-launch",
     )
     assert guarded.returncode == 0, guarded.stderr
     job_id = submitted_job_id(guarded.stdout)

@@ -134,7 +134,14 @@ class GuardedExecutor(submitit.AutoExecutor):
         finally:
             SlurmExecutor._submit_command = original  # type: ignore[method-assign]
         self._own_names.add(self.run_name())
-        return jobs
+        return [job if isinstance(job, _Guarded) else self._array_task(job) for job in jobs]
+
+    def _array_task(self, job: Job[tp.Any]) -> Job[tp.Any]:
+        """submitit's handle of one array task, as a guarded one (each task has its own run record)."""
+        guarded: GuardedSlurmJob[tp.Any] = GuardedSlurmJob(folder=self._executor.folder, job_id=job.job_id,
+                                                           tasks=list(range(job.num_tasks)))
+        guarded.guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job.job_id))
+        return guarded
 
     def _argv(self, script: Path) -> list[str]:
         """The guarded-sbatch command line this submission amounts to."""
@@ -163,6 +170,9 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
         """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
+        if self.guard_backend == "local" and executor._num_tasks() > 1:
+            raise UsageError(f"the local backend runs one task per job, not {executor._num_tasks()} "
+                             "(tasks_per_node x nodes): use cluster='slurm', or one task")
         tmp_uuid = uuid.uuid4().hex
         script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
         script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
@@ -237,7 +247,8 @@ class _Guarded:
         if job.paths.result_pickle.exists() or not self.guard_run_dir:
             return
         deadline = time.monotonic() + EVIDENCE_WAIT_S
-        while self.guard_stop is None and time.monotonic() < deadline and job.state in ("CANCELLED", "RUNNING"):
+        while self.guard_stop is None and time.monotonic() < deadline and \
+                str(job.state).split(" ")[0] in ("CANCELLED", "RUNNING", "COMPLETING"):
             time.sleep(0.5)
         stop = self.guard_stop
         if stop is not None:

@@ -95,6 +95,10 @@ def run_preflight(
     where = str(launch.script or "--wrap")
     directive_options = [(f"{where} line {d.line_number}", o) for d in script.directives for o in d.options]
     options = effective_options(launch.parsed_options, directive_options, environ)
+    job_sees = exported_environment(options.get("export"), environ)
+    if launch.script is not None and job_sees is not None:  # the job does not get this shell's environment as is
+        script = parse_script(script_path, job_sees[0], launch.script_args, known_job_env(cwd or Path.cwd()),
+                              job_sees[1])
     chdir = options.get("chdir")
     base = cwd or Path.cwd()
     workdir = (base / Path(chdir).expanduser()) if chdir else base
@@ -149,6 +153,24 @@ def run_preflight(
             "intended_run_config": context.intended,
         },  # fmt: skip
     )
+
+
+def exported_environment(export: str | None, environ: Mapping[str, str]) -> tuple[dict[str, str], str] | None:
+    """What a job script sees of the submitting environment under sbatch's --export (None: all of it, as is),
+    and why it may see more (without ALL, Slurm loads the user's login environment on the node)."""
+    items = [item for item in (export or "ALL").split(",") if item]
+    if items == ["ALL"] or not items:
+        return None
+    named: dict[str, str] = {}
+    for item in items:
+        name, has_value, value = item.partition("=")
+        if has_value:
+            named[name] = value
+        elif name in environ:
+            named[name] = environ[name]
+    if any(item.upper() == "ALL" for item in items):
+        return {**environ, **named}, ""
+    return named, f"--export={export} gives the job the user's login environment"
 
 
 def known_job_env(submit_dir: Path) -> dict[str, str]:

@@ -67,12 +67,15 @@ class SourcePlan:
             path = Path(text)
             return str(path if path.is_absolute() else Path(self.sources.workdir) / path)
 
-        def with_job(paths: list[str]) -> list[str]:  # both backends set the job's SLURM_* variables alike
-            return [fill_job_variables(p, job_id=job_id, job_name=self.job_name) for p in paths]
+        def with_job(text: str) -> str:  # both backends set the job's SLURM_* variables alike
+            return fill_job_variables(text, job_id=job_id, job_name=self.job_name)
 
+        sources = self.sources
         return replace(
-            self.sources, since=since if since is not None else self.sources.since,
-            tb_paths=with_job(self.sources.tb_paths), output_dirs=with_job(self.sources.output_dirs),
+            sources, since=since if since is not None else sources.since,
+            tb_paths=[with_job(p) for p in sources.tb_paths], output_dirs=[with_job(p) for p in sources.output_dirs],
+            wandb_dirs=[with_job(p) for p in sources.wandb_dirs], wandb_run_id=with_job(sources.wandb_run_id),
+            mlflow_run_id=with_job(sources.mlflow_run_id),
             stdout=expand(self.output_pattern), stderr=expand(self.error_pattern),
         )
 
@@ -162,6 +165,8 @@ def _wandb(context: PreflightContext, sources: RunSources, env: dict[str, str]) 
     elif re.search(r"\bWANDB_RUN_ID=", context.script.text):
         sources.unresolved.append("the script sets WANDB_RUN_ID with a shell expression: the W&B run is "
                                   "identified once its log appears")
+    elif context.options.has("array"):  # one id exported to every task would make them all one W&B run
+        sources.unresolved.append("a job array: each task starts its own W&B run, identified once its log appears")
     else:
         sources.wandb_run_id, sources.wandb_id_from = new_wandb_run_id(), "guarded-sbatch"
         env["WANDB_RUN_ID"] = sources.wandb_run_id

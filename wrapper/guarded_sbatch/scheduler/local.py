@@ -71,7 +71,7 @@ def parse_local_options(options: tuple[str, ...], script: Path, env: dict[str, s
         time_limit_s=effective.time_limit_s,
         after_job=after_job,
         kill_on_invalid_dep=kill_flag if effective.has("kill-on-invalid-dep") else False,
-        ntasks=effective.get("ntasks"),
+        ntasks=effective.get("ntasks") or effective.get("ntasks-per-node"),  # one node: the same count
         cpus_per_task=effective.get("cpus-per-task"),
         partition=effective.get("partition"),
     )

@@ -92,11 +92,12 @@ def read_script_text(path: Path) -> str:
 
 def parse_script(
     path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
-    job_env: Mapping[str, str] | None = None,
+    job_env: Mapping[str, str] | None = None, opaque_env: str = "",
 ) -> ParsedScript:
     """`args`: the script's real arguments, so `"$@"`, `$1`, `$#` on its lines expand as bash would;
-    `job_env`: the SLURM_* values the job will be given that are known before it is submitted."""
-    return parse_script_text(read_script_text(path), path, env, args, job_env)
+    `job_env`: the SLURM_* values the job will be given that are known before it is submitted; `opaque_env`:
+    why the job's environment may hold more than `env` (e.g. --export=NONE loads the user's login environment)."""
+    return parse_script_text(read_script_text(path), path, env, args, job_env, opaque_env)
 
 
 def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScript:
@@ -106,7 +107,7 @@ def parse_wrap(command: str, env: Mapping[str, str] | None = None) -> ParsedScri
 
 def parse_script_text(
     text: str, path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
-    job_env: Mapping[str, str] | None = None,
+    job_env: Mapping[str, str] | None = None, opaque_env: str = "",
 ) -> ParsedScript:
     if not text.startswith("#!"):
         raise UsageError(
@@ -127,7 +128,7 @@ def parse_script_text(
         for number in scan.slurm_magic_lines
     ]
     header_end = scan.hetjob_line or scan.first_command_line or len(lines) + 1
-    shell = ScriptShell(env or {}, args, job_env or {}, lines[0] if lines else "")
+    shell = ScriptShell(env or {}, args, job_env or {}, lines[0] if lines else "", opaque_env)
     commands: list[ScriptCommand] = []
     launchers: list[LauncherLine] = []
     heredoc_end: str | None = None

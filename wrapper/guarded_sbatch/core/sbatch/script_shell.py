@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from guarded_sbatch.core.sbatch.shell_words import Scope, Word, tokenize
+from guarded_sbatch.core.sbatch.shell_words import Scope, Word, next_command
 
 JOB_SYMBOLIC = frozenset({"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME"})
 JOB_VARIABLE = re.compile(r"\$(?:\{(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\}|(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\b)")
 ALL_ARGS = "\0guarded-sbatch:all-args\0"
 MAX_VARIABLE_CHARS = 64 * 1024
-ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
+ARRAY_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=\(")
+ARITHMETIC = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=|\+\+|--)")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OPENERS = {"if": "an if block", "while": "a while loop", "until": "an until loop", "for": "a for loop",
            "case": "a case block", "select": "a select loop"}  # fmt: skip
@@ -35,7 +37,7 @@ class ScriptShell:
     """The variables of one script as its lines are read in order."""
 
     def __init__(self, env: Mapping[str, str], args: Sequence[str] | None, job_env: Mapping[str, str],
-                 first_line: str = "") -> None:
+                 first_line: str = "", opaque: str = "") -> None:
         # the job's own SLURM_* values replace the submitting shell's (which may be another job's)
         self.env = {k: v for k, v in env.items() if not k.startswith(("SLURM_", "SLURMD_"))} | dict(job_env)
         self.args: list[str] | None = list(args) if args is not None else None
@@ -43,7 +45,8 @@ class ScriptShell:
         self.exported: set[str] = set()
         self.needs_shell: dict[str, str] = {}  # name -> why only a running shell knows its value
         self.unset: set[str] = set()
-        self.opaque = "a login shell (#! ... -l) reads the user's profile" if LOGIN_SHEBANG.match(first_line) else ""
+        login = "a login shell (#! ... -l) reads the user's profile" if LOGIN_SHEBANG.match(first_line) else ""
+        self.opaque = opaque or login  # why a name the script did not set may still be set in the job
         self.depth = 0
         self.block = ""  # the outermost open block, for the reason
 
@@ -77,33 +80,30 @@ class ScriptShell:
         return values
 
     def read_line(self, line: str, line_number: int) -> list[list[Word]]:
-        """The line's commands that are not plain assignments (assignments are recorded here)."""
-        scope = self.scope()
-        items = tokenize(line, self.known(), scope)
-        commands: list[tuple[list[Word], str, str]] = []
-        words: list[Word] = []
-        before = ""
-        for item in [*items, ";"]:
-            if isinstance(item, Word):
-                words.append(item)
-                continue
-            if words:
-                commands.append((words, before, item))
-                words = []
-            before = item
-            if item in ("{", "("):
-                self._open(line_number, "a { } group or a function" if item == "{" else "a ( ) subshell")
-            elif item in ("}", ")"):
-                self._close()
+        """The line's commands that are not plain assignments (assignments are recorded here), each expanded
+        with what the commands before it set."""
         out: list[list[Word]] = []
-        for words, before, after in commands:
-            conditional = self.depth > 0 or before in CONDITIONAL_OPERATORS or after in CONDITIONAL_OPERATORS
-            where = self.block or f"a command joined by {after if after in CONDITIONAL_OPERATORS else before}"
-            if not self._assignments(words, line_number, where if conditional else ""):
-                self._special(words, line_number, where if conditional else "")
-                out.append(words)
-        for name, value in scope.assigned.items():  # `: "${VAR:=default}"`
-            self._set(name, value, line_number, self.block if self.depth else "")
+        before = ""
+        position = 0
+        while position < len(line):
+            scope = self.scope()
+            items, used = next_command(line[position:], self.known(), scope)
+            position += used
+            words = [item for item in items if isinstance(item, Word)]
+            after = next((item for item in items if isinstance(item, str)), "")
+            if words:
+                conditional = self.depth > 0 or before in CONDITIONAL_OPERATORS or after in CONDITIONAL_OPERATORS
+                where = self.block or f"a command joined by {after if after in CONDITIONAL_OPERATORS else before}"
+                if not self._assignments(words, line_number, where if conditional else ""):
+                    self._special(words, line_number, where if conditional else "")
+                    out.append(words)
+            for name, value in scope.assigned.items():  # `: "${VAR:=default}"`
+                self._set(name, value, line_number, self.block if self.depth else "")
+            if after in ("{", "("):
+                self._open(line_number, "a { } group or a function" if after == "{" else "a ( ) subshell")
+            elif after in ("}", ")"):
+                self._close()
+            before = after or before
         return out
 
     def _open(self, line_number: int, what: str) -> None:
@@ -147,9 +147,18 @@ class ScriptShell:
         elif not items or not all(ASSIGNMENT.match(word.text) for word in items):
             return False
         for word in items:
+            if ARRAY_ASSIGNMENT.match(word.text):
+                return False  # `A=(x y)` splits into several words: _special marks it
             name, has_value, value = word.text.partition("=")
+            dirty = word.unresolved
+            if name.endswith("+"):  # `A+=x` appends
+                name = name[:-1]
+                before = self.known().get(name)
+                if before is None and not self._is_unset(name):
+                    dirty, value = True, f"${name}{value}"
+                value = (before or "") + value
             if has_value:
-                self._set(name, value, line_number, conditional, dirty=word.unresolved)
+                self._set(name, value, line_number, conditional, dirty=dirty)
             if is_export:
                 self.exported.add(name)
         return True
@@ -162,6 +171,9 @@ class ScriptShell:
         if index >= len(words):
             return
         head, rest = words[index].text, words[index + 1 :]
+        condition = rest if head in ("if", "while", "until") else (words[index:] if index else [])
+        if self._not_followed(head, rest, condition, line_number):
+            return
         if head in CLOSERS:
             self._close()
             return
@@ -196,6 +208,25 @@ class ScriptShell:
                         self.unset.add(word.text)
         elif head in OPAQUE_COMMANDS and not self.opaque:
             self.opaque = f"`{head}` on line {line_number} may set any variable"
+
+    def _not_followed(self, head: str, rest: list[Word], condition: list[Word], line_number: int) -> bool:
+        """Assignments in a condition, arrays, arithmetic: their names become unknown, never a stale value.
+        True when the command was one of these (nothing more to do)."""
+        for word in condition:  # `if CONFIG=x; then`, `elif X=1 cmd`
+            if not ASSIGNMENT.match(word.text):
+                break
+            self._set(word.text.split("=", 1)[0].rstrip("+"), "", line_number, "the condition of a block")
+        array = ARRAY_ASSIGNMENT.match(head)
+        if array:
+            self._set(array.group(1), "", line_number, "an array assignment (arrays are not followed)")
+            return True
+        if head == "let":
+            for word in rest:
+                arithmetic = ARITHMETIC.match(word.text)
+                if arithmetic:
+                    self._set(arithmetic.group(1), "", line_number, "arithmetic (`let`)")
+            return True
+        return False
 
     def why_unresolved(self, text: str) -> list[str]:
         """For each `$NAME` in text that could not be expanded: why."""

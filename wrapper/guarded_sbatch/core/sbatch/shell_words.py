@@ -61,7 +61,16 @@ def split_commands(
 
 def tokenize(line: str, variables: Mapping[str, str] | None = None, scope: Scope | None = None) -> list[Word | str]:
     """Words (Word) and operators (str). Raises ShellSyntaxError on an unbalanced quote or `$(`."""
-    known = variables or {}
+    return _tokenize(line, variables or {}, scope, stop=False)[0]
+
+
+def next_command(line: str, variables: Mapping[str, str], scope: Scope | None = None) -> tuple[list[Word | str], int]:
+    """The words up to and including the first operator (or the end), and where the rest of the line starts:
+    a script's `A=1; echo $A` expands the second command with what the first one set."""
+    return _tokenize(line, variables, scope, stop=True)
+
+
+def _tokenize(line: str, known: Mapping[str, str], scope: Scope | None, *, stop: bool) -> tuple[list[Word | str], int]:
     items: list[Word | str] = []
     chars: list[str] = []
     unresolved = False
@@ -112,11 +121,7 @@ def tokenize(line: str, variables: Mapping[str, str] | None = None, scope: Scope
             if in_word and "".join(chars).isascii() and "".join(chars).isdigit():  # `2>file`: the digits are the fd, not a word
                 chars, in_word = [], False
             finish_word()
-            match = re.match(r"[<>]+&?[0-9-]*|[<>]+", line[position:])
-            operator = match.group(0) if match else char
-            position += len(operator)
-            if not re.search(r"&[0-9-]+$", operator):
-                skip_next_word = True  # the redirect's target file
+            position, skip_next_word = _redirection(line, position)
         elif any(line.startswith(op, position) for op in OPERATORS) or char in "(){}" and not in_word:
             op = next((op for op in OPERATORS if line.startswith(op, position)), char)
             if op == "&" and line.startswith("&>", position):
@@ -127,12 +132,21 @@ def tokenize(line: str, variables: Mapping[str, str] | None = None, scope: Scope
             finish_word()
             items.append(op)
             position += len(op)
+            if stop:
+                return items, position
         else:
             chars.append(char)
             in_word = True
             position += 1
     finish_word()
-    return items
+    return items, length
+
+
+def _redirection(line: str, position: int) -> tuple[int, bool]:
+    """Past a redirection operator; True when a target file word follows (`> f`, not `2>&1`)."""
+    match = re.match(r"[<>]+&?[0-9-]*|[<>]+", line[position:])
+    operator = match.group(0) if match else line[position]
+    return position + len(operator), not re.search(r"&[0-9-]+$", operator)
 
 
 def _double_quoted(line: str, position: int, known: Mapping[str, str], scope: Scope | None) -> tuple[int, str, bool]:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.fsutil import read_json
+from guarded_sbatch.core.registry import RunRecord, runs_root
 from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
@@ -52,11 +55,29 @@ def planned_folders(context: PreflightContext) -> list[Folder]:
     return [Folder(path, folder.label) for path, folder in unique.items()]
 
 
-def recorded_folders(record: RunRecord) -> list[str]:
-    sources = record.sources or {}
-    paths = [*sources.get("tb_paths", []), *sources.get("output_dirs", []), *record.tb_paths]
-    kept = [os.path.normpath(p) for p in paths if isinstance(p, str) and p and not JOB_VARIABLE.search(p)]
+def recorded_folders(raw: dict[str, Any]) -> list[str]:
+    """The folders a run's record (run.json, as read) says it writes."""
+    found = raw.get("sources")
+    sources: dict[str, Any] = found if isinstance(found, dict) else {}
+    paths = [*_strings(sources.get("tb_paths")), *_strings(sources.get("output_dirs")), *_strings(raw.get("tb_paths"))]
+    kept = [os.path.normpath(p) for p in paths if p and not JOB_VARIABLE.search(p)]
     return list(dict.fromkeys(kept))
+
+
+def _strings(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _records() -> Iterator[dict[str, Any]]:
+    """Every run.json of the registry, read as is: RunRecord is built only for the few that share a folder
+    (a registry of thousands of runs is read on every launch)."""
+    root = runs_root()
+    if not root.is_dir():
+        return
+    for folder in root.iterdir():
+        raw = read_json(folder / "run.json")
+        if isinstance(raw, dict):
+            yield raw
 
 
 def overlaps(ours: str, theirs: str) -> bool:
@@ -74,12 +95,16 @@ def check_own_folder(context: PreflightContext) -> CheckResult:
     evidence = [f"this run writes {f.path} ({f.label})" for f in folders]
     schedulers: dict[str, Scheduler] = {}
     restarting = run_name_of(context)[0] if context.restart else None
-    for record in list_runs():
-        if record.ended or record.run_name == restarting:  # a restart continues that run, once it is stopped
+    for raw in _records():
+        if raw.get("ended") or raw.get("run_name") == restarting:  # a restart continues that run, once stopped
             continue
-        shared = [(f, theirs) for f in folders for theirs in recorded_folders(record) if overlaps(f.path, theirs)]
+        shared = [(f, theirs) for f in folders for theirs in recorded_folders(raw) if overlaps(f.path, theirs)]
         if not shared:
             continue
+        try:
+            record = RunRecord.from_json(raw)
+        except UsageError:
+            continue  # a record edited by hand: status says so
         state, problem = _job_state(record, context, schedulers)
         if state is not None and state.is_terminal:
             continue
