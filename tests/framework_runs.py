@@ -131,3 +131,18 @@ def metric_lines(text: str) -> str:
     keep = ("- Recent metrics:", "- Anomalies:", "- Reason:", "Anomalies:", "judged now:")
     return "\n".join(line for line in text.splitlines()
                      if line.lstrip().startswith(keep) or re.match(r"^\S+ \((train_loss|key_metric|lr)\)", line))
+
+
+def assert_status(runs: list[Launched]) -> None:
+    """`status --json` (one call for the runs, which share a state folder): each stopped run's row says the guard
+    stopped it and why, with metric names as written; the healthy one's row says COMPLETED."""
+    listed = runs[0].project.cli("status", "--json", timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["job_id"]: row for row in json.loads(listed.stdout)["runs"]}
+    for run in runs:
+        row = rows[run.job_id]
+        if run.variant == "healthy":
+            assert row["state"] == "COMPLETED" and row["decision"] != "STOP", row
+        else:
+            assert row["state"] == "CANCELLED" and row["stopped_by"] == "guard" and row["reason"] in STOP_REASONS, row
+        assert not RUN_FOLDER_IN_NAME.search(row["message"] or ""), row
