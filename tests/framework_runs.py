@@ -28,6 +28,7 @@ class Example:
     diverge: tuple[str, ...]
     names: tuple[str, ...]  # metric names as the trainer writes them: each must appear in the reports
     judged: tuple[str, ...]  # the report's data source while the run's own files are read
+    reads: str  # a regex the judged file (the report's "- Run: NAME (job N) — FILE") must match: never the job's log
 
     def job_name(self) -> str:
         text = (REPO / "examples" / self.folder / self.script).read_text(encoding="utf-8")
@@ -38,17 +39,21 @@ class Example:
 
 HF = Example("hf_trainer", "train.sh", healthy=("--max-steps", "80", "--step-seconds", "0.05"),
              nan=("--nan-at", "40", "--step-seconds", "0.1"), diverge=("--diverge-at", "60", "--step-seconds", "0.1"),
-             names=("train/loss", "train/grad_norm", "eval/loss"), judged=("tensorboard_ok", "wandb_ok"))
+             names=("train/loss", "train/grad_norm", "eval/loss"), judged=("tensorboard_ok", "wandb_ok"),
+             reads=r"/outputs/synthetic-counting-gpt2-tiny-lr1e-3$|^synthetic-counting-gpt2/\w{8}$")
 LIGHTNING_CSV = Example("lightning_tiny", "train.sh", healthy=("--max-steps", "300", "--step-seconds", "0.02"),
                         nan=("--nan-at", "60", "--step-seconds", "0.05"),
                         diverge=("--diverge-at", "60", "--step-seconds", "0.05"),
-                        names=("train_loss", "val_loss"), judged=("log_fallback",))
+                        names=("train_loss", "val_loss"), judged=("log_fallback",),
+                        reads=r"/logs/synthetic-tanh-lightning/lightning_logs/version_\d+/metrics\.csv$")
 LIGHTNING_TB = Example("lightning_tiny", "train-tb.sh", healthy=LIGHTNING_CSV.healthy, nan=LIGHTNING_CSV.nan,
-                       diverge=LIGHTNING_CSV.diverge, names=("train_loss", "val_loss"), judged=("tensorboard_ok",))
+                       diverge=LIGHTNING_CSV.diverge, names=("train_loss", "val_loss"), judged=("tensorboard_ok",),
+                       reads=r"/logs/synthetic-tanh-lightning$")
 SUMMARY_WRITER = Example("summarywriter_loop", "train.sh", healthy=("--steps", "300", "--step-seconds", "0.02"),
                          nan=("--nan-at", "60", "--step-seconds", "0.05"),
                          diverge=("--diverge-at", "60", "--step-seconds", "0.05"),
-                         names=("Loss/train", "Loss/eval", "grad_norm"), judged=("tensorboard_ok",))
+                         names=("Loss/train", "Loss/eval", "grad_norm"), judged=("tensorboard_ok",),
+                         reads=r"/runs/[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_[^/]+$")
 # a folder name glued into a metric name: HF's/SummaryWriter's <Mon><DD>_<HH-MM-SS>_<host>, Lightning's version_N
 RUN_FOLDER_IN_NAME = re.compile(r"(?:[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_[^/\s]+|version_\d+)/\S+")
 
@@ -109,6 +114,8 @@ def assert_outcome(run: Launched, example: Example, scheduler: Scheduler, *, sho
     sidecar = scheduler.info(run.record["sidecar_id"])
     assert sidecar.state is JobState.COMPLETED and sidecar.exit_code == 0, (run.variant, sidecar, output[-3000:])
     assert any(f"- Data source: {label}" in output for label in example.judged), (run.variant, output[-3000:])
+    judged = re.findall(rf"^- Run: \S+ \(job {run.job_id}\) — (.+)$", output, re.MULTILINE)
+    assert judged and re.search(example.reads, judged[-1]), (run.variant, judged)  # the trainer's files, not its log
     if run.variant == "healthy":
         assert state is JobState.COMPLETED, (state, output[-3000:])
         assert "Decision: STOP" not in output and "FINAL_SUMMARY" not in output and "ended COMPLETED" in output

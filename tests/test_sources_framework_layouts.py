@@ -162,3 +162,12 @@ def test_a_frameworks_output_folder_key_is_an_output_not_a_data_set(key: str, ro
     from guarded_sbatch.launch.checks.paths import _role
 
     assert _role(key, "runs/x") == role
+
+
+def test_another_run_naming_the_same_output_folder_takes_nothing_of_it_but_its_own_subfolder(tmp_path: Path) -> None:
+    from guarded_sbatch.sources.discovery import claims_below
+
+    root = tmp_path / "logs" / "regressor"
+    (root / "lightning_logs" / "version_0").mkdir(parents=True)
+    claimed = [str(root), str(tmp_path / "logs"), str(root / "lightning_logs" / "version_0"), str(tmp_path / "other")]
+    assert claims_below(root, claimed) == [str(root / "lightning_logs" / "version_0")]

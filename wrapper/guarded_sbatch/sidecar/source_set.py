@@ -149,9 +149,10 @@ class SourceSet:
             self.ownership_note = found.note()
             return
         notes = []  # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv)
+        others = self._claimed_by_others()
         for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
-            found = discovery.discover_owned(folder, since=identity.since, claimed=self._claimed_by_others(),
-                                             include_wandb=False, include_tensorboard=False)
+            found = discovery.discover_owned(folder, since=identity.since, claimed=discovery.claims_below(folder, others),
+                                             kinds=("csv",))
             for source in found.sources:
                 if source.kind != "mlflow":
                     self._add(source)
