@@ -148,14 +148,18 @@ class SourceSet:
                     self._add(source)
             self.ownership_note = found.note()
             return
-        notes = []  # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv)
+        # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv), looked
+        # for until a source that outranks the log has data
+        judged = self._active()
+        if judged is not None and priority(judged.kind) <= priority("csv"):
+            return
+        notes = []
         others = self._claimed_by_others()
         for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
             found = discovery.discover_owned(folder, since=identity.since, claimed=discovery.claims_below(folder, others),
                                              kinds=("csv",))
             for source in found.sources:
-                if source.kind != "mlflow":
-                    self._add(source)
+                self._add(source)
             notes.append(found.note())
         self.ownership_note = "; ".join(note for note in notes if note)
 
