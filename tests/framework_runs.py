@@ -61,7 +61,7 @@ RUN_FOLDER_IN_NAME = re.compile(r"(?:[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2}_[^/\s]
 def fresh_project(tmp_path: Path, example: Example, variant: str, *, backend: str | None) -> Project:
     """A new copy of the example (its own folder, job name and W&B dir), sharing one user state folder with the
     other runs of the test; `backend` None is the everyday default (sbatch on PATH)."""
-    base = make_project(tmp_path / variant)
+    base = make_project(tmp_path / variant)  # for its environment: user config with short intervals, PATH, no site
     root = tmp_path / variant / example.folder
     shutil.copytree(REPO / "examples" / example.folder, root,
                     ignore=shutil.ignore_patterns("outputs", "logs", "runs", "wandb", "lightning_logs", "__pycache__",
