@@ -4,6 +4,7 @@ flag), and what each run must show once it has ended."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from conftest import require
 from e2e_helpers import REPO, Project, make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.base import JobState, Scheduler
 
@@ -88,6 +90,8 @@ class Launched:
 def launch(tmp_path: Path, example: Example, variant: str, *, backend: str | None,
            project: Project | None = None) -> Launched:
     """Launch one kind of run on a fresh copy of the example (or again in `project`)."""
+    framework = {"hf_trainer": "transformers", "lightning_tiny": "lightning"}.get(example.folder, "torch")
+    require(importlib.util.find_spec(framework) is not None, f"{framework} not installed (pip install -e '.[frameworks]')")
     project = project or fresh_project(tmp_path, example, variant, backend=backend)
     result = project.cli(example.script, *getattr(example, variant), timeout=180)
     assert result.returncode == 0, f"{variant}: exit {result.returncode}\n{result.stderr}"
