@@ -17,6 +17,7 @@ from framework_runs import (
     Example,
     metric_lines,
     assert_outcome,
+    assert_status,
     launch,
     wait_until_ended,
 )
@@ -33,6 +34,7 @@ def test_nan_and_diverging_runs_are_stopped_and_the_healthy_one_completes(tmp_pa
     wait_until_ended(runs, lambda run: scheduler, timeout=240)
     for run in runs:
         assert_outcome(run, example, scheduler)
+    assert_status(runs)
 
 
 @pytest.mark.parametrize("example", [LIGHTNING_CSV, SUMMARY_WRITER], ids=["lightning-csv", "summary-writer"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from framework_runs import HF, LIGHTNING_CSV, Example, assert_outcome, launch, wait_until_ended
+from framework_runs import HF, LIGHTNING_CSV, Example, assert_outcome, assert_status, launch, wait_until_ended
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.slurm]
@@ -25,3 +25,4 @@ def test_nan_and_diverging_runs_are_cancelled_and_the_healthy_one_completes(
     wait_until_ended(runs, lambda run: scheduler, timeout=300)
     for run in runs:
         assert_outcome(run, example, scheduler)
+    assert_status(runs)

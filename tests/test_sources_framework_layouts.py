@@ -86,6 +86,15 @@ def test_keras_split_folders_keep_their_names_and_a_later_run_never_merges(tmp_p
     assert {p.key for p in hf.read_new()} == {"Dec03_07-10-00_vm/train/loss"}  # never read as the first one's
 
 
+def test_a_requeued_hf_job_goes_on_in_a_new_date_folder_under_the_same_names(tmp_path: Path) -> None:
+    runs = tmp_path / "outputs" / "runs"
+    write_tb_events(runs / "Dec03_06-54-59_node1", [tb_event(step, "train/loss", 3.0 - step / 10) for step in (2, 4, 6)])
+    source = TensorBoardSource(tmp_path / "outputs", accept=lambda path: True)  # both are this job's own files
+    assert _keys(source) == {"train/loss"}
+    write_tb_events(runs / "Dec03_07-30-12_node2", [tb_event(step, "train/loss", math.nan) for step in (6, 8)])
+    assert {(p.key, p.step) for p in source.read_new()} == {("train/loss", 6), ("train/loss", 8)}
+
+
 def test_only_the_runs_own_date_folder_is_read_under_an_hf_output_dir(tmp_path: Path) -> None:
     output_dir = tmp_path / "outputs"
     old = write_tb_events(output_dir / "runs" / "Dec02_09-00-00_vm", [tb_event(1, "train/loss", math.nan)])
@@ -162,3 +171,12 @@ def test_a_frameworks_output_folder_key_is_an_output_not_a_data_set(key: str, ro
     from guarded_sbatch.launch.checks.paths import _role
 
     assert _role(key, "runs/x") == role
+
+
+def test_another_run_naming_the_same_output_folder_takes_nothing_of_it_but_its_own_subfolder(tmp_path: Path) -> None:
+    from guarded_sbatch.sources.discovery import claims_below
+
+    root = tmp_path / "logs" / "regressor"
+    (root / "lightning_logs" / "version_0").mkdir(parents=True)
+    claimed = [str(root), str(tmp_path / "logs"), str(root / "lightning_logs" / "version_0"), str(tmp_path / "other")]
+    assert claims_below(root, claimed) == [str(root / "lightning_logs" / "version_0")]

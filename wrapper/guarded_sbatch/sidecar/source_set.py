@@ -22,6 +22,7 @@ from guarded_sbatch.sidecar.job_writers import job_processes, this_host
 from guarded_sbatch.sources import registry
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
+from guarded_sbatch.sources.discovery import claims_below
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -185,13 +186,17 @@ class SourceSet:
                     self._open(spec, given=False)
             notes.append(note)
             return
-        # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv)
+        # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv), looked
+        # for until a source that outranks the log has data
+        judged = self._active()
+        if judged is not None and registry.priority(judged.kind) <= registry.priority("csv"):
+            return
+        others = self._claimed_by_others()
         for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
-            found, note = registry.discover(Path(folder), since=identity.since, claimed=self._claimed_by_others(),
-                                            include_wandb=False, include_tensorboard=False)
+            found, note = registry.discover(Path(folder), since=identity.since,
+                                            claimed=claims_below(folder, others), kinds=("csv",))
             for spec in found:
-                if spec.kind != "mlflow":
-                    self._open(spec, given=False)
+                self._open(spec, given=False)
             notes.append(note)
 
     def _claimed_by_others(self) -> list[str]:

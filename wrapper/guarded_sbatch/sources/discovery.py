@@ -135,12 +135,12 @@ class Discovery:
 
 
 def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None,
-                   claimed: Collection[str] = (), include_wandb: bool = True, include_tensorboard: bool = True,
+                   claimed: Collection[str] = (), include_wandb: bool = True, kinds: Collection[str] | None = None,
                    max_depth: int = MAX_DEPTH, time_budget_s: float = TIME_BUDGET_S) -> Discovery:
     """The sources under `folder` that clearly belong to one run: written since `since`, not claimed by another
     guarded run, and of one run only. Several candidates of a kind: none is read, and the candidates are named.
-    `include_tensorboard=False` where the run's event folders are known already (its own output folder, in
-    which a Lightning CSVLogger's version_N/metrics.csv is still to be found)."""
+    `kinds` (source kind names; None: all) narrows the search, e.g. to "csv" in a run's own output folder whose
+    event files are read already but where a Lightning CSVLogger's version_N/metrics.csv is still to be found."""
     root = Path(folder)
     result = Discovery()
     if not root.is_dir():
@@ -159,13 +159,16 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
             return None
         return mine[0] if mine else None
 
-    if include_wandb:
+    def wanted(kind: str) -> bool:
+        return kinds is None or kind in kinds
+
+    if include_wandb and wanted("wandb"):
         log = pick("W&B", [p for p in found.wandb_logs if own(p)])
         if log is not None:
             result.sources.append(WandbLogSource(log))
     accept = fresh_files(since)
     tb_candidates = []
-    for run_root, folders in run_roots(found.tensorboard_folders if include_tensorboard else [], root).items():
+    for run_root, folders in run_roots(found.tensorboard_folders if wanted("tensorboard") else [], root).items():
         if _claimed(run_root, taken):
             continue
         if accept is not None and not any(accept(f) for folder in folders for f in _event_files(folder)):
@@ -174,17 +177,25 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
     tb_root = pick("TensorBoard", tb_candidates)
     if tb_root is not None:
         result.sources.append(TensorBoardSource(tb_root, accept=accept))
-    for store in found.mlflow_stores:
+    for store in found.mlflow_stores if wanted("mlflow") else []:
         if since is None:
             result.sources.append(MlflowSource(store))
         else:  # a store holds every job's runs: only the run tagged with this run's id is read (source_set)
             result.ambiguous.append(f"MLflow store {store}: no run tagged as this run's")
-    for kind, paths, make in (("Lightning CSV", found.csv_files, LightningCsvSource),
-                              ("trainer_state.json", found.trainer_states, TrainerStateSource)):
-        chosen = pick(kind, [p for p in paths if own(p)])
+    for kind, label, paths, make in (("csv", "Lightning CSV", found.csv_files, LightningCsvSource),
+                                     ("trainer_state", "trainer_state.json", found.trainer_states, TrainerStateSource)):
+        chosen = pick(label, [p for p in paths if own(p)]) if wanted(kind) else None
         if chosen is not None:
             result.sources.append(make(chosen))
     return result
+
+
+def claims_below(folder: str | os.PathLike[str], claimed: Collection[str]) -> list[str]:
+    """The claims of other runs that lie strictly inside `folder`, one of this run's own folders: another run
+    naming the same folder (an earlier run of one Lightning config writes its own version_N under one
+    default_root_dir) takes nothing of it from this run; its files are told apart by when they were written."""
+    base = Path(folder).resolve()
+    return [claim for claim in claimed if base in Path(claim).resolve().parents]
 
 
 def _event_files(folder: Path) -> list[Path]:

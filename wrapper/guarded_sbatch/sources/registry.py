@@ -185,11 +185,11 @@ def run_files(specs: list[SourceSpec]) -> list[str]:
 
 
 def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
-             include_wandb: bool = True, include_tensorboard: bool = True) -> tuple[list[SourceSpec], str]:
+             include_wandb: bool = True, kinds: Collection[str] | None = None) -> tuple[list[SourceSpec], str]:
     """Specs of the sources under `root` that clearly belong to one run (discovery.py for the built-in kinds,
     each added kind by its `matches`), and a note naming what was seen but not attributable."""
     found = discovery.discover_owned(root, since=since, claimed=claimed, include_wandb=include_wandb,
-                                     include_tensorboard=include_tensorboard)
+                                     kinds=kinds)
     origin = f"found under {root}"
     specs = [SourceSpec(_kind_of(source), source.describe() if source.path is None else str(source.path), origin)
              for source in found.sources if not (source.kind == "mlflow" and since is not None)]

@@ -5,8 +5,10 @@ folder keeps its own offset, so late writes to an older file (a restarted job wh
 still flushing) are not lost. A metric's name is its tag as the trainer wrote it, with a namespace only where
 TensorBoard itself shows one: the train/ and validation/ subfolders of one run (Keras) or a writer's own
 add_scalars subfolders give `validation/epoch_loss`; the run's folder (HF's and SummaryWriter's
-runs/<date>_<host>, Lightning's version_N) is no part of the name, unless the folder holds several runs, which
-then keep their folder as a prefix so they are never merged.
+runs/<date>_<host>, Lightning's version_N) is no part of the name. Files accepted as one run's own (`accept`:
+the sidecar's, written since the job started) are that run's whatever folders they are in (a requeued HF job
+starts a new runs/<date>_<host>); without such a filter (`monitor --tb runs/`) several runs under the folder keep
+their folder as a prefix, the first one seen excepted, so they are never merged.
 """
 
 from __future__ import annotations
@@ -155,7 +157,8 @@ class TensorBoardSource(SourceBase):
 
     def _key_prefix(self, folder: Path, run: Path) -> str:
         """The run's folder when it is not the only run here, then the namespace within the run."""
-        parts = [] if run == self._only_run or run == self.path else [run.relative_to(self.path).as_posix()]
+        own = self.accept is not None or run in (self._only_run, self.path)
+        parts = [] if own else [run.relative_to(self.path).as_posix()]
         if folder != run:
             parts.append(folder.relative_to(run).as_posix())
         return "".join(part + "/" for part in parts)
