@@ -27,7 +27,7 @@ from guarded_sbatch.sources.files import guarded_reader, open_regular
 from guarded_sbatch.sources.base import Batch, SourceBase
 from guarded_sbatch.sources.tb_records import ColumnSink, RecordDecoder
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, find_next_header
-from guarded_sbatch.sources.writers import WriterFilter, owned
+from guarded_sbatch.sources.writers import WriterFilter, owned, owner_of, reader_uid
 
 EVENT_FILE_MARKER = "tfevents"
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
@@ -118,13 +118,14 @@ class TensorBoardSource(SourceBase):
     def __init__(self, path: str | os.PathLike[str], *, check_crc: bool = True,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES, accept: Callable[[Path], bool] | None = None) -> None:
         self.path = Path(path)
-        self.accept = accept or owned  # which event files to read (a run's own, sources/writers.py); None: the reader's user's
+        self.accept = accept  # which event files are one run's own (sources/writers.py); None: any of the reader's user's
         self.check_crc = check_crc
         self.chunk_bytes = chunk_bytes
         self.bad_records = 0  # crc failures and undecodable events
         self.skipped_bytes = 0  # bytes jumped over to find the next record after a corrupt length
         self._files: dict[Path, _EventFile] = {}
         self._decoder = RecordDecoder(check_crc=check_crc)
+        self._foreign: dict[str, str] = {}  # path -> why it is not read (another user's)
         self._only_run: Path | None = None  # the run whose folder is no part of its names (set at the first files)
         self._several_runs = False
 
@@ -140,7 +141,7 @@ class TensorBoardSource(SourceBase):
 
     def _refresh_files(self) -> list[_EventFile]:
         new = [path for path in find_event_files(self.path)
-               if path not in self._files and (self.accept is None or self.accept(path))]
+               if path not in self._files and self._owned(path) and (self.accept is None or self.accept(path))]
         if new and not self.path.is_dir():
             self._files[self.path] = _EventFile(self.path, "")
         elif new:
@@ -173,8 +174,19 @@ class TensorBoardSource(SourceBase):
     def read_batch(self, max_points: int) -> Batch:
         return self.read_columns(max_points=max_points)
 
+    def _owned(self, path: Path) -> bool:
+        """A file another user owns is never read, with or without a run's filter (the note says so)."""
+        if owned(path):
+            return True
+        if len(self._foreign) < 64:
+            self._foreign[str(path)] = f"owned by uid {owner_of(path)}, not the reader's user (uid {reader_uid()})"
+        return False
+
     def ownership_note(self) -> str:
-        return self.accept.note() if isinstance(self.accept, WriterFilter) else ""
+        foreign = "; ".join(f"{Path(p).name}: {why}" for p, why in sorted(self._foreign.items())[:4])
+        notes = [self.accept.note() if isinstance(self.accept, WriterFilter) else "",
+                 f"not read: {foreign}" if foreign else ""]
+        return "; ".join(note for note in notes if note)
 
     def read_columns(self, max_points: int | None = None) -> dict[str, tuple[Any, Any, Any]]:
         """read_new's points as {key: (steps, wall_times, values)} numpy columns, in arrival order per
