@@ -74,7 +74,8 @@ def test_status_says_how_each_run_ended(tmp_path: Path) -> None:
         killed = live.cli("kill", live_id, "--yes")
     assert killed.returncode == 0, killed.stderr
     after_completion = done.cli("kill", done_id, "--yes")  # a kill of a run that had completed already
-    assert after_completion.returncode == 0, after_completion.stderr
+    assert after_completion.returncode == 1, after_completion.stderr  # nothing was stopped: it says so
+    assert f"nothing stopped: run {done.name} (job {done_id}) had already ended (COMPLETED)" in after_completion.stderr
 
     rows = _rows(done)
     assert set(rows) >= {done_id, crashed_id, live_id}  # killed runs stay listed without --all

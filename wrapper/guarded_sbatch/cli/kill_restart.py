@@ -89,10 +89,26 @@ def kill_command(argv: list[str]) -> int:
     record.save()
     _audit("kill", record, reason="cleanup incomplete" if failed else "killed and cleaned up")
     if failed:
-        raise UsageError(f"run killed but the cleanup is incomplete: {len(failed)} step(s) not done (see above), "
-                         f"first: {failed[0]}")
+        raise UsageError(f"run {'killed' if was_live else 'stopped before'} but the cleanup is incomplete: "
+                         f"{len(failed)} step(s) not done (see above), first: {failed[0]}")
+    if not was_live:
+        print(f"guarded-sbatch: nothing stopped: run {record.run_name} (job {record.job_id}) had already ended "
+              f"({_state_of(record)}); its files were cleaned up", file=sys.stderr)
+        return NOTHING_STOPPED
     print(f"guarded-sbatch: run {record.run_name} (job {record.job_id}) killed and cleaned up", file=sys.stderr)
     return int(ExitCode.OK)
+
+
+NOTHING_STOPPED = 1  # kill of a run that had ended by itself: cleaned up, but nothing was running to stop
+
+
+def _state_of(record: RunRecord) -> str:
+    from guarded_sbatch.scheduler import get_scheduler
+
+    try:
+        return get_scheduler(record.backend).state(record.job_id).value
+    except GuardedError:
+        return "no longer known to the scheduler"
 
 
 def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None) -> int:
