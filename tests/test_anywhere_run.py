@@ -78,7 +78,8 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
             "60",
         )
         assert result.returncode == 0, result.stderr
-        assert "Clear to launch" in result.stderr and f"tmux session {session}" in result.stderr
+        assert "Clear: submitting now." in result.stderr and f"tmux session {session}" in result.stderr
+        assert "To submit it, run:" not in result.stderr  # it runs: no command to copy
         job_id = result.stdout.strip()
         record = next(r for r in _runs(project) if r["job_id"] == job_id)
         assert record["launched_by"] == "run" and record["backend"] == "local"

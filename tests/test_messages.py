@@ -97,3 +97,11 @@ def test_help_of_every_command_answers(project: Project) -> None:
         result = subprocess.run([sys.executable, "-m", "guarded_sbatch", command, "--help"], env=project.env,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (command, result.stderr)
+
+
+def test_run_says_its_own_words(project: Project) -> None:
+    result = project.cli("run", "--guard-backend", "local", "--", "python", "train.py", "--config",
+                         "configs/synthetic-tanh-mlp.yaml")
+    assert result.returncode == 3, result.stderr
+    assert "no run name: give --job-name NAME before the --" in result.stderr
+    assert "command.sh" not in result.stderr and "To submit it, run:" not in result.stderr

@@ -209,7 +209,7 @@ def _run_under_guard(argv: list[str], *, check_only: bool, color: bool, show_rep
                      clear_line: str = "") -> int:
     from guarded_sbatch.cli.run import run_under_guard  # a `guarded-sbatch run` run: its argv ends in -- COMMAND
 
-    return run_under_guard(argv, check_only=check_only, color=color)
+    return run_under_guard(argv, check_only=check_only, color=color, clear_line=clear_line)
 
 
 def _audit(event: str, record: RunRecord, **fields: str) -> None:
