@@ -110,7 +110,7 @@ def test_a_tmux_run_stopped_by_hand_is_recorded_as_the_users(tmp_path: Path) -> 
         record = next(r for r in _runs(project) if r["job_id"] == job_id)
         wait_for(lambda: _status(project, record["run_id"])["last_step"], 120, what="the run to log")
         stopped = project.cli("stop", f"tmux:{session}", "--grace", "2")
-        assert stopped.returncode == 0 and stopped.stderr.startswith("stopped: "), stopped.stderr
+        assert stopped.returncode == 0 and stopped.stderr.splitlines()[-1].startswith("stopped: "), stopped.stderr
         assert f"run {record['run_name']} (job {job_id})" in stopped.stderr
         scheduler = LocalScheduler(project.state_dir / "local-jobs")
         wait_for(lambda: scheduler.state(job_id).is_terminal, 60, what="the run's job to end with its session")

@@ -121,7 +121,8 @@ def test_stop_of_nothing_says_so_and_fails(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         result = project.cli("stop", f"pid:{sleeper.pid}", "--grace", "1")
-        assert result.returncode == 0 and result.stderr.startswith("stopped: "), result.stderr
+        assert result.returncode == 0 and result.stderr.startswith(f"stopping pid:{sleeper.pid}: interrupt")
+        assert result.stderr.splitlines()[-1].startswith("stopped: "), result.stderr
         assert sleeper.wait(timeout=10) == -2  # SIGINT first
     finally:
         sleeper.kill()

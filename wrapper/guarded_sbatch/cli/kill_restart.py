@@ -260,6 +260,9 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
         mark = "done" if outcome.ok else "NOT DONE"
         print(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}", file=sys.stderr)
 
+    if _job_live(record):
+        print(f"guarded-sbatch: stopping job {record.job_id} and its sidecar; waiting until both have ended "
+              "(seconds usually, at most 90 s)", file=sys.stderr, flush=True)
     try:
         outcomes = execute_cleanup(plan, record, scheduler, on_outcome=show)
     except GuardedError as exc:

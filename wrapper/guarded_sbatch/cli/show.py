@@ -45,6 +45,7 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
     record = find_run(args.run)
     view = gather(record)
     if args.png:
+        print(f"guarded-sbatch: drawing {args.png} (matplotlib, a few seconds)", file=sys.stderr, flush=True)
         write_png(view, args.png)
     if args.json:
         out.write(json_dumps({k: v for k, v in view.items() if k not in ("verdict_obj",)}, indent=2) + "\n")
