@@ -35,6 +35,8 @@ def _error(project: Project, *args: str, code: int = 2) -> str:
     (["--guard-wiave", "eta=x", "train.sh"], "did you mean --guard-waive?"),
     (["--guard-waive", "run-nmae=because", "train.sh"], "did you mean run-name?"),
     (["status", "--state", "RUNING"], "did you mean RUNNING?"),
+    (["nosuch.sh"], "batch script nosuch.sh not found (relative to the folder you submit from, "),
+    (["check-sweep", "nosuch.yaml"], "sweep config nosuch.yaml not found (relative to "),
 ])
 def test_did_you_mean(project: Project, args: list[str], expected: str | None) -> None:
     if expected is None:

@@ -64,7 +64,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
         sys.stdout.write(launcher_job.text if launcher_job else _script_text(launch.script))
         return int(ExitCode.OK)
     if launcher_job is None and not launch.script.is_file():
-        raise UsageError(f"batch script {launch.script} not found; check the path")
+        where = "" if launch.script.is_absolute() else f" (relative to the folder you submit from, {Path.cwd()})"
+        raise UsageError(f"batch script {launch.script} not found{where}; check the path")
     backend = choose_backend(config, guard.backend)
     scheduler = get_scheduler(backend)
     command_line = launch

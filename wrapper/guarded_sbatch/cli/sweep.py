@@ -28,7 +28,8 @@ def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
         raise UsageError(f"name the sweep config last; {USAGE}")
     path = Path(words[-1])
     if not path.is_file():
-        raise UsageError(f"sweep config {path} not found")
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise UsageError(f"sweep config {path} not found{where}; check the path")
     # the ETA check asks a scheduler when a run would start; a sweep's agents run where they are started
     report = check_sweep(path, words[:-1], load_config(), LocalScheduler())
     print(redact(format_sweep_report(report)), file=sys.stderr)
