@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -107,8 +111,6 @@ def test_status_says_how_each_run_ended(tmp_path: Path) -> None:
 
 
 def _strip_ansi(text: str) -> str:
-    import re
-
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
@@ -127,3 +129,25 @@ def test_stop_of_nothing_says_so_and_fails(tmp_path: Path) -> None:
     finally:
         sleeper.kill()
     assert "exit codes: 0 stopped" in project.cli("stop", "--help", check=True).stdout
+
+
+@pytest.mark.slurm
+def test_status_of_a_slurm_run_killed_by_its_owner(tmp_path: Path, slurm_cluster: None) -> None:
+    (project,) = _projects(tmp_path, ["slurm"])
+    result = project.cli("--guard-backend", "slurm", "train.sh", "--steps", "5000", "--step-seconds", "0.05")
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+    try:  # the shared dev Slurm may be busy: a queued job is killed the same way
+        wait_for(lambda: _rows(project)[job_id]["state"] in ("RUNNING", "PENDING"), 60, what="the Slurm job")
+        time.sleep(3)  # give it the chance to start
+    finally:
+        killed = project.cli("kill", job_id, "--yes", timeout=180)
+    assert killed.returncode == 0, killed.stderr
+    row = _rows(project)[job_id]
+    assert row["state"] == "CANCELLED" and row["stopped_by"] == "user (kill)", row
+    sacct = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "ExitCode"], capture_output=True, text=True,
+                           timeout=30)
+    written = sacct.stdout.strip()
+    if sacct.returncode == 0 and written:  # accounting on: status writes what sacct writes
+        assert row["exit"] == written, (row, written)
+    assert re.fullmatch(r"\d+:\d+", row["exit"]), row
