@@ -24,12 +24,15 @@ YES_FLAGS = ("--yes", "-y")
 
 @dataclass(frozen=True)
 class LifecycleArgs:
+    """What kill and restart were given."""
+
     run: str
     yes: bool
     guard_options: tuple[str, ...]  # restart only: passed on to the launch
 
 
 def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: bool) -> LifecycleArgs:
+    """RUN, --yes and (restart only) guard options; anything else is a usage error."""
     from guarded_sbatch.core.sbatch.argv import GUARD_OPTIONS
 
     run: str | None = None
@@ -80,6 +83,7 @@ def confirm(question: str, *, assume_yes: bool, stdin: TextIO | None = None, err
 
 
 def kill_command(argv: list[str]) -> int:
+    """Stop the run, clean up in order, record who stopped it; exit 1 when it had already ended."""
     args = parse_lifecycle_args(argv, command="kill", allow_guard_options=False)
     record = find_run(args.run)
     was_live = _job_live(record)
@@ -112,6 +116,7 @@ def _state_of(record: RunRecord) -> str:
 
 
 def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None) -> int:
+    """The pre-flight of the relaunch first, then stop and clean up as kill does, then relaunch."""
     args = parse_lifecycle_args(argv, command="restart", allow_guard_options=True)
     record = find_run(args.run)
     if record.ended == "restarted":

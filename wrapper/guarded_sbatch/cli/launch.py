@@ -27,6 +27,7 @@ BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
 
 def choose_backend(config: Config, requested: str | None) -> str:
+    """slurm or local: --guard-backend, else GUARDED_SBATCH_BACKEND, else the config's choice."""
     backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()
     if backend not in ("slurm", "local"):
         raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
@@ -34,6 +35,7 @@ def choose_backend(config: Config, requested: str | None) -> str:
 
 
 def run_check(argv: list[str], *, color: bool) -> int:
+    """`guarded-sbatch check`: the pre-flight alone."""
     return run_launch(argv, check_only=True, color=color)
 
 
@@ -134,6 +136,7 @@ def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
 
 
 def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
+    """The batch script to render when the launch names a launcher command (torchrun ...) instead of a script."""
     from guarded_sbatch.launch.launcher_job import build_launcher_job, launcher_command_of
 
     command = launcher_command_of(launch)

@@ -26,6 +26,7 @@ JOB_ENV = "GUARDED_SBATCH_JOB_ID"
 
 
 def run_stop(argv: list[str]) -> int:
+    """`guarded-sbatch stop TARGET`: stop it, check that it took, and say which it was (STOP_CODES)."""
     from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target, target_alive
     from guarded_sbatch.cli.args import ArgumentParser, positive_float
 

@@ -15,6 +15,7 @@ SYMBOLS = {"passed": "ok  ", "warned": "warn", "failed": "FAIL"}
 
 
 def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
+    """`guarded-sbatch check-sweep`: every combination of a W&B sweep through the pre-flight."""
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.launch.sweep import check_sweep
     from guarded_sbatch.scheduler.local import LocalScheduler
@@ -39,6 +40,7 @@ def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
 
 
 def format_sweep_report(report: object) -> str:
+    """The sweep's report for people: the sweep's own checks, then each combination's verdict."""
     from guarded_sbatch.launch.sweep import describe
 
     sweep = report.sweep  # type: ignore[attr-defined]
