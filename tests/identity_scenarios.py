@@ -120,7 +120,8 @@ def concurrent_runs_stay_apart(tmp_path: Path, backend: str, scheduler: Any) -> 
     before = sorted(p.name for p in wandb_dir.iterdir())
     assert any(name.endswith(f"-{healthy_wandb}") for name in before), before
     killed = project.cli("kill", healthy["run_id"], "--yes", timeout=180)
-    assert killed.returncode == 0, killed.stderr
+    # the healthy run had completed: nothing to stop (exit 1, said so), its files cleaned up all the same
+    assert killed.returncode == 1 and "nothing stopped" in killed.stderr, killed.stderr
     after = sorted(p.name for p in wandb_dir.iterdir())
     assert sorted(set(before) - set(after)) == [n for n in before if n.endswith(f"-{healthy_wandb}")], (before, after)
     assert any(name.endswith(f"-{nan_wandb}") for name in after)

@@ -78,7 +78,8 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
             "60",
         )
         assert result.returncode == 0, result.stderr
-        assert "Clear to launch" in result.stderr and f"tmux session {session}" in result.stderr
+        assert "Clear: submitting now." in result.stderr and f"tmux session {session}" in result.stderr
+        assert "To submit it, run:" not in result.stderr  # it runs: no command to copy
         job_id = result.stdout.strip()
         record = next(r for r in _runs(project) if r["job_id"] == job_id)
         assert record["launched_by"] == "run" and record["backend"] == "local"
@@ -93,8 +94,33 @@ def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> 
         assert has.returncode != 0  # the session is gone
         row = _status(project, record["run_id"])
         assert row["decision"] == "STOP" and row["state"] in ("FAILED", "CANCELLED", "COMPLETED")
+        assert row["stopped_by"] == "guard"  # its watcher's stop command is the guard's, not the user's
     finally:
         subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True, check=False)
+
+
+def test_a_tmux_run_stopped_by_hand_is_recorded_as_the_users(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    session = f"gs-stop-{tmp_path.name[-6:]}".replace("_", "-")
+    try:
+        result = project.cli("run", "--guard-run-name", "synthetic-regression-tanh-mlp-bs64-lr0.05", "--guard-tmux",
+                             session, "--", "python", "train.py", "--config", CONFIG, "--steps", "100000")
+        assert result.returncode == 0, result.stderr
+        job_id = result.stdout.strip()
+        record = next(r for r in _runs(project) if r["job_id"] == job_id)
+        wait_for(lambda: _status(project, record["run_id"])["last_step"], 120, what="the run to log")
+        stopped = project.cli("stop", f"tmux:{session}", "--grace", "2")
+        assert stopped.returncode == 0 and stopped.stderr.splitlines()[-1].startswith("stopped: "), stopped.stderr
+        assert f"run {record['run_name']} (job {job_id})" in stopped.stderr
+        scheduler = LocalScheduler(project.state_dir / "local-jobs")
+        wait_for(lambda: scheduler.state(job_id).is_terminal, 60, what="the run's job to end with its session")
+        row = _status(project, record["run_id"])
+        assert row["stopped_by"] == f"user (stop tmux:{session})", row
+        again = project.cli("stop", f"tmux:{session}", "--grace", "1")
+        assert again.returncode == 1 and again.stderr.startswith("nothing stopped: "), again.stderr
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", f"={session}"], env=project.env, timeout=30, capture_output=True,
+                       check=False)
 
 
 def test_run_as_a_local_process_shows_in_status_and_is_killed(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from e2e_helpers import Project, make_project
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -19,8 +21,8 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 DELAYS: list[float | None] = [None, 0.0, 0.001, 0.003, 0.006, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.25, 0.4]
 
 
-def _interrupted_launch(project: Project, delay: float | None) -> tuple[int, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "guarded_sbatch", "--guard-backend", "local", "train.sh",
+def _interrupted_launch(project: Project, delay: float | None, backend: str = "local") -> tuple[int, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "guarded_sbatch", "--guard-backend", backend, "train.sh",
                              "--steps", "4000", "--step-seconds", "0.05"], cwd=project.root, env=project.env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                             start_new_session=True, text=True)
@@ -79,4 +81,47 @@ def test_an_interrupted_launch_never_leaves_an_unguarded_job(tmp_path: Path) -> 
         for job in _jobs(scheduler):
             scheduler.cancel(job)
     # both sides of the line were hit: some interrupts came before anything was submitted, some after
+    assert "nothing" in outcomes and "guarded" in outcomes, outcomes
+
+
+SLURM_DELAYS: list[float | None] = [None, 0.0, 0.005, 0.02, 0.05, 0.1, 0.2, 0.4]
+
+
+def _slurm_jobs(name: str) -> dict[str, tuple[str, str]]:
+    """{job id: (name, dependency)} of the queued or running jobs of this run name and of its sidecar."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i|%j|%E"], capture_output=True, text=True, timeout=30, check=True)
+    jobs = {}
+    for line in out.stdout.splitlines():
+        job, job_name, dependency = (line.split("|") + ["", ""])[:3]
+        if job_name in (name, f"sidecar-{name}"):
+            jobs[job.strip()] = (job_name, dependency)
+    return jobs
+
+
+@pytest.mark.slurm
+def test_an_interrupted_slurm_launch_never_leaves_an_unguarded_job(tmp_path: Path, slurm_cluster: None) -> None:
+    """sbatch is a child of the launch: Ctrl-C reaches it too, so it must not die between queuing the job and
+    printing its id (it inherits the blocked SIGINT)."""
+    project = make_project(tmp_path, fast_interval=1.0)
+    outcomes = []
+    try:
+        for delay in SLURM_DELAYS:
+            code, stderr = _interrupted_launch(project, delay, backend="slurm")
+            jobs = _slurm_jobs(project.name)
+            training = [job for job, (job_name, _) in jobs.items() if job_name == project.name]
+            sidecars = [job for job, (job_name, _) in jobs.items() if job_name.startswith("sidecar-")]
+            # (a started job's dependency reads "(null)" in squeue: count the pairs; each round starts from none)
+            assert len(sidecars) >= len(training), f"interrupt {delay}: a job without a sidecar ({jobs}); {stderr[-800:]}"
+            assert code in (0, 130, -signal.SIGINT), (delay, code, stderr[-1500:])
+            assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+            outcomes.append("guarded" if training else "nothing")
+            if jobs:
+                subprocess.run(["scancel", *jobs], timeout=30, check=False)
+                deadline = time.monotonic() + 60
+                while _slurm_jobs(project.name) and time.monotonic() < deadline:
+                    time.sleep(0.5)
+    finally:
+        leftover = _slurm_jobs(project.name)
+        if leftover:
+            subprocess.run(["scancel", *leftover], timeout=30, check=False)
     assert "nothing" in outcomes and "guarded" in outcomes, outcomes

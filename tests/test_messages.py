@@ -35,6 +35,8 @@ def _error(project: Project, *args: str, code: int = 2) -> str:
     (["--guard-wiave", "eta=x", "train.sh"], "did you mean --guard-waive?"),
     (["--guard-waive", "run-nmae=because", "train.sh"], "did you mean run-name?"),
     (["status", "--state", "RUNING"], "did you mean RUNNING?"),
+    (["nosuch.sh"], "batch script nosuch.sh not found (relative to the folder you submit from, "),
+    (["check-sweep", "nosuch.yaml"], "sweep config nosuch.yaml not found (relative to "),
 ])
 def test_did_you_mean(project: Project, args: list[str], expected: str | None) -> None:
     if expected is None:
@@ -97,3 +99,11 @@ def test_help_of_every_command_answers(project: Project) -> None:
         result = subprocess.run([sys.executable, "-m", "guarded_sbatch", command, "--help"], env=project.env,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (command, result.stderr)
+
+
+def test_run_says_its_own_words(project: Project) -> None:
+    result = project.cli("run", "--guard-backend", "local", "--", "python", "train.py", "--config",
+                         "configs/synthetic-tanh-mlp.yaml")
+    assert result.returncode == 3, result.stderr
+    assert "no run name: give --job-name NAME before the --" in result.stderr
+    assert "command.sh" not in result.stderr and "To submit it, run:" not in result.stderr

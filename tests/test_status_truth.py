@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import select
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -74,7 +78,8 @@ def test_status_says_how_each_run_ended(tmp_path: Path) -> None:
         killed = live.cli("kill", live_id, "--yes")
     assert killed.returncode == 0, killed.stderr
     after_completion = done.cli("kill", done_id, "--yes")  # a kill of a run that had completed already
-    assert after_completion.returncode == 0, after_completion.stderr
+    assert after_completion.returncode == 1, after_completion.stderr  # nothing was stopped: it says so
+    assert f"nothing stopped: run {done.name} (job {done_id}) had already ended (COMPLETED)" in after_completion.stderr
 
     rows = _rows(done)
     assert set(rows) >= {done_id, crashed_id, live_id}  # killed runs stay listed without --all
@@ -106,8 +111,6 @@ def test_status_says_how_each_run_ended(tmp_path: Path) -> None:
 
 
 def _strip_ansi(text: str) -> str:
-    import re
-
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
@@ -120,8 +123,34 @@ def test_stop_of_nothing_says_so_and_fails(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         result = project.cli("stop", f"pid:{sleeper.pid}", "--grace", "1")
-        assert result.returncode == 0 and result.stderr.startswith("stopped: "), result.stderr
+        assert result.returncode == 0 and result.stderr.startswith(f"stopping pid:{sleeper.pid}: interrupt")
+        assert result.stderr.splitlines()[-1].startswith("stopped: "), result.stderr
         assert sleeper.wait(timeout=10) == -2  # SIGINT first
     finally:
         sleeper.kill()
     assert "exit codes: 0 stopped" in project.cli("stop", "--help", check=True).stdout
+
+
+@pytest.mark.slurm
+def test_status_of_a_slurm_run_killed_by_its_owner(tmp_path: Path, slurm_cluster: None) -> None:
+    (project,) = _projects(tmp_path, ["slurm"])
+    result = project.cli("--guard-backend", "slurm", "train.sh", "--steps", "5000", "--step-seconds", "0.05")
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+    try:  # the shared dev Slurm may be busy: a queued job is killed the same way
+        wait_for(lambda: _rows(project)[job_id]["state"] in ("RUNNING", "PENDING"), 60, what="the Slurm job")
+        time.sleep(3)  # give it the chance to start
+    finally:
+        killed = project.cli("kill", job_id, "--yes", timeout=180)
+    assert killed.returncode == 0, killed.stderr
+    row = _rows(project)[job_id]
+    assert row["state"] == "CANCELLED" and row["stopped_by"] == "user (kill)", row
+    sacct = subprocess.run(["sacct", "-j", job_id, "-n", "-P", "-o", "JobID,ExitCode"], capture_output=True, text=True,
+                           timeout=30)
+    lines = dict(line.split("|", 1) for line in sacct.stdout.split() if "|" in line)
+    # accounting on: status writes what sacct writes for the batch script (the job's own line says 0:0 for a
+    # cancelled job), or for the job when it never started
+    written = lines.get(f"{job_id}.batch") or lines.get(job_id)
+    if sacct.returncode == 0 and written:
+        assert row["exit"] == written, (row, sacct.stdout)
+    assert re.fullmatch(r"\d+:\d+", row["exit"]), row

@@ -4,6 +4,10 @@ ensure_venv() {
   local repo extra python stamp
   repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   extra="${1:-}"
+  if [[ -n "${GUARDED_SBATCH_VENV:-}" ]]; then  # an environment that has the project already (the demo's test)
+    export PATH="$GUARDED_SBATCH_VENV/bin:$PATH"
+    return 0
+  fi
   python=""
   for candidate in python3 python3.13 python3.12 python3.11; do
     if command -v "$candidate" >/dev/null 2>&1 &&
@@ -37,7 +41,12 @@ ensure_venv() {
     "$repo/.venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
       -e "$repo${extra:+[$extra]}" >"$log" 2>&1 &
     pid=$!
-    tail --pid="$pid" -n +1 -F "$log" 2>/dev/null | grep -E --line-buffered '^(Collecting|Successfully)' >&2 || true
+    # every package gets its line: Collecting (from an index) or Processing (a local wheel or folder); the
+    # "Installing collected packages" line says what the quiet half-minute after it is for
+    tail --pid="$pid" -n +1 -F "$log" 2>/dev/null \
+      | grep -E --line-buffered '^(Collecting|Processing|Building|Installing collected packages|Successfully)' \
+      | sed -u 's/^Installing collected packages: \(.*\)$/Installing collected packages (about half a minute, no output meanwhile): \1/' >&2 \
+      || true
     if ! wait "$pid"; then
       tail -n 20 "$log" >&2
       echo "guarded-sbatch: the install failed (full log: $log)" >&2

@@ -83,6 +83,7 @@ def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Seq
 
 def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
                  run_name: str = "") -> None:
+    """Write the evidence figure (build_figure) to path as a PNG."""
     import matplotlib.pyplot as plt  # noqa: PLC0415 - lazy: ~40 MB, only ever in this child process
 
     fig = build_figure(series, verdict, run_name)
@@ -131,6 +132,7 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
 
 
 def main(argv: list[str]) -> int:
+    """`python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png`."""
     if len(argv) != 2:
         raise SystemExit("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png")
     series, verdict, run_name = _from_input(json.loads(Path(argv[0]).read_text(encoding="utf-8")))

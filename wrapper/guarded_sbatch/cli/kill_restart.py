@@ -24,12 +24,15 @@ YES_FLAGS = ("--yes", "-y")
 
 @dataclass(frozen=True)
 class LifecycleArgs:
+    """What kill and restart were given."""
+
     run: str
     yes: bool
     guard_options: tuple[str, ...]  # restart only: passed on to the launch
 
 
 def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: bool) -> LifecycleArgs:
+    """RUN, --yes and (restart only) guard options; anything else is a usage error."""
     from guarded_sbatch.core.sbatch.argv import GUARD_OPTIONS
 
     run: str | None = None
@@ -80,6 +83,7 @@ def confirm(question: str, *, assume_yes: bool, stdin: TextIO | None = None, err
 
 
 def kill_command(argv: list[str]) -> int:
+    """Stop the run, clean up in order, record who stopped it; exit 1 when it had already ended."""
     args = parse_lifecycle_args(argv, command="kill", allow_guard_options=False)
     record = find_run(args.run)
     was_live = _job_live(record)
@@ -89,13 +93,30 @@ def kill_command(argv: list[str]) -> int:
     record.save()
     _audit("kill", record, reason="cleanup incomplete" if failed else "killed and cleaned up")
     if failed:
-        raise UsageError(f"run killed but the cleanup is incomplete: {len(failed)} step(s) not done (see above), "
-                         f"first: {failed[0]}")
+        raise UsageError(f"run {'killed' if was_live else 'stopped before'} but the cleanup is incomplete: "
+                         f"{len(failed)} step(s) not done (see above), first: {failed[0]}")
+    if not was_live:
+        print(f"guarded-sbatch: nothing stopped: run {record.run_name} (job {record.job_id}) had already ended "
+              f"({_state_of(record)}); its files were cleaned up", file=sys.stderr)
+        return NOTHING_STOPPED
     print(f"guarded-sbatch: run {record.run_name} (job {record.job_id}) killed and cleaned up", file=sys.stderr)
     return int(ExitCode.OK)
 
 
+NOTHING_STOPPED = 1  # kill of a run that had ended by itself: cleaned up, but nothing was running to stop
+
+
+def _state_of(record: RunRecord) -> str:
+    from guarded_sbatch.scheduler import get_scheduler
+
+    try:
+        return get_scheduler(record.backend).state(record.job_id).value
+    except GuardedError:
+        return "no longer known to the scheduler"
+
+
 def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None) -> int:
+    """The pre-flight of the relaunch first, then stop and clean up as kill does, then relaunch."""
     args = parse_lifecycle_args(argv, command="restart", allow_guard_options=True)
     record = find_run(args.run)
     if record.ended == "restarted":
@@ -195,7 +216,7 @@ def _run_under_guard(argv: list[str], *, check_only: bool, color: bool, show_rep
                      clear_line: str = "") -> int:
     from guarded_sbatch.cli.run import run_under_guard  # a `guarded-sbatch run` run: its argv ends in -- COMMAND
 
-    return run_under_guard(argv, check_only=check_only, color=color)
+    return run_under_guard(argv, check_only=check_only, color=color, clear_line=clear_line)
 
 
 def _audit(event: str, record: RunRecord, **fields: str) -> None:
@@ -246,6 +267,9 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
         mark = "done" if outcome.ok else "NOT DONE"
         print(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}", file=sys.stderr)
 
+    if _job_live(record):
+        print(f"guarded-sbatch: stopping job {record.job_id} and its sidecar; waiting until both have ended "
+              "(seconds usually, at most 90 s)", file=sys.stderr, flush=True)
     try:
         outcomes = execute_cleanup(plan, record, scheduler, on_outcome=show)
     except GuardedError as exc:

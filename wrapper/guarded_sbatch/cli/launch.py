@@ -27,6 +27,7 @@ BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
 
 def choose_backend(config: Config, requested: str | None) -> str:
+    """slurm or local: --guard-backend, else GUARDED_SBATCH_BACKEND, else the config's choice."""
     backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()
     if backend not in ("slurm", "local"):
         raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
@@ -34,6 +35,7 @@ def choose_backend(config: Config, requested: str | None) -> str:
 
 
 def run_check(argv: list[str], *, color: bool) -> int:
+    """`guarded-sbatch check`: the pre-flight alone."""
     return run_launch(argv, check_only=True, color=color)
 
 
@@ -65,7 +67,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
         sys.stdout.write(launcher_job.text if launcher_job else _script_text(launch.script))
         return int(ExitCode.OK)
     if launcher_job is None and not launch.script.is_file():
-        raise UsageError(f"batch script {launch.script} not found; check the path")
+        where = "" if launch.script.is_absolute() else f" (relative to the folder you submit from, {Path.cwd()})"
+        raise UsageError(f"batch script {launch.script} not found{where}; check the path")
     backend = choose_backend(config, guard.backend)
     scheduler = get_scheduler(backend)
     command_line = launch
@@ -134,6 +137,7 @@ def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
 
 
 def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
+    """The batch script to render when the launch names a launcher command (torchrun ...) instead of a script."""
     from guarded_sbatch.launch.launcher_job import build_launcher_job, launcher_command_of
 
     command = launcher_command_of(launch)

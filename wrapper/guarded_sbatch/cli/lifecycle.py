@@ -23,6 +23,7 @@ STATES = tuple(state.value for state in JobState)
 
 
 def run_status(argv: list[str], *, color: bool) -> int:
+    """`guarded-sbatch status`: the user's guarded runs, live and ended, as a table or JSON."""
     from guarded_sbatch.cli.args import ArgumentParser
 
     parser = ArgumentParser(prog="guarded-sbatch status", description="your guarded runs, live and ended")
@@ -58,6 +59,7 @@ def run_status(argv: list[str], *, color: bool) -> int:
 
 
 def parse_states(text: str) -> set[str]:
+    """`--state running,failed` to Slurm's state names; a mistyped one is a usage error with a suggestion."""
     states = set()
     for word in filter(None, (w.strip().upper() for w in text.split(","))):
         if word not in STATES:
@@ -68,6 +70,7 @@ def parse_states(text: str) -> set[str]:
 
 
 def run_status_row(record: RunRecord) -> dict[str, Any]:
+    """One run's row: its state, times, exit code, who stopped it, last decision and ETA (the JSON keys)."""
     from guarded_sbatch.scheduler import get_scheduler
 
     state, info = "UNKNOWN", None
@@ -159,12 +162,14 @@ def _under(folder: str, project: Path) -> bool:
 
 
 def run_kill(argv: list[str]) -> int:
+    """`guarded-sbatch kill RUN` (cli/kill_restart.py)."""
     from guarded_sbatch.cli.kill_restart import kill_command
 
     return kill_command(argv)
 
 
 def run_restart(argv: list[str]) -> int:
+    """`guarded-sbatch restart RUN` (cli/kill_restart.py)."""
     from guarded_sbatch.cli.kill_restart import restart_command
 
     return restart_command(argv)

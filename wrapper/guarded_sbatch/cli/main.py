@@ -95,6 +95,9 @@ usage: guarded-sbatch kill RUN [--yes]
 Stop the run (training job and sidecar), then clean up in order: checkpoints, artifacts, tracker run.
 RUN is a run id, job id or run name (see `guarded-sbatch status`). Asks for a typed "yes" on a
 terminal; --yes goes ahead without asking.
+
+exit codes: 0 killed and cleaned up; 1 nothing to stop (the run had already ended; its files were still
+cleaned up); 2 bad usage or a cleanup step not done; 4 scheduler error
 """),
     "restart": Command("guarded_sbatch.cli.lifecycle", "run_restart", help="""\
 usage: guarded-sbatch restart RUN [--yes] [guard options]

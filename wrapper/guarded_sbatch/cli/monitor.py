@@ -97,6 +97,7 @@ def _private_output() -> None:
 
 
 def run_sidecar_command(argv: list[str]) -> int:
+    """`guarded-sbatch sidecar`: the watcher the sidecar job runs for one training job."""
     _private_output()
     if argv[:1] == ["--shared"]:
         return run_shared_monitor(argv[1:])
@@ -208,6 +209,7 @@ def _refuse_missing_paths(args: Any) -> None:
 
 
 def run_monitor(argv: list[str]) -> int:
+    """`guarded-sbatch monitor`: judge a run once (--once, the decision is the exit code) or watch it."""
     parser = ArgumentParser(prog="guarded-sbatch monitor", description="judge a run now (--once) or watch it",
                             epilog=ONCE_CODES)
     parser.add_argument("target", nargs="?", help="a folder to search, a log file, or a W&B run path/URL")

@@ -21,11 +21,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
 from typing import TYPE_CHECKING, cast
 
-from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
+from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.redact import redact
 
 if TYPE_CHECKING:
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.launch.run_sources import SourcePlan
     from guarded_sbatch.launch.runconfig import RunConfig
+    from guarded_sbatch.launch.results import CheckResult
     from guarded_sbatch.scheduler.base import Scheduler
 
 RUN_USAGE = ("usage: guarded-sbatch run [guard options] [--job-name NAME] [--time LIMIT] [--guard-tmux NAME] "
@@ -41,7 +41,8 @@ RUN_USAGE = ("usage: guarded-sbatch run [guard options] [--job-name NAME] [--tim
 TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run's 60 s
 
 
-def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False) -> int:
+def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False, clear_line: str = "") -> int:
+    from guarded_sbatch.cli.launch import NO_NOTES, notes_path
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.fsutil import private_dir, state_dir
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
@@ -74,8 +75,14 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     scheduler = LocalScheduler()
     report = run_preflight(launch, config, scheduler, restart=launch.guard_options.restart)
     words = ["guarded-sbatch", "run", *options, *(["--guard-tmux", tmux] if tmux else []), "--", *command]
-    report = dataclasses.replace(report, launch_command=shlex.join(words))
-    print(redact(format_report(report, color=color)), file=sys.stderr)
+    report = dataclasses.replace(report, launch_command=shlex.join(words), results=tuple(
+        _run_wording(result) for result in report.results))
+    if notes_path(launch.guard_options.notes, config, Path.cwd()) is None:
+        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
+    text = format_report(report, color=color, launching=not check_only or bool(clear_line))
+    if clear_line and not report.blocked:  # restart: what follows is the restart's, not a command to copy
+        text = text.rsplit("\n", 1)[0] + "\n" + clear_line
+    print(redact(text), file=sys.stderr)
     if check_only or report.blocked:
         shutil.rmtree(staging, ignore_errors=True)  # nothing runs from it
         if report.blocked and not check_only:
@@ -91,6 +98,15 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
         stop_command = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{tmux}",
                                    "--grace", str(TMUX_STOP_GRACE_S)])
     return _start(launch, report, config, scheduler, job_script, command, tmux, log_paths, stop_command)
+
+
+def _run_wording(result: CheckResult) -> CheckResult:
+    """The pre-flight reads the command as a one-line script (command.sh): a run has no script name to fall back on."""
+    prefix = "no run name: sbatch would call it 'command.sh'; set --job-name"
+    if result.finding.startswith(prefix):
+        hint = result.finding[len(prefix):]
+        return dataclasses.replace(result, finding=f"no run name: give --job-name NAME before the --{hint}")
+    return result
 
 
 def _take_tmux(options: list[str]) -> tuple[str | None, list[str]]:

@@ -35,6 +35,7 @@ PLAIN_ROWS = 12
 
 
 def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
+    """`guarded-sbatch show RUN`: one run on the terminal (or as JSON, or with a PNG of its curves)."""
     parser = ArgumentParser(prog="guarded-sbatch show",
                             description="one run: latest report, curves, anomalies, evidence")
     parser.add_argument("run", help="run id, job id or run name (see `guarded-sbatch status`)")
@@ -46,6 +47,7 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
     record = find_run(args.run)
     view = gather(record)
     if args.png:
+        print(f"guarded-sbatch: drawing {args.png} (matplotlib, a few seconds)", file=sys.stderr, flush=True)
         write_png(view, args.png)
     if args.json:
         out.write(json_dumps({k: v for k, v in view.items() if k not in ("verdict_obj",)}, indent=2) + "\n")
@@ -58,6 +60,7 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
 
 
 def gather(record: RunRecord) -> dict[str, Any]:
+    """Everything show prints about a run: its status row, the curves by role, the verdict now, the evidence."""
     row = run_status_row(record)
     series, verdict, source = _judge_now(record)
     evidence_dir = record.evidence_dir
@@ -133,6 +136,7 @@ def _block(lines: list[str], marker: str) -> str:
 
 
 def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
+    """The view as text: panels on a terminal, columns of numbers when piped."""
     head = [f"# {view['run']} (job {view['job_id']}): {view['state']}"
             + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
             + (f", exit {view['exit']}" if view.get("exit") else ""),
@@ -155,6 +159,7 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
 
 
 def plot_terminal(view: dict[str, Any], *, color: bool) -> str:
+    """The curves as terminal panels (cli/show_plot.py)."""
     from guarded_sbatch.cli.show_plot import draw_panels  # plotext: only `show` on a terminal draws
 
     verdict = view.get("verdict_obj")
@@ -185,6 +190,7 @@ def _number(value: float) -> str:
 
 
 def write_png(view: dict[str, Any], path: Path) -> None:
+    """The curves as a PNG at path, drawn in a child process (actions/evidence_plot.py)."""
     verdict = view["verdict_obj"] or Verdict(Decision.WAIT, Reason.NO_DATA, "")
     if not view["series"]:
         raise UsageError(f"run {view['run_id']} has no metrics to plot yet; try again once it has logged some")

@@ -14,6 +14,7 @@ COLUMNS = [("RUN", "run"), ("JOB", "job_id"), ("STATE", "state"), ("AGE", "age")
 
 
 def cell(row: dict[str, Any], key: str) -> str:
+    """A row's value as the table shows it (`-` for none)."""
     value = row.get(key)
     return "-" if value is None else str(value)
 
@@ -59,6 +60,7 @@ def middle_cut(text: str, size: int) -> str:
 
 
 def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | None = None) -> str:
+    """The table for a terminal: the columns that fit `width`, the run name cut in the middle, coloured rows."""
     from rich.console import Console  # lazy: see the module's docstring
     from rich.table import Table
 

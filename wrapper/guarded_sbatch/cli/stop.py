@@ -26,7 +26,8 @@ JOB_ENV = "GUARDED_SBATCH_JOB_ID"
 
 
 def run_stop(argv: list[str]) -> int:
-    from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target
+    """`guarded-sbatch stop TARGET`: stop it, check that it took, and say which it was (STOP_CODES)."""
+    from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_target, target_alive
     from guarded_sbatch.cli.args import ArgumentParser, positive_float
 
     parser = ArgumentParser(prog="guarded-sbatch stop", description="stop a run by hand and check that it took",
@@ -38,6 +39,9 @@ def run_stop(argv: list[str]) -> int:
     if target.kind == "slurm":
         raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
     runs = [] if os.environ.get(JOB_ENV) else _live_runs_of(target.kind, target.value, target.pid)
+    if target.kind != "ssh" and target_alive(target):  # a wait is coming: say what for
+        print(f"stopping {target}: interrupt, then terminate, then kill, {args.grace:g} s apart, until it is gone",
+              file=sys.stderr, flush=True)
     outcome = stop_target(target, grace_s=args.grace)
     if not outcome.found:
         print(f"nothing stopped: {outcome.detail}", file=sys.stderr)

@@ -15,6 +15,7 @@ SYMBOLS = {"passed": "ok  ", "warned": "warn", "failed": "FAIL"}
 
 
 def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
+    """`guarded-sbatch check-sweep`: every combination of a W&B sweep through the pre-flight."""
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.launch.sweep import check_sweep
     from guarded_sbatch.scheduler.local import LocalScheduler
@@ -28,7 +29,8 @@ def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
         raise UsageError(f"name the sweep config last; {USAGE}")
     path = Path(words[-1])
     if not path.is_file():
-        raise UsageError(f"sweep config {path} not found")
+        where = "" if path.is_absolute() else f" (relative to {Path.cwd()})"
+        raise UsageError(f"sweep config {path} not found{where}; check the path")
     # the ETA check asks a scheduler when a run would start; a sweep's agents run where they are started
     report = check_sweep(path, words[:-1], load_config(), LocalScheduler())
     print(redact(format_sweep_report(report)), file=sys.stderr)
@@ -38,6 +40,7 @@ def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
 
 
 def format_sweep_report(report: object) -> str:
+    """The sweep's report for people: the sweep's own checks, then each combination's verdict."""
     from guarded_sbatch.launch.sweep import describe
 
     sweep = report.sweep  # type: ignore[attr-defined]

@@ -39,6 +39,8 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.\-]+)\}")
 
 @dataclass(frozen=True)
 class Sweep:
+    """A W&B sweep config: program, method, command, the swept parameters and where its runs go."""
+
     path: Path
     program: str
     method: str
@@ -52,6 +54,8 @@ class Sweep:
 
 @dataclass
 class SweepReport:
+    """The sweep's own checks and each combination's pre-flight report."""
+
     sweep: Sweep
     sweep_checks: list[CheckResult]
     combinations: list[tuple[dict[str, Any], PreflightReport]] = field(default_factory=list)
@@ -84,10 +88,12 @@ class SweepReport:
 
 
 def describe(combo: Mapping[str, Any]) -> str:
+    """A combination for people: `batch_size=64, lr=0.01`."""
     return ", ".join(f"{key}={value}" for key, value in combo.items()) or "no parameters"
 
 
 def load_sweep(path: Path, env: Mapping[str, str] | None = None) -> Sweep:
+    """Read and check a sweep config (YAML); each parameter becomes the values a run may see."""
     environ = os.environ if env is None else env
     data = load_structured_file(path)
     if not isinstance(data, Mapping):
@@ -141,6 +147,7 @@ def _parameters(raw: Mapping[str, Any], prefix: str, path: Path, method: str) ->
 
 
 def combinations(sweep: Sweep, limit: int = MAX_COMBINATIONS) -> tuple[list[dict[str, Any]], int]:
+    """The first `limit` combinations of the swept values, and how many there are in all."""
     names = list(sweep.parameters)
     total = 1
     for values in sweep.parameters.values():
@@ -185,6 +192,7 @@ def render_run_name(pattern: str, combo: Mapping[str, Any]) -> str:
 
 def check_sweep(path: Path, guard_words: list[str], config: Config, scheduler: Scheduler | None,
                 *, cwd: Path | None = None) -> SweepReport:
+    """Each combination's command line through the launch pre-flight (its learning rates judged as a sweep's)."""
     base = cwd or Path.cwd()
     sweep = load_sweep(path if path.is_absolute() else base / path)
     launch = split_sbatch_argv([*guard_words, "sweep.sh"])  # validates the guard options and waivers

@@ -57,6 +57,7 @@ def seconds_per_epoch_from_logs(folder: Path) -> tuple[float, str] | None:
 
 
 def seconds_per_epoch_from_log_files(logs: list[Path]) -> tuple[float, str] | None:
+    """From text logs: explicit epoch times, else timestamps of epoch lines."""
     for log in logs:
         try:
             if log.stat().st_size > MAX_LOG_BYTES:
@@ -119,6 +120,7 @@ def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | Non
 
 
 def check_eta(context: PreflightContext) -> CheckResult:
+    """Check 5: when the run will end (epochs or steps × the reference's speed, plus the queue wait)."""
     evidence: list[str] = []
     warnings: list[str] = []
     epochs, epochs_from = _epochs(context)
