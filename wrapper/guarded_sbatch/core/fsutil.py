@@ -162,6 +162,23 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
+def write_public_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write a file others must read (the rendered policy: cli_filter runs as each user), atomically, `mode`
+    whatever the umask; the folder must exist (it is the site's, e.g. /etc/slurm)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
 def read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
     """The last max_bytes of a regular file and its size; (b"", 0) for anything else (a FIFO never blocks)."""
     try:

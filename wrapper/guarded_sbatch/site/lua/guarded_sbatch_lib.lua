@@ -1,7 +1,7 @@
 --[[ guarded-sbatch: code shared by cli_filter.lua and job_submit.lua (plain Lua 5.1, no modules).
 Install it beside them (the folder of slurm.conf). Loaded with dofile; returns a table of functions.
 
-  lib.load_policy(dir)                 -> the table of guarded_sbatch_policy.lua in dir (defaults if missing)
+  lib.load_policy(dir)                 -> the table of guarded_sbatch_policy.lua in dir (fails closed: reject)
   lib.is_guarded(comment, script)      -> true when comment carries guarded-sbatch's marker for this script
   lib.training_line(script, policy)    -> "line N: <text>" when the script launches training, else nil
   lib.reject_message(why, policy), lib.tag_text(comment, why, policy)
@@ -24,10 +24,18 @@ local DEFAULT_POLICY = {
   how_to_submit = "module load guarded-sbatch; guarded-sbatch [options] script.sh",
 }
 
+-- Fails closed: a policy that cannot be read (missing, unreadable by this user, broken) never weakens the site's
+-- mode to "tag"; training jobs without the marker are rejected, naming the problem, until the admin fixes it.
 function lib.load_policy(dir)
   local ok, policy = pcall(dofile, dir .. "/guarded_sbatch_policy.lua")
-  if not ok or type(policy) ~= "table" then
-    return DEFAULT_POLICY, "guarded_sbatch_policy.lua not loaded (" .. tostring(policy) .. "): using defaults"
+  if not ok or type(policy) ~= "table" or (policy.unguarded_training ~= "reject" and policy.unguarded_training ~= "tag"
+      and policy.unguarded_training ~= "allow") then
+    local closed = {}
+    for key, value in pairs(DEFAULT_POLICY) do closed[key] = value end
+    closed.unguarded_training = "reject"
+    closed.how_to_submit = closed.how_to_submit .. " (the site's guarded_sbatch_policy.lua could not be loaded: "
+      .. string.sub(tostring(policy), 1, 200) .. "; tell your site admin)"
+    return closed, "guarded_sbatch_policy.lua not loaded (" .. tostring(policy) .. "): training jobs rejected"
   end
   for key, value in pairs(DEFAULT_POLICY) do
     if policy[key] == nil then policy[key] = value end
