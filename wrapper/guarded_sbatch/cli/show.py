@@ -25,6 +25,7 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, find_run
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
 from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
@@ -88,8 +89,8 @@ def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float
         else [Path(record.submit_dir)],
     )
     sources = SourceSet(settings, None, live=False)
-    sources.read()
-    verdict = judge_sources(sources, None, RunContext(job_live=False))
+    unread = read_whole_run(sources)  # the whole run, not the first poll's worth
+    verdict = with_note(judge_sources(sources, None, RunContext(job_live=False)), unread)
     history = sources.history()
     series = {}
     for key in history.keys():

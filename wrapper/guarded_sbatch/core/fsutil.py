@@ -179,15 +179,17 @@ def write_public_atomic(path: Path, text: str, mode: int = 0o644) -> None:
         raise
 
 
-def read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
-    """The last max_bytes of a regular file and its size; (b"", 0) for anything else (a FIFO never blocks)."""
+def read_tail(path: Path, max_bytes: int, *, own: bool = False) -> tuple[bytes, int]:
+    """The last max_bytes of a regular file and its size; (b"", 0) for anything else (a FIFO never blocks), for
+    a symlink (one swapped in for the log never leads into private files) and, with `own`, for a file that is
+    not the current user's."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return b"", 0
     try:
         info = os.fstat(fd)
-        if info.st_mode & 0o170000 != 0o100000:
+        if info.st_mode & 0o170000 != 0o100000 or (own and info.st_uid != os.geteuid()):
             return b"", 0
         start = max(0, info.st_size - max_bytes)
         return os.pread(fd, max_bytes, start), info.st_size

@@ -23,6 +23,7 @@ from guarded_sbatch.core.logs import stream_logger
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
+from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line,
@@ -448,8 +449,8 @@ def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
     sources = SourceSet(settings, None, live=False)
     try:
-        sources.read()
-        verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+        unread = read_whole_run(sources)
+        verdict = with_note(judge_sources(sources, settings.policy, RunContext(job_live=False)), unread)
     except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")
