@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from e2e_helpers import EXAMPLE, EXAMPLE_NAME
+from e2e_helpers import EXAMPLE
 from shared_cluster import SharedCluster, shared_cluster_fixture  # noqa: F401 - the fixture
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.judge.policy import RunContext
