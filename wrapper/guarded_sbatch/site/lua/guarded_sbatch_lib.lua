@@ -203,8 +203,44 @@ local function logical_lines(script)
   return lines
 end
 
+-- Wrappers whose own options are not parsed: a launcher anywhere after one counts (site/policy.py: WRAPPERS).
+local WRAPPERS = { srun = true, mpirun = true, mpiexec = true, timeout = true, singularity = true, apptainer = true,
+  enroot = true, podman = true, docker = true, numactl = true, taskset = true }
+
+function lib.wrapped_launcher(words)
+  local i = 1
+  while i <= #words and (PREFIX[words[i]] or string.match(words[i], "^[%a_][%w_]*=")) do i = i + 1 end
+  if words[i] == nil or not WRAPPERS[string.match(words[i], "([^/]+)$") or words[i]] then return nil end
+  for at = i + 1, #words do
+    local base = string.match(words[at], "([^/]+)$") or words[at]
+    local kind, first = nil, at + 1
+    if string.match(base, "^python[%d%.]*$") then
+      kind = "python"
+    elseif base == "torchrun" or base == "deepspeed" then
+      kind = base
+    elseif base == "accelerate" and words[at + 1] == "launch" then
+      kind, first = "accelerate", at + 2
+    end
+    if kind then
+      if kind == "python" and words[first] == "-c" then return nil end
+      for j = first, #words do
+        if string.sub(words[j], 1, 1) ~= "-" then return kind, words[j] end
+      end
+      return kind, ""
+    end
+  end
+  return nil
+end
+
+local function python_shebang(line)
+  return string.match(line, "^#!%S*python[%d%.]*%s") or string.match(line, "^#!%S*python[%d%.]*$")
+    or string.match(line, "^#!%S*/env%s+[^\n]-python[%d%.]*%s") or string.match(line, "^#!%S*/env%s+[^\n]-python[%d%.]*$")
+end
+
 function lib.training_line(script, policy)
   if script == nil then return nil end
+  local first = string.match(string.match(script, "^[^\n]*"), "^%s*(.-)%s*$")
+  if contains(policy.launchers, "python") and python_shebang(first) then return "line 1: " .. first end
   local heredoc_end = nil
   for index, entry in ipairs(logical_lines(script)) do
     local number, line = entry[1], entry[2]
@@ -218,7 +254,12 @@ function lib.training_line(script, policy)
       end
       local code = string.gsub(stripped, "%s#.*$", "")
       for command in string.gmatch(code .. ";", "([^;&|]+)[;&|]+") do
-        local kind, program = launcher_of(words_of(command))
+        local words = words_of(command)
+        local kind, program = launcher_of(words)
+        if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
+          return "line " .. number .. ": " .. stripped
+        end
+        kind, program = lib.wrapped_launcher(words)
         if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
           return "line " .. number .. ": " .. stripped
         end
