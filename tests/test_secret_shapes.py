@@ -87,3 +87,30 @@ def test_the_shared_monitor_masks_a_later_launchs_environment_secrets_by_fingerp
     assert "0123456789launchB" in redact(line, {})  # the monitor's own environment does not know it
     remember_fingerprints(fingerprints)  # what the monitor does when it adopts that launch's registration
     assert redact(line, {}) == f"wandb: ERROR key {MASK} rejected"
+
+
+def test_a_registration_carries_fingerprints_and_the_monitor_adopting_it_masks_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from test_shared_monitor import FakeSlurm
+    from guarded_sbatch.core import monitor_registry as registry
+    from guarded_sbatch.core.registry import create_run
+    from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
+    from guarded_sbatch.sidecar.monitor import MonitorSettings, SharedMonitor
+
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("HF_TOKEN", "hf-launch-secret-9z8y7x")  # this launch's secret, not the monitor's
+    folder = tmp_path / "monitor"
+    record = create_run("coco-resnet50-bs256", "slurm", "501", submit_dir=str(tmp_path))
+    slurm = FakeSlurm(["501", "900"])
+    registry.write_monitor(folder, "900")
+    assert register_with_monitor(slurm, record, {"tb": []}, SharedMonitorOptions(), folder=folder) == "900"  # type: ignore[arg-type]
+    registration = (folder / "runs" / "501.json").read_text()
+    assert "hf-launch-secret-9z8y7x" not in registration and "secret_fingerprints" in registration
+    monkeypatch.delenv("HF_TOKEN")
+    line = "login with hf-launch-secret-9z8y7x failed"
+    assert "hf-launch-secret-9z8y7x" in redact(line, {})
+    monitor = SharedMonitor(MonitorSettings(folder=folder, job_id="900"), slurm, io.StringIO())  # type: ignore[arg-type]
+    monitor.adopt()
+    assert redact(line, {}) == f"login with {MASK} failed"
