@@ -23,6 +23,7 @@ from guarded_sbatch.sources.base import SourceError
 T = TypeVar("T")
 
 _MB = 1024 * 1024
+OUT_OF_MEMORY = "too large to parse in memory"  # the sidecar alerts (sidecar_error) when a read says this
 
 
 @dataclass
@@ -178,7 +179,7 @@ def guarded_reader(cls: type[T]) -> type[T]:
         except RecursionError:
             raise SourceError(f"{_label(self)}: nested too deeply to parse; skipped") from None
         except MemoryError:
-            raise SourceError(f"{_label(self)}: too large to parse in memory; skipped") from None
+            raise SourceError(f"{_label(self)}: {OUT_OF_MEMORY}; skipped") from None
         except Exception as exc:  # noqa: BLE001 - a malformed file must never kill the sidecar
             raise SourceError(f"{_label(self)}: unreadable data ({type(exc).__name__}: {str(exc)[:200]})") from None
         kept, notes = sanitize_points(points)
