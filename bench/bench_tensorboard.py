@@ -149,7 +149,7 @@ def whole_process(argv: list[str]) -> dict[str, float]:
 
 
 def compare_whole_processes(folder: Path, rounds: int) -> None:
-    ours = [sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", "--tb", str(folder),
+    ours = [sys.executable, "-P", "-m", "guarded_sbatch", "monitor", "--once", "--json", "--tb", str(folder),
             "--state-dir", str(folder.parent / "monitor-state")]
     theirs = [sys.executable, "-c", _ACCUMULATOR_SCRIPT, str(folder)]
     results: dict[str, list[dict[str, float]]] = {"monitor --once --json": [], "EventAccumulator": []}

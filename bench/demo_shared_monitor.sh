@@ -25,7 +25,7 @@ declare -A BREAK=([03]="--nan-at 600" [07]="--drift-at ${LATE_BREAK:-4500}" [11]
 SAMPLER=$!
 for i in $(seq -w 0 19); do
   name=synthetic-regression-tanh-mlp-bs64-lr0.05-r$i
-  python -m guarded_sbatch --guard-tb runs/r$i --guard-notes "$DEMO/NOTES.md" --job-name "$name" \
+  python -P -m guarded_sbatch --guard-tb runs/r$i --guard-notes "$DEMO/NOTES.md" --job-name "$name" \
     train.sh --steps "$STEPS" --step-seconds 0.05 --logdir runs/r$i ${BREAK[$i]:-} > "$DEMO/launch-$i.log" 2>&1
   tail -1 "$DEMO/launch-$i.log"
 done

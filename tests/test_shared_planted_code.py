@@ -83,3 +83,21 @@ def test_planted_modules_never_run_in_the_shim_the_cli_the_supervisor_or_the_sid
     assert "FINAL_SUMMARY" in output and "Decision: STOP" in output, output[-3000:]
     assert (run_folder / "evidence" / "metrics.png").stat().st_size > 1000  # the plot child ran, from its own code
     assert _ours(marker) == [], marker.read_text()
+
+
+def test_no_python_child_is_started_without_safe_path() -> None:
+    """The class of the bug: every `-m` / `-c` child in the package, the shims and the job templates goes through
+    core/pychild.py's `python -P` (a new one added the old way fails here)."""
+    import re
+
+    offenders = []
+    for path in sorted((REPO / "wrapper" / "guarded_sbatch").rglob("*.py")):
+        text = path.read_text()
+        for match in re.finditer(r"sys\.executable\s*,\s*[\"']-[mc][\"']", text):
+            offenders.append(f"{path.relative_to(REPO)}: {match.group(0)}")
+    templates = [*(REPO / "shims").iterdir(), *(REPO / "wrapper" / "guarded_sbatch" / "sbatch_templates").iterdir()]
+    for path in templates:
+        for line in path.read_text().splitlines():
+            if re.search(r'(\}"?|python3?|PYTHON\}\})\s+-[mc]\s', line) and not line.lstrip().startswith("#"):
+                offenders.append(f"{path.relative_to(REPO)}: {line.strip()}")
+    assert offenders == []

@@ -36,7 +36,7 @@ def _finite_or_text(value: float) -> float | str:
 
 
 def tail_snippet(path: Path, max_bytes: int = SNIPPET_BYTES) -> str:
-    data, size = read_tail(path, max_bytes)
+    data, size = read_tail(path, max_bytes, own=True)  # the job's own log: never a link, never another's file
     if not data:
         return ""
     text = data.decode("utf-8", errors="replace")

@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
-from guarded_sbatch.core.fsutil import write_text_atomic
+from guarded_sbatch.core.fsutil import write_public_atomic
 from guarded_sbatch.site.policy import load_policy, render_lua_policy
 
 USAGE = __doc__.split("\n\n", 1)[1] if __doc__ else ""
@@ -35,7 +35,8 @@ def run_admin(argv: Sequence[str]) -> int:
         text = render_lua_policy(load_policy(Path(rest[0])))
         if len(rest) == 2:
             try:
-                write_text_atomic(Path(rest[1]), text)  # slurmctld never reads a half-written policy
+                # users' sbatch runs cli_filter as the user: the policy must be readable by all (and complete)
+                write_public_atomic(Path(rest[1]), text)
             except OSError as exc:
                 raise UsageError(f"cannot write {rest[1]}: {exc.strerror or exc}; check the folder and its permissions")
         else:

@@ -27,6 +27,7 @@ from guarded_sbatch.core.registry import RunRecord, find_run
 from guarded_sbatch.core.run_sources import flagged_specs, recorded_sources
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
 from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
@@ -91,8 +92,8 @@ def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float
         evidence_dir=record.evidence_dir, sources=flagged_specs(record), identity=recorded_sources(record),
     )
     sources = SourceSet(settings, None, live=False)
-    sources.read()
-    verdict = judge_sources(sources, None, RunContext(job_live=False))
+    unread = read_whole_run(sources)  # the whole run, not the first poll's worth
+    verdict = with_note(judge_sources(sources, None, RunContext(job_live=False)), unread)
     history = sources.history()
     series = {}
     for key in history.keys():

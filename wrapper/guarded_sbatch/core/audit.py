@@ -1,22 +1,28 @@
 """The admins' audit trail: one JSON line per launch, waiver, STOP, kill, restart and shim bypass.
 
-The site config names it (`[audit] log = "/var/log/guarded-sbatch/audit.jsonl"`, `syslog = true`). Each
-record is appended under an exclusive flock, as one write() on an O_APPEND descriptor, so concurrent
-launches on a login node never interleave or lose a line. The file is append-only by convention for the
-tool; to make it tamper-proof against users the site puts it in a root-owned folder the users cannot
-write to and turns on `syslog` (each record also goes to `logger -t guarded-sbatch`, i.e. the system log,
-which users cannot edit). Writing it never stops the user's work: a failure is returned as text.
+The site config names it (`[audit] log = ...`, `syslog = true`). Each record is appended under an exclusive
+flock, as one write() on an O_APPEND descriptor, so concurrent launches never interleave or lose a line.
+
+- `log = "/var/log/guarded-sbatch/audit"` naming an existing folder: one file per user,
+  `<user>.jsonl`, created 0600 by its user in a folder the admin makes `root:root 1733` (sticky, writable,
+  not listable): no user reads, renames or edits another's lines; a file of that name owned by someone else is
+  never written (the record is refused and the reason returned).
+- `log = "/var/log/guarded-sbatch/audit.jsonl"` (one file): created 0622 (everyone appends, nobody but its
+  owner reads), so no user's lines are dropped; users could still overwrite it, so pair it with `chattr +a`.
+
+`syslog = true` also sends each record to `logger -t guarded-sbatch` (root's system log, which users cannot
+edit). The user is the one of the process's uid, never $LOGNAME/$USER. Writing never stops the user's work: a
+failure is returned as text.
 """
 
 from __future__ import annotations
 
 import fcntl
-import getpass
 import json
 import os
+import pwd
 import socket
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +62,8 @@ class AuditLog:
         if self.path is not None:
             try:
                 append_line(self.path, line)
+            except AuditRefusedError as exc:
+                problems.append(str(exc))
             except OSError as exc:
                 problems.append(f"audit log {self.path}: {exc.strerror or exc}")
         if self.syslog:
@@ -75,12 +83,41 @@ def audit_line(event: str, **fields: Any) -> str:
     return redact(text)
 
 
+class AuditRefusedError(OSError):
+    """The per-user audit file is not the user's own: nothing is written there."""
+
+
+SHARED_FILE_MODE = 0o622  # one file for everyone: all append, only its owner (the first writer) reads
+
+
+def is_per_user(path: Path) -> bool:
+    return path.is_dir()
+
+
+def user_file(path: Path) -> Path:
+    """Where this user's records go: <folder>/<user>.jsonl in per-user mode, else the one file."""
+    return path / f"{_user()}.jsonl" if is_per_user(path) else path
+
+
 def append_line(path: Path, line: str) -> None:
     """One whole line, appended under an exclusive lock (O_APPEND: no process ever overwrites another)."""
     data = (line.rstrip("\n") + "\n").encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    per_user = is_per_user(path)
+    target = user_file(path)
+    if not per_user:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    mode = 0o600 if per_user else SHARED_FILE_MODE
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
+        fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, mode)
+        os.fchmod(fd, mode)  # the creation mode is masked by the umask
+    except FileExistsError:
+        fd = os.open(target, flags)
+    try:
+        owner = os.fstat(fd).st_uid
+        if per_user and owner != os.geteuid():
+            raise AuditRefusedError(f"audit log {target} belongs to uid {owner}, not you: this record was not written "
+                                    "there (tell your site admin)")
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             written = os.write(fd, data)
@@ -100,13 +137,15 @@ def _to_syslog(line: str) -> str | None:
     return None
 
 
-def _user(env: Mapping[str, str] | None = None) -> str:
+def _user() -> str:
+    """The user of this process's uid (never $LOGNAME or $USER, which anyone can set)."""
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
         return str(os.getuid())
 
 
 def read_audit(path: Path) -> list[dict[str, Any]]:
-    """The records of an audit log (for tests and admins' scripts)."""
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    """The records of an audit log, every user's file of a per-user folder (for tests and admins' scripts)."""
+    files = sorted(path.glob("*.jsonl")) if is_per_user(path) else [path]
+    return [json.loads(line) for file in files for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]

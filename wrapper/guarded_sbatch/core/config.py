@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import stat
 import re
 import shutil
 import tomllib
@@ -223,9 +224,22 @@ def load_config(
 
 
 
+MAX_TOML_BYTES = 1024 * 1024  # a site or user config is a few KB; a 54 MB one cost 570 MB to parse
+
+
 def read_toml(path: Path) -> dict[str, Any]:
+    """The TOML of a config file, its size bounded before it is read (and a FIFO or device never read)."""
     try:
-        raw = path.read_bytes()
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb", buffering=0) as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"config {path} is not a regular file; point to the TOML file itself")
+            if info.st_size > MAX_TOML_BYTES:
+                raise UsageError(f"config {path} is {info.st_size} bytes, more than the {MAX_TOML_BYTES} a config may be; "
+                                 "is it the right file?")
+            raw = handle.read(MAX_TOML_BYTES + 1)
+        if len(raw) > MAX_TOML_BYTES:
+            raise UsageError(f"config {path} grew past {MAX_TOML_BYTES} bytes while read; is it the right file?")
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}; check the path and its permissions") from None
     try:

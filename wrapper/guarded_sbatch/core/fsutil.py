@@ -162,15 +162,34 @@ def write_private(path: Path, text: str) -> None:
         raise
 
 
-def read_tail(path: Path, max_bytes: int) -> tuple[bytes, int]:
-    """The last max_bytes of a regular file and its size; (b"", 0) for anything else (a FIFO never blocks)."""
+def write_public_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write a file others must read (the rendered policy: cli_filter runs as each user), atomically, `mode`
+    whatever the umask; the folder must exist (it is the site's, e.g. /etc/slurm)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def read_tail(path: Path, max_bytes: int, *, own: bool = False) -> tuple[bytes, int]:
+    """The last max_bytes of a regular file and its size; (b"", 0) for anything else (a FIFO never blocks), for
+    a symlink (one swapped in for the log never leads into private files) and, with `own`, for a file that is
+    not the current user's."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
     except OSError:
         return b"", 0
     try:
         info = os.fstat(fd)
-        if info.st_mode & 0o170000 != 0o100000:
+        if info.st_mode & 0o170000 != 0o100000 or (own and info.st_uid != os.geteuid()):
             return b"", 0
         start = max(0, info.st_size - max_bytes)
         return os.pread(fd, max_bytes, start), info.st_size

@@ -4,19 +4,26 @@ environment variables, and secrets recognised by their shape wherever they appea
 - URL credentials: scheme://user:password@host (and scheme://token@host) keep only the host;
 - flags and assignments named like a secret: --wandb-key=..., --api_token VALUE, PASSWORD=..., token: ...;
 - sbatch's --export lists (every value) and --comment (all of it);
-- well-known key formats (hf_..., sk-..., 40-hex tokens).
+- well-known key formats (hf_..., sk-..., ghp_/github_pat_, glpat-, xox?-, AKIA..., AWS secret keys, 40-hex
+  tokens, JWTs), `Bearer TOKEN`, PEM private-key blocks;
+- alert URLs whose whole address is the credential: Slack and Discord webhooks, slack:// tgram:// ntfy:// and
+  the other apprise schemes that carry tokens in the path.
+
+A name counts as a secret's only when the secret word ends it (`api_token`, `PASSWORD`, `pass=`), so a run named
+`coco-secret-run` keeps its job id and a path with `secret` in it stays readable.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 from collections.abc import Sequence
 
 MASK = "[redacted]"
 _STRONG_WORD = (
-    r"(?:token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|credential"
+    r"(?:token(?!iz|s\b|s?_(?:per|count|len|num))|secret|passw(?:or)?d|passphrase|(?<![A-Za-z])pass(?![A-Za-z])|credential"
     r"|auth(?!or)|cookie|private)"
 )
 # "key" counts only as the end of a compound (api_key, WANDB_API_KEY, --wandb-key), not key / key_metric / loss-key
@@ -26,16 +33,31 @@ _KEY_WORD = (
 _SECRET_WORD = f"(?:{_STRONG_WORD}|{_KEY_WORD})"
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)  # env var names
 _KEY_SHAPES = re.compile(
-    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}"
-    r"|AKIA[0-9A-Z]{16}|[a-f0-9]{40})\b"
+    r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|xox[abpersc]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}|[a-f0-9]{40}"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"
 )
+# an AWS secret access key: 40 characters of base64 with upper, lower and digits, standing alone
+_AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+=]*[A-Z])(?=[A-Za-z0-9/+=]*[a-z])(?=[A-Za-z0-9/+=]*[0-9])"
+                         r"(?!/)[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_BEARER = re.compile(r"\b(Bearer|Token|Basic)(\s+)(?!\[redacted\])[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE)
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+                  re.DOTALL)
+_WEBHOOK = re.compile(r"(https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|(?:[a-z]+\.)?discord(?:app)?\.com/api"
+                      r"/webhooks|[A-Za-z0-9.-]*\.webhook\.office\.com|api\.telegram\.org/bot))[^\s'\"<>]+", re.IGNORECASE)
+# apprise URLs whose address is the secret (tokens in host and path): keep the scheme only
+_TOKEN_URL = re.compile(r"\b((?:slack|tgram|ntfys?|discord|msteams|pover|pushover|pbul|gotify|gotifys|matrixs?|rocket|"
+                        r"rockets|mmost|mmosts|zulip|twilio|signal|signals|ifttt|join|prowl|bark|barks|apprise|apprises)://)"
+                        r"[^\s'\"<>]+", re.IGNORECASE)
 # scheme://userinfo@ : everything between :// and the last @ before the host part
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]{0,30}://)[^\s/@'\"<>]+@")
 _EXPORT = re.compile(r"(--export(?:=|\s+))([^\s\"']+)", re.IGNORECASE)
 _COMMENT = re.compile(r"(--comment(?:=|\s+))(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
 # --name=value / --name value where the flag names a secret
 _SECRET_FLAG = re.compile(
-    r"(--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)(=|\s+)(?![-\[{])(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE
+    r"((?<![A-Za-z0-9_./-])--?[A-Za-z0-9_.-]*" + _SECRET_WORD + r"[A-Za-z0-9_.-]*)"
+    r"(=|\s+)(?![-\[{])(\"[^\"]*\"|'[^']*'|[^\s\"']+)",
+    re.IGNORECASE,
 )
 # --anything-with-key-in-it=value (the issue's `--*key*=`), except flags known to name a metric key
 _KEY_FLAG_EQ = re.compile(r"(--[A-Za-z0-9_.-]*key[A-Za-z0-9_.-]*=)(\"[^\"]*\"|'[^']*'|[^\s\"']+)", re.IGNORECASE)
@@ -48,7 +70,7 @@ _METRIC_KEY_FLAGS = re.compile(
 # (not a path component: `/data/my_secret_stuff: Permission denied` names a folder, it assigns nothing)
 _SECRET_ASSIGN = re.compile(
     r"((?<![/\\A-Za-z0-9_.-])[A-Za-z0-9_.-]*" + _SECRET_WORD
-    + r"[A-Za-z0-9_.-]*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
+    + r"\d*[\"']?\s*[=:]\s*)(?![\[{])(\"[^\"]*\"|'[^']*'|[^\s,;&\"']+)",
     re.IGNORECASE,
 )
 
@@ -85,6 +107,26 @@ def _secret_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(map(re.escape, values))) if values else None
 
 
+_FINGERPRINTS: set[str] = set()  # sha256 of secret values of other environments (the shared monitor's runs)
+_TOKEN = re.compile(r"[^\s'\"=:,;&@/<>()\[\]{}]{6,}")
+
+
+def secret_fingerprints(environ: dict[str, str] | None = None) -> list[str]:
+    """Fingerprints (sha256) of this environment's secret values: what a shared monitor needs to mask a later
+    launch's secrets without ever holding them."""
+    return sorted(hashlib.sha256(value.encode()).hexdigest() for value in _secret_values(_env_key(environ)))
+
+
+def remember_fingerprints(fingerprints: Sequence[str]) -> None:
+    """Mask, from now on, any word whose sha256 is one of these (a watched run's environment secrets)."""
+    _FINGERPRINTS.update(str(f) for f in fingerprints if isinstance(f, str) and len(f) == 64)
+
+
+def _mask_fingerprinted(text: str) -> str:
+    return _TOKEN.sub(lambda m: MASK if hashlib.sha256(m.group(0).encode()).hexdigest() in _FINGERPRINTS else m.group(0),
+                      text)
+
+
 def _export_list(match: re.Match[str]) -> str:
     items = []
     for item in match.group(2).split(","):
@@ -103,6 +145,12 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     pattern = _secret_pattern(_secret_values(_env_key(environ)))
     if pattern is not None:
         text = pattern.sub(MASK, text)
+    if _FINGERPRINTS:
+        text = _mask_fingerprinted(text)
+    text = _PEM.sub(f"{MASK} (private key block)", text)
+    text = _WEBHOOK.sub(lambda m: f"{m.group(1)}/{MASK}", text)
+    text = _TOKEN_URL.sub(lambda m: f"{m.group(1)}{MASK}", text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{MASK}@", text)
     text = _EXPORT.sub(_export_list, text)
     text = _COMMENT.sub(lambda m: m.group(1) + _quoted_mask(m.group(2)), text)
@@ -114,7 +162,7 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     )
     text = _SECRET_FLAG.sub(lambda m: m.group(1) + m.group(2) + _quoted_mask(m.group(3)), text)
     text = _SECRET_ASSIGN.sub(lambda m: m.group(0) if MASK in m.group(2) else m.group(1) + _quoted_mask(m.group(2)), text)
-    return _KEY_SHAPES.sub(MASK, text)
+    return _AWS_SECRET.sub(MASK, _KEY_SHAPES.sub(MASK, text))
 
 
 def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> list[str]:
@@ -137,12 +185,23 @@ def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> l
     return out
 
 
+_SECRET_KEY_NAME = re.compile(r"[A-Za-z0-9_.-]*" + _SECRET_WORD + r"\d*", re.IGNORECASE)
+
+
+def _secret_item(key: object, item: object) -> bool:
+    """A config entry whose name is a secret's (`api_key: abc`, `password: 1234`): its value goes, whatever it is."""
+    plain = isinstance(item, (str, int, float)) and not isinstance(item, bool) and item != ""
+    return plain and isinstance(key, str) and _SECRET_KEY_NAME.fullmatch(key) is not None
+
+
 def redact_tree(value: object) -> object:
-    """A JSON-like structure with every string (keys included) redacted; lists of words as arguments."""
+    """A JSON-like structure with every string (keys included) redacted, the value of every secret-named key
+    masked whatever its shape; lists of words as arguments."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {redact_tree(key) if isinstance(key, str) else key: redact_tree(item) for key, item in value.items()}
+        return {redact_tree(key) if isinstance(key, str) else key: MASK if _secret_item(key, item) else redact_tree(item)
+                for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(item, str) for item in value):
             return redact_args(list(value))

@@ -13,6 +13,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.redact import redact_tree
 from guarded_sbatch.core.registry import RunRecord, list_runs
 from guarded_sbatch.launch.reference import Reference
 from guarded_sbatch.launch.runconfig import RunConfig
@@ -34,10 +35,10 @@ def save_config_snapshot(record: RunRecord, intended: RunConfig | None) -> None:
     """Keep the config the run was launched with (overrides applied) beside its record."""
     if intended is None:
         return
-    write_json_atomic(record.folder / SNAPSHOT, {
+    write_json_atomic(record.folder / SNAPSHOT, redact_tree({  # never a config's secrets in clear
         "path": str(intended.path) if intended.path else "", "values": _plain(intended.values),
         "overrides": _plain(intended.overrides), "files": [str(f) for f in intended.files],
-    })
+    }))
 
 
 def _plain(value: Any) -> Any:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.bounded_yaml import YamlTooLargeError, safe_load_bounded
 from guarded_sbatch.core.errors import UsageError
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
@@ -73,9 +74,9 @@ def load_structured_file(path: Path) -> Any:
             return json.loads(text)
         if suffix == ".toml":
             return tomllib.loads(text)
-        import yaml  # noqa: PLC0415 - lazy: only YAML configs pay for it on the login path
-
-        return yaml.safe_load(text)
+        return safe_load_bounded(text)
+    except YamlTooLargeError as exc:
+        raise UsageError(f"config {path} is not read: {exc}; that is not a training config") from None
     except RecursionError:
         raise UsageError(f"config {path} is nested too deeply to read; flatten it") from None
     except json.JSONDecodeError as exc:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.core.redact import secret_fingerprints
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.launch.templates import load_template, render_template
 from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
@@ -39,7 +40,8 @@ def register_with_monitor(
         if registry.live_count(folder) >= options.max_runs:
             return None
         registry.register_run(folder, record.job_id, {**entry, "run_dir": str(record.folder),
-                                                      "run_name": record.run_name})
+                                                      "run_name": record.run_name,
+                                                      "secret_fingerprints": secret_fingerprints()})
         current = registry.read_monitor(folder)
         if current is not None and _alive(scheduler, str(current["job_id"])):
             return str(current["job_id"])

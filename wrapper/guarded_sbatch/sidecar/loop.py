@@ -23,6 +23,8 @@ from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.policy_table import policy_table
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
+from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
+from guarded_sbatch.sources.files import OUT_OF_MEMORY
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line,
@@ -137,6 +139,8 @@ class Sidecar:
         except Exception as exc:  # noqa: BLE001 - a source failing is a WAIT with the error named
             new_points = 0
             self._poll_failed("reading the metrics", exc)
+        if OUT_OF_MEMORY in (self.sources.read_error or "") and not self._out_of_memory_alerted:
+            self._poll_failed("reading the metrics", MemoryError(self.sources.read_error))  # alerts once
         if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
             self._diag(f"{'; '.join(self.sources.notes)}\n")
             self.sources.notes = []
@@ -435,8 +439,8 @@ def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
     sources = SourceSet(settings, None, live=False)
     try:
-        sources.read()
-        verdict = judge_sources(sources, settings.policy, RunContext(job_live=False))
+        unread = read_whole_run(sources)
+        verdict = with_note(judge_sources(sources, settings.policy, RunContext(job_live=False)), unread)
     except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")

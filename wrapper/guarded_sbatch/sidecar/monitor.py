@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.core.redact import remember_fingerprints
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord
@@ -133,6 +134,7 @@ class SharedMonitor:
             if job_id in self.runs or len(self.runs) >= self.settings.max_runs:
                 continue
             run_dir = Path(entry["run_dir"])
+            remember_fingerprints(entry.get("secret_fingerprints") or [])  # this launch's secrets, masked too
             out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
                             "a", encoding="utf-8")
             policy = _recorded_policy(run_dir, JudgePolicy(**entry.get("policy", {})))

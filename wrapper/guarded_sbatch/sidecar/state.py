@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from guarded_sbatch.core.fsutil import locked, read_json, write_json_atomic
+from guarded_sbatch.core.redact import redact_tree
 
 
 @dataclass
@@ -67,7 +68,7 @@ class SidecarState:
     def save(self, path: Path) -> None:
         """Atomic replace under the state file's lock (a requeued sidecar and `status` may overlap)."""
         with locked(path):
-            write_json_atomic(path, asdict(self))
+            write_json_atomic(path, redact_tree(asdict(self)))  # crash text and errors may quote secrets
 
     def record_job_poll(self, now: float) -> None:
         self.last_job_poll_at = now

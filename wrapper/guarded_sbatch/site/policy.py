@@ -8,6 +8,7 @@ config cannot loosen it), and rendered as a small Lua file the plugins load:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -95,12 +96,54 @@ def is_exempt(program: str, policy: EnforcementPolicy) -> bool:
     return any(program == entry or program.startswith(entry + ".") or base == entry for entry in policy.exempt_programs)
 
 
+# Wrappers whose own options the launcher-line parser does not know: a launcher anywhere after one of them counts
+# (`srun --exact -n 2 python x.py`, `mpirun -np 4 python x.py`, `timeout 1h python x.py`, containers).
+WRAPPERS = frozenset({"srun", "mpirun", "mpiexec", "timeout", "singularity", "apptainer", "enroot", "podman", "docker",
+                      "numactl", "taskset"})
+_PREFIXES = frozenset({"exec", "time", "nohup", "command", "do", "then", "else", "builtin", "stdbuf", "{", "(", "env"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON_WORD = re.compile(r"^python[0-9.]*$")
+_PYTHON_SHEBANG = re.compile(r"^#!\S*python[0-9.]*(?:\s|$)|^#!\S*/env\s+(?:-\S+\s+)*python[0-9.]*(?:\s|$)")
+
+
+def wrapped_launcher(words: Sequence[str]) -> tuple[str, str] | None:
+    """(kind, program) of a launcher behind a wrapper in one simple command, else None (the Lua twin:
+    lib.wrapped_launcher)."""
+    index = 0
+    while index < len(words) and (words[index] in _PREFIXES or _ASSIGNMENT.match(words[index])):
+        index += 1
+    if index >= len(words) or words[index].rsplit("/", 1)[-1] not in WRAPPERS:
+        return None
+    for at in range(index + 1, len(words)):
+        base = words[at].rsplit("/", 1)[-1]
+        rest = list(words[at + 1:])
+        if _PYTHON_WORD.match(base):
+            kind = "python"
+        elif base in ("torchrun", "deepspeed"):
+            kind = base
+        elif base == "accelerate" and rest[:1] == ["launch"]:
+            kind, rest = "accelerate", rest[1:]
+        else:
+            continue
+        if kind == "python" and rest[:1] == ["-c"]:
+            return None  # inline code, as without a wrapper
+        return kind, next((word for word in rest if not word.startswith("-")), "")
+    return None
+
+
 def training_reason(script: ParsedScript, policy: EnforcementPolicy) -> str | None:
     """Why this script is a training job (its line), or None when it is not one."""
+    first = script.text.split("\n", 1)[0].strip()
+    if "python" in policy.launchers and _PYTHON_SHEBANG.match(first):
+        return f"line 1: {first}"  # `sbatch train.py`: the whole script is Python
     launchers: list[LauncherLine] = [x for x in (script.launcher, *script.other_launchers) if x is not None]
     for launcher in launchers:
         if launcher.kind in policy.launchers and not is_exempt(launcher.program, policy):
             return f"line {launcher.line_number}: {launcher.text}"
+    for command in script.commands:
+        found = wrapped_launcher([word.text for word in command.words])
+        if found is not None and found[0] in policy.launchers and not is_exempt(found[1], policy):
+            return f"line {command.line_number}: {command.text}"
     for command in script.commands:
         for needle in policy.training_commands:
             if needle in command.text:

@@ -1,8 +1,9 @@
 """Bounded file access for every metric reader: regular files only, opened non-blocking, at most
 `max_read_bytes` per read and `max_whole_file_bytes` for files read whole (CSV, trainer_state.json,
-MLflow metric files). A FIFO, a device or a socket named like a metric file is a SourceError (the
-sidecar WAITs and says so), never a hang; a missing file stays an OSError (readers treat it as "not
-written yet"). A file owned by another uid than the job's user (`configure(owner_uid=...)`, default: the
+MLflow metric files). A FIFO, a device, a socket or a file of /proc or /sys named like a metric file (a metric
+file swapped for a link to /dev/zero or /proc/self/mem) is a SourceError (the sidecar WAITs and says so), never
+a hang and never a silent CONTINUE on the points read before; a missing file stays an OSError (readers treat it as
+"not written yet"). A file owned by another uid than the job's user (`configure(owner_uid=...)`, default: the
 reading process's own) is a SourceError too: a co-worker's file in a shared folder is never this run's.
 """
 
@@ -23,6 +24,7 @@ from guarded_sbatch.sources.base import SourceError
 T = TypeVar("T")
 
 _MB = 1024 * 1024
+OUT_OF_MEMORY = "too large to parse in memory"  # the sidecar alerts (sidecar_error) when a read says this
 
 
 @dataclass
@@ -68,11 +70,29 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+@functools.lru_cache(maxsize=1)
+def _pseudo_devices() -> frozenset[int]:
+    """The devices of /proc and /sys: their "regular" files (/proc/self/mem, /proc/kcore) are no metric files."""
+    found = set()
+    for folder in ("/proc", "/sys", "/proc/self"):
+        try:
+            found.add(os.stat(folder).st_dev)
+        except OSError:
+            continue
+    return frozenset(found)
+
+
+def _refuse_unless_metric_file(path: str | os.PathLike[str], info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+    if info.st_dev in _pseudo_devices():
+        raise SourceError(f"{os.fspath(path)} is a file of /proc or /sys (a swapped-in link?), not a metric file: not read")
+
+
 def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
     """stat(path) when it is a regular file; SourceError when it is something else; OSError when missing."""
     info = os.stat(path)
-    if not stat.S_ISREG(info.st_mode):
-        raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+    _refuse_unless_metric_file(path, info)
     check_owner(path, info)
     return info
 
@@ -85,8 +105,7 @@ def open_regular(path: str | os.PathLike[str]) -> int:
     fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SourceError(f"{os.fspath(path)} is {_kind(info.st_mode)}, not a regular file: not read")
+        _refuse_unless_metric_file(path, info)
         check_owner(path, info)
     except BaseException:
         os.close(fd)
@@ -189,7 +208,7 @@ def guarded_reader(cls: type[T]) -> type[T]:
         except RecursionError:
             raise SourceError(f"{_label(self)}: nested too deeply to parse; skipped") from None
         except MemoryError:
-            raise SourceError(f"{_label(self)}: too large to parse in memory; skipped") from None
+            raise SourceError(f"{_label(self)}: {OUT_OF_MEMORY}; skipped") from None
         except Exception as exc:  # noqa: BLE001 - a malformed file must never kill the sidecar
             raise SourceError(f"{_label(self)}: unreadable data ({type(exc).__name__}: {str(exc)[:200]})") from None
         kept, notes = sanitize_points(points)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
-from guarded_sbatch.sources.files import guarded_reader, open_regular
-from guarded_sbatch.sources.base import Batch, SourceBase
+from guarded_sbatch.sources.base import Batch, SourceBase, SourceError
+from guarded_sbatch.sources.files import check_regular, guarded_reader, open_regular
 from guarded_sbatch.sources.tb_records import ColumnSink, RecordDecoder
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, find_next_header
 from guarded_sbatch.sources.writers import WriterFilter, owned, owner_of, reader_uid
@@ -55,7 +55,8 @@ def _sort_key(path: Path) -> tuple[str, int, str]:
     return str(path.parent), created, path.name
 
 
-def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES) -> list[Path]:
+def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES,
+                     notes: list[str] | None = None) -> list[Path]:
     """Event files under root, breadth-first to max_depth folders deep and at most max_entries entries.
 
     Symlinked run folders are followed (experiment trees often link runs in from scratch space), each
@@ -68,6 +69,7 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = 
     seen: set[tuple[int, int]] = set()
     queue: deque[tuple[Path, int]] = deque([(root, 0)])
     entries_left = max_entries
+    truncated = False
     while queue and entries_left > 0:
         folder, depth = queue.popleft()
         try:
@@ -78,16 +80,20 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = 
             entries = list(os.scandir(folder))
         except OSError:
             continue
+        truncated = truncated or len(entries) > entries_left
         for entry in entries[:entries_left]:
             try:
                 if entry.is_dir():
                     if depth < max_depth and entry.name not in _SKIPPED_FOLDERS:
                         queue.append((Path(entry.path), depth + 1))
-                elif EVENT_FILE_MARKER in entry.name and entry.is_file():
-                    found.append(Path(entry.path))
+                elif EVENT_FILE_MARKER in entry.name:
+                    found.append(Path(entry.path))  # whatever it is: the reader refuses (and names) a non-file
             except OSError:
                 continue
         entries_left -= len(entries)
+    if notes is not None and (truncated or (queue and entries_left <= 0)):
+        notes.append(f"{root} holds more than {max_entries} entries: the search for event files stopped there "
+                     "(point --tb at the run's own folder)")
     return sorted(found, key=_sort_key)
 
 
@@ -140,7 +146,11 @@ class TensorBoardSource(SourceBase):
         return {key: Axis.EPOCH for key in self._decoder.last_step if key.rsplit("/", 1)[-1].startswith("epoch_")}
 
     def _refresh_files(self) -> list[_EventFile]:
-        new = [path for path in find_event_files(self.path)
+        notes: list[str] = []
+        found = find_event_files(self.path, notes=notes)
+        if notes and not found and not self._files:
+            raise SourceError(f"no event file found: {notes[0]}")
+        new = [path for path in found
                if path not in self._files and self._owned(path) and (self.accept is None or self.accept(path))]
         if new and not self.path.is_dir():
             self._files[self.path] = _EventFile(self.path, "")
@@ -199,7 +209,9 @@ class TensorBoardSource(SourceBase):
         repeated = False
         for event_file in self._refresh_files():
             try:
-                size = event_file.path.stat().st_size
+                size = check_regular(event_file.path).st_size  # a file swapped for a device or /proc link: named
+            except SourceError:
+                raise
             except OSError:
                 continue
             if size < event_file.offset:  # truncated and rewritten: start over

@@ -1,7 +1,7 @@
 --[[ guarded-sbatch: code shared by cli_filter.lua and job_submit.lua (plain Lua 5.1, no modules).
 Install it beside them (the folder of slurm.conf). Loaded with dofile; returns a table of functions.
 
-  lib.load_policy(dir)                 -> the table of guarded_sbatch_policy.lua in dir (defaults if missing)
+  lib.load_policy(dir)                 -> the table of guarded_sbatch_policy.lua in dir (fails closed: reject)
   lib.is_guarded(comment, script)      -> true when comment carries guarded-sbatch's marker for this script
   lib.training_line(script, policy)    -> "line N: <text>" when the script launches training, else nil
   lib.reject_message(why, policy), lib.tag_text(comment, why, policy)
@@ -24,10 +24,18 @@ local DEFAULT_POLICY = {
   how_to_submit = "module load guarded-sbatch; guarded-sbatch [options] script.sh",
 }
 
+-- Fails closed: a policy that cannot be read (missing, unreadable by this user, broken) never weakens the site's
+-- mode to "tag"; training jobs without the marker are rejected, naming the problem, until the admin fixes it.
 function lib.load_policy(dir)
   local ok, policy = pcall(dofile, dir .. "/guarded_sbatch_policy.lua")
-  if not ok or type(policy) ~= "table" then
-    return DEFAULT_POLICY, "guarded_sbatch_policy.lua not loaded (" .. tostring(policy) .. "): using defaults"
+  if not ok or type(policy) ~= "table" or (policy.unguarded_training ~= "reject" and policy.unguarded_training ~= "tag"
+      and policy.unguarded_training ~= "allow") then
+    local closed = {}
+    for key, value in pairs(DEFAULT_POLICY) do closed[key] = value end
+    closed.unguarded_training = "reject"
+    closed.how_to_submit = closed.how_to_submit .. " (the site's guarded_sbatch_policy.lua could not be loaded: "
+      .. string.sub(tostring(policy), 1, 200) .. "; tell your site admin)"
+    return closed, "guarded_sbatch_policy.lua not loaded (" .. tostring(policy) .. "): training jobs rejected"
   end
   for key, value in pairs(DEFAULT_POLICY) do
     if policy[key] == nil then policy[key] = value end
@@ -195,8 +203,44 @@ local function logical_lines(script)
   return lines
 end
 
+-- Wrappers whose own options are not parsed: a launcher anywhere after one counts (site/policy.py: WRAPPERS).
+local WRAPPERS = { srun = true, mpirun = true, mpiexec = true, timeout = true, singularity = true, apptainer = true,
+  enroot = true, podman = true, docker = true, numactl = true, taskset = true }
+
+function lib.wrapped_launcher(words)
+  local i = 1
+  while i <= #words and (PREFIX[words[i]] or string.match(words[i], "^[%a_][%w_]*=")) do i = i + 1 end
+  if words[i] == nil or not WRAPPERS[string.match(words[i], "([^/]+)$") or words[i]] then return nil end
+  for at = i + 1, #words do
+    local base = string.match(words[at], "([^/]+)$") or words[at]
+    local kind, first = nil, at + 1
+    if string.match(base, "^python[%d%.]*$") then
+      kind = "python"
+    elseif base == "torchrun" or base == "deepspeed" then
+      kind = base
+    elseif base == "accelerate" and words[at + 1] == "launch" then
+      kind, first = "accelerate", at + 2
+    end
+    if kind then
+      if kind == "python" and words[first] == "-c" then return nil end
+      for j = first, #words do
+        if string.sub(words[j], 1, 1) ~= "-" then return kind, words[j] end
+      end
+      return kind, ""
+    end
+  end
+  return nil
+end
+
+local function python_shebang(line)
+  return string.match(line, "^#!%S*python[%d%.]*%s") or string.match(line, "^#!%S*python[%d%.]*$")
+    or string.match(line, "^#!%S*/env%s+[^\n]-python[%d%.]*%s") or string.match(line, "^#!%S*/env%s+[^\n]-python[%d%.]*$")
+end
+
 function lib.training_line(script, policy)
   if script == nil then return nil end
+  local first = string.match(string.match(script, "^[^\n]*"), "^%s*(.-)%s*$")
+  if contains(policy.launchers, "python") and python_shebang(first) then return "line 1: " .. first end
   local heredoc_end = nil
   for index, entry in ipairs(logical_lines(script)) do
     local number, line = entry[1], entry[2]
@@ -210,7 +254,12 @@ function lib.training_line(script, policy)
       end
       local code = string.gsub(stripped, "%s#.*$", "")
       for command in string.gmatch(code .. ";", "([^;&|]+)[;&|]+") do
-        local kind, program = launcher_of(words_of(command))
+        local words = words_of(command)
+        local kind, program = launcher_of(words)
+        if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
+          return "line " .. number .. ": " .. stripped
+        end
+        kind, program = lib.wrapped_launcher(words)
         if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
           return "line " .. number .. ": " .. stripped
         end
