@@ -107,7 +107,7 @@ def read_json(path: Path, *, own: bool = False) -> Any | None:
         if own and info.st_uid != os.geteuid():
             return None  # another user's file in a folder they could write: never decides what we do
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_JSON_BYTES + 1)
+            data = handle.read(info.st_size + 1)  # read(n) allocates n bytes: the file's own size, not the cap
         return json.loads(data.decode("utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
         return None

@@ -5,6 +5,7 @@ start, node and processes, learned while it runs) decides which files are its ow
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from guarded_sbatch.sources import registry
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
 from guarded_sbatch.sources.discovery import claims_below
+from guarded_sbatch.sources.files import OUT_OF_MEMORY
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -50,6 +52,7 @@ class SourceSet:
         self._stdout_size = -1
         self._job_info_loaded = False
         self._opened: set[tuple[str, str]] = set()
+        self._abandoned: list[str] = []  # sources read no more (they ran the watcher out of memory), and why
         self.notes: list[str] = []  # points dropped or clamped on the way in (steps outside int64, ...)
         self._job_start: float | None = None
         self._pgid: int | None = None
@@ -239,10 +242,14 @@ class SourceSet:
                 self.read_error = self.errors[id(source)] = _one_line(failures[0], source.describe)
                 if not (isinstance(failures[0], SourceError) and failures[0].missing):
                     self.hard_error = self.read_error
+                if _out_of_memory(failures[0]):
+                    self._abandon(source, self.read_error)
                 continue
             missing = _unreachable_path(source, had_data=had_data)
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
+        if self._abandoned:  # said at every poll, first: what the watcher no longer reads
+            self.read_error = self.hard_error = "; ".join(dict.fromkeys([*self._abandoned, *filter(None, [self.read_error])]))
         notes = [*self._found_notes, *(source.ownership_note() for source in self.sources)]
         self.ownership_note = "; ".join(n for n in notes if n)
         active = self._active()
@@ -253,6 +260,15 @@ class SourceSet:
                 self.read_error = f"found metrics that may not be this run's: {self.ownership_note}"
             return 0
         return added.get(id(active), 0) if active is before else len(self.histories[id(active)])
+
+    def _abandon(self, source: MetricSource, error: str) -> None:
+        """A source that ran the watcher out of memory is read no more and its points are let go: a poll that
+        read it again would fail the same way, and a watcher without memory cannot even see its job end."""
+        self.sources = [s for s in self.sources if s is not source]
+        self.histories.pop(id(source), None)
+        self._abandoned.append(f"{error} — {OUT_OF_MEMORY} (far more series or points than a watcher holds?): no "
+                               "longer read, the run is watched on its other sources")
+        gc.collect()
 
     def _log_histories(self) -> list[tuple[MetricSource, MetricHistory]]:
         """The sources that read what the job printed, with their histories."""
@@ -325,6 +341,10 @@ class SourceSet:
         source = self._active()
         run = source.tracker_run() if source is not None else None
         return {"run_path": run.run_path, "run_dir": run.run_dir} if run is not None else None
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryError) or OUT_OF_MEMORY in str(exc)
 
 
 def _one_line(exc: BaseException, describe: object = None) -> str:
