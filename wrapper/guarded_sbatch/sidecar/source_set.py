@@ -176,14 +176,11 @@ class SourceSet:
         specs = self.specs()
         for spec in specs[len(self.settings.sources):]:
             self._open(spec, given=False)
-        if not any(spec.kind == "tensorboard" for spec in specs):
-            found, note = registry.discover(Path(identity.workdir), since=identity.since,
-                                            claimed=self._claimed_by_others(),
-                                            include_wandb=not identity.wandb_run_id)
-            for spec in found:
-                if spec.kind != "mlflow":
-                    self._open(spec, given=False)
-            notes.append(note)
+        found, note = registry.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
+                                                claimed=self._claimed_by_others())
+        for spec in found:
+            self._open(spec, given=False)
+        notes.append(note)
 
     def _claimed_by_others(self) -> list[str]:
         """Folders other guarded runs call their own (theirs even when written since this run started)."""
