@@ -18,10 +18,11 @@ from guarded_sbatch.core.registry import list_runs, update_record
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
-from guarded_sbatch.sidecar.job_writers import job_processes, this_host
+from guarded_sbatch.sidecar.job_writers import job_processes
 from guarded_sbatch.sources import registry
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
+from guarded_sbatch.sources.writers import this_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
