@@ -212,3 +212,32 @@ def restarted_run_keeps_its_own(tmp_path: Path, backend: str, scheduler: Any) ->
     killed = project.cli("kill", new_record["run_id"], "--yes", timeout=180)
     assert killed.returncode == 0, killed.stderr
     assert_cites_only_its_own(project, new_id, output)
+
+
+def one_config_launched_twice(tmp_path: Path, backend: str, scheduler: Any, *, waiver: tuple[str, ...] = ()) -> None:
+    """One config launched twice while the first runs (a second job name, the logdir unchanged): both runs write
+    one folder. Each sidecar reads only the event file its own job wrote: the NaN run is cancelled, the healthy
+    one completes, and no report of either cites the other's file."""
+    project = identity_project(tmp_path, backend)
+    shared = "runs/one-config"
+    healthy_id, healthy, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-first", "train.sh",
+                                    "--logdir", shared, "--steps", "500")
+    folder = project.root / shared
+    wait_for(lambda: folder.is_dir() and any("tfevents" in p.name for p in folder.iterdir()), 120, 0.5,
+             "the first run's event file")
+    nan_id, broken, _ = launch(project, *waiver, "--job-name", "synthetic-tanh-mlp-bs64-second", "train.sh",
+                               "--logdir", shared, "--steps", "3000", "--nan-at", "60")
+    assert healthy["sources"]["tb_paths"] == broken["sources"]["tb_paths"] == [str(folder)]
+    nan_state, nan_output = wait_ended(project, scheduler, nan_id)
+    healthy_state, healthy_output = wait_ended(project, scheduler, healthy_id)
+    files = sorted(p.name for p in folder.iterdir() if "tfevents" in p.name)
+    assert len(files) == 2, files
+    assert nan_state is JobState.CANCELLED and "FINAL_SUMMARY" in nan_output, nan_output
+    assert healthy_state is JobState.COMPLETED and "Decision: STOP" not in healthy_output, healthy_output
+    cited = {output: [name for name in files if name in output] for output in (healthy_output, nan_output)}
+    assert len(cited[healthy_output]) == 1 and len(cited[nan_output]) == 1, cited
+    assert cited[healthy_output] != cited[nan_output], cited
+    for job_id, output in ((healthy_id, healthy_output), (nan_id, nan_output)):
+        assert_cites_only_its_own(project, job_id, output)
+    seen = project.run_record(healthy_id)["sources"].get("seen", {})
+    assert seen.get("pids") and any(f".{pid}." in cited[healthy_output][0] for pid in seen["pids"]), seen

@@ -26,3 +26,7 @@ def test_a_new_project_launches_without_waivers(tmp_path: Path) -> None:
 
 def test_a_restarted_run_keeps_reading_its_own_folder(tmp_path: Path) -> None:
     scenarios.restarted_run_keeps_its_own(tmp_path, "local", _scheduler(tmp_path))
+
+
+def test_one_config_launched_twice_each_sidecar_reads_only_its_own_event_file(tmp_path: Path) -> None:
+    scenarios.one_config_launched_twice(tmp_path, "local", _scheduler(tmp_path))

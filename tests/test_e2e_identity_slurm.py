@@ -31,3 +31,8 @@ def test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run(slurm: SlurmS
 
 def test_a_new_project_launches_without_waivers(slurm: SlurmScheduler, tmp_path: Path) -> None:
     scenarios.new_project_launches_clean(tmp_path, "slurm", slurm)
+
+
+def test_one_config_launched_twice_each_sidecar_reads_only_its_own_event_file(
+        slurm: SlurmScheduler, tmp_path: Path) -> None:
+    scenarios.one_config_launched_twice(tmp_path, "slurm", slurm)

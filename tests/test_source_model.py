@@ -5,6 +5,7 @@ writer attribution that decides whether a file is the run's own."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from guarded_sbatch.core.run_sources import (
     run_specs,
 )
 from guarded_sbatch.core.registry import RunRecord
-from guarded_sbatch.sources.writers import event_file_writer
+from guarded_sbatch.sources.writers import WriterFilter, event_file_writer, this_host
 
 
 def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
@@ -96,3 +97,42 @@ def test_attribution_by_user_start_node_and_process() -> None:
     assert verdict() is Attribution.UNKNOWN
     why = attribute(job, FileWriter(uid=1001, created=1001.0))[1]
     assert "uid 1001" in why and "uid 1000" in why
+
+
+def _event_file(folder: Path, created: int, pid: int, last_write: float) -> Path:
+    """A real event file (tensorboard's writer) named as process `pid` on this host would name it."""
+    from source_writers import tb_event, write_tb_events
+
+    written = write_tb_events(folder, [tb_event(created - 1_700_000_000 + i, "loss", 1.0) for i in range(3)])
+    target = folder / f"events.out.tfevents.{created}.{this_host()}.{pid}.0"
+    written.rename(target)
+    os.utime(target, (last_write, last_write))
+    return target
+
+
+NOT_RUNNING = (4_000_001, 4_000_002, 4_000_003)  # above the default pid_max: never a live process here
+
+
+def test_writers_one_after_another_are_one_run_restarted_in_place(tmp_path: Path) -> None:
+    first = _event_file(tmp_path, 1_800_000_000, NOT_RUNNING[0], last_write=1_800_000_500)
+    second = _event_file(tmp_path, 1_800_000_900, NOT_RUNNING[1], last_write=1_800_001_500)
+    accept = WriterFilter(lambda: WriterIdentity(uid=os.geteuid()), lambda: [first, second])
+    assert accept(first) and accept(second) and not accept.note()
+
+
+def test_writers_active_at_the_same_time_are_two_runs_none_is_read(tmp_path: Path) -> None:
+    first = _event_file(tmp_path, 1_800_000_000, NOT_RUNNING[0], last_write=1_800_000_500)
+    second = _event_file(tmp_path, 1_800_000_100, NOT_RUNNING[1], last_write=1_800_000_600)
+    accept = WriterFilter(lambda: WriterIdentity(uid=os.geteuid()), lambda: [first, second])
+    assert not accept(first) and not accept(second)
+    assert first.name in accept.note() and second.name in accept.note()
+
+
+def test_with_the_runs_writer_known_only_an_earlier_attempt_joins_it(tmp_path: Path) -> None:
+    earlier = _event_file(tmp_path, 1_800_000_000, NOT_RUNNING[0], last_write=1_800_000_500)
+    own = _event_file(tmp_path, 1_800_000_900, NOT_RUNNING[1], last_write=1_800_001_500)
+    beside = _event_file(tmp_path, 1_800_001_000, NOT_RUNNING[2], last_write=1_800_001_400)
+    job = WriterIdentity(uid=os.geteuid(), pids=(NOT_RUNNING[1],), pid_host=this_host())
+    accept = WriterFilter(lambda: job, lambda: [earlier, own, beside])
+    assert accept(own) and accept(earlier) and not accept(beside)
+    assert "while this run wrote the same folder" in accept.note()

@@ -34,7 +34,7 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.sidecar.job_writers import this_host
+from guarded_sbatch.sources.writers import this_host
 from guarded_sbatch.sources.registry import run_files
 
 COWORKER = "gsb-cowriter"

@@ -10,7 +10,6 @@ the scan is bounded, and its answer is kept a second: a shared monitor asks once
 from __future__ import annotations
 
 import os
-import socket
 import time
 from dataclasses import dataclass
 
@@ -26,10 +25,6 @@ class _Process:
 
 
 _cache: tuple[float, list[_Process]] = (0.0, [])
-
-
-def this_host() -> str:
-    return socket.gethostname().split(".")[0]
 
 
 def _own_processes(now: float) -> list[_Process]:

@@ -19,12 +19,13 @@ from guarded_sbatch.core.registry import list_runs, update_record
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
-from guarded_sbatch.sidecar.job_writers import job_processes, this_host
+from guarded_sbatch.sidecar.job_writers import job_processes
 from guarded_sbatch.sources import registry
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
 from guarded_sbatch.sources.discovery import claims_below
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
+from guarded_sbatch.sources.writers import this_host
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -180,14 +181,12 @@ class SourceSet:
         specs = self.specs()
         for spec in specs[len(self.settings.sources):]:
             self._open(spec, given=False)
+        found, note = registry.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
+                                                claimed=self._claimed_by_others())
+        for spec in found:
+            self._open(spec, given=False)
+        notes.append(note)
         if not any(spec.kind == "tensorboard" for spec in specs):
-            found, note = registry.discover(Path(identity.workdir), since=identity.since,
-                                            claimed=self._claimed_by_others(),
-                                            include_wandb=not identity.wandb_run_id)
-            for spec in found:
-                if spec.kind != "mlflow":
-                    self._open(spec, given=False)
-            notes.append(note)
             return
         # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv), looked
         # for until a source that outranks the log has data

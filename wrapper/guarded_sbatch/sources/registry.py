@@ -49,6 +49,8 @@ class SourceKind:
     matches: Callable[[str], bool] | None = None
     # the run's own files of a spec, which kill/restart delete (default: none; a shared folder is left alone)
     run_files: Callable[[SourceSpec], list[str]] | None = None
+    # a recorded spec of this kind names the run's own folder: nothing more is looked for in the job's folder
+    names_run_folder: bool = False
 
 
 def _open_wandb(spec: Path | str) -> MetricSource:
@@ -131,7 +133,7 @@ for _kind in (
     SourceKind("wandb", "--wandb", "W&B run folder, .wandb file, or run path/URL", 0, "wandb_ok", _open_wandb,
                needs_existing_path=False, open_spec=_wandb_spec, run_files=_wandb_files),
     SourceKind("tensorboard", "--tb", "TensorBoard event folder or file", 1, "tensorboard_ok", TensorBoardSource,
-               open_spec=_tensorboard_spec),
+               open_spec=_tensorboard_spec, names_run_folder=True),
     SourceKind("mlflow", "--mlflow", "MLflow store (mlflow.db or mlruns/)", 2, "log_fallback", MlflowSource,
                needs_existing_path=False, open_spec=_mlflow_spec),
     SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "log_fallback", LightningCsvSource),
@@ -184,10 +186,23 @@ def run_files(specs: list[SourceSpec]) -> list[str]:
     return files
 
 
+def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float,
+                     claimed: Collection[str] = ()) -> tuple[list[SourceSpec], str]:
+    """For a guarded run: what its record leaves open, found in the job's folder (nothing when a recorded spec
+    names the run's folder; never a kind the record names already, such as the W&B run of its id or the MLflow
+    run of its tag)."""
+    named = {spec.kind for spec in recorded}
+    if any(KINDS[kind].names_run_folder for kind in named if kind in KINDS):
+        return [], ""
+    specs, note = discover(root, since=since, claimed=claimed, include_wandb="wandb" not in named)
+    return [spec for spec in specs if spec.kind not in named], note
+
+
 def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
              include_wandb: bool = True, kinds: Collection[str] | None = None) -> tuple[list[SourceSpec], str]:
     """Specs of the sources under `root` that clearly belong to one run (discovery.py for the built-in kinds,
-    each added kind by its `matches`), and a note naming what was seen but not attributable."""
+    each added kind by its `matches`), and a note naming what was seen but not attributable. A store of many
+    runs (MLflow) is taken only when reading a folder by hand (no `since`)."""
     found = discovery.discover_owned(root, since=since, claimed=claimed, include_wandb=include_wandb,
                                      kinds=kinds)
     origin = f"found under {root}"
