@@ -3,7 +3,8 @@ process in the node is killed, as a power cut would; Slurm marks it DOWN after S
 
 - A training node of a 2-node job dies: the run ends NODE_FAIL and the sidecar (on a service node) says a node
   died, naming it, and stops nothing (no training-quality STOP); Slurm requeues the job (--requeue) and the
-  sidecar follows its next run, on the nodes left, to the end.
+  sidecar follows its next run, on the nodes left, to the end. A job submitted with --no-requeue ends
+  NODE_FAIL: told the same way, once, and the sidecar ends with it.
 - The per-user monitor's node dies: Slurm requeues the monitor job onto the other service node, where it
   resumes every run from its state on the shared file system: the STOP it made before is not repeated, the
   STOP still due after is made, once.
@@ -100,6 +101,32 @@ def test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed(
         assert report.count("lost a node") == 1 and report.count("ended COMPLETED") == 1
     finally:
         subprocess.run(["scancel", job_id], capture_output=True, timeout=30)  # a failed test leaves no job behind
+
+
+def test_a_job_that_may_not_requeue_ends_node_fail_told_as_a_dead_node(layout: Layout, tmp_path: Path,
+                                                                         failed_nodes: list[str]) -> None:
+    project = make_project(tmp_path, fast_interval=2.0, job_poll=5.0)
+    project.env["GUARDED_SBATCH_SITE_CONFIG"] = str(SITE_CONFIG)
+    slurm = SlurmScheduler(state_dir=tmp_path / "cache")
+    launched = project.cli("-p", "compute", "--no-requeue", "--job-name", f"{project.name}-noreq", "train.sh",
+                           "--steps", "3000", "--step-seconds", "0.05")
+    assert launched.returncode == 0, launched.stderr
+    job_id = submitted_job_id(launched.stdout)
+    try:
+        sidecar_id = project.run_record(job_id)["sidecar_id"]
+        wait_for(lambda: "Decision: CONTINUE" in project.sidecar_output(job_id), 120, 1, "the sidecar to judge the run healthy")
+        (node,) = job_nodes(job_id)
+        failed_nodes.append(node)
+        assert dev_slurm("node-fail", node).returncode == 0
+        assert wait_for(lambda: slurm.state(job_id) is JobState.NODE_FAIL, 120, 1, "the job to end NODE_FAIL")
+        assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "the sidecar to end")
+        report = project.sidecar_output(job_id)
+        assert "Decision: STOP" not in report and "FINAL_SUMMARY" not in report
+        told = [line for line in report.splitlines() if "a dead node, not the training" in line]
+        assert len(told) == 1 and "was not requeued" in told[0], report[-2000:]
+        assert report.count(f"training job {job_id} ended NODE_FAIL") == 1
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
 
 
 STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's node
