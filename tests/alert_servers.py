@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -15,9 +17,23 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 
+def _reachable_host() -> str:
+    """An address of this machine that jobs reach too: on the multi-node dev Slurm a sidecar runs in a node's
+    own network namespace, whose 127.0.0.1 is not ours; slurmctld's address (`SlurmctldHost=name(addr)`) is."""
+    try:
+        config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=15).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "127.0.0.1"
+    found = re.search(r"^SlurmctldHost\[0\]\s*=\s*\S+\((\d+\.\d+\.\d+\.\d+)\)", config, flags=re.MULTILINE)
+    return found.group(1) if found else "127.0.0.1"
+
+
+HOST = _reachable_host()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((HOST, 0))
         return int(sock.getsockname()[1])
 
 
@@ -46,13 +62,13 @@ class MailServer:
             return AuthResult(success=ok)
 
         self.port = free_port()
-        self.controller = Controller(Handler(), hostname="127.0.0.1", port=self.port, authenticator=authenticate,
+        self.controller = Controller(Handler(), hostname=HOST, port=self.port, authenticator=authenticate,
                                      auth_require_tls=False)
         self.controller.start()
         return self
 
     def url(self) -> str:
-        return (f"mailto://{self.user}:{self.password}@127.0.0.1:{self.port}?smtp=127.0.0.1&mode=insecure"
+        return (f"mailto://{self.user}:{self.password}@{HOST}:{self.port}?smtp={HOST}&mode=insecure"
                 "&from=guard@example.org&to=alice@example.org")
 
     def stop(self) -> None:
@@ -81,7 +97,7 @@ class WebhookServer:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer((HOST, 0), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 

@@ -3,7 +3,8 @@ process in the node is killed, as a power cut would; Slurm marks it DOWN after S
 
 - A training node of a 2-node job dies: the run ends NODE_FAIL and the sidecar (on a service node) says a node
   died, naming it, and stops nothing (no training-quality STOP); Slurm requeues the job (--requeue) and the
-  sidecar follows its next run, on the nodes left, to the end.
+  sidecar follows its next run, on the nodes left, to the end. A job submitted with --no-requeue ends
+  NODE_FAIL: told the same way, once, and the sidecar ends with it.
 - The per-user monitor's node dies: Slurm requeues the monitor job onto the other service node, where it
   resumes every run from its state on the shared file system: the STOP it made before is not repeated, the
   STOP still due after is made, once.
@@ -102,6 +103,32 @@ def test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed(
         subprocess.run(["scancel", job_id], capture_output=True, timeout=30)  # a failed test leaves no job behind
 
 
+def test_a_job_that_may_not_requeue_ends_node_fail_told_as_a_dead_node(layout: Layout, tmp_path: Path,
+                                                                         failed_nodes: list[str]) -> None:
+    project = make_project(tmp_path, fast_interval=2.0, job_poll=5.0)
+    project.env["GUARDED_SBATCH_SITE_CONFIG"] = str(SITE_CONFIG)
+    slurm = SlurmScheduler(state_dir=tmp_path / "cache")
+    launched = project.cli("-p", "compute", "--no-requeue", "--job-name", f"{project.name}-noreq", "train.sh",
+                           "--steps", "3000", "--step-seconds", "0.05")
+    assert launched.returncode == 0, launched.stderr
+    job_id = submitted_job_id(launched.stdout)
+    try:
+        sidecar_id = project.run_record(job_id)["sidecar_id"]
+        wait_for(lambda: "Decision: CONTINUE" in project.sidecar_output(job_id), 120, 1, "the sidecar to judge the run healthy")
+        (node,) = job_nodes(job_id)
+        failed_nodes.append(node)
+        assert dev_slurm("node-fail", node).returncode == 0
+        assert wait_for(lambda: slurm.state(job_id) is JobState.NODE_FAIL, 120, 1, "the job to end NODE_FAIL")
+        assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "the sidecar to end")
+        report = project.sidecar_output(job_id)
+        assert "Decision: STOP" not in report and "FINAL_SUMMARY" not in report
+        told = [line for line in report.splitlines() if "a dead node, not the training" in line]
+        assert len(told) == 1 and "was not requeued" in told[0], report[-2000:]
+        assert report.count(f"training job {job_id} ended NODE_FAIL") == 1
+    finally:
+        subprocess.run(["scancel", job_id], capture_output=True, timeout=30)
+
+
 STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's node
 BREAKS = {1: ["--nan-at", "100"], 2: ["--nan-at", "2200"]}  # one STOP before the monitor's node dies, one after
 
@@ -119,6 +146,12 @@ def test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_l
     config.write_text(config.read_text() + 'mode = "per-user"\nmonitor_mem = "1G"\n', encoding="utf-8")
     slurm = SlurmScheduler(state_dir=tmp_path / "watcher")
     jobs: dict[int, str] = {}
+    monitor = ""
+
+    def report(i: int) -> str:
+        run_id = project.run_record(jobs[i])["run_id"]
+        return (project.state_dir / "runs" / run_id / "sidecar-monitor.out").read_text(errors="replace")
+
     try:
         for i in range(3):
             launched = project.cli("-p", "compute", "--job-name", f"synthetic-tanh-mlp-bs64-mnode-r{i}", "train.sh",
@@ -129,7 +162,8 @@ def test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_l
         records = {i: project.run_record(job) for i, job in jobs.items()}
         (monitor,) = {r["monitor_id"] for r in records.values()}
         wait_for(lambda: "mnode-r2 (job" in _monitor_output(project.state_dir), 120, 1, "the monitor to watch every run")
-        wait_for(lambda: slurm.state(jobs[1]) is JobState.CANCELLED, 120, 1, "the first STOP")
+        wait_for(lambda: slurm.state(jobs[1]) is JobState.CANCELLED and "FINAL_SUMMARY" in report(1), 120, 1,
+                 "the first STOP, made to the end")
         (monitor_node,) = job_nodes(monitor)
         assert monitor_node in layout.service
         failed_nodes.append(monitor_node)
@@ -141,14 +175,16 @@ def test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_l
         assert moved != [monitor_node] and moved[0] in layout.service
         wait_for(lambda: all(slurm.state(job).is_terminal for job in jobs.values()), 300, 2, "every training job to end")
     finally:
-        for job in jobs.values():
-            subprocess.run(["scancel", job], capture_output=True, timeout=30)
+        for job in [*jobs.values(), monitor]:
+            if job:
+                subprocess.run(["scancel", job], capture_output=True, timeout=30)
     states = {i: slurm.state(job) for i, job in jobs.items()}
     assert states == {0: JobState.COMPLETED, 1: JobState.CANCELLED, 2: JobState.CANCELLED}, states
     assert sacct_runs(monitor)[0]["state"] == "NODE_FAIL"
     for i in jobs:
-        report = (project.state_dir / "runs" / records[i]["run_id"] / "sidecar-monitor.out").read_text()
-        assert report.count("FINAL_SUMMARY") == (1 if i in BREAKS else 0), report[-2000:]
-        assert report.count("Decision: STOP") == (1 if i in BREAKS else 0), report[-2000:]
+        text = report(i)
+        assert text.count("FINAL_SUMMARY") == (1 if i in BREAKS else 0), text[-2000:]
+        assert text.count("- Action:") == (1 if i in BREAKS else 0), text[-2000:]  # one stop each, never again
         if i != 1:  # still live when the monitor came back
-            assert "resuming (restart 1)" in report, report[-2000:]
+            assert "resuming (restart 1)" in text, text[-2000:]
+    assert "Decision: STOP" not in report(0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from alert_servers import MailServer, WebhookServer, free_port
+from alert_servers import HOST, MailServer, WebhookServer, free_port
 from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
 from guarded_sbatch.scheduler.base import JobState
@@ -42,8 +42,8 @@ def test_stop_alert_reaches_mail_and_webhook_and_no_url_is_written(tmp_path: Pat
     try:
         project = make_project(tmp_path)
         config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
-        urls = [mail.url(), f"json://alerts:{HOOK_PASSWORD}@127.0.0.1:{hook.port}/hook",
-                f"json://127.0.0.1:{free_port()}/nobody-listens"]
+        urls = [mail.url(), f"json://alerts:{HOOK_PASSWORD}@{HOST}:{hook.port}/hook",
+                f"json://{HOST}:{free_port()}/nobody-listens"]
         config.write_text(config.read_text() + f"\n[notify]\nurls = {json.dumps(urls)}\non = [\"stop\"]\n")
         result = project.cli("--guard-backend", backend, "--guard-tb", TB, "train.sh", "--steps", "3000",
                              "--diverge-at", "60")
@@ -112,7 +112,7 @@ def test_a_crashed_job_is_alerted_once(tmp_path: Path) -> None:
     try:
         project = make_project(tmp_path, fast_interval=1.0)
         config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
-        config.write_text(config.read_text() + f'\n[notify]\nurls = ["json://127.0.0.1:{hook.port}/crash"]\n')
+        config.write_text(config.read_text() + f'\n[notify]\nurls = ["json://{HOST}:{hook.port}/crash"]\n')
         (project.root / "crash.sh").write_text(
             "#!/bin/bash\n#SBATCH --job-name=synthetic-tanh-mlp-bs64-lr5e-2\n"
             "python train.py --config configs/synthetic-tanh-mlp.yaml --steps 40 \"$@\"\nexit 7\n")
@@ -149,7 +149,7 @@ def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
         settings = SidecarSettings(
             run_name="never-logs", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
             tb_paths=[tmp_path / "missing"],
-            notify=NotifySettings(urls=(f"json://127.0.0.1:{hook.port}/wait",), wait_long_s=3600))
+            notify=NotifySettings(urls=(f"json://{HOST}:{hook.port}/wait",), wait_long_s=3600))
         out = io.StringIO()
         try:
             Sidecar(settings, None, out, clock=lambda: clock[0], sleep=sleep).run()

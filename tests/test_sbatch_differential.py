@@ -191,7 +191,9 @@ def _sbatch_fields(result: SbatchResult, case: Case, script_name: str) -> dict[s
         time_s = _printed_time(stored["TimeLimit"])
     else:
         time_s = _printed_time(opts["time"]) if "time" in opts else None
-    nodes = _first_int(stored.get("NumNodes") or opts.get("nodes"), 1) if (stored or "nodes" in opts) else 1
+    # the node count a job asked for; without one, how many nodes Slurm would place its tasks on depends on the
+    # cluster's node sizes (2 CPUs each on the multi-node dev Slurm), not on what sbatch parsed
+    nodes = _first_int(stored.get("NumNodes") or opts.get("nodes"), 1) if "nodes" in opts else 1
     nodes = max(1, nodes)
     per_node = _first_int(opts.get("ntasks-per-node"), 0) if "ntasks-per-node" in opts else 0
     if per_node <= 0 and "ntasks" in opts:

@@ -69,6 +69,9 @@ hosts_block() {
     local i
     echo "$HOSTS_BEGIN"
     for ((i = 1; i <= NODE_COUNT; i++)); do echo "$(node_addr "$i") $(node_name "$i")"; done
+    # IPv4-mapped forms too: a dual-stack server (torch's c10d store) sees its peers as ::ffff:A.B.C.D, and
+    # glibc's files backend does not map them back by itself (c10d then warns on every connection)
+    for ((i = 1; i <= NODE_COUNT; i++)); do echo "::ffff:$(node_addr "$i") $(node_name "$i")"; done
     echo "$HOSTS_END"
 }
 
