@@ -120,3 +120,11 @@ def test_no_cycles_between_modules() -> None:
         if node not in state:
             visit(node, [node])
     assert cycles == [], "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_every_module_is_placed_in_the_architecture_doc() -> None:
+    doc = (PACKAGE_ROOT.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    modules = sorted(p.relative_to(PACKAGE_ROOT).as_posix() for p in PACKAGE_ROOT.rglob("*.py")
+                     if p.name != "__init__.py" or p.parent == PACKAGE_ROOT)
+    missing = [m for m in modules if f"`{m}`" not in doc]
+    assert not missing, f"docs/architecture.md does not place these modules (add a line under 'Every module'): {missing}"

@@ -73,6 +73,9 @@ MinJobAge=$MIN_JOB_AGE_S
 JobRequeue=1
 MailProg=/bin/true
 MessageTimeout=10
+# a loaded 2-core machine can take more than the default 60 s to end a cancelled step: draining the node for it
+# ("Kill task failed") would fail every test after it
+UnkillableStepTimeout=180
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
 EOF
