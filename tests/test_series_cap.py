@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from alert_servers import WebhookServer
+from alert_servers import HOST, WebhookServer
 from e2e_helpers import REPO, wait_for
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge.history import MetricHistory
@@ -69,7 +69,7 @@ def test_the_sidecar_survives_a_poll_that_runs_out_of_memory_and_alerts(tmp_path
     tb = tmp_path / "tb"
     hook = WebhookServer().start()
     config = tmp_path / "config.toml"
-    config.write_text(f'[notify]\nurls = ["json://127.0.0.1:{hook.port}/hook"]\non = ["sidecar_error"]\n')
+    config.write_text(f'[notify]\nurls = ["json://{HOST}:{hook.port}/hook"]\non = ["sidecar_error"]\n')
     env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(config),
            "GUARDED_SBATCH_MAX_SERIES": "100000000", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)
