@@ -22,6 +22,7 @@ class _Process:
     pid: int
     pgid: int
     slurm_job: str
+    node: str = ""  # SLURMD_NODENAME: the node a job's process runs on (its event files carry that host)
 
 
 _cache: tuple[float, list[_Process]] = (0.0, [])
@@ -45,26 +46,28 @@ def _own_processes(now: float) -> list[_Process]:
             with open(f"{base}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
             pgid = int(fields[2])
-            job = ""
+            job = node = ""
             with open(f"{base}/environ", "rb") as handle:
                 for item in handle.read(256 * 1024).split(b"\0"):
                     if item.startswith(b"SLURM_JOB_ID="):
                         job = item[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
-                        break
+                    elif item.startswith(b"SLURMD_NODENAME="):
+                        node = item[len(b"SLURMD_NODENAME="):].decode("ascii", "replace")
         except (OSError, ValueError, IndexError):
             continue
-        found.append(_Process(int(name), pgid, job))
+        found.append(_Process(int(name), pgid, job, node))
     _cache = (now, found)
     return found
 
 
 def job_processes(job_id: str, *, backend: str, pgid: int | None,
-                  now: float | None = None) -> tuple[set[int], set[int]]:
-    """(the job's processes on this host, other jobs' processes on this host)."""
+                  now: float | None = None) -> tuple[set[int], set[int], set[str]]:
+    """(the job's processes on this host, other jobs' processes on this host, the nodes the job's processes
+    run on: several Slurm nodes can share one host's process table, as the dev cluster's namespaces do)."""
     processes = _own_processes(time.time() if now is None else now)
     if backend == "local":
         own = {p.pid for p in processes if pgid is not None and p.pgid == pgid}
-        return own, set()
-    own = {p.pid for p in processes if p.slurm_job == job_id}
+        return own, set(), set()
+    mine = [p for p in processes if p.slurm_job == job_id]
     foreign = {p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}
-    return own, foreign
+    return {p.pid for p in mine}, foreign, {p.node for p in mine if p.node}
