@@ -149,22 +149,12 @@ def private_dir(path: Path) -> Path:
 
 def write_private(path: Path, text: str) -> None:
     """Write a text file readable only by its owner (0600), atomically, never through a symlink."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # mkstemp: 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_public_atomic(path, text, 0o600)
 
 
 def write_public_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write a file others must read (the rendered policy: cli_filter runs as each user), atomically, `mode`
-    whatever the umask; the folder must exist (it is the site's, e.g. /etc/slurm)."""
+    """Write a file atomically with `mode` whatever the umask (0644: the rendered policy, which cli_filter reads as
+    each user), never through a symlink (mkstemp, then a rename); the folder must exist."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, mode)
