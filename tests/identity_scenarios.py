@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e_helpers import EXAMPLE, Project, make_project, submitted_job_id, wait_for
+from multinode_helpers import release, requeued
 from guarded_sbatch.scheduler.base import JobState
 
 CONFIG = "configs/synthetic-tanh-mlp.yaml"
@@ -178,6 +179,8 @@ def requeued_run_keeps_its_own(tmp_path: Path, scheduler: Any) -> None:
     own_wandb = record["sources"]["wandb_run_id"]
     wait_for(lambda: _seen_steps(project, job_id, 50), 300, 1, "the sidecar to read the first steps")
     subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
+    wait_for(lambda: requeued(job_id), 60, 0.5, "the job to be back in the queue")
+    release(job_id)
     neighbour_env = {k: v for k, v in project.env.items() if k != "WANDB_RUN_ID"}
     subprocess.run([sys.executable, "train.py", "--config", CONFIG, "--logdir", "runs/neighbour", "--wandb",
                     "--steps", "300", "--step-seconds", "0", "--diverge-at", "20"], cwd=project.root,
@@ -189,7 +192,8 @@ def requeued_run_keeps_its_own(tmp_path: Path, scheduler: Any) -> None:
     assert len(events) == 2, events  # one per start of the job
     own_runs = sorted((project.root / "wandb").glob(f"*run-*-{own_wandb}"))
     assert len(own_runs) == 2, own_runs  # the requeued job went on with the same W&B run id
-    assert str(events[-1]) in output and own_wandb in output
+    assert str(events[-1]) in output, (events, state_of(project, job_id), output)
+    assert own_wandb in output, (own_wandb, output)
     assert_cites_only_its_own(project, job_id, output)
 
 

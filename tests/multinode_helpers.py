@@ -112,3 +112,14 @@ def trainers_on(nodes: tuple[str, ...] | list[str], root: Path) -> dict[str, lis
 
 def dev_slurm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(DEV_SLURM), *args], capture_output=True, text=True, timeout=180)
+
+
+def requeued(job_id: str, restarts: int = 1) -> bool:
+    """The job is back in the queue after its `restarts`-th requeue."""
+    job = scontrol_job(job_id)
+    return job.get("Restarts") == str(restarts) and job.get("JobState") in ("PENDING", "REQUEUED")
+
+
+def release(job_id: str) -> None:
+    """Slurm holds a requeued batch job for ~2 minutes (EligibleTime); start it now so the test stays short."""
+    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], capture_output=True, timeout=30)

@@ -20,6 +20,7 @@ import pytest
 from conftest import require
 
 from e2e_helpers import Project, submitted_job_id, wait_for
+from multinode_helpers import release, requeued
 from guarded_sbatch.scheduler.base import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
@@ -50,11 +51,6 @@ def ddp_project(tmp_path: Path) -> Project:
 
 def unique_name() -> str:
     return f"synthetic-regression-tanh-mlp-ddp-{uuid.uuid4().hex[:6]}"  # other tests share the dev Slurm
-
-
-def scontrol_job(job_id: str) -> dict[str, str]:
-    result = subprocess.run(["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=30)
-    return dict(re.findall(r"(\w+)=(\S*)", result.stdout)) if result.returncode == 0 else {}
 
 
 def test_two_process_torchrun_job_from_one_command_trains_and_is_submitted_as_printed(
@@ -97,14 +93,9 @@ def test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows(
     sidecar_id = project.run_record(job_id)["sidecar_id"]
     output_file = project.root / f"slurm-{job_id}.out"
 
-    def requeued() -> bool:
-        job = scontrol_job(job_id)
-        return job.get("Restarts") == "1" and job.get("JobState") in ("PENDING", "REQUEUED")
-
-    assert wait_for(requeued, 150, 1, "the job to requeue itself")
+    assert wait_for(lambda: requeued(job_id), 150, 1, "the job to requeue itself")
     assert slurm.state(sidecar_id) is JobState.RUNNING  # the sidecar keeps watching the pending job
-    # Slurm holds a requeued batch job for ~2 minutes (EligibleTime); release it so the test stays short
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+5"], capture_output=True, timeout=30)
+    release(job_id)
     assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")
     info = slurm.info(job_id)
     assert info.state is JobState.COMPLETED and info.exit_code == 0, info

@@ -24,8 +24,8 @@ from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.base import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 from multinode_helpers import (
-    CONFIG, SITE_CONFIG, Layout, ddp_project, dev_slurm, job_nodes, multinode_layout, sacct_runs, scontrol_job,
-    trainers_on, unique_name,
+    CONFIG, SITE_CONFIG, Layout, ddp_project, dev_slurm, job_nodes, multinode_layout, release, requeued, sacct_runs,
+    scontrol_job, trainers_on, unique_name,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode, pytest.mark.serial]
@@ -45,16 +45,6 @@ def failed_nodes() -> Iterator[list[str]]:
     for node in nodes:
         back = dev_slurm("node-up", node)
         assert back.returncode == 0, back.stderr
-
-
-def release(job_id: str) -> None:
-    """Slurm holds a requeued batch job for ~2 minutes (EligibleTime); start it now so the test stays short."""
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], capture_output=True, timeout=30)
-
-
-def requeued(job_id: str, restarts: int = 1) -> bool:
-    job = scontrol_job(job_id)
-    return job.get("Restarts") == str(restarts) and job.get("JobState") in ("PENDING", "REQUEUED")
 
 
 def test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed(

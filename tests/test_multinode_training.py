@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from e2e_helpers import submitted_job_id, wait_for
 from guarded_sbatch.scheduler.base import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 from multinode_helpers import (
-    CONFIG, TWO_NODES, Layout, ddp_project, multinode_layout, sacct_runs, scontrol_job, trainers_on, unique_name,
+    CONFIG, TWO_NODES, Layout, ddp_project, multinode_layout, release, requeued, sacct_runs, trainers_on, unique_name,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.multinode]
@@ -94,14 +93,9 @@ def test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes(lay
     job_id = submitted_job_id(result.stdout)
     sidecar_id = project.run_record(job_id)["sidecar_id"]
 
-    def requeued() -> bool:
-        job = scontrol_job(job_id)
-        return job.get("Restarts") == "1" and job.get("JobState") in ("PENDING", "REQUEUED")
-
-    assert wait_for(requeued, 150, 1, "the 2-node job to requeue itself")
+    assert wait_for(lambda: requeued(job_id), 150, 1, "the 2-node job to requeue itself")
     assert slurm.state(sidecar_id) is JobState.RUNNING  # the sidecar keeps watching the pending job
-    # Slurm holds a requeued batch job for ~2 minutes (EligibleTime); release it so the test stays short
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], capture_output=True, timeout=30)
+    release(job_id)
     resumed = wait_for(lambda: each_node_trains(layout, project.root), 120, 0.5, "the resumed run on 2 nodes")
     assert len(resumed) == 2
     assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")

@@ -82,7 +82,7 @@ def test_show_in_a_folder_two_writers_share_reads_only_the_runs_own_file(tmp_pat
     broken = as_written_by(write_tb_events(shared, events(30)), 41002)
     for name, job_id, pid, other in (("synthetic-shared-healthy", "90011", 41001, 41002),
                                      ("synthetic-shared-nan", "90012", 41002, 41001)):
-        seen = WriterIdentity(hosts=(this_host(),), pids=(pid,), pid_host=this_host(), others=(other,))
+        seen = WriterIdentity(hosts=(this_host(),), pids=(pid,), pid_hosts=(this_host(),), others=(other,))
         record(name, job_id, project, RunSources(since=since, workdir=str(project), tb_paths=[str(shared)],
                                                  uid=os.geteuid(), seen=seen))
     code, out, _ = cli("show", "synthetic-shared-healthy", "--json")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from guarded_sbatch.sources.writers import WriterFilter, event_file_writer, this
 
 
 def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
-    writer = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(4242,), pid_host="gpu07", others=(777,), since=1.7e9,
+    writer = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(4242,), pid_hosts=("gpu07",), others=(777,), since=1.7e9,
                             run_id="ab12cd34")
     sources = RunSources(since=1.7e9, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["config key logdir"],
                          wandb_run_id="ab12cd34", wandb_dirs=["/p"], stdout="/p/slurm-7.out", uid=1000,
@@ -39,11 +40,11 @@ def test_the_launch_fields_become_one_list_of_specs_with_origin_and_writer() -> 
     sources = RunSources(since=100.0, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["--logdir"],
                          wandb_run_id="id1", wandb_id_from="guarded-sbatch", wandb_dirs=["/p", "/p/src"],
                          mlflow_tag="t0", stdout="/p/slurm-7.out", stderr="/p/slurm-7.err", uid=5,
-                         seen=WriterIdentity(pids=(11,), pid_host="n1"))
+                         seen=WriterIdentity(pids=(11,), pid_hosts=("n1",)))
     specs = {spec.kind: spec for spec in sources.source_specs()}
     assert [s.kind for s in sources.source_specs()] == ["tensorboard", "wandb", "mlflow", "textlog", "textlog"]
     assert specs["tensorboard"] == SourceSpec("tensorboard", "/p/runs/a", "--logdir",
-                                              WriterIdentity(uid=5, pids=(11,), pid_host="n1", since=100.0))
+                                              WriterIdentity(uid=5, pids=(11,), pid_hosts=("n1",), since=100.0))
     assert specs["wandb"].writer.run_id == "id1" and specs["wandb"].search == ("/p", "/p/src")
     assert specs["wandb"].origin == "guarded-sbatch"
     assert specs["mlflow"].writer.tag == "t0" and specs["mlflow"].search == ("/p",)
@@ -80,7 +81,7 @@ def test_an_event_file_name_gives_its_writer(name: str, created: float, host: st
 
 
 def test_attribution_by_user_start_node_and_process() -> None:
-    job = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(10, 11), pid_host="gpu07", others=(20,), since=1000.5)
+    job = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(10, 11), pid_hosts=("gpu07",), others=(20,), since=1000.5)
 
     def verdict(**found: object) -> Attribution:
         values: dict[str, object] = {"uid": 1000, "created": 1001.0, "host": "gpu07", "pid": None, **found}
@@ -132,7 +133,44 @@ def test_with_the_runs_writer_known_only_an_earlier_attempt_joins_it(tmp_path: P
     earlier = _event_file(tmp_path, 1_800_000_000, NOT_RUNNING[0], last_write=1_800_000_500)
     own = _event_file(tmp_path, 1_800_000_900, NOT_RUNNING[1], last_write=1_800_001_500)
     beside = _event_file(tmp_path, 1_800_001_000, NOT_RUNNING[2], last_write=1_800_001_400)
-    job = WriterIdentity(uid=os.geteuid(), pids=(NOT_RUNNING[1],), pid_host=this_host())
+    job = WriterIdentity(uid=os.geteuid(), pids=(NOT_RUNNING[1],), pid_hosts=(this_host(),))
     accept = WriterFilter(lambda: job, lambda: [earlier, own, beside])
     assert accept(own) and accept(earlier) and not accept(beside)
     assert "while this run wrote the same folder" in accept.note()
+
+
+def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_told_by_pid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev cluster's nodes share one process table. The sidecar (on node2) saw the job's first start on
+    node1, then only other jobs' processes while the job waited in the queue; the requeued start's file
+    (node1, a new pid) is the run's own, and the first start's still is."""
+    from guarded_sbatch.scheduler.base import JobInfo, JobState
+    from guarded_sbatch.sidecar import source_set as source_set_module
+    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.source_set import SourceSet
+
+    tables = iter([({10}, {20}, {"node1"}, {"node1", "node3"}),  # first start, another job on node3
+                   (set(), {20, 21}, set(), {"node3", "node4"}),  # requeued: pending; other jobs only
+                   ({30}, {20, 21}, {"node1"}, {"node1", "node3", "node4"})])  # the second start
+    monkeypatch.setattr(source_set_module, "job_processes", lambda *a, **k: next(tables))
+    monkeypatch.setattr(source_set_module, "this_host", lambda: "node2")
+
+    class Queue:
+        name = "slurm"
+
+        def info(self, job_id: str) -> JobInfo:
+            return JobInfo(job_id, JobState.RUNNING, work_dir=str(tmp_path))
+
+    settings = SidecarSettings(run_name="r", job_id="7", state_file=tmp_path / "state.json",
+                               evidence_dir=tmp_path / "evidence")
+    sources = SourceSet(settings, Queue())  # type: ignore[arg-type]
+    for _ in range(3):
+        sources._learn_writers()
+    job = sources.job_writer()
+    assert attribute(job, FileWriter(uid=job.uid, created=1.0, host="node1", pid=30))[0] is Attribution.OWN
+    assert attribute(job, FileWriter(uid=job.uid, created=1.0, host="node1", pid=10))[0] is Attribution.OWN
+    assert attribute(job, FileWriter(uid=job.uid, created=1.0, host="node1", pid=21))[0] is Attribution.FOREIGN
+    # a host whose processes this table never held: its pids say nothing either way
+    job = replace(job, hosts=())
+    assert attribute(job, FileWriter(uid=job.uid, created=1.0, host="gpu9", pid=21))[0] is Attribution.UNKNOWN

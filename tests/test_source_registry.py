@@ -107,7 +107,7 @@ def test_a_guarded_run_of_the_new_kind_is_read_by_its_sidecar_shown_and_killed(
         assert time.monotonic() < deadline, scheduler.state(record.job_id)
         time.sleep(0.2)
     seen = json.loads((record.folder / "run.json").read_text())["sources"]["seen"]  # what it learned of the job
-    assert scheduler.info(record.job_id).pgid in seen["pids"] and seen["pid_host"], seen
+    assert scheduler.info(record.job_id).pgid in seen["pids"] and seen["pid_hosts"], seen
 
     # `show` of each run in the one project: its own recorded source, judged now
     for name, decision in (("synthetic-jsonl-healthy", "CONTINUE"), ("synthetic-jsonl-nan", "STOP")):

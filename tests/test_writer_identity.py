@@ -215,7 +215,7 @@ def two_writers_in_one_folder(scheduler: Scheduler, tmp_path: Path, options: tup
 
         # what the healthy run's sidecar saw of its job, kept in its record, tells them apart again
         if by_process:
-            seen = WriterIdentity(pids=(healthy_pid,), pid_host=this_host())
+            seen = WriterIdentity(pids=(healthy_pid,), pid_hosts=(this_host(),))
             decision, message, _ = _judge(tmp_path, replace(recorded, seen=seen), None, healthy)
             assert decision == "CONTINUE", message
     finally:

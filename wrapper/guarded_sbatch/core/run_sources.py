@@ -32,9 +32,9 @@ class WriterIdentity:
 
     uid: int | None = None
     hosts: tuple[str, ...] = ()  # short host names (TensorBoard puts the writer's in the file name)
-    pids: tuple[int, ...] = ()  # the job's processes seen on pid_host (a pid means nothing on another host)
-    pid_host: str = ""
-    others: tuple[int, ...] = ()  # processes of other jobs seen on pid_host: their files are not this run's
+    pids: tuple[int, ...] = ()  # the job's processes seen in the process table of pid_hosts
+    pid_hosts: tuple[str, ...] = ()  # the hosts whose processes that table holds (a pid means nothing elsewhere)
+    others: tuple[int, ...] = ()  # processes of other jobs in that table: their files are not this run's
     since: float = 0.0  # epoch seconds: a file created earlier is not this run's
     run_id: str = ""  # W&B: the run id the job was given (its log must carry it); MLflow: the run id
     tag: str = ""  # MLflow: the value of the MLFLOW_TAG tag on the job's run
@@ -50,18 +50,19 @@ class WriterIdentity:
         return cls(uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
                    hosts=tuple(h for h in _list(raw.get("hosts")) if isinstance(h, str)),
                    pids=tuple(p for p in _list(raw.get("pids")) if isinstance(p, int) and not isinstance(p, bool)),
-                   pid_host=_text(raw.get("pid_host")),
+                   pid_hosts=tuple(h for h in (*_list(raw.get("pid_hosts")), _text(raw.get("pid_host")))
+                                   if isinstance(h, str) and h),  # pid_host: records before pid_hosts
                    others=tuple(p for p in _list(raw.get("others")) if isinstance(p, int) and not isinstance(p, bool)),
                    since=_number(raw.get("since")),
                    run_id=_text(raw.get("run_id")), tag=_text(raw.get("tag")))
 
     def knowing(self, *, hosts: tuple[str, ...] = (), pids: tuple[int, ...] = (), others: tuple[int, ...] = (),
-                pid_host: str = "") -> WriterIdentity:
+                pid_hosts: tuple[str, ...] = ()) -> WriterIdentity:
         """The same writer, with hosts and processes learned while the job runs."""
         own = tuple(dict.fromkeys((*self.pids, *pids)))
         return replace(self, hosts=tuple(dict.fromkeys((*self.hosts, *hosts))), pids=own,
                        others=tuple(p for p in dict.fromkeys((*self.others, *others)) if p not in own),
-                       pid_host=self.pid_host or pid_host)
+                       pid_hosts=tuple(dict.fromkeys((*self.pid_hosts, *pid_hosts))))
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ def attribute(writer: WriterIdentity, found: FileWriter) -> tuple[Attribution, s
         return Attribution.FOREIGN, "created before the run started"
     if writer.hosts and found.host and _short(found.host) not in {_short(h) for h in writer.hosts}:
         return Attribution.FOREIGN, f"written on {found.host}, not on the job's node ({', '.join(writer.hosts)})"
-    same_host = not writer.pid_host or not found.host or _short(found.host) == _short(writer.pid_host)
+    same_host = not writer.pid_hosts or not found.host or _short(found.host) in {_short(h) for h in writer.pid_hosts}
     if found.pid is not None and same_host:
         if found.pid in writer.pids:
             return Attribution.OWN, ""

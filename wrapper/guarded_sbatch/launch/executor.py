@@ -185,7 +185,8 @@ class GuardedExecutor(submitit.AutoExecutor):
             script.unlink(missing_ok=True)
             raise
         tasks = executor.parameters.get("map_count")
-        job_id = self._submit(script, report, config, scheduler, tasks if isinstance(tasks, int) else None)
+        job_id = self._submit(script, report, config, scheduler, tasks if isinstance(tasks, int) else None,
+                              on_submitted=lambda job_id: _make_job_folders(executor.folder, job_id, tasks))
         job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
         job = job_class(folder=executor.folder, job_id=job_id, tasks=list(range(executor._num_tasks())))
         tp.cast(_Guarded, job).guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job_id))
@@ -195,7 +196,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         return job
 
     def _submit(self, script: Path, report: PreflightReport, config: Config, scheduler: Scheduler,
-                tasks: int | None) -> str:
+                tasks: int | None, on_submitted: tp.Callable[[str], None]) -> str:
         job_settings = config.sidecar
         paths = self.guard_paths
         sidecar = SidecarOptions(
@@ -209,7 +210,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         since = time.time() - 1.0
         submission = submit_guarded(
             scheduler, request, run_name=self.run_name(), sidecar=sidecar, resources=resources_from_config(config),
-            waivers=[w.to_json() for w in report.waivers],
+            waivers=[w.to_json() for w in report.waivers], on_training_submitted=on_submitted,
             record_fields={
                 **{key.replace("-", "_"): str(paths[key]) for key in ("checkpoint-dir", "artifact-dir") if paths[key]},
                 "total_steps": report.details.get("total_steps"), "launched_by": "submitit",
@@ -310,6 +311,17 @@ class _Marked:
 
     def estimate_start(self, request: SubmitRequest) -> float | None:
         return self._inner.estimate_start(self._marked(request))
+
+
+def _make_job_folders(folder: Path, job_id: str, tasks: object) -> None:
+    """The job's log folders (`logs/%j`), made the moment sbatch answers: Slurm cannot open a job's output in a
+    folder that does not exist (the job fails at once, signal 53), and the sidecar is submitted only after."""
+    ids = [job_id, *(f"{job_id}_{n}" for n in range(tasks))] if isinstance(tasks, int) else [job_id]
+    for one in ids:
+        try:
+            utils.JobPaths(folder, job_id=one).folder.mkdir(parents=True, exist_ok=True)
+        except ValueError:  # `%a` in the folder names array tasks only: the job itself has no folder
+            continue
 
 
 def _debug_script(run_name: str, folder: Path) -> Path:

@@ -61,13 +61,14 @@ def _own_processes(now: float) -> list[_Process]:
 
 
 def job_processes(job_id: str, *, backend: str, pgid: int | None,
-                  now: float | None = None) -> tuple[set[int], set[int], set[str]]:
+                  now: float | None = None) -> tuple[set[int], set[int], set[str], set[str]]:
     """(the job's processes on this host, other jobs' processes on this host, the nodes the job's processes
-    run on: several Slurm nodes can share one host's process table, as the dev cluster's namespaces do)."""
+    run on, the nodes of every job process in this host's process table: several Slurm nodes can share one
+    table, as the dev cluster's namespaces do, and a pid is comparable only with files those nodes wrote)."""
     processes = _own_processes(time.time() if now is None else now)
     if backend == "local":
         own = {p.pid for p in processes if pgid is not None and p.pgid == pgid}
-        return own, set(), set()
+        return own, set(), set(), set()
     mine = [p for p in processes if p.slurm_job == job_id]
     foreign = {p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}
-    return {p.pid for p in mine}, foreign, {p.node for p in mine if p.node}
+    return {p.pid for p in mine}, foreign, {p.node for p in mine if p.node}, {p.node for p in processes if p.node}

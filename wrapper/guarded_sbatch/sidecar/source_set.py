@@ -97,13 +97,13 @@ class SourceSet:
         if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
             since = self._job_start  # a job's own files are those written since it started
         local = self.scheduler.name == "local"
-        own, others, nodes = job_processes(self.settings.job_id, backend=self.scheduler.name, pgid=self._pgid)
-        # the job's processes seen here run on these nodes (the process table they share is this host's): a file
-        # another node wrote is not theirs, and a pid in a file of one of them is compared with theirs
+        own, others, nodes, table = job_processes(self.settings.job_id, backend=self.scheduler.name,
+                                                  pgid=self._pgid)
+        # the job's processes seen here run on these nodes: a file another node wrote is not theirs; a pid in a
+        # file is compared with those seen only when its node's processes are in this host's process table
         hosts = (this_host(),) if local else tuple(sorted(nodes))
-        pid_host = "" if nodes or not (own or others) else this_host()
         writer = self._writer.knowing(hosts=hosts, pids=tuple(sorted(own)), others=tuple(sorted(others)),
-                                      pid_host=pid_host)
+                                      pid_hosts=(this_host(), *sorted(table)))
         self._writer = replace(writer, since=since)
         if self._writer != self._saved_writer and self.settings.identity is not None:
             self._record_seen()
