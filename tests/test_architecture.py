@@ -128,3 +128,13 @@ def test_every_module_is_placed_in_the_architecture_doc() -> None:
                      if p.name != "__init__.py" or p.parent == PACKAGE_ROOT)
     missing = [m for m in modules if f"`{m}`" not in doc]
     assert not missing, f"docs/architecture.md does not place these modules (add a line under 'Every module'): {missing}"
+
+
+def test_no_module_basename_twice() -> None:
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        if path.name not in {"__init__.py"}:
+            by_name[path.name].append(path.relative_to(PACKAGE_ROOT).as_posix())
+    twice = {name: sorted(paths) for name, paths in sorted(by_name.items()) if len(paths) > 1}
+    assert twice == {}, f"module basenames used for more than one thing (name each for what it is): {twice}"
+

@@ -1,6 +1,6 @@
 """`sbatch` as the guarded-sbatch module puts it first on PATH: shims/sbatch runs `python -m guarded_sbatch.cli.shim`.
 
-The decision (guard or hand to the real sbatch) is site/shim.py's; this module prints and execs.
+The decision (guard or hand to the real sbatch) is site/shim_decision.py's; this module prints and execs.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import write_text_atomic
-from guarded_sbatch.site.shim import (
+from guarded_sbatch.site.shim_decision import (
     REAL_SBATCH_ENV,
     SHIM_ACTIVE_ENV,
     SHIM_PATH_ENV,

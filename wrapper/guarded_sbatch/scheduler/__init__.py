@@ -1,7 +1,7 @@
 """One interface over Slurm and local processes."""
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SubmitRequest
 
 __all__ = ["JobInfo", "JobState", "Scheduler", "SubmitRequest", "get_scheduler"]
 

@@ -21,7 +21,7 @@ from guarded_sbatch.core.fsutil import make_private_dirs, read_json, state_dir, 
 from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.run_sources import expand_filename_pattern
-from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
 from guarded_sbatch.core.sbatch.options import effective_options

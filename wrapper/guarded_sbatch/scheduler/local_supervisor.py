@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from guarded_sbatch.core.fsutil import read_json, write_json_atomic
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 ARGV_ENV = "GUARDED_SBATCH_LOCAL_ARGV"
 

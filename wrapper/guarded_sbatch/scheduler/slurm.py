@@ -16,7 +16,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.runner import CommandResult, run_command
-from guarded_sbatch.scheduler.base import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
 from guarded_sbatch.scheduler.slurm_nodes import NodeLoss, node_losses
 from guarded_sbatch.scheduler.slurm_parse import (
