@@ -138,3 +138,44 @@ def test_no_module_basename_twice() -> None:
     twice = {name: sorted(paths) for name, paths in sorted(by_name.items()) if len(paths) > 1}
     assert twice == {}, f"module basenames used for more than one thing (name each for what it is): {twice}"
 
+
+# Modules that may start a process themselves, each with its reason; everything else goes through core/runner.py.
+PROCESS_STARTERS: dict[str, str] = {
+    "core/runner.py": "the one runner: run_command (a timeout), start_process (a child its owner polls), replace_process",
+}
+PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "concurrent.futures.process"}
+PROCESS_CALLS = ("exec", "spawn", "system", "popen", "fork", "posix_spawn")
+
+
+def _process_starts(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in PROCESS_MODULES
+                      or a.name in PROCESS_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in PROCESS_MODULES or node.module in PROCESS_MODULES:
+                found.append(f"{node.lineno}: from {node.module} import ...")
+            elif node.module == "os":
+                found += [f"{node.lineno}: from os import {a.name}" for a in node.names if a.name.startswith(PROCESS_CALLS)]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"
+              and node.attr.startswith(PROCESS_CALLS)):
+            found.append(f"{node.lineno}: os.{node.attr}")
+    return found
+
+
+def test_every_subprocess_goes_through_the_runner() -> None:
+    outside = {}
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        module = path.relative_to(PACKAGE_ROOT).as_posix()
+        if module not in PROCESS_STARTERS and (found := _process_starts(path)):
+            outside[module] = found
+    assert outside == {}, f"processes started outside core/runner.py (use run_command / start_process): {outside}"
+    assert all((PACKAGE_ROOT / module).is_file() for module in PROCESS_STARTERS), "a listed exception no longer exists"
+
+
+def test_the_process_check_sees_each_way_of_starting_one(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os\nimport subprocess\nfrom multiprocessing import Pool\nfrom os import execvp\n"
+                      "os.execv('/bin/true', ['true'])\nos.system('true')\nos.getpid()\n", encoding="utf-8")
+    assert sorted(int(line.split(":")[0]) for line in _process_starts(sample)) == [2, 3, 4, 5, 6]
