@@ -179,3 +179,9 @@ def test_the_process_check_sees_each_way_of_starting_one(tmp_path: Path) -> None
     sample.write_text("import os\nimport subprocess\nfrom multiprocessing import Pool\nfrom os import execvp\n"
                       "os.execv('/bin/true', ['true'])\nos.system('true')\nos.getpid()\n", encoding="utf-8")
     assert sorted(int(line.split(":")[0]) for line in _process_starts(sample)) == [2, 3, 4, 5, 6]
+
+
+def test_one_module_reads_the_mount_table() -> None:
+    readers = sorted(p.relative_to(PACKAGE_ROOT).as_posix() for p in PACKAGE_ROOT.rglob("*.py")
+                     if any(name in p.read_text(encoding="utf-8") for name in ("mountinfo", "/proc/mounts")))
+    assert readers == ["core/mounts.py"], f"the mount table is parsed in core/mounts.py only, not in {readers}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import LaunchArgs
-from guarded_sbatch.launch.fsinfo import Mount
+from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.core.sbatch.launcher import LauncherLine
 from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, load_run_config

@@ -21,7 +21,7 @@ from guarded_sbatch.launch.checks.own_folder import check_own_folder
 from guarded_sbatch.launch.checks.paths import check_paths
 from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
 from guarded_sbatch.launch.context import PreflightContext, load_intended_config
-from guarded_sbatch.launch.fsinfo import Mount
+from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference
