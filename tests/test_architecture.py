@@ -185,3 +185,20 @@ def test_one_module_reads_the_mount_table() -> None:
     readers = sorted(p.relative_to(PACKAGE_ROOT).as_posix() for p in PACKAGE_ROOT.rglob("*.py")
                      if any(name in p.read_text(encoding="utf-8") for name in ("mountinfo", "/proc/mounts")))
     assert readers == ["core/mounts.py"], f"the mount table is parsed in core/mounts.py only, not in {readers}"
+
+
+SLURM_COMMANDS = {"sbatch", "squeue", "scontrol", "sacct", "scancel", "srun", "sinfo", "sstat", "salloc", "sprio"}
+
+
+def _slurm_argvs(path: Path) -> list[str]:
+    """Argument lists (list literals: the runner's argv) whose program is a Slurm command."""
+    return [f"{node.lineno}: {node.elts[0].value}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+            and node.elts[0].value in SLURM_COMMANDS]
+
+
+def test_slurms_commands_are_run_by_the_slurm_backend_only() -> None:
+    outside = {p.relative_to(PACKAGE_ROOT).as_posix(): found for p in sorted(PACKAGE_ROOT.rglob("*.py"))
+               if not p.relative_to(PACKAGE_ROOT).as_posix().startswith("scheduler/slurm") and (found := _slurm_argvs(p))}
+    assert outside == {}, f"Slurm commands run outside scheduler/slurm.py (add a function there): {outside}"
+    assert _slurm_argvs(PACKAGE_ROOT / "scheduler" / "slurm.py"), "the check no longer sees the backend's own calls"

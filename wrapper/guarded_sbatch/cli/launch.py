@@ -28,7 +28,9 @@ BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
 def choose_backend(config: Config, requested: str | None) -> str:
     """slurm or local: --guard-backend, else GUARDED_SBATCH_BACKEND, else the config's choice."""
-    backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()
+    from guarded_sbatch.scheduler import resolve_backend
+
+    backend = requested or os.environ.get(BACKEND_ENV) or resolve_backend(config.scheduler)
     if backend not in ("slurm", "local"):
         raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
     return backend
@@ -371,9 +373,9 @@ def _absolute(path: Path, cwd: Path) -> Path:
 
 
 def _pass_through_to_sbatch(options: tuple[str, ...]) -> int:
-    from guarded_sbatch.core.runner import run_command
+    from guarded_sbatch.scheduler.slurm import sbatch_pass_through
 
-    result = run_command(["sbatch", *options], timeout=30, check=False)
+    result = sbatch_pass_through(options)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.returncode

@@ -10,6 +10,8 @@ import dataclasses
 import os
 import time
 import pwd
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -377,6 +379,21 @@ def _info_from_fields(fields: dict[str, Any]) -> JobInfo:
     values["state"] = JobState.from_slurm(str(values.get("state", "")))
     values.setdefault("job_id", "")
     return JobInfo(**values)
+
+
+def sbatch_answers(timeout_s: float = 10.0) -> bool:
+    """True when an `sbatch` is on PATH and says its version in time (the "auto" backend's test)."""
+    if shutil.which("sbatch") is None:
+        return False
+    try:
+        return run_command(["sbatch", "--version"], timeout=timeout_s, check=False).returncode == 0
+    except CommandError:
+        return False
+
+
+def sbatch_pass_through(options: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
+    """sbatch with options that submit nothing (--help, --usage, --version): its output and exit code as they are."""
+    return run_command(["sbatch", *options], timeout=timeout_s, check=False)
 
 
 class JobEndWatch:
