@@ -29,12 +29,12 @@ from conftest import require
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.policy import RunContext
-from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.sources.registry import run_files
+from guarded_sbatch.sources.kinds import run_files
 
 COWORKER = "gsb-cowriter"
 
