@@ -1,7 +1,8 @@
 """A metric source kind added the documented way: this one module (a reader, what it says of its files) plus
 one registry line, `kinds.register(jsonl_source.KIND)` (tests/test_source_registry.py). Nothing else of
-guarded-sbatch changes for it to be read by `monitor`, found under a folder, read by a guarded run's sidecar
-from the run's record, shown by `show`, and deleted by `kill`."""
+guarded-sbatch changes for it to be detected by the pre-flight, resolved at launch from the run's config into
+its record, read by `monitor`, found under a folder, read by a guarded run's sidecar from the run's record,
+shown by `show`, and deleted by `kill`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.core.source_kinds import LaunchKind, Uses
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import read_range, guarded_reader
 from guarded_sbatch.sources.kinds import SourceKind
@@ -51,5 +53,10 @@ def own_files(spec: SourceSpec) -> list[str]:
     return [spec.locator] if Path(spec.locator).is_file() else []
 
 
+# the launch side: a program importing jsonl_logger or naming a ".jsonl" file uses it; the config key or
+# launcher argument metrics_jsonl names the run's file
+LAUNCH = LaunchKind("jsonl", uses=(Uses("{where} writes JSON-lines metrics", imports=("jsonl_logger",), code=(".jsonl",)),),
+                    path_keys=("metrics_jsonl",), place="file")
+
 KIND = SourceKind("jsonl", "--jsonl", "JSON-lines metrics", 2, "log_fallback", JsonLinesSource,
-                  matches=is_metrics_file, run_files=own_files)
+                  matches=is_metrics_file, run_files=own_files, launch=LAUNCH)

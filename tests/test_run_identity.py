@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -102,6 +103,35 @@ def test_transformers_tensorboard_folder_from_the_environment_is_the_runs_own(tm
     report = run_preflight(split_sbatch_argv(["train.sh"]), _config(), None, cwd=project.root,
                            env={"PATH": os.environ["PATH"]})
     assert str(project.root / "runs" / "exported") in report.details["source_plan"].sources.tb_paths, text
+
+
+def test_the_monitoring_check_reports_what_the_launch_resolved(tmp_path: Path) -> None:
+    """One report never says "no tracker found" beside "the sidecar reads this run's own: TensorBoard ...":
+    the check reads the launch's source plan (core/source_kinds.py's keys), not signs of its own alone."""
+    project = make_project(tmp_path)
+    (project.root / "train.py").write_text("print('step 1 loss 0.5')\n")  # no tracker in the code
+    shutil.rmtree(project.root / "runs")
+    config = project.root / "configs" / "synthetic-tanh-mlp.yaml"
+    text = config.read_text()
+
+    def check(config_text: str) -> tuple[str, list[str], str]:
+        config.write_text(config_text)
+        report = run_preflight(split_sbatch_argv(["train.sh"]), _config(), None, cwd=project.root,
+                               env={"PATH": os.environ["PATH"]})
+        monitoring = next(r for r in report.results if r.name == "monitoring")
+        return monitoring.finding, list(monitoring.evidence), next(n for n in report.notes if "sidecar reads" in n)
+
+    folder = project.root / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2"
+    finding, evidence, note = check(text)  # logdir: a TensorBoard key names the run's folder
+    assert finding == "tracker tensorboard found" and f"TensorBoard {folder} (config key logdir)" in note
+    assert evidence == [f"tensorboard: config key logdir names its folder {folder} — log_dir={folder}"]
+    finding, _, note = check(text.replace("logdir: runs/synthetic-tanh-mlp-bs64-lr5e-2", "output_dir: out"))
+    assert f"TensorBoard {project.root / 'out'} (config key output_dir)" in note  # looked for under the output folder
+    assert finding.startswith("no tracker named in the program or its config") and "no tracker found" not in finding
+    assert f"TensorBoard events the run writes under {project.root / 'out'} (config key output_dir)" in finding
+    finding, evidence, note = check(text.replace("logdir: runs/synthetic-tanh-mlp-bs64-lr5e-2\n", ""))
+    assert finding.startswith("no tracker found: the sidecar watches the job's own log") and "TensorBoard" not in note
+    assert evidence[0].startswith("not found: wandb (WANDB_API_KEY, import wandb), neptune (")
 
 
 def test_a_missing_output_parent_warns_but_a_missing_dataset_fails(tmp_path: Path) -> None:

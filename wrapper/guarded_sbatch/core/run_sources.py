@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from guarded_sbatch.core.registry import RunRecord
 
 MLFLOW_TAG = "guarded_sbatch.run"
+# kinds whose launch-resolved places the record keeps in fields of their own (tb_paths), made specs in
+# RunSources.source_specs(); every other kind's place resolved at launch is recorded in RunSources.specs
+RECORDED_APART = frozenset({"tensorboard"})
 # Slurm's filename patterns (sbatch(1) "filename pattern"): %A %a %j %N %u %x, %% a percent sign.
 _PATTERN = re.compile(r"%(\d*)([AajNux%])")
 
@@ -152,7 +155,7 @@ class RunSources:
     stdout: str = ""  # expanded, except %N on Slurm (the node is known only once it runs)
     stderr: str = ""
     unresolved: list[str] = field(default_factory=list)  # what could not be pinned down, and why
-    specs: list[SourceSpec] = field(default_factory=list)  # sources named outright (guard flags, added kinds)
+    specs: list[SourceSpec] = field(default_factory=list)  # each other kind's place resolved at launch (its keys)
     uid: int | None = None  # the job's user: a file another uid owns is never read
     seen: WriterIdentity = field(default_factory=WriterIdentity)  # the job's node and processes, as its sidecar saw them
 
@@ -192,7 +195,7 @@ class RunSources:
 
     def source_specs(self) -> list[SourceSpec]:
         """Every source of the run as one list: the launch's own fields converted here, in one place."""
-        specs = list(self.specs)
+        specs = [spec if spec.writer != WriterIdentity() else replace(spec, writer=self.writer()) for spec in self.specs]
         for index, path in enumerate(self.tb_paths):
             origin = self.tb_from[index] if index < len(self.tb_from) else "the run's config"
             specs.append(SourceSpec("tensorboard", path, origin, self.writer()))
@@ -209,9 +212,9 @@ class RunSources:
         return _unique(specs)
 
     def claimed_folders(self) -> list[str]:
-        """The folders this run calls its own (a neighbour never reads them, even when written since it started)."""
-        return [*self.tb_paths, *self.output_dirs,
-                *(s.locator for s in self.specs if s.kind == "tensorboard")]
+        """The folders (and files) this run calls its own: a neighbour never reads them, even when written since it
+        started. Every recorded spec's place is one (the launch resolves them to absolute paths)."""
+        return [*self.tb_paths, *self.output_dirs, *(s.locator for s in self.specs if s.locator.startswith("/"))]
 
 
 def recorded_sources(record: RunRecord) -> RunSources:

@@ -1,7 +1,8 @@
 """Resolve, at launch, what belongs to this run: its TensorBoard / output folders (config keys and launcher
-arguments, `"$@"` already expanded from the script's real arguments), a W&B run id and an MLflow tag
-exported to the job, and its own stdout/stderr files. The result goes into the run's record; the sidecar
-reads exactly these (core/run_sources.py)."""
+arguments, `"$@"` already expanded from the script's real arguments), the file or folder of every other kind
+named by its keys (core/source_kinds.py, as `RunSources.specs`), a W&B run id and an MLflow tag exported to the
+job, and its own stdout/stderr files. The result goes into the run's record; the sidecar reads exactly these
+(core/run_sources.py)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,16 @@ from pathlib import Path
 
 from guarded_sbatch.core.run_sources import (
     MLFLOW_TAG,
+    RECORDED_APART,
     RunSources,
+    SourceSpec,
     expand_filename_pattern,
 )
 from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
+from guarded_sbatch.core.source_kinds import TENSORBOARD, launch_kinds, place_of
 from guarded_sbatch.launch.context import PreflightContext
 
-TB_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",
-           "tb_log_dir", "summary_dir")  # fmt: skip
+TB_KEYS = TENSORBOARD.path_keys
 OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
                "default_root_dir")  # fmt: skip
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -41,6 +44,7 @@ class SourcePlan:
     job_name: str = ""
     array: bool = False
     local: bool = False
+    named: list[SourceSpec] = field(default_factory=list)  # each kind's place named by its own keys, any kind
 
     def describe(self) -> list[str]:
         """Report notes: what the sidecar will read as this run's own, and what it could not pin down."""
@@ -50,6 +54,7 @@ class SourcePlan:
             own.append(f"W&B run {self.sources.wandb_run_id} ({how})")
         if self.sources.mlflow_tag:
             own.append(f"the MLflow run tagged {MLFLOW_TAG}={self.sources.mlflow_tag}")
+        own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs)
         error = f" and {self.error_pattern}" if self.error_pattern else ""
         own.append(f"the job's log {self.output_pattern}{error}")
         return [f"the sidecar reads this run's own: {'; '.join(own)}",
@@ -77,6 +82,7 @@ class SourcePlan:
             tb_paths=[with_job(p) for p in sources.tb_paths], output_dirs=[with_job(p) for p in sources.output_dirs],
             wandb_dirs=[with_job(p) for p in sources.wandb_dirs], wandb_run_id=with_job(sources.wandb_run_id),
             mlflow_run_id=with_job(sources.mlflow_run_id),
+            specs=[replace(spec, locator=with_job(spec.locator)) for spec in sources.specs],
             stdout=expand(self.output_pattern), stderr=expand(self.error_pattern),
         )
 
@@ -92,6 +98,9 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     env: dict[str, str] = {}
     _env_folders(context, sources)
     _folders(context, sources)
+    named, problems = named_places(context)
+    sources.specs.extend(spec for spec in named if spec.kind not in RECORDED_APART)
+    sources.unresolved.extend(problem for kind, problem in problems if kind not in RECORDED_APART)
     _wandb(context, sources, env)
     _mlflow(context, sources, env)
     options = context.options
@@ -101,7 +110,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
         error_pattern=options.get("error") or "",
         job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
-        array=array, local=getattr(context.scheduler, "name", "") == "local",
+        array=array, local=getattr(context.scheduler, "name", "") == "local", named=named,
     )
     export = (options.get("export") or "ALL").upper()
     if env and not export.startswith("ALL"):
@@ -110,7 +119,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     return plan
 
 
-ENV_TB_DIRS = ("TENSORBOARD_LOGGING_DIR",)  # transformers >= 5: the HF Trainer's TensorBoard folder, taken as is
+ENV_TB_DIRS = TENSORBOARD.path_env  # transformers >= 5: the HF Trainer's TensorBoard folder, taken as is
 
 
 def _env_folders(context: PreflightContext, sources: RunSources) -> None:
@@ -158,6 +167,45 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
         sources.unresolved.append("no TensorBoard / output folder in the run's config or arguments (logdir, "
                                   "output_dir, ...): TensorBoard files are looked for only if they are clearly "
                                   "this run's")
+
+
+def named_places(context: PreflightContext) -> tuple[list[SourceSpec], list[tuple[str, str]]]:
+    """Every kind's own file or folder named outright (core/source_kinds.py: a value of one of its path keys
+    in the run's config or launcher arguments, or of one of its path variables in the job's environment), as
+    specs; and, by kind, a note for each value that needs a shell to expand."""
+    specs: list[SourceSpec] = []
+    problems: list[tuple[str, str]] = []
+    for kind, origin, value in [*_named_in_env(context), *_named_in_config(context)]:
+        if needs_shell(value):
+            problems.append((kind, f"{kind} {place_of(kind)} {value!r} ({origin}) needs a shell to expand"
+                                   f"{_why(context, value)}"))
+        else:
+            spec = SourceSpec(kind, str(context.resolve(value)), origin)
+            if all((s.kind, s.locator) != (spec.kind, spec.locator) for s in specs):
+                specs.append(spec)
+    return specs, problems
+
+
+def _named_in_env(context: PreflightContext) -> list[tuple[str, str, str]]:
+    return [(kind.name, f"${variable}", context.env.get(variable, "").strip())
+            for kind in launch_kinds() for variable in kind.path_env if context.env.get(variable, "").strip()]
+
+
+def _named_in_config(context: PreflightContext) -> list[tuple[str, str, str]]:
+    config = context.intended
+    if config is None:
+        return []
+    owner: dict[str, str] = {}
+    for kind in launch_kinds():
+        for key in kind.path_keys:
+            owner.setdefault(key, kind.name)
+    found = []
+    for key, value in config.values.items():
+        kind_name = owner.get(key.rsplit(".", 1)[-1].replace("-", "_").lower())
+        if kind_name is not None and isinstance(value, str) and value.strip() and "://" not in value:
+            found.append((kind_name, f"--{key}" if key in config.overrides else f"config key {key}", value))
+    return found
+
 
 
 def _why(context: PreflightContext, value: str) -> str:

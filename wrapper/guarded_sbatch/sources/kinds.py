@@ -5,7 +5,11 @@ and which of a run's files of the kind `kill` deletes.
 A new source is one module in sources/ (a reader subclassing SourceBase, and what it says of its files) and
 one line in KINDS below: `monitor` and `sidecar` get its flag, discovery finds its files, the sidecar opens and
 ranks it, the report labels it, `show` reads it from the run's record and `kill` deletes its files.
-`register()` adds a kind at run time (tests/test_source_registry.py adds a JSON-lines source that way).
+`register()` adds a kind at run time (tests/test_source_registry.py adds a JSON-lines source that way),
+with its launch side (`launch`, a core/source_kinds.py `LaunchKind`: how the pre-flight detects it and which
+config keys / arguments / variables name its file or folder at launch), which `register()` hands to core, so
+the pre-flight and the launch of that process know it too; the built-in kinds' launch sides are declared in
+core (the login node never imports a reader) and reused here.
 Opening is where a spec's writer identity is applied: another user's files, another W&B run, another
 process's event files are never read as the run's (sources/writers.py).
 """
@@ -18,7 +22,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from guarded_sbatch.core import source_kinds
 from guarded_sbatch.core.run_sources import MLFLOW_TAG, SourceSpec, WriterIdentity
+from guarded_sbatch.core.source_kinds import LaunchKind
 from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.base import MetricSource, SourceError
 from guarded_sbatch.sources.csvlog import LightningCsvSource
@@ -51,6 +57,8 @@ class SourceKind:
     run_files: Callable[[SourceSpec], list[str]] | None = None
     # a recorded spec of this kind names the run's own folder: nothing more is looked for in the job's folder
     names_run_folder: bool = False
+    # its launch side: the pre-flight's signs of it, the config keys / arguments / variables naming its place
+    launch: LaunchKind | None = None
 
 
 def _open_wandb(spec: Path | str) -> MetricSource:
@@ -125,18 +133,30 @@ KINDS: dict[str, SourceKind] = {}
 
 
 def register(kind: SourceKind) -> SourceKind:
+    """The kind, for every reader of the registry, and its launch side for the pre-flight and the launch."""
+    if kind.launch is not None and kind.launch.name != kind.name:
+        raise ValueError(f"source kind {kind.name!r} carries the launch side of {kind.launch.name!r}")
     KINDS[kind.name] = kind
+    if kind.launch is not None:
+        source_kinds.register_launch(kind.launch)
     return kind
+
+
+def unregister(name: str) -> None:
+    """Forget a kind added at run time, its launch side too."""
+    KINDS.pop(name, None)
+    source_kinds.unregister_launch(name)
 
 
 for _kind in (
     SourceKind("wandb", "--wandb", "W&B run folder, .wandb file, or run path/URL", 0, "wandb_ok", _open_wandb,
-               needs_existing_path=False, open_spec=_wandb_spec, run_files=_wandb_files),
+               needs_existing_path=False, open_spec=_wandb_spec, run_files=_wandb_files, launch=source_kinds.WANDB),
     SourceKind("tensorboard", "--tb", "TensorBoard event folder or file", 1, "tensorboard_ok", TensorBoardSource,
-               open_spec=_tensorboard_spec, names_run_folder=True),
+               open_spec=_tensorboard_spec, names_run_folder=True, launch=source_kinds.TENSORBOARD),
     SourceKind("mlflow", "--mlflow", "MLflow store (mlflow.db or mlruns/)", 2, "log_fallback", MlflowSource,
-               needs_existing_path=False, open_spec=_mlflow_spec),
-    SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "log_fallback", LightningCsvSource),
+               needs_existing_path=False, open_spec=_mlflow_spec, launch=source_kinds.MLFLOW),
+    SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "log_fallback", LightningCsvSource,
+               launch=source_kinds.CSV),
     SourceKind("trainer_state", None, "HF trainer_state.json", 2, "log_fallback", TrainerStateSource),
     SourceKind("textlog", "--log", "a text log of the run", 3, "log_fallback", _open_textlog,
                open_spec=_textlog_spec),
@@ -212,8 +232,10 @@ def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
     added = [(kind, kind.matches) for kind in KINDS.values() if kind.matches is not None]
     if added:
         walked = _walk(root)
+        taken = {str(Path(c).resolve()) for c in claimed}  # another guarded run's own places
         for kind, matches in added:
-            files = [p for p in walked if matches(p.name) and (since is None or _mtime(p) >= since) and owned(p)]
+            files = [p for p in walked if matches(p.name) and (since is None or _mtime(p) >= since) and owned(p)
+                     and not discovery._claimed(p, taken)]
             if len(files) == 1:
                 specs.append(SourceSpec(kind.name, str(files[0]), origin))
             elif files:

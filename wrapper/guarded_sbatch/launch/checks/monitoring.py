@@ -3,24 +3,28 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.core.source_kinds import LaunchKind, Uses, launch_kinds
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+from guarded_sbatch.launch.source_plan import SourcePlan
 
 NAME = CheckName.MONITORING.value
 MAX_SOURCE_BYTES = 1024 * 1024
 IMPORT = r"^\s*(?:import|from)\s+{}\b"
-TENSORBOARD_USE = r"^\s*(?:import|from)\s+(?:tensorboard|tensorboardX|torch\.utils\.tensorboard)\b|EventFileWriter"
+REPORT_TO_KEYS = ("report_to", "logger", "loggers", "tracker", "log_with")
 
 
 @dataclass
 class Tracker:
-    kind: str  # "wandb" | "neptune" | "mlflow" | "tensorboard"
+    kind: str  # a kind of core/source_kinds.py: "wandb" | "neptune" | "mlflow" | "tensorboard" | "csv" | an added one
     because: list[str] = field(default_factory=list)
-    settings: dict[str, str] = field(default_factory=dict)  # project, entity, name, tags, group, experiment, log_dir
+    settings: dict[str, str] = field(default_factory=dict)  # project, entity, name, tags, group, experiment, log_dir, file
 
 
 def program_source(context: PreflightContext) -> tuple[Path | None, str]:
@@ -41,69 +45,84 @@ def program_source(context: PreflightContext) -> tuple[Path | None, str]:
         return path, ""
 
 
+@dataclass(frozen=True)
+class _Seen:
+    """What the detection looks at, gathered once: the program's source, the config, the launcher's arguments,
+    the default folders that exist, and the places the launch resolved for each kind (its source plan)."""
+
+    env: Mapping[str, str]
+    source: str
+    where: str  # the program's file name, for the findings
+    values: dict[str, object]
+    report_to: str  # the config's report_to / logger / ... values and accelerate's --log_with, lower case
+    args: str  # the launcher's program arguments, lower case
+    folders: dict[str, Path]  # default folder name -> its path, for those that exist
+    named: tuple[SourceSpec, ...]
+
+    @classmethod
+    def of(cls, context: PreflightContext) -> _Seen:
+        source_path, source = program_source(context)
+        values = context.intended.values if context.intended else {}
+        launcher = context.launcher
+        report_to = " ".join(str(v) for k, v in values.items() if k.rsplit(".", 1)[-1] in REPORT_TO_KEYS)
+        report_to += " " + ((launcher.option("log_with") or "") if launcher else "")
+        candidates = list(dict.fromkeys(d for kind in launch_kinds() for d in kind.default_folders))
+        stats = timed_stats([context.workdir / d for d in candidates], context.config.stat_timeout_s)
+        plan = context.source_plan
+        return cls(env=context.env, source=source, where=source_path.name if source_path else "the program",
+                   values=values, report_to=report_to.lower(),
+                   args=" ".join(w.text for w in launcher.program_args).lower() if launcher else "",
+                   folders={d: o.path for d, o in zip(candidates, stats) if o.exists and o.is_dir},
+                   named=tuple(plan.named) if isinstance(plan, SourcePlan) else ())
+
+    def because(self, kind: LaunchKind) -> list[str]:
+        found = [f"{variable} is set" for variable in kind.env_signs if self.env.get(variable)]
+        found += [f"{spec.origin} names its {kind.place} {spec.locator}" for spec in self.named if spec.kind == kind.name]
+        found += [f"{self.folders[d]} exists" for d in kind.default_folders if d in self.folders]
+        return found + [use.because.format(where=self.where) for use in kind.uses if self.shows(use)]
+
+    def shows(self, use: Uses) -> bool:
+        return (any(re.search(IMPORT.format(re.escape(name)), self.source, re.MULTILINE) for name in use.imports)
+                or any(text in self.source for text in use.code)
+                or any(word in self.report_to for word in use.config_words)
+                or any(key.startswith(use.config_prefixes) for key in self.values)
+                or any(word in self.args for word in use.arg_words))
+
+    def place(self, kind: LaunchKind) -> str:
+        """Where the kind writes, as far as the launch knows: the place its keys name, else its default folder."""
+        places = [*(spec.locator for spec in self.named if spec.kind == kind.name),
+                  *(str(self.folders[d]) for d in kind.default_folders if d in self.folders)]
+        return places[0] if places else ""
+
+
 def detect_trackers(context: PreflightContext) -> list[Tracker]:
-    env = context.env
-    source_path, source = program_source(context)
-    values = context.intended.values if context.intended else {}
-    args = " ".join(w.text for w in context.launcher.program_args) if context.launcher else ""
-    report_to = " ".join(
-        str(v) for k, v in values.items() if k.rsplit(".", 1)[-1] in ("report_to", "logger", "loggers", "tracker", "log_with")
-    )
-    report_to += " " + (context.launcher.option("log_with") or "" if context.launcher else "")
-    where = f"{source_path.name}" if source_path else "the program"
+    """The kinds the run reports to, in the table's order (core/source_kinds.py, every registered kind)."""
+    seen = _Seen.of(context)
     trackers: list[Tracker] = []
-
-    wandb = Tracker("wandb")
-    if env.get("WANDB_API_KEY"):
-        wandb.because.append("WANDB_API_KEY is set")
-    if re.search(IMPORT.format("wandb"), source, re.MULTILINE) or "WandbLogger" in source:
-        wandb.because.append(f"{where} imports wandb")
-    if "wandb" in report_to.lower() or any(k.startswith("wandb.") or k.startswith("wandb_") for k in values):
-        wandb.because.append("the config reports to wandb")
-    if wandb.because:
-        wandb.settings = _wandb_settings(values, source, context)
-        trackers.append(wandb)
-
-    neptune = Tracker("neptune")
-    if env.get("NEPTUNE_API_TOKEN"):
-        neptune.because.append("NEPTUNE_API_TOKEN is set")
-    if re.search(IMPORT.format("neptune"), source, re.MULTILINE):
-        neptune.because.append(f"{where} imports neptune")
-    if neptune.because:
-        neptune.settings = {k: v for k, v in {"project": env.get("NEPTUNE_PROJECT", "")}.items() if v}
-        trackers.append(neptune)
-
-    mlflow = Tracker("mlflow")
-    if env.get("MLFLOW_TRACKING_URI"):
-        mlflow.because.append("MLFLOW_TRACKING_URI is set")
-    if re.search(IMPORT.format("mlflow"), source, re.MULTILINE) or "mlflow" in report_to.lower():
-        mlflow.because.append(f"{where} uses mlflow")
-    if mlflow.because:
-        experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(
-            source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?"
-        )
-        mlflow.settings = {
-            k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v
-        }
-        trackers.append(mlflow)
-
-    tensorboard = Tracker("tensorboard")
-    folders = [context.workdir / "runs", context.workdir / "lightning_logs"]
-    for outcome in timed_stats(folders, context.config.stat_timeout_s):
-        if outcome.exists and outcome.is_dir:
-            tensorboard.because.append(f"{outcome.path} exists")
-            tensorboard.settings.setdefault("log_dir", str(outcome.path))
-    if (
-        "SummaryWriter" in source
-        or "TensorBoardLogger" in source
-        or "tensorboard" in report_to.lower()
-        or "tensorboard" in args
-        or re.search(TENSORBOARD_USE, source, re.MULTILINE)
-    ):
-        tensorboard.because.append(f"{where} writes TensorBoard events")
-    if tensorboard.because:
-        trackers.append(tensorboard)
+    for kind in launch_kinds():
+        tracker = Tracker(kind.name, seen.because(kind))
+        if tracker.because:
+            tracker.settings = _settings(kind, seen, context)
+            trackers.append(tracker)
     return trackers
+
+
+def _settings(kind: LaunchKind, seen: _Seen, context: PreflightContext) -> dict[str, str]:
+    own = SETTINGS.get(kind.name)
+    if own is not None:
+        return own(seen.values, seen.source, context)
+    place = seen.place(kind)
+    return {("log_dir" if kind.place == "folder" else "file"): place} if place else {}
+
+
+def _neptune_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
+    return {k: v for k, v in {"project": context.env.get("NEPTUNE_PROJECT", "")}.items() if v}
+
+
+def _mlflow_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
+    env = context.env
+    experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?")
+    return {k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v}
 
 
 def _wandb_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
@@ -135,17 +154,34 @@ def _call_argument(source: str, prefix: str) -> str | None:
     return match.group(1) if match else None
 
 
+Settings = Callable[[dict[str, object], str, PreflightContext], dict[str, str]]
+# a kind's own settings (project, entity, experiment ...); any other kind's is where it writes
+SETTINGS: dict[str, Settings] = {"wandb": _wandb_settings, "neptune": _neptune_settings, "mlflow": _mlflow_settings}
+
+
+def _no_tracker(context: PreflightContext) -> CheckResult:
+    """The job's own stdout/stderr is always there and the sidecar reads the common trainers' log lines; it also
+    reads TensorBoard events under the run's output folder, should the run write any (the source plan's)."""
+    stdout = context.options.get("output") or "slurm-%j.out"
+    plan = context.source_plan
+    folders = [f"{path} ({origin})" for path, origin in zip(plan.sources.tb_paths, plan.sources.tb_from)] \
+        if isinstance(plan, SourcePlan) else []
+    if folders:
+        finding = (f"no tracker named in the program or its config: the sidecar watches the job's own log ({stdout}) "
+                   f"and any TensorBoard events the run writes under {', '.join(folders)}; without them it can judge "
+                   "only what the trainer prints (loss / eval lines)")
+    else:
+        finding = (f"no tracker found: the sidecar watches the job's own log ({stdout}); it can judge only what the "
+                   "trainer prints there (loss / eval lines)")
+    return CheckResult(NAME, CheckStatus.PASSED, finding,
+                       (f"not found: {', '.join(kind.signs() for kind in launch_kinds())}",),
+                       {"trackers": [{"kind": "stdout", "settings": {"output": stdout}}]})
+
+
 def check_monitoring(context: PreflightContext) -> CheckResult:
     trackers = detect_trackers(context)
     if not trackers:
-        # The job's own stdout/stderr is always there and the sidecar reads the common trainers' log lines.
-        stdout = context.options.get("output") or "slurm-%j.out"
-        return CheckResult(NAME, CheckStatus.PASSED,
-                           f"no tracker found: the sidecar watches the job's own log ({stdout}); it can judge only "
-                           "what the trainer prints there (loss / eval lines)",
-                           ("not found: WANDB_API_KEY / import wandb, NEPTUNE_API_TOKEN, MLFLOW_TRACKING_URI / mlflow, "
-                            "TensorBoard writers, runs/ or lightning_logs/",),
-                           {"trackers": [{"kind": "stdout", "settings": {"output": stdout}}]})  # fmt: skip
+        return _no_tracker(context)
     evidence = [
         f"{t.kind}: {'; '.join(t.because)}" + (f" — {', '.join(f'{k}={v}' for k, v in t.settings.items())}" if t.settings else "")
         for t in trackers

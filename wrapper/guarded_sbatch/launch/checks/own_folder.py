@@ -3,7 +3,8 @@
 Two runs writing one TensorBoard / output folder (one config launched twice, its `logdir` unchanged) mix their
 files: each run's sidecar may judge the other's metrics. The run's folders (resolved at launch, as recorded)
 are compared with those of every guarded run in the registry whose job the scheduler says is not over; a folder
-equal to, inside or around one of theirs fails the check, with the fix. A folder holding `${SLURM_JOB_ID}` is
+equal to, inside or around one of theirs fails the check, with the fix. The file or folder of every other kind
+named at launch (`RunSources.specs`, a JSON-lines file say) is compared the same way. A folder holding `${SLURM_JOB_ID}` is
 this job's alone; a restart continues in the folders of the run it restarts.
 """
 
@@ -20,6 +21,7 @@ from guarded_sbatch.core.errors import GuardedError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord, runs_root
 from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
+from guarded_sbatch.core.source_kinds import place_of
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -34,6 +36,7 @@ NAME = CheckName.OWN_FOLDER.value
 class Folder:
     path: str
     label: str  # where it came from: "--logdir", "config key logdir", "--guard-tb"
+    is_file: bool = False  # a kind's file (core/source_kinds.py place "file"), not a folder
 
 
 def planned_folders(context: PreflightContext) -> list[Folder]:
@@ -42,24 +45,30 @@ def planned_folders(context: PreflightContext) -> list[Folder]:
     plan = context.source_plan
     if isinstance(plan, SourcePlan):
         sources = plan.sources
-        labelled = [*zip(sources.tb_paths, sources.tb_from), *((p, "output folder") for p in sources.output_dirs)]
-        for path, label in labelled:
+        labelled = [*((p, label, False) for p, label in zip(sources.tb_paths, sources.tb_from)),
+                    *((p, "output folder", False) for p in sources.output_dirs),
+                    *((s.locator, s.origin, place_of(s.kind) == "file") for s in sources.specs)]
+        for path, label, is_file in labelled:
             if not re.search(r"SLURM_JOB_?ID", path):
-                folders.append(Folder(fill_job_variables(path, job_id="", job_name=plan.job_name), label))
+                folders.append(Folder(fill_job_variables(path, job_id="", job_name=plan.job_name), label, is_file))
     cwd = context.submit_dir or context.workdir
     for given in context.launch.guard_options.tb:
         folders.append(Folder(str(given if given.is_absolute() else cwd / given), "--guard-tb"))
     unique: dict[str, Folder] = {}
     for folder in folders:
         unique.setdefault(os.path.normpath(folder.path), folder)
-    return [Folder(path, folder.label) for path, folder in unique.items()]
+    return [Folder(path, folder.label, folder.is_file) for path, folder in unique.items()]
+
 
 
 def recorded_folders(raw: dict[str, Any]) -> list[str]:
     """The folders a run's record (run.json, as read) says it writes."""
     found = raw.get("sources")
     sources: dict[str, Any] = found if isinstance(found, dict) else {}
-    paths = [*_strings(sources.get("tb_paths")), *_strings(sources.get("output_dirs")), *_strings(raw.get("tb_paths"))]
+    specs = sources.get("specs")
+    places = [spec.get("locator") for spec in specs if isinstance(spec, dict)] if isinstance(specs, list) else []
+    paths = [*_strings(sources.get("tb_paths")), *_strings(sources.get("output_dirs")), *_strings(raw.get("tb_paths")),
+             *(p for p in _strings(places) if p.startswith("/"))]
     kept = [os.path.normpath(p) for p in paths if p and not JOB_VARIABLE.search(p)]
     return list(dict.fromkeys(kept))
 
@@ -146,8 +155,9 @@ def _fix(folder: Folder, context: PreflightContext) -> str:
     option = folder.label.rsplit(" ", 1)[-1].lstrip("-") if folder.label.startswith(("--", "config key")) else "logdir"
     option = option.rsplit(".", 1)[-1]
     parent = os.path.dirname(folder.path.rstrip("/")) or "."
-    mine = os.path.relpath(os.path.join(parent, name), context.workdir)
-    by_id = os.path.relpath(os.path.join(parent, "${SLURM_JOB_ID}"), context.workdir)
+    suffix = os.path.splitext(folder.path)[1] if folder.is_file else ""  # a file keeps its extension
+    mine = os.path.relpath(os.path.join(parent, name + suffix), context.workdir)
+    by_id = os.path.relpath(os.path.join(parent, "${SLURM_JOB_ID}" + suffix), context.workdir)
     return (f"give this run its own {option}: e.g. --{option} {shlex.quote(mine)} on the launcher line (or after the "
             f"script, when it passes \"$@\"), or --{option} \"{by_id}\" in the job script; or waive with "
             f"--guard-waive {NAME}=\"REASON\"")
