@@ -21,6 +21,7 @@ from guarded_sbatch.core.run_sources import (
 )
 from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
 from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.runconfig import RunConfig
 
 TB_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",
            "tb_log_dir", "summary_dir")  # fmt: skip
@@ -113,17 +114,7 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
     if config is None:
         sources.unresolved.append("no run config or launcher arguments: the run's output folder is unknown")
         return
-    found_tb: list[tuple[str, str]] = []
-    found_out: list[tuple[str, str]] = []
-    for key, value in config.values.items():
-        name = key.rsplit(".", 1)[-1].replace("-", "_").lower()
-        if not isinstance(value, str) or not value.strip() or "://" in value:
-            continue
-        label = f"--{key}" if key in config.overrides else f"config key {key}"
-        if name in TB_KEYS:
-            found_tb.append((label, value))
-        elif name in OUTPUT_KEYS:
-            found_out.append((label, value))
+    found_tb, found_out = _folder_keys(config)
     for label, value in found_out:
         if needs_shell(value):
             sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand{_why(context, value)}")
@@ -144,6 +135,22 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
         sources.unresolved.append("no TensorBoard / output folder in the run's config or arguments (logdir, "
                                   "output_dir, ...): TensorBoard files are looked for only if they are clearly "
                                   "this run's")
+
+
+def _folder_keys(config: RunConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The config's TensorBoard-folder and output-folder values (local paths), each with where it was set."""
+    found_tb: list[tuple[str, str]] = []
+    found_out: list[tuple[str, str]] = []
+    for key, value in config.values.items():
+        name = key.rsplit(".", 1)[-1].replace("-", "_").lower()
+        if not isinstance(value, str) or not value.strip() or "://" in value:
+            continue
+        label = f"--{key}" if key in config.overrides else f"config key {key}"
+        if name in TB_KEYS:
+            found_tb.append((label, value))
+        elif name in OUTPUT_KEYS:
+            found_out.append((label, value))
+    return found_tb, found_out
 
 
 def _why(context: PreflightContext, value: str) -> str:

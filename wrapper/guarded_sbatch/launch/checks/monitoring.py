@@ -41,8 +41,22 @@ def program_source(context: PreflightContext) -> tuple[Path | None, str]:
         return path, ""
 
 
+@dataclass(frozen=True)
+class _RunSigns:
+    """What the run shows about its trackers: its environment, program source, config and arguments."""
+
+    context: PreflightContext
+    source: str  # the program's text ("" when unknown)
+    where: str  # the program's file name, for the reasons
+    values: dict[str, object]  # the run config's flattened values
+    args: str  # the program's arguments
+    report_to: str  # the config's report_to / logger / tracker values and --log_with
+
+    def imports(self, module: str) -> bool:
+        return re.search(IMPORT.format(module), self.source, re.MULTILINE) is not None
+
+
 def detect_trackers(context: PreflightContext) -> list[Tracker]:
-    env = context.env
     source_path, source = program_source(context)
     values = context.intended.values if context.intended else {}
     args = " ".join(w.text for w in context.launcher.program_args) if context.launcher else ""
@@ -51,42 +65,58 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
     )
     report_to += " " + (context.launcher.option("log_with") or "" if context.launcher else "")
     where = f"{source_path.name}" if source_path else "the program"
-    trackers: list[Tracker] = []
+    signs = _RunSigns(context, source, where, values, args, report_to.lower())
+    found = (detect(signs) for detect in (_wandb, _neptune, _mlflow, _tensorboard))
+    return [tracker for tracker in found if tracker is not None]
 
+
+def _wandb(signs: _RunSigns) -> Tracker | None:
     wandb = Tracker("wandb")
-    if env.get("WANDB_API_KEY"):
+    if signs.context.env.get("WANDB_API_KEY"):
         wandb.because.append("WANDB_API_KEY is set")
-    if re.search(IMPORT.format("wandb"), source, re.MULTILINE) or "WandbLogger" in source:
-        wandb.because.append(f"{where} imports wandb")
-    if "wandb" in report_to.lower() or any(k.startswith("wandb.") or k.startswith("wandb_") for k in values):
+    if signs.imports("wandb") or "WandbLogger" in signs.source:
+        wandb.because.append(f"{signs.where} imports wandb")
+    if "wandb" in signs.report_to or any(k.startswith("wandb.") or k.startswith("wandb_") for k in signs.values):
         wandb.because.append("the config reports to wandb")
-    if wandb.because:
-        wandb.settings = _wandb_settings(values, source, context)
-        trackers.append(wandb)
+    if not wandb.because:
+        return None
+    wandb.settings = _wandb_settings(signs.values, signs.source, signs.context)
+    return wandb
 
+
+def _neptune(signs: _RunSigns) -> Tracker | None:
+    env = signs.context.env
     neptune = Tracker("neptune")
     if env.get("NEPTUNE_API_TOKEN"):
         neptune.because.append("NEPTUNE_API_TOKEN is set")
-    if re.search(IMPORT.format("neptune"), source, re.MULTILINE):
-        neptune.because.append(f"{where} imports neptune")
-    if neptune.because:
-        neptune.settings = {k: v for k, v in {"project": env.get("NEPTUNE_PROJECT", "")}.items() if v}
-        trackers.append(neptune)
+    if signs.imports("neptune"):
+        neptune.because.append(f"{signs.where} imports neptune")
+    if not neptune.because:
+        return None
+    neptune.settings = {k: v for k, v in {"project": env.get("NEPTUNE_PROJECT", "")}.items() if v}
+    return neptune
 
+
+def _mlflow(signs: _RunSigns) -> Tracker | None:
+    env = signs.context.env
     mlflow = Tracker("mlflow")
     if env.get("MLFLOW_TRACKING_URI"):
         mlflow.because.append("MLFLOW_TRACKING_URI is set")
-    if re.search(IMPORT.format("mlflow"), source, re.MULTILINE) or "mlflow" in report_to.lower():
-        mlflow.because.append(f"{where} uses mlflow")
-    if mlflow.because:
-        experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(
-            source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?"
-        )
-        mlflow.settings = {
-            k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v
-        }
-        trackers.append(mlflow)
+    if signs.imports("mlflow") or "mlflow" in signs.report_to:
+        mlflow.because.append(f"{signs.where} uses mlflow")
+    if not mlflow.because:
+        return None
+    experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(
+        signs.source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?"
+    )
+    mlflow.settings = {
+        k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v
+    }
+    return mlflow
 
+
+def _tensorboard(signs: _RunSigns) -> Tracker | None:
+    context, source = signs.context, signs.source
     tensorboard = Tracker("tensorboard")
     folders = [context.workdir / "runs", context.workdir / "lightning_logs"]
     for outcome in timed_stats(folders, context.config.stat_timeout_s):
@@ -96,14 +126,12 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
     if (
         "SummaryWriter" in source
         or "TensorBoardLogger" in source
-        or "tensorboard" in report_to.lower()
-        or "tensorboard" in args
+        or "tensorboard" in signs.report_to
+        or "tensorboard" in signs.args
         or re.search(TENSORBOARD_USE, source, re.MULTILINE)
     ):
-        tensorboard.because.append(f"{where} writes TensorBoard events")
-    if tensorboard.because:
-        trackers.append(tensorboard)
-    return trackers
+        tensorboard.because.append(f"{signs.where} writes TensorBoard events")
+    return tensorboard if tensorboard.because else None
 
 
 def _wandb_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
