@@ -4,7 +4,7 @@
         [--fast-interval 60] [--job-poll 300] [--nan-fraction 0.1]
 
 One writer process appends TensorBoard events for every run (5 steps/s x train/loss and train/lr = 10
-points/s per run); a fraction of the runs turns NaN at a random moment. The monitor (sidecar.monitor,
+points/s per run); a fraction of the runs turns NaN at a random moment. The monitor (sidecar.shared_monitor,
 the code the monitor job runs) watches them in its own process with a stand-in scheduler that
 answers like Slurm and counts every call that would reach slurmctld, and cancels by writing a file
 the writer obeys. Measured per N: CPU seconds per minute and peak RSS of the monitor process, the
@@ -77,7 +77,7 @@ class StandInSlurm:
     name = "slurm"
 
     def __init__(self, root: Path) -> None:
-        from guarded_sbatch.scheduler.base import JobState
+        from guarded_sbatch.scheduler.interface import JobState
 
         self.root = root
         self.calls = {"states": 0, "state": 0, "info": 0, "cancel": 0}
@@ -96,7 +96,7 @@ class StandInSlurm:
         return self._state(job_id)
 
     def info(self, job_id: str):  # type: ignore[no-untyped-def]
-        from guarded_sbatch.scheduler.base import JobInfo
+        from guarded_sbatch.scheduler.interface import JobInfo
 
         self.calls["info"] += 1
         return JobInfo(job_id, self._state(job_id), owner="me")
@@ -112,7 +112,7 @@ class StandInSlurm:
 
 def monitor_child(root: Path, runs: int, seconds: float, fast: float, job_poll: float) -> None:
     from guarded_sbatch.core import monitor_registry as registry
-    from guarded_sbatch.sidecar.monitor import MonitorSettings, SharedMonitor
+    from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 
     folder = root / "monitor"
     for i in range(runs):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from conftest import require
 from e2e_helpers import REPO, Project, make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
 STOP_REASONS = {"non_finite_loss", "non_finite_metric", "hidden_nan", "divergence", "loss_spike", "grad_explosion",
                 "eval_failing"}

@@ -13,7 +13,7 @@ from typing import Any
 
 from e2e_helpers import EXAMPLE, Project, make_project, submitted_job_id, wait_for
 from multinode_helpers import release, requeued
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 CONFIG = "configs/synthetic-tanh-mlp.yaml"
 WANDB_ENV = {"WANDB_MODE": "offline", "WANDB_PROJECT": "identity-e2e", "WANDB_SILENT": "true",

@@ -1,5 +1,5 @@
 """A metric source kind added the documented way: this one module (a reader, what it says of its files) plus
-one registry line, `registry.register(jsonl_source.KIND)` (tests/test_source_registry.py). Nothing else of
+one registry line, `kinds.register(jsonl_source.KIND)` (tests/test_source_registry.py). Nothing else of
 guarded-sbatch changes for it to be read by `monitor`, found under a folder, read by a guarded run's sidecar
 from the run's record, shown by `show`, and deleted by `kill`."""
 
@@ -12,7 +12,7 @@ from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import read_range, guarded_reader
-from guarded_sbatch.sources.registry import SourceKind
+from guarded_sbatch.sources.kinds import SourceKind
 
 
 @guarded_reader

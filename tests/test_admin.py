@@ -11,7 +11,7 @@ from pathlib import Path
 
 from e2e_helpers import make_project
 from guarded_sbatch.core.audit import AuditLog, read_audit
-from guarded_sbatch.site.policy import load_policy, render_lua_policy
+from guarded_sbatch.site.enforcement import load_policy, render_lua_policy
 from test_site_helpers import REPO, admin_modulefile, with_module
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"

@@ -128,3 +128,77 @@ def test_every_module_is_placed_in_the_architecture_doc() -> None:
                      if p.name != "__init__.py" or p.parent == PACKAGE_ROOT)
     missing = [m for m in modules if f"`{m}`" not in doc]
     assert not missing, f"docs/architecture.md does not place these modules (add a line under 'Every module'): {missing}"
+
+
+def test_no_module_basename_twice() -> None:
+    by_name: dict[str, list[str]] = defaultdict(list)
+    for path in PACKAGE_ROOT.rglob("*.py"):
+        if path.name not in {"__init__.py"}:
+            by_name[path.name].append(path.relative_to(PACKAGE_ROOT).as_posix())
+    twice = {name: sorted(paths) for name, paths in sorted(by_name.items()) if len(paths) > 1}
+    assert twice == {}, f"module basenames used for more than one thing (name each for what it is): {twice}"
+
+
+# Modules that may start a process themselves, each with its reason; everything else goes through core/runner.py.
+PROCESS_STARTERS: dict[str, str] = {
+    "core/runner.py": "the one runner: run_command (a timeout), start_process (a child its owner polls), replace_process",
+}
+PROCESS_MODULES = {"subprocess", "multiprocessing", "pty", "concurrent.futures.process"}
+PROCESS_CALLS = ("exec", "spawn", "system", "popen", "fork", "posix_spawn")
+
+
+def _process_starts(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in PROCESS_MODULES
+                      or a.name in PROCESS_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in PROCESS_MODULES or node.module in PROCESS_MODULES:
+                found.append(f"{node.lineno}: from {node.module} import ...")
+            elif node.module == "os":
+                found += [f"{node.lineno}: from os import {a.name}" for a in node.names if a.name.startswith(PROCESS_CALLS)]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os"
+              and node.attr.startswith(PROCESS_CALLS)):
+            found.append(f"{node.lineno}: os.{node.attr}")
+    return found
+
+
+def test_every_subprocess_goes_through_the_runner() -> None:
+    outside = {}
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        module = path.relative_to(PACKAGE_ROOT).as_posix()
+        if module not in PROCESS_STARTERS and (found := _process_starts(path)):
+            outside[module] = found
+    assert outside == {}, f"processes started outside core/runner.py (use run_command / start_process): {outside}"
+    assert all((PACKAGE_ROOT / module).is_file() for module in PROCESS_STARTERS), "a listed exception no longer exists"
+
+
+def test_the_process_check_sees_each_way_of_starting_one(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os\nimport subprocess\nfrom multiprocessing import Pool\nfrom os import execvp\n"
+                      "os.execv('/bin/true', ['true'])\nos.system('true')\nos.getpid()\n", encoding="utf-8")
+    assert sorted(int(line.split(":")[0]) for line in _process_starts(sample)) == [2, 3, 4, 5, 6]
+
+
+def test_one_module_reads_the_mount_table() -> None:
+    readers = sorted(p.relative_to(PACKAGE_ROOT).as_posix() for p in PACKAGE_ROOT.rglob("*.py")
+                     if any(name in p.read_text(encoding="utf-8") for name in ("mountinfo", "/proc/mounts")))
+    assert readers == ["core/mounts.py"], f"the mount table is parsed in core/mounts.py only, not in {readers}"
+
+
+SLURM_COMMANDS = {"sbatch", "squeue", "scontrol", "sacct", "scancel", "srun", "sinfo", "sstat", "salloc", "sprio"}
+
+
+def _slurm_argvs(path: Path) -> list[str]:
+    """Argument lists (list literals: the runner's argv) whose program is a Slurm command."""
+    return [f"{node.lineno}: {node.elts[0].value}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+            and node.elts[0].value in SLURM_COMMANDS]
+
+
+def test_slurms_commands_are_run_by_the_slurm_backend_only() -> None:
+    outside = {p.relative_to(PACKAGE_ROOT).as_posix(): found for p in sorted(PACKAGE_ROOT.rglob("*.py"))
+               if not p.relative_to(PACKAGE_ROOT).as_posix().startswith("scheduler/slurm") and (found := _slurm_argvs(p))}
+    assert outside == {}, f"Slurm commands run outside scheduler/slurm.py (add a function there): {outside}"
+    assert _slurm_argvs(PACKAGE_ROOT / "scheduler" / "slurm.py"), "the check no longer sees the backend's own calls"

@@ -9,6 +9,7 @@ import pytest
 
 from guarded_sbatch.core.config import Config, load_config, parse_quiet_hours
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.scheduler import resolve_backend
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE_SITE = REPO / "site_configs" / "example-site.toml"
@@ -40,7 +41,7 @@ def test_user_config_overrides_unlocked_keys(tmp_path: Path) -> None:
     user.parent.mkdir(parents=True)
     user.write_text('scheduler = "local"\n[sidecar]\nmem = "2G"\n[preflight]\nstat_timeout_seconds = 2\n')
     config = load_config(env=env_for(tmp_path, GUARDED_SBATCH_SITE_CONFIG=str(EXAMPLE_SITE)))
-    assert config.scheduler == "local" and config.scheduler_backend() == "local"
+    assert config.scheduler == "local" and resolve_backend(config.scheduler) == "local"
     assert config.sidecar.mem == "2G" and config.sidecar.partition == "cpu"  # deep merge keeps the site's partition
     assert config.stat_timeout_s == 2
     assert config.sources == (EXAMPLE_SITE, user)

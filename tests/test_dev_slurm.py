@@ -13,7 +13,7 @@ import pytest
 
 from guarded_sbatch.core.errors import SchedulerError
 from guarded_sbatch.core.runner import CommandResult, run_command
-from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = [pytest.mark.slurm, pytest.mark.serial]

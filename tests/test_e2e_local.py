@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"

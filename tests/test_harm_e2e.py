@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 HUGE_STEP_THEN_NAN = """#!/bin/bash
 #SBATCH --job-name=hostile-step-log-run

@@ -12,7 +12,7 @@ import pytest
 from e2e_helpers import make_project
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
-from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.interface import SubmitRequest
 
 
 class FakeScheduler:

@@ -105,7 +105,7 @@ def test_a_sidecar_judges_with_its_runs_record_not_the_config_of_today(tmp_path:
 
 
 def test_the_shared_monitor_judges_a_run_with_its_records_thresholds(tmp_path: Path) -> None:
-    from guarded_sbatch.sidecar.monitor import _recorded_policy
+    from guarded_sbatch.sidecar.shared_monitor import _recorded_policy
 
     (tmp_path / "run.json").write_text('{"run_id": "r1", "judge": {"spike_z": 7.0}}', encoding="utf-8")
     assert _recorded_policy(tmp_path, JudgePolicy()).spike_z == 7.0

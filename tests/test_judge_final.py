@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.settings import SidecarSettings

@@ -21,7 +21,7 @@ from conftest import require
 
 from e2e_helpers import Project, submitted_job_id, wait_for
 from multinode_helpers import release, requeued
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = pytest.mark.slurm

@@ -17,7 +17,7 @@ from conftest import require
 
 from e2e_helpers import Project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 RUN_NAME = "coco-resnet50-bs256-lr3e-4"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 NAMES = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_NTASKS",

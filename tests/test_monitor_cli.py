@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import EXAMPLE, make_project, wait_for
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import require
 from e2e_helpers import make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 from multinode_helpers import (
     CONFIG, SITE_CONFIG, Layout, ddp_project, dev_slurm, job_nodes, multinode_layout, release, requeued, sacct_runs,

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import require
 from e2e_helpers import submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 from multinode_helpers import (
     CONFIG, TWO_NODES, Layout, ddp_project, multinode_layout, release, requeued, sacct_runs, trainers_on, unique_name,

@@ -13,7 +13,7 @@ import pytest
 from alert_servers import HOST, MailServer, WebhookServer, free_port
 from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 LOGDIR = "runs/synthetic-tanh-mlp-bs64-lr5e-2"  # the config's logdir, shared by both launches

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.config import Config, parse_quiet_hours
-from guarded_sbatch.launch.fsinfo import Mount
+from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.preflight import format_report
 from guarded_sbatch.launch.results import CheckStatus
-from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 from preflight_tree import REFERENCE, TRAIN_SH, Tree, build_clean_tree, intended_config

@@ -1,4 +1,5 @@
-"""Mount-type detection from a mount table, and stats that time out instead of hanging."""
+"""The one mount table (core/mounts.py: mount types for the pre-flight, mount points for cleanup), and stats that
+time out instead of hanging."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import threading
 import time
 from pathlib import Path
 
-from guarded_sbatch.launch.fsinfo import mount_of, parse_mount_table, read_mount_table, timed_stat, timed_stats
+from guarded_sbatch.actions import path_guard
+from guarded_sbatch.core.mounts import mount_of, mount_points, parse_mount_table, read_mount_table, unescape
+from guarded_sbatch.launch.fsinfo import timed_stat, timed_stats
 
 MOUNTINFO = r"""22 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
 25 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw
@@ -54,6 +57,21 @@ def test_relative_paths_are_made_absolute(monkeypatch) -> None:  # type: ignore[
     monkeypatch.chdir("/")
     mount = mount_of("home/alice/data", parse_mount_table(MOUNTINFO))
     assert mount is not None and mount.fs_type == "nfs4"
+
+
+def test_mount_points_are_the_same_table_cleanup_refuses_to_cross() -> None:
+    points = mount_points(parse_mount_table(MOUNTINFO))
+    assert Path("/scratch/local disk") in points and Path("/scratch/local\\040disk") not in points
+    assert {Path("/"), Path("/proc"), Path("/home")} <= points
+    assert mount_points(parse_mount_table(PROC_MOUNTS)) == {Path("/"), Path("/data")}
+    live = mount_points()  # the live view path_guard reads: /proc is mounted on every Linux this runs on
+    assert {Path("/"), Path("/proc")} <= live
+    assert path_guard.mount_points is mount_points  # cleanup reads the one parser, not a copy of its own
+
+
+def test_only_valid_octal_escapes_are_decoded() -> None:
+    assert unescape(r"/a\040b\011c\134d") == "/a b\tc\\d"
+    assert unescape(r"/odd\089\04") == r"/odd\089\04"  # not three octal digits: kept as written, never a crash
 
 
 def test_timed_stat_real_files(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.launch.results import CheckStatus
-from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.interface import SubmitRequest
 
 from preflight_tree import TRAIN_SH, build_clean_tree
 

@@ -87,6 +87,23 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     assert plan.sources.tb_paths == [str(tmp_path / "b" / "project" / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
 
 
+def test_transformers_tensorboard_folder_from_the_environment_is_the_runs_own(tmp_path: Path) -> None:
+    """transformers 5 takes the HF Trainer's TensorBoard folder from $TENSORBOARD_LOGGING_DIR (exported by the
+    user or by the script itself), with no date/host subfolder: that folder is the run's."""
+    env = {"PATH": os.environ["PATH"], "TENSORBOARD_LOGGING_DIR": "tb/hf-run"}
+    project, report = _project_check(tmp_path / "a", ["train.sh"], env=env)
+    plan = report.details["source_plan"]
+    assert str(project.root / "tb" / "hf-run") in plan.sources.tb_paths
+    assert "$TENSORBOARD_LOGGING_DIR" in plan.sources.tb_from
+    project = make_project(tmp_path / "b")
+    script = project.root / "train.sh"
+    text = script.read_text()
+    script.write_text(text.replace("\npython", "\nexport TENSORBOARD_LOGGING_DIR=runs/exported\npython", 1))
+    report = run_preflight(split_sbatch_argv(["train.sh"]), _config(), None, cwd=project.root,
+                           env={"PATH": os.environ["PATH"]})
+    assert str(project.root / "runs" / "exported") in report.details["source_plan"].sources.tb_paths, text
+
+
 def test_a_missing_output_parent_warns_but_a_missing_dataset_fails(tmp_path: Path) -> None:
     _, report = _project_check(tmp_path, ["train.sh", "--logdir", "nowhere/yet/run"])
     paths = next(r for r in report.results if r.name == "paths")

@@ -96,8 +96,8 @@ def test_a_registration_carries_fingerprints_and_the_monitor_adopting_it_masks_t
     from test_shared_monitor import FakeSlurm
     from guarded_sbatch.core import monitor_registry as registry
     from guarded_sbatch.core.registry import create_run
-    from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions, register_with_monitor
-    from guarded_sbatch.sidecar.monitor import MonitorSettings, SharedMonitor
+    from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, register_with_monitor
+    from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 
     monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("HF_TOKEN", "hf-launch-secret-9z8y7x")  # this launch's secret, not the monitor's

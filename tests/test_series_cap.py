@@ -19,7 +19,7 @@ from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.source_state import judge
 from guarded_sbatch.judge.verdict import Decision, Reason
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 sys.path.insert(0, str(REPO / "bench"))

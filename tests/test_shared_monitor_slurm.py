@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = pytest.mark.slurm

@@ -34,8 +34,8 @@ MONITOR = """
 import json, sys
 from pathlib import Path
 from guarded_sbatch.core import monitor_registry as registry
-from guarded_sbatch.scheduler.base import JobInfo, JobState
-from guarded_sbatch.sidecar.monitor import MonitorSettings, SharedMonitor
+from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 import io
 
 folder, own_run = Path(sys.argv[1]), Path(sys.argv[2])

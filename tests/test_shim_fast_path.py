@@ -2,7 +2,7 @@
 
 The shim is run for real; the "real sbatch" it execs is a stand-in that prints its arguments (fault
 injection only: the shim's routing is what is observed). For every case, when the fast path hands a call
-to sbatch, guarded_sbatch.site.shim.decide must agree that it is not a training job.
+to sbatch, guarded_sbatch.site.shim_decision.decide must agree that it is not a training job.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.sbatch.spec import SBATCH_OPTIONS, ArgKind
-from guarded_sbatch.site.shim import decide
+from guarded_sbatch.site.shim_decision import decide
 
 REPO = Path(__file__).resolve().parents[1]
 SHIM = REPO / "shims" / "sbatch"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import REPO, Project, make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sources.tensorboard import TensorBoardSource

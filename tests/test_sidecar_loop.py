@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from source_writers import tb_event, write_tb_events
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.settings import SidecarSettings

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.sbatch.script import parse_script
-from guarded_sbatch.site.policy import policy_from_table, render_lua_policy, training_reason
+from guarded_sbatch.site.enforcement import policy_from_table, render_lua_policy, training_reason
 from test_site_helpers import PLUGINS, lua_interpreter
 
 TRAINING = {

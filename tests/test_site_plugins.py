@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import make_project, submitted_job_id
-from guarded_sbatch.site.policy import policy_from_table, render_lua_policy
+from guarded_sbatch.site.enforcement import policy_from_table, render_lua_policy
 from test_site_helpers import PLUGINS, REPO, cancel, require, scontrol_text, unique_name
 
 pytestmark = [pytest.mark.slurm, pytest.mark.serial]

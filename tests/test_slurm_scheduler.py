@@ -11,7 +11,7 @@ import pytest
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.runner import run_command
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.slurm import SlurmScheduler, SlurmUnreachableError
 
 pytestmark = pytest.mark.slurm

@@ -145,7 +145,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
     """The dev cluster's nodes share one process table. The sidecar (on node2) saw the job's first start on
     node1, then only other jobs' processes while the job waited in the queue; the requeued start's file
     (node1, a new pid) is the run's own, and the first start's still is."""
-    from guarded_sbatch.scheduler.base import JobInfo, JobState
+    from guarded_sbatch.scheduler.interface import JobInfo, JobState
     from guarded_sbatch.sidecar import source_set as source_set_module
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sidecar.source_set import SourceSet
@@ -174,3 +174,35 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
     # a host whose processes this table never held: its pids say nothing either way
     job = replace(job, hosts=())
     assert attribute(job, FileWriter(uid=job.uid, created=1.0, host="gpu9", pid=21))[0] is Attribution.UNKNOWN
+
+
+def test_an_idle_writer_still_alive_on_a_node_of_the_table_is_not_a_restart_in_place(tmp_path: Path) -> None:
+    """Writer A (alive, quiet for a while: an eval, a data load) and writer B, started after A's last write, both
+    unknown to the job: A's process is alive in the process table of a node the sidecar sees, so the two were
+    active at the same time — two runs, none read — not one run restarted in place."""
+    import subprocess
+    import sys
+    import time
+
+    from source_writers import tb_event, write_tb_events
+
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        files = []
+        now = int(time.time())
+        for created, pid, last in ((now - 900, alive.pid, now - 800), (now - 400, NOT_RUNNING[0], now - 5)):
+            written = write_tb_events(tmp_path, [tb_event(i, "loss", 1.0) for i in range(3)])
+            target = tmp_path / f"events.out.tfevents.{created}.tablenode.{pid}.0"
+            written.rename(target)
+            os.utime(target, (last, last))
+            files.append(target)
+        job = WriterIdentity(uid=os.geteuid(), pid_hosts=("tablenode",))
+        accept = WriterFilter(lambda: job, lambda: files)
+        assert not accept(files[0]) and not accept(files[1])
+        assert files[0].name in accept.note() and files[1].name in accept.note()
+        # the same files where no table holds that node: nothing says A lives, so they read as one restarted run
+        accept = WriterFilter(lambda: WriterIdentity(uid=os.geteuid()), lambda: files)
+        assert accept(files[0]) and accept(files[1])
+    finally:
+        alive.kill()
+        alive.wait(timeout=10)

@@ -2,7 +2,7 @@
 
     + sources/jsonl.py                 (here tests/jsonl_source.py) JsonLinesSource(SourceBase), is_metrics_file, own_files,
                                        KIND = SourceKind("jsonl", "--jsonl", ..., matches=..., run_files=...)
-    + sources/registry.py (one line)   register(jsonl.KIND)
+    + sources/kinds.py (one line)   register(jsonl.KIND)
 
 and through the real CLI the new kind gets its `monitor` flag, is found under a folder, is read by a guarded
 run's sidecar from the run's record (the launch writes it into RunSources.specs), is shown by `show` and is
@@ -25,16 +25,16 @@ import pytest
 from guarded_sbatch.cli.main import main
 from guarded_sbatch.core.registry import create_run, find_run
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec
-from guarded_sbatch.scheduler.base import JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
-from guarded_sbatch.sources import registry
+from guarded_sbatch.sources import kinds
 
 
 @pytest.fixture()
-def jsonl_kind() -> Iterator[registry.SourceKind]:
-    kind = registry.register(jsonl_source.KIND)  # the one registry line
+def jsonl_kind() -> Iterator[kinds.SourceKind]:
+    kind = kinds.register(jsonl_source.KIND)  # the one registry line
     yield kind
-    registry.KINDS.pop("jsonl")
+    kinds.KINDS.pop("jsonl")
 
 
 @pytest.fixture()
@@ -126,9 +126,9 @@ def test_a_guarded_run_of_the_new_kind_is_read_by_its_sidecar_shown_and_killed(
 
 
 def test_the_registry_names_every_kind_and_refuses_an_unknown_one(tmp_path: Path) -> None:
-    assert {"wandb", "tensorboard", "mlflow", "csv", "textlog"} <= set(registry.KINDS)
-    assert [k.flag for k in registry.flagged_kinds()][:2] == ["--wandb", "--tb"]
-    with pytest.raises(registry.SourceError, match="unknown source kind 'parquet'"):
-        registry.open_source("parquet", tmp_path)
-    with pytest.raises(registry.SourceError, match="unknown source kind 'parquet'"):
-        registry.open_spec(SourceSpec("parquet", str(tmp_path)), lambda: RunSources().writer())
+    assert {"wandb", "tensorboard", "mlflow", "csv", "textlog"} <= set(kinds.KINDS)
+    assert [k.flag for k in kinds.flagged_kinds()][:2] == ["--wandb", "--tb"]
+    with pytest.raises(kinds.SourceError, match="unknown source kind 'parquet'"):
+        kinds.open_source("parquet", tmp_path)
+    with pytest.raises(kinds.SourceError, match="unknown source kind 'parquet'"):
+        kinds.open_spec(SourceSpec("parquet", str(tmp_path)), lambda: RunSources().writer())

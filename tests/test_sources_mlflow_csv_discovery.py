@@ -19,7 +19,7 @@ from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.csvlog import LightningCsvSource
 from guarded_sbatch.sources.discovery import discover_sources
-from guarded_sbatch.sources.registry import open_source
+from guarded_sbatch.sources.kinds import open_source
 from guarded_sbatch.sources.mlflow import MlflowSource
 from guarded_sbatch.sources.textlog import TextLogSource
 

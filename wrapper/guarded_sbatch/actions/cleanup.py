@@ -21,8 +21,8 @@ from guarded_sbatch.actions.path_guard import (
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import RunRecord, launch_root
-from guarded_sbatch.scheduler.base import SchedulerUnreachableError
-from guarded_sbatch.actions.stop import stop_run
+from guarded_sbatch.scheduler.interface import SchedulerUnreachableError
+from guarded_sbatch.actions.stop_run import stop_run
 from guarded_sbatch.actions.tracker_cleanup import MLFLOW_RUN_ID, delete_mlflow_run, delete_wandb_run
 
 STEP_TITLES = {
@@ -109,7 +109,7 @@ def run_job_ids(record: RunRecord) -> list[str]:
 def plan_cleanup(record: RunRecord, run_roots: Sequence[Path], *, homes: set[Path] | None = None,
                  source_files: Sequence[str] = ()) -> CleanupPlan:
     """The cleanup of `record`, in order, with each path already judged by the path guard. `source_files`: the
-    run's own files of its metric sources (each kind says which, in sources/registry.py), deleted with the tracker."""
+    run's own files of its metric sources (each kind says which, in sources/kinds.py), deleted with the tracker."""
     roots = allowed_roots(run_roots, launch_root(record))
     jobs = ", ".join(run_job_ids(record))
 
@@ -312,7 +312,7 @@ def executable(plan: CleanupPlan) -> bool:
 
 
 def stop_jobs(scheduler: Any, job_ids: Sequence[str], *, timeout_s: float, poll_s: float, check_gone: bool) -> str:
-    """Cancel each job that is still live (only the current user's: actions.stop checks the owner) and wait
+    """Cancel each job that is still live (only the current user's: actions.stop_run checks the owner) and wait
     until it has ended. Raises SchedulerError when a job cannot be stopped or its state cannot be told."""
 
     details = []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.mounts import mount_points
 
 
 class PathRefusedError(UsageError):
@@ -309,32 +310,6 @@ def _unlink_link(root: Path, path: Path) -> None:
         if parent_fd != root_fd:
             os.close(parent_fd)
         os.close(root_fd)
-
-
-def mount_points() -> frozenset[Path]:
-    """Every mount point of this process's view (/proc/self/mountinfo); empty where it cannot be read."""
-    found = set()
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                fields = line.split()
-                if len(fields) > 4:
-                    found.add(Path(_unescape_mount(fields[4])))
-    except OSError:
-        pass
-    return frozenset(found)
-
-
-def _unescape_mount(text: str) -> str:
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 3 < len(text) and text[i + 1:i + 4].isdigit():
-            out.append(chr(int(text[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
 
 
 def _delete_entry(parent_fd: int, name: str, path: Path, root_dev: int, mounts: frozenset[Path]) -> str:

@@ -8,7 +8,7 @@ import getpass
 
 from guarded_sbatch.actions.stop_targets import StopTarget, stop_target, target_alive
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
 
 
 class TargetWatch:

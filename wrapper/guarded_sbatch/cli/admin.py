@@ -13,7 +13,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.fsutil import write_public_atomic
-from guarded_sbatch.site.policy import load_policy, render_lua_policy
+from guarded_sbatch.site.enforcement import load_policy, render_lua_policy
 
 USAGE = __doc__.split("\n\n", 1)[1] if __doc__ else ""
 

@@ -17,7 +17,7 @@ from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
 from guarded_sbatch.core.registry import RunRecord, find_run, list_runs
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 YES_FLAGS = ("--yes", "-y")
 
@@ -281,6 +281,6 @@ def _own_source_files(record: RunRecord) -> list[str]:
     """The files of the run's own sources that kill deletes, as each kind says (the W&B run folders of the id
     guarded-sbatch gave the job, also when its sidecar never saw them); never another run's or another user's."""
     from guarded_sbatch.core.run_sources import run_specs
-    from guarded_sbatch.sources.registry import run_files
+    from guarded_sbatch.sources.kinds import run_files
 
     return run_files(run_specs(record))

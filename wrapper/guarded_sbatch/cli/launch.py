@@ -19,16 +19,18 @@ if TYPE_CHECKING:
     from guarded_sbatch.core.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.launcher_job import LauncherJob
     from guarded_sbatch.launch.preflight import PreflightReport
-    from guarded_sbatch.launch.run_sources import SourcePlan
+    from guarded_sbatch.launch.source_plan import SourcePlan
     from guarded_sbatch.launch.runconfig import RunConfig
-    from guarded_sbatch.scheduler.base import Scheduler
+    from guarded_sbatch.scheduler.interface import Scheduler
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 
 
 def choose_backend(config: Config, requested: str | None) -> str:
     """slurm or local: --guard-backend, else GUARDED_SBATCH_BACKEND, else the config's choice."""
-    backend = requested or os.environ.get(BACKEND_ENV) or config.scheduler_backend()
+    from guarded_sbatch.scheduler import resolve_backend
+
+    backend = requested or os.environ.get(BACKEND_ENV) or resolve_backend(config.scheduler)
     if backend not in ("slurm", "local"):
         raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
     return backend
@@ -73,8 +75,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     command_line = launch
     if launcher_job is not None:
         launch = _use_rendered_script(launch, launcher_job, backend)
-    if backend == "slurm":  # the marker Slurm's site plugins look for (site/marker.py)
-        from guarded_sbatch.site.marker import MarkingScheduler
+    if backend == "slurm":  # the marker Slurm's site plugins look for (site/marking_scheduler.py)
+        from guarded_sbatch.site.marking_scheduler import MarkingScheduler
 
         scheduler = MarkingScheduler(scheduler, _script(launch), launch.parsed_options)
     report = _preflight(launch, config, scheduler, launcher_job, command_line, check_only=check_only)
@@ -136,7 +138,7 @@ def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> 
 
 
 def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
-    from guarded_sbatch.scheduler.base import SubmitRequest
+    from guarded_sbatch.scheduler.interface import SubmitRequest
 
     words = [*launch.sbatch_options, str(launch.script), *launch.script_args]
     if backend == "slurm":
@@ -177,7 +179,7 @@ def _script_text(script: Path) -> str:
 def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler, *,
             keep_script: bool = False) -> int:
     from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
-    from guarded_sbatch.scheduler.base import SubmitRequest
+    from guarded_sbatch.scheduler.interface import SubmitRequest
 
     guard = launch.guard_options
     parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler.name)
@@ -196,7 +198,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     plan = cast("SourcePlan | None", report.details.get("source_plan"))
     shared = None
     if (guard.monitor or sidecar_config.mode) == "per-user":
-        from guarded_sbatch.launch.shared_monitor import SharedMonitorOptions
+        from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions
 
         shared = SharedMonitorOptions(
             max_runs=sidecar_config.max_runs_per_monitor, time_limit=sidecar_config.monitor_time,
@@ -386,9 +388,9 @@ def _absolute(path: Path, cwd: Path) -> Path:
 
 
 def _pass_through_to_sbatch(options: tuple[str, ...]) -> int:
-    from guarded_sbatch.core.runner import run_command
+    from guarded_sbatch.scheduler.slurm import sbatch_pass_through
 
-    result = run_command(["sbatch", *options], timeout=30, check=False)
+    result = sbatch_pass_through(options)
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     return result.returncode

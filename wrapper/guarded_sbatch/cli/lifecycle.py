@@ -16,7 +16,7 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, list_runs
 from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.timefmt import local_timestamp
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 
 STATES = tuple(state.value for state in JobState)

@@ -108,7 +108,7 @@ linked to the old one. Guard options (e.g. --guard-waive CHECK=REASON) apply to 
 """),
     "admin": Command("guarded_sbatch.cli.admin", "run_admin"),  # answers --help itself
     "run": Command("guarded_sbatch.cli.run", "run_under_guard", color_stream="stderr"),
-    "check-sweep": Command("guarded_sbatch.cli.sweep", "run_check_sweep", color_stream="stderr"),
+    "check-sweep": Command("guarded_sbatch.cli.check_sweep", "run_check_sweep", color_stream="stderr"),
     "stop": Command("guarded_sbatch.cli.stop", "run_stop"),
     "reference": Command("guarded_sbatch.cli.reference", "run_reference"),
 }

@@ -26,13 +26,13 @@ from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
 from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
-from guarded_sbatch.sources.registry import flagged_kinds
+from guarded_sbatch.sources.kinds import flagged_kinds
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.run_sources import SourceSpec, flagged_specs, specs_from_flags
 
 
 def _add_source_flags(parser: ArgumentParser) -> None:
-    for kind in flagged_kinds():  # every kind in sources/registry.py with a flag gets it here
+    for kind in flagged_kinds():  # every kind in sources/kinds.py with a flag gets it here
         if kind.flag:
             parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
                                 help=kind.help)
@@ -339,12 +339,12 @@ def _anywhere_settings(args: object) -> dict[str, Any]:
 
 
 def run_shared_monitor(argv: list[str]) -> int:
-    """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.monitor)."""
+    """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.shared_monitor)."""
     import os
 
     from guarded_sbatch.core.monitor_registry import monitor_folder
     from guarded_sbatch.scheduler import get_scheduler
-    from guarded_sbatch.sidecar.monitor import MonitorSettings, SharedMonitor, install_signal_handlers
+    from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, install_signal_handlers
 
     parser = ArgumentParser(prog="guarded-sbatch sidecar --shared", description="watch every registered run of this user")
     parser.add_argument("--backend", choices=["slurm", "local"], required=True)

@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.core.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.preflight import PreflightReport
-    from guarded_sbatch.launch.run_sources import SourcePlan
+    from guarded_sbatch.launch.source_plan import SourcePlan
     from guarded_sbatch.launch.runconfig import RunConfig
     from guarded_sbatch.launch.results import CheckResult
-    from guarded_sbatch.scheduler.base import Scheduler
+    from guarded_sbatch.scheduler.interface import Scheduler
 
 RUN_USAGE = ("usage: guarded-sbatch run [guard options] [--job-name NAME] [--time LIMIT] [--guard-tmux NAME] "
              "-- COMMAND...  (e.g. -- python train.py --config c.yaml)")
@@ -178,7 +178,7 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
     from guarded_sbatch.cli.launch import _own_files_since, _planned_end, notes_path
     from guarded_sbatch.launch.run_reference import save_config_snapshot
     from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
-    from guarded_sbatch.scheduler.base import SubmitRequest
+    from guarded_sbatch.scheduler.interface import SubmitRequest
 
     guard = launch.guard_options
     cwd = Path.cwd()

@@ -1,6 +1,6 @@
 """`sbatch` as the guarded-sbatch module puts it first on PATH: shims/sbatch runs `python -m guarded_sbatch.cli.shim`.
 
-The decision (guard or hand to the real sbatch) is site/shim.py's; this module prints and execs.
+The decision (guard or hand to the real sbatch) is site/shim_decision.py's; this module prints and execs.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from pathlib import Path
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
-from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.errors import CommandError, GuardedError
 from guarded_sbatch.core.fsutil import write_text_atomic
-from guarded_sbatch.site.shim import (
+from guarded_sbatch.core.runner import replace_process
+from guarded_sbatch.site.shim_decision import (
     REAL_SBATCH_ENV,
     SHIM_ACTIVE_ENV,
     SHIM_PATH_ENV,
@@ -60,7 +61,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not guard:
         sys.stdout.flush()
         # exec, not a subprocess: the script may come on stdin, and stdout / exit code must be sbatch's own
-        os.execv(str(real), [str(real), *args])
+        try:
+            replace_process([str(real), *args])
+        except CommandError as exc:
+            print(f"sbatch (guarded-sbatch shim): error: {exc}", file=sys.stderr)
+            return 127
     os.environ[SHIM_ACTIVE_ENV] = str(os.getpid())
     os.environ[REAL_SBATCH_ENV] = str(real)
     return guarded_sbatch_main(args)

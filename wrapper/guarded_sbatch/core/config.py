@@ -11,7 +11,6 @@ import copy
 import os
 import stat
 import re
-import shutil
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -30,9 +29,8 @@ from guarded_sbatch.core.config_schema import (
     checked,
     defaults,
 )
-from guarded_sbatch.core.errors import CommandError, UsageError
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
-from guarded_sbatch.core.runner import run_command
 
 __all__ = ["DEFAULTS", "DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
            "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml"]
@@ -161,22 +159,6 @@ class Config:
     def in_quiet_hours(self, moment: datetime) -> QuietWindow | None:
         return next((window for window in self.quiet_hours if window.contains(moment)), None)
 
-    def scheduler_backend(self) -> str:
-        """"slurm" or "local": the configured one, or for "auto" slurm when sbatch is on PATH and answers."""
-        if self.scheduler != "auto":
-            return self.scheduler
-        return "slurm" if sbatch_answers() else "local"
-
-
-def sbatch_answers(timeout_s: float = 10.0) -> bool:
-    if shutil.which("sbatch") is None:
-        return False
-
-    try:
-        result = run_command(["sbatch", "--version"], timeout=timeout_s, check=False)
-    except CommandError:
-        return False
-    return result.returncode == 0
 
 
 def user_config_path(env: Mapping[str, str]) -> Path:

@@ -67,7 +67,7 @@ class WriterIdentity:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """One source of a run: which reader (`kind`, a name in sources/registry.py), where (`locator`: a path,
+    """One source of a run: which reader (`kind`, a name in sources/kinds.py), where (`locator`: a path,
     a W&B run path/URL, an MLflow store), where that came from (`origin`, for the report), who writes it
     (`writer`) and, for a locator known only by id, the folders it is looked for under (`search`)."""
 

@@ -1,4 +1,6 @@
-"""The one place that starts subprocesses: argument lists, never a shell, always a timeout."""
+"""The one place that starts subprocesses: argument lists, never a shell. A call that waits for its child
+(run_command) always has a timeout; a child that outlives the call (start_process) is polled and stopped by its
+owner; replace_process is the exec of a hand-over (the sbatch shim)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO, NoReturn
 
 from guarded_sbatch.core.errors import CommandError
 
@@ -52,3 +55,71 @@ def run_command(
     if check and proc.returncode != 0:
         raise CommandError(args, proc.returncode, proc.stderr or proc.stdout)
     return result
+
+
+class StartedProcess:
+    """A child that outlives the call that started it (a detached job supervisor, a job, a watch step): no
+    timeout at the start, so its owner polls it and ends it (`stop`, which never waits more than grace_s)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL when it is still there after grace_s."""
+        if self._proc.poll() is not None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=grace_s)
+
+
+def start_process(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    stdout: IO[bytes] | None = None,
+    stderr: IO[bytes] | None = None,
+    stderr_to_stdout: bool = False,
+    new_session: bool = True,
+) -> StartedProcess:
+    """Start argv (no shell, stdin from /dev/null) and return at once; output to the given files, else /dev/null.
+
+    Raises CommandError when it cannot be started."""
+    args = [os.fspath(a) for a in argv]
+    try:
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout if stdout is not None else subprocess.DEVNULL,
+            stderr=subprocess.STDOUT if stderr_to_stdout else (stderr if stderr is not None else subprocess.DEVNULL),
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=new_session,
+        )
+    except OSError as exc:
+        raise CommandError(args, None, str(exc)) from None
+    return StartedProcess(proc)
+
+
+def replace_process(argv: Sequence[str]) -> NoReturn:
+    """Become argv (exec): same pid, stdin, stdout, stderr and exit code; for a hand-over that must be invisible."""
+    args = [os.fspath(a) for a in argv]
+    try:
+        os.execv(args[0], args)
+    except OSError as exc:
+        raise CommandError(args, None, str(exc)) from None

@@ -11,13 +11,13 @@ from pathlib import Path
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import LaunchArgs
-from guarded_sbatch.launch.fsinfo import Mount
+from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.core.sbatch.launcher import LauncherLine
-from guarded_sbatch.launch.reference import Reference
+from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, load_run_config
 from guarded_sbatch.core.sbatch.options import EffectiveOptions
 from guarded_sbatch.core.sbatch.script import ParsedScript
-from guarded_sbatch.scheduler.base import Scheduler
+from guarded_sbatch.scheduler.interface import Scheduler
 
 
 @dataclass
@@ -37,7 +37,7 @@ class PreflightContext:
     reference_problem: str | None = None
     mounts: list[Mount] | None = None  # None: read the live mount table
     submit_dir: Path | None = None  # where sbatch is run (the folder relative paths on its line are from)
-    # launch/run_sources.SourcePlan: what the run writes and reads as its own (that module imports this one)
+    # launch/source_plan.SourcePlan: what the run writes and reads as its own (that module imports this one)
     source_plan: object | None = None
     swept_lr: tuple[float, ...] = ()  # check-sweep: the learning rates the sweep tries (lr is searched, not set)
 

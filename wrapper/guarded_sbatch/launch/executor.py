@@ -46,10 +46,10 @@ from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import CheckResult
-from guarded_sbatch.launch.run_sources import SourcePlan
+from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.base import JobInfo, Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, Scheduler, SubmitRequest
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel

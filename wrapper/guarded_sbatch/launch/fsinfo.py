@@ -1,4 +1,4 @@
-"""File-system facts for the pre-flight: the mount type of a path, and stats that cannot hang the login node.
+"""File-system facts for the pre-flight: stats that cannot hang the login node (the mount table is core/mounts.py).
 
 A stat on a hung NFS mount blocks in the kernel and cannot be interrupted; it runs in a daemon thread with a
 deadline, so the caller moves on (the thread is abandoned and dies with the process).
@@ -10,85 +10,10 @@ import os
 import queue
 import stat
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 import time
-
-NETWORK_FILESYSTEMS = frozenset(
-    {
-        "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "fuse.sshfs", "sshfs", "ceph",
-        "fuse.ceph", "ceph-fuse", "fuse.ceph-fuse", "glusterfs", "fuse.glusterfs", "afs", "panfs", "wekafs",
-        "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs", "fuse.rclone", "9p", "orangefs", "pvfs2", "fuse.lizardfs",
-        "fuse.moosefs", "quobyte", "fuse.quobyte", "fhgfs", "vastfs",
-    }
-)  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Mount:
-    mount_point: str
-    fs_type: str
-    source: str
-
-    @property
-    def is_network(self) -> bool:
-        return self.fs_type in NETWORK_FILESYSTEMS or self.fs_type.startswith(("nfs", "fuse.sshfs"))
-
-
-def _unescape(field: str) -> str:
-    """Mount tables escape space, tab, newline and backslash as \\040 etc."""
-    out: list[str] = []
-    index = 0
-    while index < len(field):
-        if field[index] == "\\" and field[index + 1 : index + 4].isdigit():
-            out.append(chr(int(field[index + 1 : index + 4], 8)))
-            index += 4
-        else:
-            out.append(field[index])
-            index += 1
-    return "".join(out)
-
-
-def parse_mount_table(text: str) -> list[Mount]:
-    """Parse /proc/self/mountinfo (preferred) or /proc/mounts text."""
-    mounts: list[Mount] = []
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 9 and "-" in fields[6:]:  # mountinfo: id parent dev root point opts [tags] - type source
-            separator = fields.index("-", 6)
-            fs_type = fields[separator + 1] if separator + 1 < len(fields) else ""
-            source = fields[separator + 2] if separator + 2 < len(fields) else ""
-            mounts.append(Mount(_unescape(fields[4]), fs_type, _unescape(source)))
-        elif len(fields) >= 3:  # /proc/mounts: source mountpoint fstype opts dump pass
-            mounts.append(Mount(_unescape(fields[1]), fields[2], _unescape(fields[0])))
-    return mounts
-
-
-def read_mount_table() -> list[Mount]:
-    for candidate in ("/proc/self/mountinfo", "/proc/mounts"):
-        try:
-            return parse_mount_table(Path(candidate).read_text(errors="replace"))
-        except OSError:
-            continue
-    return []
-
-
-def mount_of(path: Path | str, mounts: Iterable[Mount] | None = None) -> Mount | None:
-    """The mount holding `path` (longest mount-point prefix; the last mount wins on the same point).
-
-    The path is made absolute without resolving symlinks, which would touch the (maybe hung) file system.
-    """
-    table = list(read_mount_table() if mounts is None else mounts)
-    absolute = os.path.normpath(os.path.abspath(os.fspath(path)))
-    best: Mount | None = None
-    for mount in table:
-        point = mount.mount_point.rstrip("/") or "/"
-        inside = absolute == point or absolute.startswith(point + "/") or point == "/"
-        if inside and (best is None or len(point) >= len(best.mount_point.rstrip("/") or "/")):
-            best = mount
-    return best
-
 
 @dataclass(frozen=True)
 class StatOutcome:

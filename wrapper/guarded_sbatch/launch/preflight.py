@@ -21,14 +21,14 @@ from guarded_sbatch.launch.checks.own_folder import check_own_folder
 from guarded_sbatch.launch.checks.paths import check_paths
 from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
 from guarded_sbatch.launch.context import PreflightContext, load_intended_config
-from guarded_sbatch.launch.fsinfo import Mount
-from guarded_sbatch.launch.reference import Reference, reference_from_path, select_reference
+from guarded_sbatch.core.mounts import Mount
+from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference
-from guarded_sbatch.launch.run_sources import SourcePlan, plan_run_sources
+from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
-from guarded_sbatch.scheduler.base import Scheduler
+from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
     check_config_diff, check_run_name, check_paths, check_monitoring, check_eta, check_own_folder,

@@ -15,7 +15,7 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
 from guarded_sbatch.core.registry import RunRecord, list_runs
-from guarded_sbatch.launch.reference import Reference
+from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.runconfig import RunConfig
 
 SNAPSHOT = "config.json"

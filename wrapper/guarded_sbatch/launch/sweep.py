@@ -29,7 +29,7 @@ from guarded_sbatch.launch.checks.regressors import LEARNING_RATE
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import load_structured_file
-from guarded_sbatch.scheduler.base import Scheduler
+from guarded_sbatch.scheduler.interface import Scheduler
 
 METHODS = ("grid", "random", "bayes")
 MAX_COMBINATIONS = 64

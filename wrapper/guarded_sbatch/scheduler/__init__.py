@@ -1,9 +1,18 @@
 """One interface over Slurm and local processes."""
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.base import JobInfo, JobState, Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SubmitRequest
 
-__all__ = ["JobInfo", "JobState", "Scheduler", "SubmitRequest", "get_scheduler"]
+__all__ = ["JobInfo", "JobState", "Scheduler", "SubmitRequest", "get_scheduler", "resolve_backend"]
+
+
+def resolve_backend(configured: str) -> str:
+    """The config's `scheduler` made concrete: "auto" is slurm when sbatch is on PATH and answers, else local."""
+    if configured != "auto":
+        return configured
+    from guarded_sbatch.scheduler.slurm import sbatch_answers  # noqa: PLC0415 - Slurm's module only for "auto"
+
+    return "slurm" if sbatch_answers() else "local"
 
 
 def get_scheduler(name: str, **kwargs: object) -> Scheduler:

@@ -11,17 +11,17 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.core.errors import SchedulerError, UsageError
+from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import make_private_dirs, read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.pychild import python_argv
+from guarded_sbatch.core.runner import start_process
 from guarded_sbatch.core.run_sources import expand_filename_pattern
-from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
 from guarded_sbatch.core.sbatch.options import effective_options
@@ -199,13 +199,13 @@ class LocalScheduler:
         log = os.fdopen(os.open(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "ab")
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
-            proc = subprocess.Popen(
+            proc = start_process(
                 python_argv("-m", "guarded_sbatch.scheduler.local_supervisor", str(folder.resolve())), cwd=folder,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                stdout=log, stderr_to_stdout=True,
                 env={**_without_slurm_job(request.job_environment()), **slurm_env, ARGV_ENV: json.dumps(argv)},
             )
-        except OSError as exc:
-            raise SchedulerError(f"cannot start the local job supervisor: {exc}") from None
+        except CommandError as exc:
+            raise SchedulerError(f"cannot start the local job supervisor: {exc.stderr}") from None
         finally:
             log.close()
         write_json_atomic(folder / "supervisor.json", {"pid": proc.pid})

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import read_json, write_json_atomic
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.core.runner import start_process
+from guarded_sbatch.scheduler.interface import JobState
 
 ARGV_ENV = "GUARDED_SBATCH_LOCAL_ARGV"
 
@@ -69,15 +70,17 @@ def main(folder: Path) -> int:
         _set_state(folder, state=JobState.CANCELLED.value, end_time=time.time(), reason=reason)
         return 0
     stdout = open(spec["stdout_path"], "ab")
-    stderr = open(spec["stderr_path"], "ab") if spec.get("stderr_path") else subprocess.STDOUT
+    stderr = open(spec["stderr_path"], "ab") if spec.get("stderr_path") else None
     real_argv = os.environ.pop(ARGV_ENV, "")
     argv = json.loads(real_argv) if real_argv else spec["argv"]
     env = {**os.environ, **spec.get("env", {})}
     env.update({name: os.environ[name] for name in spec.get("env", {}) if name in os.environ})  # unredacted
-    proc = subprocess.Popen(
-        argv, cwd=spec["work_dir"], stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-        env=env, start_new_session=True,
-    )
+    try:
+        proc = start_process(argv, cwd=spec["work_dir"], stdout=stdout, stderr=stderr,
+                             stderr_to_stdout=stderr is None, env=env)
+    except CommandError as exc:
+        _set_state(folder, state=JobState.FAILED.value, end_time=time.time(), reason=str(exc))
+        return 0
     started = time.time()
     _set_state(folder, state=JobState.RUNNING.value, start_time=started, pid=proc.pid, pgid=proc.pid, reason="")
     limit = spec.get("time_limit_s")

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
-from guarded_sbatch.scheduler.base import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
 
 GRACE_S = 10.0
 

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import time
 import pwd
+import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
-from guarded_sbatch.core.runner import CommandResult, run_command
-from guarded_sbatch.scheduler.base import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
+from guarded_sbatch.core.runner import CommandResult, StartedProcess, run_command, start_process
+from guarded_sbatch.scheduler.interface import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
 from guarded_sbatch.scheduler.slurm_nodes import NodeLoss, node_losses
 from guarded_sbatch.scheduler.slurm_parse import (
@@ -380,9 +381,24 @@ def _info_from_fields(fields: dict[str, Any]) -> JobInfo:
     return JobInfo(**values)
 
 
+def sbatch_answers(timeout_s: float = 10.0) -> bool:
+    """True when an `sbatch` is on PATH and says its version in time (the "auto" backend's test)."""
+    if shutil.which("sbatch") is None:
+        return False
+    try:
+        return run_command(["sbatch", "--version"], timeout=timeout_s, check=False).returncode == 0
+    except CommandError:
+        return False
+
+
+def sbatch_pass_through(options: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
+    """sbatch with options that submit nothing (--help, --usage, --version): its output and exit code as they are."""
+    return run_command(["sbatch", *options], timeout=timeout_s, check=False)
+
+
 class JobEndWatch:
     """`srun --jobid=J --overlap sleep` kept running in the background: Slurm kills the step when
-    job J ends. A long-lived process, so it is the one Slurm call not made through run_command."""
+    job J ends. A long-lived process, so it is the one Slurm call made through start_process, not run_command."""
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
@@ -393,11 +409,8 @@ class JobEndWatch:
         argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
                 "--mem-per-cpu=1M", "--job-name=guarded-sbatch-watch", "--quiet", "sleep", "infinity"]
         try:
-            self.process: subprocess.Popen[bytes] | None = subprocess.Popen(
-                argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError:
+            self.process: StartedProcess | None = start_process(argv, env=env)
+        except CommandError:
             self.process = None
 
     def ended(self) -> bool:
@@ -405,9 +418,5 @@ class JobEndWatch:
         return self.process is None or self.process.poll() is not None
 
     def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        if self.process is not None:
+            self.process.stop(grace_s=5)

@@ -8,7 +8,7 @@ from typing import Any
 
 from guarded_sbatch.actions.notify import Alert, send_alert
 from guarded_sbatch.judge.verdict import Decision, Verdict
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.sidecar.report import summarise_metrics
 
 CRASH_STATES = frozenset({JobState.FAILED, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL, JobState.TIMEOUT})

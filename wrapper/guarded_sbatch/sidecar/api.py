@@ -12,8 +12,8 @@ from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.sources.base import MetricSource
-from guarded_sbatch.sources.registry import KINDS
-from guarded_sbatch.sources.registry import open_source as _open
+from guarded_sbatch.sources.kinds import KINDS
+from guarded_sbatch.sources.kinds import open_source as _open
 
 __all__ = ["SOURCE_KINDS", "judge", "open_source", "read_metrics"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import resource
 from typing import Any
 
-from guarded_sbatch.scheduler.base import Scheduler
+from guarded_sbatch.scheduler.interface import Scheduler
 
 
 class CountedScheduler:

@@ -29,20 +29,20 @@ from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line,
 )
-from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.scheduler.interface import JobState, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.node_loss import NodeLossWatch
 
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.state import SidecarState
 from guarded_sbatch.sidecar.settings import SidecarSettings
-from guarded_sbatch.sources.registry import label as source_label
+from guarded_sbatch.sources.kinds import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import update_record
 from guarded_sbatch.actions.evidence import write_evidence
 from guarded_sbatch.actions.notes import append_project_note
-from guarded_sbatch.actions.stop import StopOutcome, stop_run
+from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
 

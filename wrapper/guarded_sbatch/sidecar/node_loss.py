@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from guarded_sbatch.scheduler.base import JobState
+from guarded_sbatch.scheduler.interface import JobState
 
 _RAN = frozenset({JobState.RUNNING.value, JobState.COMPLETING.value})
 # what a job that lost a node is next: back in the queue (--requeue) or ended NODE_FAIL

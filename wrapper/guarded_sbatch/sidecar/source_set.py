@@ -1,5 +1,5 @@
 """The sidecar's view of a run's metric sources: one list of SourceSpec (named outright, recorded at
-launch, or found under a folder), opened through sources/registry.py, one history per source, and the
+launch, or found under a folder), opened through sources/kinds.py, one history per source, and the
 highest-priority source that has data is the one judged. What is known of the job's writers (its user,
 start, node and processes, learned while it runs) decides which files are its own (sources/writers.py)."""
 
@@ -20,7 +20,7 @@ from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdenti
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
 from guarded_sbatch.sidecar.job_writers import job_processes
-from guarded_sbatch.sources import registry
+from guarded_sbatch.sources import kinds
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
 from guarded_sbatch.sources.discovery import claims_below
@@ -30,7 +30,7 @@ from guarded_sbatch.sources.writers import this_host
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from guarded_sbatch.scheduler.base import Scheduler
+    from guarded_sbatch.scheduler.interface import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sources.base import MetricSource
 
@@ -137,7 +137,7 @@ class SourceSet:
         key = ("spec", f"{spec.kind}:{spec.locator}:{spec.writer.run_id}:{spec.writer.tag}")
         if key in self._opened:
             return
-        opened = registry.open_given(spec, self.job_writer) if given else registry.open_spec(spec, self.job_writer)
+        opened = kinds.open_given(spec, self.job_writer) if given else kinds.open_spec(spec, self.job_writer)
         for source in opened:
             self._add(source)
         if opened:
@@ -165,13 +165,13 @@ class SourceSet:
             roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
             since = self._writer.since or None
             for root in roots:
-                specs, note = registry.discover(root, since=since, claimed=self._claimed_by_others() if since else ())
+                specs, note = kinds.discover(root, since=since, claimed=self._claimed_by_others() if since else ())
                 for spec in specs:
                     self._open(spec, given=False)
                 notes.append(note)
             if self._stdout is not None and self._stdout.is_file():
                 self._open(SourceSpec("textlog", str(self._stdout), "the job's stdout"), given=False)
-        self.sources.sort(key=lambda s: registry.priority(s.kind))
+        self.sources.sort(key=lambda s: kinds.priority(s.kind))
         self._found_notes = [n for n in notes if n]
         if errors:
             raise GuardedError(errors[0])
@@ -185,7 +185,7 @@ class SourceSet:
         specs = self.specs()
         for spec in specs[len(self.settings.sources):]:
             self._open(spec, given=False)
-        found, note = registry.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
+        found, note = kinds.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
                                                 claimed=self._claimed_by_others())
         for spec in found:
             self._open(spec, given=False)
@@ -195,11 +195,11 @@ class SourceSet:
         # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv), looked
         # for until a source that outranks the log has data
         judged = self._active()
-        if judged is not None and registry.priority(judged.kind) <= registry.priority("csv"):
+        if judged is not None and kinds.priority(judged.kind) <= kinds.priority("csv"):
             return
         others = self._claimed_by_others()
         for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
-            found, note = registry.discover(Path(folder), since=identity.since,
+            found, note = kinds.discover(Path(folder), since=identity.since,
                                             claimed=claims_below(folder, others), kinds=("csv",))
             for spec in found:
                 self._open(spec, given=False)

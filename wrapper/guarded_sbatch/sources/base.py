@@ -31,7 +31,7 @@ class MetricSource(Protocol):
     A half-written tail is not an error: it is retried on the next call.
     """
 
-    kind: str  # a name in sources/registry.py
+    kind: str  # a name in sources/kinds.py
     batched: bool  # read_batch() stops after about max_points: call it until it returns nothing
     points_sanitized: bool  # steps outside int64 dropped, values beyond float range made ±inf already
 

@@ -72,9 +72,11 @@ def _short(host: str) -> str:
     return host.split(".")[0].lower()
 
 
-def running_here(found: FileWriter) -> bool:
-    """Whether the file's writer is a process running now on this host (its pid is meaningful here)."""
-    return found.pid is not None and _short(found.host) == this_host() and os.path.exists(f"/proc/{found.pid}")
+def running_here(found: FileWriter, table_hosts: tuple[str, ...] = ()) -> bool:
+    """Whether the file's writer is a process running now in this host's process table: written on this host,
+    or on a node whose processes the table holds (`table_hosts`: the dev cluster's nodes share one)."""
+    hosts = {this_host(), *(_short(h) for h in table_hosts)}
+    return found.pid is not None and _short(found.host) in hosts and os.path.exists(f"/proc/{found.pid}")
 
 
 Writer = tuple[str, "int | None"]  # (host, pid) as an event file names them
@@ -157,7 +159,7 @@ class WriterFilter:
                 last = max(path.stat().st_mtime, found.created)
             except OSError:
                 continue
-            if running_here(found):
+            if running_here(found, job.pid_hosts):
                 last = now
             writer = (found.host, found.pid)
             start, end = spans.get(writer, (found.created, last))

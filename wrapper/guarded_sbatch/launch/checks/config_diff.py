@@ -7,7 +7,8 @@ from typing import Any
 
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
-from guarded_sbatch.launch.fsinfo import mount_of, timed_stat
+from guarded_sbatch.core.mounts import mount_of
+from guarded_sbatch.launch.fsinfo import timed_stat
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus, worst_status
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
 from guarded_sbatch.core.sbatch.options import EffectiveOptions

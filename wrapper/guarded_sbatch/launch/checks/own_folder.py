@@ -23,9 +23,9 @@ from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_varia
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
-from guarded_sbatch.launch.run_sources import SourcePlan
+from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.base import JobState, Scheduler
+from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
 NAME = CheckName.OWN_FOLDER.value
 

@@ -6,7 +6,7 @@ Install it beside them (the folder of slurm.conf). Loaded with dofile; returns a
   lib.training_line(script, policy)    -> "line N: <text>" when the script launches training, else nil
   lib.reject_message(why, policy), lib.tag_text(comment, why, policy)
 
-The marker (written by guarded-sbatch, see wrapper/guarded_sbatch/site/marker.py) is
+The marker (written by guarded-sbatch, see wrapper/guarded_sbatch/core/marker.py) is
 "guarded-sbatch:preflight=<adler32 of the script bytes, 8 hex digits>" (the sidecar: ":sidecar=").
 Training detection is the shim's rule in plain Lua: a launcher line (python <file or -m module>, torchrun,
 accelerate launch, deepspeed; behind srun/exec/env VAR=.../time/nohup) whose program the policy does not
@@ -203,7 +203,7 @@ local function logical_lines(script)
   return lines
 end
 
--- Wrappers whose own options are not parsed: a launcher anywhere after one counts (site/policy.py: WRAPPERS).
+-- Wrappers whose own options are not parsed: a launcher anywhere after one counts (site/enforcement.py: WRAPPERS).
 local WRAPPERS = { srun = true, mpirun = true, mpiexec = true, timeout = true, singularity = true, apptainer = true,
   enroot = true, podman = true, docker = true, numactl = true, taskset = true }
 

@@ -3,7 +3,7 @@
 Install: copy job_submit.lua, guarded_sbatch_lib.lua and guarded_sbatch_policy.lua beside slurm.conf,
 set `JobSubmitPlugins=lua` in slurm.conf and run `scontrol reconfigure`. The policy (reject / tag / allow,
 what counts as training) is guarded_sbatch_policy.lua, rendered from the site config's [enforcement] table:
-  python -m guarded_sbatch.site.policy /etc/guarded-sbatch/site.toml /etc/slurm/guarded_sbatch_policy.lua
+  guarded-sbatch admin render-policy /etc/guarded-sbatch/site.toml /etc/slurm/guarded_sbatch_policy.lua
 It is read on every submission, so a new policy needs no reconfigure.
 
 A batch job whose script launches training (see guarded_sbatch_lib.lua) and whose comment carries no valid

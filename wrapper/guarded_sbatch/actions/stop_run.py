@@ -8,7 +8,7 @@ import time
 from guarded_sbatch.actions.stop_outcome import StopOutcome
 from guarded_sbatch.core.errors import CommandError, GuardedError, SchedulerError
 from guarded_sbatch.core.runner import run_command
-from guarded_sbatch.scheduler.base import JobState, Scheduler, SchedulerUnreachableError
+from guarded_sbatch.scheduler.interface import JobState, Scheduler, SchedulerUnreachableError
 from guarded_sbatch.actions.stop_targets import parse_stop_target, stop_with_command
 from guarded_sbatch.actions.stop_targets import stop_target as stop_it
 

@@ -13,7 +13,7 @@ from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.redact import secret_fingerprints
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.launch.templates import load_template, render_template
-from guarded_sbatch.scheduler.base import Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The decision of the `sbatch` shim (cli/shim.py runs it; shims/sbatch starts that).
 
-A training job (a launcher line the site's policy counts, see site/policy.py) goes through guarded-sbatch:
+A training job (a launcher line the site's policy counts, see site/enforcement.py) goes through guarded-sbatch:
 pre-flight report on stderr, blocked → exit 3, else `Submitted batch job N` on stdout as sbatch prints it.
 Everything else — no launcher line, --wrap without training, a script on stdin, --test-only, --help, a
 submission that already carries a valid guarded-sbatch marker — is handed to the real sbatch untouched
@@ -21,8 +21,8 @@ from guarded_sbatch.core.config import SITE_CONFIG_ENV
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap, read_script_text
-from guarded_sbatch.site.marker import is_guarded, user_comment
-from guarded_sbatch.site.policy import load_policy, training_reason
+from guarded_sbatch.site.marking_scheduler import is_guarded, user_comment
+from guarded_sbatch.site.enforcement import load_policy, training_reason
 
 REAL_SBATCH_ENV = "GUARDED_SBATCH_REAL_SBATCH"
 SHIM_ACTIVE_ENV = "GUARDED_SBATCH_SHIM_ACTIVE"

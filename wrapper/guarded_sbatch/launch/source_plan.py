@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import os
 import re
 import secrets
 import socket
@@ -90,6 +91,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     workdir = context.workdir
     sources = RunSources(since=now, workdir=str(workdir))
     env: dict[str, str] = {}
+    _env_folders(context, sources)
     _folders(context, sources)
     _wandb(context, sources, env)
     _mlflow(context, sources, env)
@@ -107,6 +109,18 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         sources.unresolved.append(f"--export={options.get('export')} keeps {', '.join(env)} from the job: "
                                   "add them to --export so the sidecar can find the run's own tracker run")
     return plan
+
+
+ENV_TB_DIRS = ("TENSORBOARD_LOGGING_DIR",)  # transformers >= 5: the HF Trainer's TensorBoard folder, taken as is
+
+
+def _env_folders(context: PreflightContext, sources: RunSources) -> None:
+    """TensorBoard folders a framework takes from the job's environment (the script's exports included)."""
+    for variable in ENV_TB_DIRS:
+        value = context.env.get(variable, "").strip()
+        if value and not needs_shell(value):
+            sources.tb_paths.append(str(context.resolve(os.path.expanduser(value))))
+            sources.tb_from.append(f"${variable}")
 
 
 def _folders(context: PreflightContext, sources: RunSources) -> None:

@@ -1,11 +1,12 @@
-"""The one marker that tells a guarded submission from an unguarded one.
+"""The scheduler wrapper that adds the guarded-sbatch marker to every sbatch call of one launch.
 
-guarded-sbatch submits with `--comment=<user's comment> guarded-sbatch:preflight=<digest>` (the sidecar with
-`guarded-sbatch:sidecar=<digest>`), where digest is the Adler-32 of the batch script's bytes as 8 hex digits.
-Slurm's cli_filter (options["comment"], the script file from options.argv) and job_submit (job_desc.comment,
-job_desc.script) both see it, and both can recompute the digest in plain Lua 5.1 (Adler-32 needs only
-additions), so a marker copied onto another script does not count. The user's own comment (from the
-command line, else from the script's #SBATCH lines) is kept in front of the marker.
+The marker itself is core/marker.py's: guarded-sbatch submits with
+`--comment=<user's comment> guarded-sbatch:preflight=<digest>` (the sidecar with `guarded-sbatch:sidecar=<digest>`),
+where digest is the Adler-32 of the batch script's bytes as 8 hex digits. Slurm's cli_filter (options["comment"],
+the script file from options.argv) and job_submit (job_desc.comment, job_desc.script) both see it, and both can
+recompute the digest in plain Lua 5.1 (Adler-32 needs only additions), so a marker copied onto another script does
+not count. The user's own comment (from the command line, else from the script's #SBATCH lines) is kept in front
+of the marker.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from guarded_sbatch.core.marker import (
     strip_marker,
 )
 from guarded_sbatch.core.sbatch.argv import ParsedOption
-from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 
