@@ -10,7 +10,7 @@ import pytest
 
 from guarded_sbatch.core.errors import SchedulerError
 from guarded_sbatch.launch.results import CheckStatus
-from guarded_sbatch.scheduler.base import SubmitRequest
+from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 from preflight_tree import Tree, build_clean_tree, intended_config
