@@ -277,35 +277,33 @@ def execute_cleanup(
                 report(step.name, action, False, f"skipped: {action.refused}")
                 continue
             try:
-                if action.kind in ("stop-jobs", "cancel-jobs"):
-                    detail = stop_jobs(
-                        scheduler,
-                        run_job_ids(record),
-                        timeout_s=stop_timeout_s,
-                        poll_s=poll_s,
-                        check_gone=action.kind == "cancel-jobs",
-                    )
-                elif action.kind == "delete-path":
-                    assert action.guarded is not None
-                    detail = f"{action.target}: {delete_guarded(action.guarded)}"
-                elif action.kind == "wandb-api-delete":
-                    detail = delete_wandb_run(action.target, action.extra["run_id"], timeout_s=wandb_timeout_s)
-                elif action.kind in ("mlflow-sqlite", "mlflow-file"):
-                    detail = delete_mlflow_run(action.kind, Path(action.target), action.extra["run_id"])
-                else:
-                    report(step.name, action, True, f"left alone: {action.describe()}")
-                    continue
+                detail = _run_action(action, record, scheduler, stop_timeout_s, poll_s, wandb_timeout_s)
             except GuardedError as exc:
-                if step.name == "stop":
-                    report(step.name, action, False, str(exc))
-                    raise
                 report(step.name, action, False, str(exc))
+                if step.name == "stop":
+                    raise
                 continue
             except OSError as exc:
                 report(step.name, action, False, f"{action.target}: {exc.strerror or exc}")
                 continue
-            report(step.name, action, True, detail)
+            report(step.name, action, True, detail if detail is not None else f"left alone: {action.describe()}")
     return outcomes
+
+
+def _run_action(action: CleanupAction, record: RunRecord, scheduler: Any, stop_timeout_s: float, poll_s: float,
+                wandb_timeout_s: float) -> str | None:
+    """Do one action of the plan; what it did, or None for an action only shown (manual, kept)."""
+    if action.kind in ("stop-jobs", "cancel-jobs"):
+        return stop_jobs(scheduler, run_job_ids(record), timeout_s=stop_timeout_s, poll_s=poll_s,
+                         check_gone=action.kind == "cancel-jobs")
+    if action.kind == "delete-path":
+        assert action.guarded is not None
+        return f"{action.target}: {delete_guarded(action.guarded)}"
+    if action.kind == "wandb-api-delete":
+        return delete_wandb_run(action.target, action.extra["run_id"], timeout_s=wandb_timeout_s)
+    if action.kind in ("mlflow-sqlite", "mlflow-file"):
+        return delete_mlflow_run(action.kind, Path(action.target), action.extra["run_id"])
+    return None
 
 
 def executable(plan: CleanupPlan) -> bool:

@@ -107,7 +107,7 @@ def _inside(path: Path, root: Path) -> bool:
     return path != root and path.is_relative_to(root)
 
 
-def check_deletable(  # noqa: C901 - one branch per refusal, in order
+def check_deletable(
     path: str | os.PathLike[str],
     *,
     recorded_paths: Iterable[str | os.PathLike[str]],
@@ -118,7 +118,9 @@ def check_deletable(  # noqa: C901 - one branch per refusal, in order
     """Accept `path` for deletion or raise PathRefusedError with a one-line reason.
 
     `recorded_paths` are the paths recorded for the run; `roots` the folders deletion is confined to
-    (see allowed_roots); `base_dir` anchors relative paths (the run's submit folder).
+    (see allowed_roots); `base_dir` anchors relative paths (the run's submit folder). The refusals come in
+    order: the text itself, not the run's, a protected place, an unacceptable root, the roots' own folders,
+    outside the roots.
     """
     text = os.fspath(path)
     if not text.strip():
@@ -128,39 +130,16 @@ def check_deletable(  # noqa: C901 - one branch per refusal, in order
     lexical = _lexical_absolute(text, base_dir)
     if lexical == Path(lexical.anchor):
         raise PathRefusedError(f"{text} is the file-system root: refused")
-    recorded = set()
-    for item in recorded_paths:
-        if os.fspath(item).strip() and ".." not in Path(os.fspath(item)).parts:
-            recorded.add(_lexical_absolute(os.fspath(item), base_dir))
-    if lexical not in recorded:
-        raise PathRefusedError(f"{text} was not recorded for this run: refused, the guard deletes only the run's own folders")
+    _refuse_unrecorded(text, lexical, recorded_paths, base_dir)
     if not roots:
         raise PathRefusedError(f"{text}: no run roots are configured and the run has no submit folder: refused")
     home_set = home_folders() if homes is None else homes
     resolved = Path(os.path.realpath(lexical))
-    for candidate in (lexical, resolved):
-        if candidate == Path(candidate.anchor):
-            raise PathRefusedError(f"{text} resolves to the file-system root: refused")
-        why = system_refusal(candidate)
-        if why:
-            raise PathRefusedError(f"{text}: {why}: refused")
-        for home in home_set:
-            if candidate == home or home.is_relative_to(candidate):
-                raise PathRefusedError(f"{text} is (or holds) the home folder {home}: refused")
-            if candidate.parent == home and candidate.name.startswith("."):
-                raise PathRefusedError(f"{text} is the hidden folder {candidate.name} of the home {home}: refused")
-    for root in roots:
-        for candidate in (Path(os.path.normpath(root)), Path(os.path.realpath(root))):
-            why = system_refusal(candidate) if candidate != Path(candidate.anchor) else f"{candidate} is /"
-            if why:
-                raise PathRefusedError(f"{text}: the run root is not acceptable ({why}): refused")
+    _refuse_protected(text, (lexical, resolved), home_set)
+    _refuse_unacceptable_roots(text, roots)
     lexical_roots = [Path(os.path.normpath(root)) for root in roots]
     resolved_roots = [Path(os.path.realpath(root)) for root in roots]
-    for root in [*lexical_roots, *resolved_roots]:
-        if lexical == root or resolved == root:
-            raise PathRefusedError(f"{text} is the run root {root} itself: refused, only folders inside it are deleted")
-        if root.is_relative_to(lexical) or root.is_relative_to(resolved):
-            raise PathRefusedError(f"{text} holds the run root {root}: refused")
+    _refuse_root_folders(text, lexical, resolved, [*lexical_roots, *resolved_roots])
     if not any(_inside(lexical, root) for root in lexical_roots) and not any(
         _inside(lexical, root) for root in resolved_roots
     ):
@@ -175,6 +154,50 @@ def check_deletable(  # noqa: C901 - one branch per refusal, in order
     is_link = _check_transitions(text, real_root, real)
     return GuardedPath(recorded=lexical, resolved=real, root=real_root, is_link=is_link,
                        link_target=os.readlink(real) if is_link else "")
+
+
+def _refuse_unrecorded(text: str, lexical: Path, recorded_paths: Iterable[str | os.PathLike[str]],
+                       base_dir: str | os.PathLike[str] | None) -> None:
+    """Refuse a path that is not one of the run's recorded paths (compared as plain absolute paths)."""
+    recorded = set()
+    for item in recorded_paths:
+        if os.fspath(item).strip() and ".." not in Path(os.fspath(item)).parts:
+            recorded.add(_lexical_absolute(os.fspath(item), base_dir))
+    if lexical not in recorded:
+        raise PathRefusedError(f"{text} was not recorded for this run: refused, the guard deletes only the run's own folders")
+
+
+def _refuse_protected(text: str, candidates: tuple[Path, Path], homes: set[Path]) -> None:
+    """Refuse a path that is (or resolves to) /, a system folder, a home folder or a home's hidden folder."""
+    for candidate in candidates:
+        if candidate == Path(candidate.anchor):
+            raise PathRefusedError(f"{text} resolves to the file-system root: refused")
+        why = system_refusal(candidate)
+        if why:
+            raise PathRefusedError(f"{text}: {why}: refused")
+        for home in homes:
+            if candidate == home or home.is_relative_to(candidate):
+                raise PathRefusedError(f"{text} is (or holds) the home folder {home}: refused")
+            if candidate.parent == home and candidate.name.startswith("."):
+                raise PathRefusedError(f"{text} is the hidden folder {candidate.name} of the home {home}: refused")
+
+
+def _refuse_unacceptable_roots(text: str, roots: Sequence[Path]) -> None:
+    """Refuse every deletion while a run root is / or a system folder (as written or resolved)."""
+    for root in roots:
+        for candidate in (Path(os.path.normpath(root)), Path(os.path.realpath(root))):
+            why = system_refusal(candidate) if candidate != Path(candidate.anchor) else f"{candidate} is /"
+            if why:
+                raise PathRefusedError(f"{text}: the run root is not acceptable ({why}): refused")
+
+
+def _refuse_root_folders(text: str, lexical: Path, resolved: Path, roots: list[Path]) -> None:
+    """Refuse a run root itself and any folder that holds one."""
+    for root in roots:
+        if lexical == root or resolved == root:
+            raise PathRefusedError(f"{text} is the run root {root} itself: refused, only folders inside it are deleted")
+        if root.is_relative_to(lexical) or root.is_relative_to(resolved):
+            raise PathRefusedError(f"{text} holds the run root {root}: refused")
 
 
 def _owner_name(uid: int) -> str:

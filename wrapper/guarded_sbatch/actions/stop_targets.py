@@ -252,6 +252,41 @@ def tmux_session_exists(session: str) -> bool:
         return False  # no tmux at all
 
 
+@dataclass
+class _TmuxPanes:
+    """The panes of a session to stop, and those of a watcher running inside it (left alone)."""
+
+    session: str
+    ours: set[str]  # panes this process runs under
+    targets: list[tuple[str, int]]  # (pane id, pid of its shell) of every other pane
+    tree: set[int]  # the targets' processes and their descendants, when the stop began
+
+    @classmethod
+    def listed(cls, session: str) -> _TmuxPanes:  # CommandError when tmux cannot list them
+        panes = [line.split() for line in _tmux("list-panes", "-s", "-t", f"={session}", "-F",
+                                                "#{pane_id} #{pane_pid}").splitlines() if line.strip()]
+        table = process_table()
+        ours = {pane for pane, pid in panes if os.getpid() in descendants({int(pid)}, table)}
+        targets = [(pane, int(pid)) for pane, pid in panes if pane not in ours]
+        return cls(session, ours, targets, descendants({pid for _, pid in targets}, table))
+
+    def present(self) -> bool:  # the session (with a watcher inside: a target pane) is still there
+        if not self.ours:
+            return tmux_session_exists(self.session)
+        try:
+            listed = _tmux("list-panes", "-s", "-t", f"={self.session}", "-F", "#{pane_id}", check=False).split()
+        except CommandError:
+            return False
+        return any(pane in listed for pane, _ in self.targets)
+
+    def children(self) -> set[int]:  # the trainer under the panes' shells, while the panes last
+        pane_pids = {pid for _, pid in self.targets}
+        return _alive(descendants(pane_pids, process_table()) - pane_pids, process_table()) if self.present() else set()
+
+    def survivors(self) -> set[int]:
+        return _alive(self.tree, process_table())
+
+
 def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.2) -> StopOutcome:
     """C-c to the session's panes, the grace period, then kill-session. A watcher running inside the same
     session (another window) is left alone: then only the other panes are interrupted and killed."""
@@ -259,64 +294,47 @@ def stop_tmux_session(session: str, *, grace_s: float = 30.0, poll_s: float = 0.
     if not tmux_session_exists(session):
         return StopOutcome("tmux", True, f"tmux session {session} is not running (already ended)", "gone", found=False)
     try:
-        panes = [line.split() for line in _tmux("list-panes", "-s", "-t", f"={session}", "-F",
-                                                "#{pane_id} #{pane_pid}").splitlines() if line.strip()]
+        panes = _TmuxPanes.listed(session)
     except CommandError as exc:
         return StopOutcome("tmux", False, f"tmux session {session}: cannot list its panes: {exc}")
-    table = process_table()
-    ours = {pane for pane, pid in panes if os.getpid() in descendants({int(pid)}, table)}
-    targets = [(pane, int(pid)) for pane, pid in panes if pane not in ours]
-    pane_pids = {pid for _, pid in targets}
-    tree = descendants(pane_pids, table)
-    foreign = _foreign(tree)
+    foreign = _foreign(panes.tree)
     if foreign:
         return StopOutcome("tmux", False, f"tmux session {session} runs processes of another user "
                            f"({', '.join(foreign)}): not stopped")
-    if ours:
-        steps.append(f"this watcher runs in pane(s) {', '.join(sorted(ours))} of the session: left alone")
-
-    def present() -> bool:
-        if not ours:
-            return tmux_session_exists(session)
-        try:
-            listed = _tmux("list-panes", "-s", "-t", f"={session}", "-F", "#{pane_id}", check=False).split()
-        except CommandError:
-            return False
-        return any(pane in listed for pane, _ in targets)
-
-    def children() -> set[int]:  # the trainer under the panes' shells, while the panes last
-        return _alive(descendants(pane_pids, process_table()) - pane_pids, process_table()) if present() else set()
-
-    def survivors() -> set[int]:
-        return _alive(tree, process_table())
-
-    try:
-        for pane_id, _ in targets:
-            _tmux("send-keys", "-t", pane_id, "C-c", check=False)
-        steps.append(f"C-c sent to {len(targets)} pane(s) of tmux session {session}")
-        gone, waited = _wait_gone(children, grace_s, poll_s)
-        steps.append(f"the trainer exited {waited:.1f} s after the interrupt" if gone
-                     else f"still running {grace_s:g} s after the interrupt")
-        if present() and not ours:
-            _tmux("kill-session", "-t", f"={session}", check=False)
-            steps.append(f"tmux kill-session -t {session}")
-        elif present():
-            for pane_id, _ in targets:
-                _tmux("kill-pane", "-t", pane_id, check=False)
-            steps.append(f"tmux kill-pane on {len(targets)} pane(s)")
-    except CommandError as exc:
-        steps.append(f"tmux failed: {exc}")
-    gone, _ = _wait_gone(survivors, 2.0, poll_s)
+    if panes.ours:
+        steps.append(f"this watcher runs in pane(s) {', '.join(sorted(panes.ours))} of the session: left alone")
+    _interrupt_then_kill(panes, grace_s, poll_s, steps)
+    gone, _ = _wait_gone(panes.survivors, 2.0, poll_s)
     if not gone:
-        signal_until_gone(survivors, f"the session's {len(survivors())} leftover process(es)", grace_s=min(grace_s, 5.0),
-                          poll_s=poll_s, steps=steps, first=signal.SIGTERM)
-    exists = present()
-    left = survivors()
+        signal_until_gone(panes.survivors, f"the session's {len(panes.survivors())} leftover process(es)",
+                          grace_s=min(grace_s, 5.0), poll_s=poll_s, steps=steps, first=signal.SIGTERM)
+    exists = panes.present()
+    left = panes.survivors()
     took = not exists and not left
-    what = "panes" if ours else "session"
+    what = "panes" if panes.ours else "session"
     steps.append(f"{what} gone, no process of it left" if took else
                  f"NOT stopped: {what} {'still there' if exists else 'gone'}, {len(left)} process(es) left")
     return StopOutcome("tmux", took, f"tmux:{session}: " + "; ".join(steps), "gone" if took else None)
+
+
+def _interrupt_then_kill(panes: _TmuxPanes, grace_s: float, poll_s: float, steps: list[str]) -> None:
+    """C-c to the target panes, the grace, then kill-session (kill-pane with a watcher inside)."""
+    try:
+        for pane_id, _ in panes.targets:
+            _tmux("send-keys", "-t", pane_id, "C-c", check=False)
+        steps.append(f"C-c sent to {len(panes.targets)} pane(s) of tmux session {panes.session}")
+        gone, waited = _wait_gone(panes.children, grace_s, poll_s)
+        steps.append(f"the trainer exited {waited:.1f} s after the interrupt" if gone
+                     else f"still running {grace_s:g} s after the interrupt")
+        if panes.present() and not panes.ours:
+            _tmux("kill-session", "-t", f"={panes.session}", check=False)
+            steps.append(f"tmux kill-session -t {panes.session}")
+        elif panes.present():
+            for pane_id, _ in panes.targets:
+                _tmux("kill-pane", "-t", pane_id, check=False)
+            steps.append(f"tmux kill-pane on {len(panes.targets)} pane(s)")
+    except CommandError as exc:
+        steps.append(f"tmux failed: {exc}")
 
 
 # --- ssh -------------------------------------------------------------------------------------------

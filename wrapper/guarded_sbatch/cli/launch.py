@@ -47,7 +47,6 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     the launch is clear (restart: what happens next is the restart's, not a command to copy)."""
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-    from guarded_sbatch.launch.preflight import format_report, launch_command, run_preflight
     from guarded_sbatch.scheduler import get_scheduler
 
     launch = split_sbatch_argv(argv)
@@ -80,22 +79,8 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
         from guarded_sbatch.site.marking_scheduler import MarkingScheduler
 
         scheduler = MarkingScheduler(scheduler, _script(launch), launch.parsed_options)
-    try:
-        report = run_preflight(launch, config, scheduler, restart=guard.restart)
-    finally:
-        if launcher_job is not None and check_only:
-            _script(launch).unlink(missing_ok=True)
-    if launcher_job is not None:
-        report = dataclasses.replace(report, launch_command=launch_command(command_line))
-    if notes_path(guard.notes, config, Path.cwd()) is None:
-        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
-    if _has(launch, "quiet") and not check_only:
-        show_report = False  # sbatch's --quiet: only errors (a blocked launch still says why)
-    if show_report or report.blocked:
-        text = format_report(report, color=color, launching=not check_only or bool(clear_line))
-        if clear_line and not report.blocked:
-            text = text.rsplit("\n", 1)[0] + "\n" + clear_line
-        print(redact(text), file=sys.stderr)
+    report = _preflight(launch, config, scheduler, launcher_job, command_line, check_only=check_only)
+    _print_report(report, launch, check_only=check_only, show_report=show_report, clear_line=clear_line, color=color)
     if check_only:
         if guard.json:
             print(redact(json_dumps(report.to_json())))
@@ -108,6 +93,36 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     if any(o.name == "test-only" for o in launch.parsed_options):  # sbatch's dry run: no job, no sidecar
         return _test_only(launch, backend, scheduler)
     return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
+
+
+def _preflight(launch: LaunchArgs, config: Config, scheduler: Scheduler, launcher_job: LauncherJob | None,
+               command_line: LaunchArgs, *, check_only: bool) -> PreflightReport:
+    """The pre-flight's report on the launch (a rendered launcher script: checked, its command the user's)."""
+    from guarded_sbatch.launch.preflight import launch_command, run_preflight
+
+    try:
+        report = run_preflight(launch, config, scheduler, restart=command_line.guard_options.restart)
+    finally:
+        if launcher_job is not None and check_only:
+            _script(launch).unlink(missing_ok=True)
+    if launcher_job is not None:
+        report = dataclasses.replace(report, launch_command=launch_command(command_line))
+    if notes_path(command_line.guard_options.notes, config, Path.cwd()) is None:
+        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
+    return report
+
+
+def _print_report(report: PreflightReport, launch: LaunchArgs, *, check_only: bool, show_report: bool,
+                  clear_line: str, color: bool) -> None:
+    """The report on stderr, unless it is not wanted (sbatch's --quiet) and the launch is clear."""
+    from guarded_sbatch.launch.preflight import format_report
+
+    quiet = _has(launch, "quiet") and not check_only  # sbatch's --quiet: only errors (a blocked launch says why)
+    if (show_report and not quiet) or report.blocked:
+        text = format_report(report, color=color, launching=not check_only or bool(clear_line))
+        if clear_line and not report.blocked:
+            text = text.rsplit("\n", 1)[0] + "\n" + clear_line
+        print(redact(text), file=sys.stderr)
 
 
 def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> None:

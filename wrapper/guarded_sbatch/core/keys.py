@@ -66,10 +66,15 @@ def key_words(key: str) -> list[str]:
 def classify_key(key: str) -> KeyRole:
     """The role of a metric key from its name alone."""
     words = key_words(key)
-    word_set = set(words)
-    joined = "_".join(words)
     if not words:
         return KeyRole(Role.OTHER)
+    word_set = set(words)
+    state = _training_state_role(word_set, "_".join(words))
+    return state if state is not None else _metric_role(word_set)
+
+
+def _training_state_role(word_set: set[str], joined: str) -> KeyRole | None:
+    """Keys of the optimiser's state (skipped steps, loss scale, learning rate, gradient norm); None for others."""
     if word_set & {"skipped", "skip", "overflow", "overflows"} or "nan_iterations" in joined:
         return KeyRole(Role.SKIPPED_STEPS)
     if "loss_scale" in joined or "loss_scaler" in joined or joined in {"scale", "grad_scale", "scaler"}:
@@ -81,6 +86,11 @@ def classify_key(key: str) -> KeyRole:
     if word_set & {"gnorm", "gradnorm"} or "grad_norm" in joined or "gradient_norm" in joined \
             or joined in {"norm", "total_grad_norm"} or ("grad" in word_set and "norm" in word_set):
         return KeyRole(Role.GRAD_NORM)
+    return None
+
+
+def _metric_role(word_set: set[str]) -> KeyRole:
+    """Losses and evaluation metrics (with their direction); OTHER for counters, timings and the rest."""
     if word_set & _NOT_METRIC_WORDS and not word_set & (_LOWER_WORDS | _HIGHER_WORDS):
         return KeyRole(Role.OTHER)
     is_eval = bool(word_set & _EVAL_WORDS)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Axis(str, Enum):
@@ -125,43 +125,60 @@ def sanitize_points(points: list[MetricPoint]) -> tuple[list[MetricPoint], list[
     kept: list[MetricPoint] = []
     notes: dict[str, int] = {}
     for point in points:
-        if type(point) is MetricPoint:
-            step, wall, key, value = point
-            if (type(step) is int and STEP_MIN <= step <= STEP_MAX and type(value) is float
-                    and type(wall) is float and -1e300 < wall < 1e300 and type(key) is str
-                    and 0 < len(key) <= MAX_KEY_CHARS):
-                kept.append(point)
-                continue
-        try:
-            step, wall, key, value = point
-        except (TypeError, ValueError):
-            notes["malformed point"] = notes.get("malformed point", 0) + 1
-            continue
-        if isinstance(step, bool) or not isinstance(step, int):
-            try:
-                step = int(step)
-            except (TypeError, ValueError, OverflowError):
-                notes["step not a whole number"] = notes.get("step not a whole number", 0) + 1
-                continue
-        if not STEP_MIN <= step <= STEP_MAX:
-            notes["step beyond ±2**53"] = notes.get("step beyond ±2**53", 0) + 1
-            continue
-        if not isinstance(key, str) or not key:
-            notes["key not text"] = notes.get("key not text", 0) + 1
-            continue
-        if len(key) > MAX_KEY_CHARS:
-            key = key[:MAX_KEY_CHARS]
-        clean_value = _as_float(value)
-        if clean_value is None:
-            notes["value not a number"] = notes.get("value not a number", 0) + 1
-            continue
-        if type(value) is not float and clean_value in (float("inf"), float("-inf")) and isinstance(value, int):
-            notes["value beyond float range (kept as inf)"] = notes.get("value beyond float range (kept as inf)", 0) + 1
-        clean_wall = _as_float(wall)
-        if clean_wall is None or clean_wall != clean_wall or clean_wall in (float("inf"), float("-inf")):
-            clean_wall = 0.0
-        kept.append(MetricPoint(step, clean_wall, key, clean_value))
+        repaired = _repaired_point(point, notes)
+        if repaired is not None:
+            kept.append(repaired)
     return kept, [f"{count} point(s) dropped or clamped: {why}" for why, count in notes.items()]
+
+
+def _repaired_point(point: object, notes: dict[str, int]) -> MetricPoint | None:
+    """The point as the judge can hold it (itself when it is clean), or None when it is dropped; a repair or a
+    drop is counted in notes by its reason."""
+    if type(point) is MetricPoint:
+        step, wall, key, value = point
+        if (type(step) is int and STEP_MIN <= step <= STEP_MAX and type(value) is float
+                and type(wall) is float and -1e300 < wall < 1e300 and type(key) is str
+                and 0 < len(key) <= MAX_KEY_CHARS):
+            return point
+    repaired, why = _repair(point)
+    if why:
+        notes[why] = notes.get(why, 0) + 1
+    return repaired
+
+
+def _repair(point: Any) -> tuple[MetricPoint | None, str]:
+    """A malformed point made whole (key cut, huge int as inf, bad wall time as 0.0) or dropped (None), and
+    why ("" when nothing worth a note was done)."""
+    try:
+        step, wall, key, value = point
+    except (TypeError, ValueError):
+        return None, "malformed point"
+    step = _whole_step(step)
+    if step is None:
+        return None, "step not a whole number"
+    if not STEP_MIN <= step <= STEP_MAX:
+        return None, "step beyond ±2**53"
+    if not isinstance(key, str) or not key:
+        return None, "key not text"
+    clean_value = _as_float(value)
+    if clean_value is None:
+        return None, "value not a number"
+    clamped = type(value) is not float and clean_value in (float("inf"), float("-inf")) and isinstance(value, int)
+    clean_wall = _as_float(wall)
+    if clean_wall is None or clean_wall != clean_wall or clean_wall in (float("inf"), float("-inf")):
+        clean_wall = 0.0
+    if len(key) > MAX_KEY_CHARS:
+        key = key[:MAX_KEY_CHARS]
+    return MetricPoint(step, clean_wall, key, clean_value), "value beyond float range (kept as inf)" if clamped else ""
+
+
+def _whole_step(step: object) -> int | None:
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    try:
+        return int(step)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _as_float(value: object) -> float | None:

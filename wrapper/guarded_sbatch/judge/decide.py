@@ -93,21 +93,7 @@ def decide(
     if crashed is not None and crashed.decision is Decision.STOP:  # dead or dying: nothing else matters
         return Verdict(Decision.STOP, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
     if keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys):
-        if crashed is not None:
-            return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
-        logged = history.keys()
-        if _logged_steps(history, logged) < policy.startup_steps_without_loss:
-            return Verdict(
-                Decision.WAIT, Reason.TOO_EARLY,
-                f"no training loss logged yet (start-up; logged so far: {', '.join(logged[:8]) or 'nothing'})",
-                last_step=last_step, summary=summary,
-            )
-        return Verdict(
-            Decision.WAIT, Reason.NO_DATA,
-            f"no training loss or eval metric among the logged keys ({', '.join(logged[:8])}); "
-            "name the loss key in the policy",
-            last_step=last_step, summary=summary,
-        )
+        return _nothing_to_judge(history, policy, crashed, summary)
 
     excused = checks_finite.fp16_skipped_steps(history, keys)
     inputs = CheckInput(history, keys, policy, context, excused)
@@ -117,18 +103,10 @@ def decide(
     loss_points = len(history.series(keys.train_loss)[0]) if keys.train_loss else 0
     thin = loss_points < policy.min_loss_points
 
-    for finding in present:
-        if finding.decision is Decision.STOP:
-            if thin and keys.train_loss is not None and finding.reason not in HARD_REASONS:
-                return Verdict(
-                    Decision.WAIT, finding.reason,
-                    f"{finding.message} (only {loss_points} training-loss points: waiting for more)",
-                    anomalies, last_step, summary,
-                )
-            return Verdict(Decision.STOP, finding.reason, finding.message, anomalies, last_step, summary)
-    for finding in present:
-        if finding.decision is Decision.WAIT:
-            return Verdict(Decision.WAIT, finding.reason, finding.message, anomalies, last_step, summary)
+    first = _first_stop_or_wait(present, loss_points if thin and keys.train_loss is not None else None)
+    if first is not None:
+        decision, reason, message = first
+        return Verdict(decision, reason, message, anomalies, last_step, summary)
     if thin and keys.train_loss is not None:
         return Verdict(
             Decision.WAIT, Reason.TOO_EARLY,
@@ -147,6 +125,43 @@ def decide(
     if keys.train_loss is None:
         message += f"; no training loss logged, judged on {keys.key_metric} only"
     return Verdict(Decision.CONTINUE, Reason.HEALTHY, message, anomalies, last_step, summary)
+
+
+def _nothing_to_judge(history: MetricHistory, policy: JudgePolicy, crashed: Finding | None,
+                      summary: dict[str, Any]) -> Verdict:
+    """The WAIT of a run that logged no training loss, eval metric or optimizer metric (yet)."""
+    last_step = history.last_step
+    if crashed is not None:
+        return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
+    logged = history.keys()
+    if _logged_steps(history, logged) < policy.startup_steps_without_loss:
+        return Verdict(
+            Decision.WAIT, Reason.TOO_EARLY,
+            f"no training loss logged yet (start-up; logged so far: {', '.join(logged[:8]) or 'nothing'})",
+            last_step=last_step, summary=summary,
+        )
+    return Verdict(
+        Decision.WAIT, Reason.NO_DATA,
+        f"no training loss or eval metric among the logged keys ({', '.join(logged[:8])}); "
+        "name the loss key in the policy",
+        last_step=last_step, summary=summary,
+    )
+
+
+def _first_stop_or_wait(present: list[Finding], thin_loss_points: int | None) -> tuple[Decision, Reason, str] | None:
+    """The first STOP in check order, else the first WAIT; None when every finding is a note. With too few
+    training-loss points (`thin_loss_points`), a STOP that is not a hard fact becomes a WAIT for more."""
+    for finding in present:
+        if finding.decision is not Decision.STOP:
+            continue
+        if thin_loss_points is not None and finding.reason not in HARD_REASONS:
+            return (Decision.WAIT, finding.reason,
+                    f"{finding.message} (only {thin_loss_points} training-loss points: waiting for more)")
+        return Decision.STOP, finding.reason, finding.message
+    for finding in present:
+        if finding.decision is Decision.WAIT:
+            return Decision.WAIT, finding.reason, finding.message
+    return None
 
 
 # findings that are facts, not trends: a few points are enough evidence

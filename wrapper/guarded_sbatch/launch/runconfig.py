@@ -55,20 +55,10 @@ def _bracket_depth(text: str) -> int:
 
 def load_structured_file(path: Path) -> Any:
     """Parse one YAML / JSON / TOML file; UsageError naming the file (and line) when it is malformed."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise UsageError(f"config {path} is {size} bytes; that is not a training config")
-        text = path.read_text(encoding="utf-8")
-    except UsageError:
-        raise
-    except UnicodeDecodeError:
-        raise UsageError(f"config {path} is not UTF-8 text; is it the right file?") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    suffix = path.suffix.lower()
+    text = _read_config_text(path)
     if _bracket_depth(text) > MAX_NESTING:
         raise UsageError(f"config {path} is nested more than {MAX_NESTING} levels deep; that is not a training config")
+    suffix = path.suffix.lower()
     try:
         if suffix == ".json":
             return json.loads(text)
@@ -88,6 +78,21 @@ def load_structured_file(path: Path) -> Any:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UsageError(f"config {path} is not valid YAML{where}: {problem}; fix that line") from None
+
+
+def _read_config_text(path: Path) -> str:
+    """The config's text; UsageError for a file too big to be a config, not UTF-8, or unreadable."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise UsageError(f"config {path} is {size} bytes; that is not a training config")
+        return path.read_text(encoding="utf-8")
+    except UsageError:
+        raise
+    except UnicodeDecodeError:
+        raise UsageError(f"config {path} is not UTF-8 text; is it the right file?") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}") from None
 
 
 def flatten(data: Any, prefix: str = "") -> dict[str, Any]:

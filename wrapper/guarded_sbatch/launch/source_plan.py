@@ -26,6 +26,7 @@ from guarded_sbatch.core.run_sources import (
 from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
 from guarded_sbatch.core.source_kinds import TENSORBOARD, launch_kinds, place_of
 from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.runconfig import RunConfig
 
 TB_KEYS = TENSORBOARD.path_keys
 OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
@@ -136,17 +137,7 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
     if config is None:
         sources.unresolved.append("no run config or launcher arguments: the run's output folder is unknown")
         return
-    found_tb: list[tuple[str, str]] = []
-    found_out: list[tuple[str, str]] = []
-    for key, value in config.values.items():
-        name = key.rsplit(".", 1)[-1].replace("-", "_").lower()
-        if not isinstance(value, str) or not value.strip() or "://" in value:
-            continue
-        label = f"--{key}" if key in config.overrides else f"config key {key}"
-        if name in TB_KEYS:
-            found_tb.append((label, value))
-        elif name in OUTPUT_KEYS:
-            found_out.append((label, value))
+    found_tb, found_out = _folder_keys(config)
     for label, value in found_out:
         if needs_shell(value):
             sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand{_why(context, value)}")
@@ -206,6 +197,21 @@ def _named_in_config(context: PreflightContext) -> list[tuple[str, str, str]]:
             found.append((kind_name, f"--{key}" if key in config.overrides else f"config key {key}", value))
     return found
 
+
+def _folder_keys(config: RunConfig) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The config's TensorBoard-folder and output-folder values (local paths), each with where it was set."""
+    found_tb: list[tuple[str, str]] = []
+    found_out: list[tuple[str, str]] = []
+    for key, value in config.values.items():
+        name = key.rsplit(".", 1)[-1].replace("-", "_").lower()
+        if not isinstance(value, str) or not value.strip() or "://" in value:
+            continue
+        label = f"--{key}" if key in config.overrides else f"config key {key}"
+        if name in TB_KEYS:
+            found_tb.append((label, value))
+        elif name in OUTPUT_KEYS:
+            found_out.append((label, value))
+    return found_tb, found_out
 
 
 def _why(context: PreflightContext, value: str) -> str:

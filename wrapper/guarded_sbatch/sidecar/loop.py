@@ -134,18 +134,7 @@ class Sidecar:
     def poll_once(self) -> int | None:
         now = self.clock()
         self.state.checks += 1
-        try:
-            new_points = self.sources.read()
-        except Exception as exc:  # noqa: BLE001 - a source failing is a WAIT with the error named
-            new_points = 0
-            self._poll_failed("reading the metrics", exc)
-        if OUT_OF_MEMORY in (self.sources.read_error or "") and not self._out_of_memory_alerted:
-            self._poll_failed("reading the metrics", MemoryError(self.sources.read_error))  # alerts once
-        if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
-            self._diag(f"{'; '.join(self.sources.notes)}\n")
-            self.sources.notes = []
-        if new_points:
-            self.state.last_new_data_at = now
+        new_points = self._read_sources(now)
         try:
             self._maybe_poll_job(now, bool(new_points))
         except Exception as exc:  # noqa: BLE001
@@ -186,6 +175,22 @@ class Sidecar:
             self.emit(self.state.final_summary)
             return 0
         return None
+
+    def _read_sources(self, now: float) -> int:
+        """The poll's read of every source (a failure named, never fatal); how many new points came."""
+        try:
+            new_points = self.sources.read()
+        except Exception as exc:  # noqa: BLE001 - a source failing is a WAIT with the error named
+            new_points = 0
+            self._poll_failed("reading the metrics", exc)
+        if OUT_OF_MEMORY in (self.sources.read_error or "") and not self._out_of_memory_alerted:
+            self._poll_failed("reading the metrics", MemoryError(self.sources.read_error))  # alerts once
+        if self.sources.notes:  # points dropped or clamped on the way in: say so once per batch
+            self._diag(f"{'; '.join(self.sources.notes)}\n")
+            self.sources.notes = []
+        if new_points:
+            self.state.last_new_data_at = now
+        return new_points
 
     def _last_read(self) -> None:
         """The job has ended: one last read of every source (what it wrote between the last poll's read and its

@@ -49,44 +49,55 @@ def scan(folder: Path, *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIM
         if time.monotonic() > deadline:
             found.truncated = True
             break
-        try:
-            entries = sorted(os.scandir(current), key=lambda e: e.name)
-        except OSError:
-            continue
-        for entry in entries:
+        for entry in _sorted_entries(current):
             seen_entries += 1
             if seen_entries > MAX_ENTRIES:
                 found.truncated = True
                 return found
-            name = entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
                 is_file = not is_dir and entry.is_file()
             except OSError:
                 continue
-            path = Path(entry.path)
             if is_dir:
-                if name == "mlruns":
-                    found.mlflow_stores.append(path)
-                elif name in _SKIPPED_FOLDERS:
-                    continue
-                elif depth < max_depth:
-                    queue.append((path, depth + 1))
-                else:
-                    found.truncated = True
+                _note_folder(found, queue, Path(entry.path), depth < max_depth, depth)
             elif is_file:
-                if name.endswith(".wandb") and name.startswith("run-"):
-                    found.wandb_logs.append(path)
-                elif "tfevents" in name and current not in tensorboard_seen:
-                    tensorboard_seen.add(current)
-                    found.tensorboard_folders.append(current)
-                elif name == "mlflow.db":
-                    found.mlflow_stores.append(path)
-                elif name == "metrics.csv":
-                    found.csv_files.append(path)
-                elif name == "trainer_state.json":
-                    found.trainer_states.append(path)
+                _note_file(found, entry.name, Path(entry.path), current, tensorboard_seen)
     return found
+
+
+def _sorted_entries(folder: Path) -> list[os.DirEntry[str]]:
+    try:
+        return sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+
+
+def _note_folder(found: Found, queue: list[tuple[Path, int]], path: Path, may_descend: bool, depth: int) -> None:
+    """An MLflow store, a folder never searched, one to walk next, or one past the depth bound."""
+    if path.name == "mlruns":
+        found.mlflow_stores.append(path)
+    elif path.name in _SKIPPED_FOLDERS:
+        return
+    elif may_descend:
+        queue.append((path, depth + 1))
+    else:
+        found.truncated = True
+
+
+def _note_file(found: Found, name: str, path: Path, folder: Path, tensorboard_seen: set[Path]) -> None:
+    """Record a metrics file by its name (an event file: its folder, once)."""
+    if name.endswith(".wandb") and name.startswith("run-"):
+        found.wandb_logs.append(path)
+    elif "tfevents" in name and folder not in tensorboard_seen:
+        tensorboard_seen.add(folder)
+        found.tensorboard_folders.append(folder)
+    elif name == "mlflow.db":
+        found.mlflow_stores.append(path)
+    elif name == "metrics.csv":
+        found.csv_files.append(path)
+    elif name == "trainer_state.json":
+        found.trainer_states.append(path)
 
 
 def modified_at(path: Path) -> float:
@@ -151,30 +162,16 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
     def own(path: Path) -> bool:
         return not _claimed(path, taken) and (since is None or modified_at(path) >= since)
 
-    def pick(kind: str, mine: list[Path]) -> Path | None:
-        if len(mine) > 1:
-            listed = ", ".join(str(p) for p in sorted(mine)[:6]) + (" ..." if len(mine) > 6 else "")
-            result.ambiguous.append(f"{len(mine)} {kind} candidates, none clearly this run's ({listed}); "
-                                    "name the run's own with its config's logdir/output_dir or --guard-tb/--guard-wandb")
-            return None
-        return mine[0] if mine else None
-
     def wanted(kind: str) -> bool:
         return kinds is None or kind in kinds
 
     if include_wandb and wanted("wandb"):
-        log = pick("W&B", [p for p in found.wandb_logs if own(p)])
+        log = _pick_one("W&B", [p for p in found.wandb_logs if own(p)], result)
         if log is not None:
             result.sources.append(WandbLogSource(log))
     accept = fresh_files(since)
-    tb_candidates = []
-    for run_root, folders in run_roots(found.tensorboard_folders if wanted("tensorboard") else [], root).items():
-        if _claimed(run_root, taken):
-            continue
-        if accept is not None and not any(accept(f) for folder in folders for f in _event_files(folder)):
-            continue  # nothing in it was written since the job started: an older run's
-        tb_candidates.append(run_root)
-    tb_root = pick("TensorBoard", tb_candidates)
+    tb_folders = found.tensorboard_folders if wanted("tensorboard") else []
+    tb_root = _pick_one("TensorBoard", _fresh_run_roots(tb_folders, root, taken, accept), result)
     if tb_root is not None:
         result.sources.append(TensorBoardSource(tb_root, accept=accept))
     for store in found.mlflow_stores if wanted("mlflow") else []:
@@ -184,10 +181,33 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
             result.ambiguous.append(f"MLflow store {store}: no run tagged as this run's")
     for kind, label, paths, make in (("csv", "Lightning CSV", found.csv_files, LightningCsvSource),
                                      ("trainer_state", "trainer_state.json", found.trainer_states, TrainerStateSource)):
-        chosen = pick(label, [p for p in paths if own(p)]) if wanted(kind) else None
+        chosen = _pick_one(label, [p for p in paths if own(p)], result) if wanted(kind) else None
         if chosen is not None:
             result.sources.append(make(chosen))
     return result
+
+
+def _pick_one(kind: str, mine: list[Path], result: Discovery) -> Path | None:
+    """The one candidate of a kind; with several, none, and the candidates are named in result.ambiguous."""
+    if len(mine) > 1:
+        listed = ", ".join(str(p) for p in sorted(mine)[:6]) + (" ..." if len(mine) > 6 else "")
+        result.ambiguous.append(f"{len(mine)} {kind} candidates, none clearly this run's ({listed}); "
+                                "name the run's own with its config's logdir/output_dir or --guard-tb/--guard-wandb")
+        return None
+    return mine[0] if mine else None
+
+
+def _fresh_run_roots(event_folders: list[Path], base: Path, taken: set[str],
+                     accept: Callable[[Path], bool] | None) -> list[Path]:
+    """The TensorBoard runs no other run claimed and with an event file written since the job started."""
+    roots = []
+    for run_root, folders in run_roots(event_folders, base).items():
+        if _claimed(run_root, taken):
+            continue
+        if accept is not None and not any(accept(f) for folder in folders for f in _event_files(folder)):
+            continue  # nothing in it was written since the job started: an older run's
+        roots.append(run_root)
+    return roots
 
 
 def claims_below(folder: str | os.PathLike[str], claimed: Collection[str]) -> list[str]:

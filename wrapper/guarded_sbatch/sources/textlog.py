@@ -117,13 +117,8 @@ class TextLogSource(SourceBase):
         if _SCHEDULER_LINE.match(cleaned):
             return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
         parsed = self._parse_record(cleaned)
-        if parsed is None:
+        if parsed is None or self._is_exit_redraw(parsed):
             return False
-        if parsed.bar is not None:
-            bar, self._last_bar = self._last_bar, (parsed.step, parsed.bar[0])
-            if self._crashes.crash is not None and bar == self._last_bar:
-                return False  # the bar's last redraw as the program exits, after the traceback: not training
-            self._hf.see_bar(*parsed.bar)
         if parsed.kind in ("hf_header", "hf_summary", "overflow"):
             self._hf.header.update(parsed.header)
             self._overflow_step = parsed.step  # `Grad overflow on iteration N`: the scale line follows
@@ -137,7 +132,23 @@ class TextLogSource(SourceBase):
         step = self._step_of(parsed)
         if parsed.kind == "epoch_header" or not parsed.values:
             return repeated
+        return self._add_values(parsed, step, points) or repeated
+
+    def _is_exit_redraw(self, parsed: ParsedLine) -> bool:
+        """Follow the progress bar; True for its last redraw as the program exits, after the traceback (not
+        training)."""
+        if parsed.bar is None:
+            return False
+        bar, self._last_bar = self._last_bar, (parsed.step, parsed.bar[0])
+        if self._crashes.crash is not None and bar == self._last_bar:
+            return True
+        self._hf.see_bar(*parsed.bar)
+        return False
+
+    def _add_values(self, parsed: ParsedLine, step: int, points: list[MetricPoint]) -> bool:
+        """The line's values as points at step; True when a key did not move past its last step."""
         self.lines_with_metrics += 1
+        repeated = False
         for key, value in parsed.values.items():
             previous = self._last_step_per_key.get(key)
             if previous is None or step > previous:

@@ -133,6 +133,13 @@ def _key_before(text: str, end: int, lower_bound: int) -> str | None:
     words = before.rsplit(" ", MAX_KEY_WORDS)
     if start > lower_bound and len(words) <= MAX_KEY_WORDS:
         words = words[1:]  # the first one may be cut by the window
+    key = _key_of_words(words)
+    return key if key is not None else _quoted_key(before)
+
+
+def _key_of_words(words: list[str]) -> str | None:
+    """The key in the last words before a number: up to MAX_KEY_WORDS plain words, or a key attached to the
+    last word (`epoch=0/micro_step=40`); None when the last word is neither."""
     key_words: list[str] = []
     for word in reversed(words):
         if not word or not _WORD.fullmatch(word) or _NONFINITE_WORD.fullmatch(word):
@@ -144,13 +151,16 @@ def _key_before(text: str, end: int, lower_bound: int) -> str | None:
         key_words.append(word)
         if len(key_words) == MAX_KEY_WORDS:
             break
-    if not key_words:
-        if before[-1] in ("'", '"'):
-            opening = before.rfind(before[-1], 0, len(before) - 1)
-            if opening >= 0 and len(before) - opening < 80:
-                return before[opening + 1 : -1] or None
-        return None
-    return " ".join(reversed(key_words))
+    return " ".join(reversed(key_words)) if key_words else None
+
+
+def _quoted_key(before: str) -> str | None:
+    """`'loss': 2.3` with a key the words did not take: the quoted text just before."""
+    if before[-1] in ("'", '"'):
+        opening = before.rfind(before[-1], 0, len(before) - 1)
+        if opening >= 0 and len(before) - opening < 80:
+            return before[opening + 1 : -1] or None
+    return None
 
 
 def numbers_in(text: str, start: int = 0, end: int | None = None) -> list[re.Match[str]]:

@@ -98,24 +98,8 @@ class WandbAxes:
 
     def points(self, row: WandbRow) -> list[MetricPoint]:
         """The row's metrics as points on their axes (nothing when the row carries no position at all)."""
-        if row.media_paths:
-            self.media_paths |= row.media_paths
-        values = row.values
-        if self.media_paths:
-            values = {k: v for k, v in values.items() if not _under(k, self.media_paths)}
-        log_step = None if row.step is None else row.step + self.step_offset
-        if log_step is not None:
-            if self._last_log_step is not None and log_step > self._last_log_step + 1:
-                self.user_steps = True
-            if self._last_log_step is None or log_step > self._last_log_step:
-                self._last_log_step = log_step
+        values, log_step = self._follow_row(row)
         counter_names = self._counter_names
-        for key in counter_names.intersection(values):
-            if math.isfinite(values[key]):
-                self.counters[key] = values[key]
-        if self.default_key is None:
-            self.default_key = next(
-                (k for k in STEP_LIKE_KEYS if k in values and _is_integral(values[k])), None)
         default_step, default_axis = self._default_position(log_step)
         defined = bool(self.step_metrics or self.glob_step_metrics)
         points: list[MetricPoint] = []
@@ -135,6 +119,28 @@ class WandbAxes:
             axes[key] = axis
             points.append(MetricPoint(step, timestamp, key, value))
         return points
+
+    def _follow_row(self, row: WandbRow) -> tuple[dict[str, float], int | None]:
+        """What the row tells about positions (media keys, the log call's step, counters, the step-like key);
+        its values without media, and its log step."""
+        if row.media_paths:
+            self.media_paths |= row.media_paths
+        values = row.values
+        if self.media_paths:
+            values = {k: v for k, v in values.items() if not _under(k, self.media_paths)}
+        log_step = None if row.step is None else row.step + self.step_offset
+        if log_step is not None:
+            if self._last_log_step is not None and log_step > self._last_log_step + 1:
+                self.user_steps = True
+            if self._last_log_step is None or log_step > self._last_log_step:
+                self._last_log_step = log_step
+        for key in self._counter_names.intersection(values):
+            if math.isfinite(values[key]):
+                self.counters[key] = values[key]
+        if self.default_key is None:
+            self.default_key = next(
+                (k for k in STEP_LIKE_KEYS if k in values and _is_integral(values[k])), None)
+        return values, log_step
 
     def _default_position(self, log_step: int | None) -> tuple[int | None, Axis]:
         """Where a key without a step metric goes: the step-like key's value, else `_step`."""

@@ -84,35 +84,42 @@ def _line_words(body: str, path: Path | str, line_number: int, line: str) -> lis
                 f"{path} line {line_number}: sbatch refuses a word starting with ':' in {line!r}; "
                 "write heterogeneous job components as '#SBATCH hetjob' lines"
             )
-        chars: list[str] = []
-        quote = ""
-        escaped = False
-        while pos < len(body) and (quote or body[pos] not in C_SPACE):
-            char = body[pos]
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-                pos += 1
-                continue
-            elif quote:
-                if char == quote:
-                    quote = ""
-                    pos += 1
-                    continue
-            elif char in "\"'":
-                quote = char
-                pos += 1
-                continue
-            elif char == "#":
-                break
-            chars.append(char)
-            pos += 1
-        if quote:
-            raise UsageError(f"{path} line {line_number}: unmatched {quote} in {line!r}; sbatch refuses the script")
-        if not chars:  # nothing read (a comment, an empty quote pair, a lone backslash): the line ends here
+        word, pos, open_quote = _read_word(body, pos)
+        if open_quote:
+            raise UsageError(f"{path} line {line_number}: unmatched {open_quote} in {line!r}; sbatch refuses the script")
+        if not word:  # nothing read (a comment, an empty quote pair, a lone backslash): the line ends here
             return words
-        words.append("".join(chars))
+        words.append(word)
+
+
+def _read_word(body: str, pos: int) -> tuple[str, int, str]:
+    """One word from body[pos:] up to a blank or an unquoted `#`: (its characters, where the reading stopped,
+    the quote left open or "")."""
+    chars: list[str] = []
+    quote = ""
+    escaped = False
+    while pos < len(body) and (quote or body[pos] not in C_SPACE):
+        char = body[pos]
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+            pos += 1
+            continue
+        elif quote:
+            if char == quote:
+                quote = ""
+                pos += 1
+                continue
+        elif char in "\"'":
+            quote = char
+            pos += 1
+            continue
+        elif char == "#":
+            break
+        chars.append(char)
+        pos += 1
+    return "".join(chars), pos, quote
 
 
 def _parse_words(

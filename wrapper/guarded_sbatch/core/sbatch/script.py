@@ -109,16 +109,7 @@ def parse_script_text(
     text: str, path: Path, env: Mapping[str, str] | None = None, args: Sequence[str] | None = None,
     job_env: Mapping[str, str] | None = None, opaque_env: str = "",
 ) -> ParsedScript:
-    if not text.startswith("#!"):
-        raise UsageError(
-            f"{path} line 1 must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses it otherwise"
-        )
-    if "\r\n" in text:
-        first_dos = text[: text.index("\r\n")].count("\n") + 1
-        raise UsageError(
-            f"{path} has DOS line breaks (\\r\\n, first on line {first_dos}); sbatch refuses it: convert it with "
-            f"`dos2unix {path}`"
-        )
+    _refuse_unreadable(text, path)
     lines = text.split("\n")
     scan = scan_directives(text, path)
     directives = [Directive(d.line_number, d.text, d.options) for d in scan.lines if d.options]
@@ -141,29 +132,15 @@ def parse_script_text(
         if line_number == 1 or not stripped:
             continue
         if stripped.startswith("#"):
-            if DIRECTIVE.match(stripped):
-                if line_number >= header_end:
-                    why = "after the first command: sbatch ignores it"
-                    if scan.hetjob_line:
-                        why = "from '#SBATCH hetjob' on: another job component (the pre-flight judges the first)"
-                    ignored.append(IgnoredDirective(line_number, stripped, why))
-                elif not line.startswith("#SBATCH"):
-                    ignored.append(IgnoredDirective(line_number, stripped, "indented: sbatch reads only #SBATCH at column 0"))
-            elif NEAR_DIRECTIVE.match(stripped):
-                ignored.append(IgnoredDirective(line_number, stripped, "not spelled exactly '#SBATCH': sbatch ignores it"))
+            comment = _ignored_comment(line_number, line, header_end, scan.hetjob_line)
+            ignored += [comment] if comment else []
             continue
         heredoc = HEREDOC.search(line)
         if heredoc:
             heredoc_end = heredoc.group(1)
-        try:
-            simple_commands = [spread_all_args(words, shell.args) for words in shell.read_line(line, line_number)]
-        except ShellSyntaxError as exc:
-            raise UsageError(f"{path} line {line_number}: {exc}; bash would fail on it too") from None
-        for words in simple_commands:
-            commands.append(ScriptCommand(line_number, stripped, tuple(words)))
-            launcher = detect_launcher(words, line_number, stripped)
-            if launcher is not None:
-                launchers.append(launcher)
+        line_commands = _line_commands(shell, line, line_number, path)
+        commands += line_commands
+        launchers += _launchers(line_commands)
     return ParsedScript(
         path=path,
         text=text,
@@ -177,6 +154,52 @@ def parse_script_text(
         launcher=launchers[0] if launchers else None,
         other_launchers=tuple(launchers[1:]),
     )
+
+
+def _refuse_unreadable(text: str, path: Path) -> None:
+    """What sbatch refuses before reading a directive: no `#!` line, DOS line breaks."""
+    if not text.startswith("#!"):
+        raise UsageError(
+            f"{path} line 1 must start with #! and an interpreter (e.g. #!/bin/bash); sbatch refuses it otherwise"
+        )
+    if "\r\n" in text:
+        first_dos = text[: text.index("\r\n")].count("\n") + 1
+        raise UsageError(
+            f"{path} has DOS line breaks (\\r\\n, first on line {first_dos}); sbatch refuses it: convert it with "
+            f"`dos2unix {path}`"
+        )
+
+
+def _ignored_comment(line_number: int, line: str, header_end: int, hetjob_line: int | None) -> IgnoredDirective | None:
+    """A comment line that looks like a directive sbatch does not apply, with why; None for a plain comment or
+    a directive sbatch reads."""
+    stripped = line.strip()
+    if not DIRECTIVE.match(stripped):
+        if NEAR_DIRECTIVE.match(stripped):
+            return IgnoredDirective(line_number, stripped, "not spelled exactly '#SBATCH': sbatch ignores it")
+        return None
+    if line_number >= header_end:
+        why = "after the first command: sbatch ignores it"
+        if hetjob_line:
+            why = "from '#SBATCH hetjob' on: another job component (the pre-flight judges the first)"
+        return IgnoredDirective(line_number, stripped, why)
+    if not line.startswith("#SBATCH"):
+        return IgnoredDirective(line_number, stripped, "indented: sbatch reads only #SBATCH at column 0")
+    return None
+
+
+def _line_commands(shell: ScriptShell, line: str, line_number: int, path: Path) -> list[ScriptCommand]:
+    """The simple commands of one logical line, expanded with what the lines before set."""
+    try:
+        simple_commands = [spread_all_args(words, shell.args) for words in shell.read_line(line, line_number)]
+    except ShellSyntaxError as exc:
+        raise UsageError(f"{path} line {line_number}: {exc}; bash would fail on it too") from None
+    return [ScriptCommand(line_number, line.strip(), tuple(words)) for words in simple_commands]
+
+
+def _launchers(commands: list[ScriptCommand]) -> list[LauncherLine]:
+    found = (detect_launcher(list(command.words), command.line_number, command.text) for command in commands)
+    return [launcher for launcher in found if launcher is not None]
 
 
 def _logical_lines(lines: list[str]) -> list[tuple[int, str]]:

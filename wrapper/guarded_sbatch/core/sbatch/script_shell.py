@@ -29,6 +29,7 @@ CLOSERS = {"fi", "done", "esac"}
 LEADING_KEYWORDS = {"then", "do", "else", "elif", "!"}
 CONDITIONAL_OPERATORS = {"&&", "||", "|", "|&", "&"}
 # commands after which any variable may hold anything (the script did not set it, but they may have)
+READING_COMMANDS = {"read", "getopts", "mapfile", "readarray"}  # give their names values only a run knows
 OPAQUE_COMMANDS = {"source", ".", "eval", "module", "ml", "conda", "mamba", "micromamba", "spack"}
 LOGIN_SHEBANG = re.compile(r"^#!\S*(?:\s+\S+)*\s+(?:-\w*l\w*|--login)\b")
 
@@ -176,38 +177,48 @@ class ScriptShell:
             return
         if head in CLOSERS:
             self._close()
-            return
-        if head in OPENERS:
+        elif head in OPENERS:
             self._open(line_number, OPENERS[head])
             if head in ("for", "select") and rest and NAME.match(rest[0].text):
                 self._set(rest[0].text, "", line_number, self.block)
-            return
-        if head == "shift":
-            count = rest[0].text if rest else "1"
-            if self.args is not None and not conditional and count.isdigit() and not (rest and rest[0].unresolved):
-                self.args = self.args[int(count):]
-            else:
-                self.args = None
+        elif head == "shift":
+            self._shift(rest, conditional)
         elif head == "set" and any(w.text == "--" for w in rest):
             after = rest[[w.text for w in rest].index("--") + 1 :]
             clean = not conditional and not any(w.unresolved for w in after)
             self.args = [w.text for w in after] if clean else None
-        elif head in ("read", "getopts", "mapfile", "readarray") or (head == "printf" and [w.text for w in rest[:1]] == ["-v"]):
-            names = [w.text for w in rest if NAME.match(w.text)]
-            if head == "getopts":
-                names = names[1:2]
-            for name in names:
-                self._set(name, "", line_number, f"`{head}` (its value is read when the script runs)")
+        elif head in READING_COMMANDS or (head == "printf" and [w.text for w in rest[:1]] == ["-v"]):
+            self._mark_read(head, rest, line_number)
         elif head == "unset":
-            for word in rest:
-                if NAME.match(word.text):
-                    if conditional:
-                        self._set(word.text, "", line_number, conditional)
-                    else:
-                        self.variables.pop(word.text, None)
-                        self.unset.add(word.text)
+            self._unset(rest, line_number, conditional)
         elif head in OPAQUE_COMMANDS and not self.opaque:
             self.opaque = f"`{head}` on line {line_number} may set any variable"
+
+    def _shift(self, rest: list[Word], conditional: str) -> None:
+        """`shift [n]`: the arguments move when n is known and the shift always runs, else they become unknown."""
+        count = rest[0].text if rest else "1"
+        if self.args is not None and not conditional and count.isdigit() and not (rest and rest[0].unresolved):
+            self.args = self.args[int(count):]
+        else:
+            self.args = None
+
+    def _mark_read(self, head: str, rest: list[Word], line_number: int) -> None:
+        """`read X`, `getopts spec X`, `mapfile X`, `printf -v X`: the names get values only a run knows."""
+        names = [w.text for w in rest if NAME.match(w.text)]
+        if head == "getopts":
+            names = names[1:2]
+        for name in names:
+            self._set(name, "", line_number, f"`{head}` (its value is read when the script runs)")
+
+    def _unset(self, rest: list[Word], line_number: int, conditional: str) -> None:
+        for word in rest:
+            if not NAME.match(word.text):
+                continue
+            if conditional:
+                self._set(word.text, "", line_number, conditional)
+            else:
+                self.variables.pop(word.text, None)
+                self.unset.add(word.text)
 
     def _not_followed(self, head: str, rest: list[Word], condition: list[Word], line_number: int) -> bool:
         """Assignments in a condition, arrays, arithmetic: their names become unknown, never a stale value.

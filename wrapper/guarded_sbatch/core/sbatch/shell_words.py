@@ -70,76 +70,95 @@ def next_command(line: str, variables: Mapping[str, str], scope: Scope | None = 
     return _tokenize(line, variables, scope, stop=True)
 
 
+@dataclass
+class _Items:
+    """The words and operators read so far, and the word being read."""
+
+    items: list[Word | str] = field(default_factory=list)
+    chars: list[str] = field(default_factory=list)
+    unresolved: bool = False
+    in_word: bool = False
+    skip_next_word: bool = False  # the next word is a redirection's target
+
+    def add(self, text: str, dirty: bool = False) -> None:
+        self.chars.append(text)
+        self.unresolved |= dirty
+        self.in_word = True
+
+    def finish_word(self) -> None:
+        if self.in_word:
+            if self.skip_next_word:
+                self.skip_next_word = False
+            else:
+                self.items.append(Word("".join(self.chars), self.unresolved))
+        self.chars, self.unresolved, self.in_word = [], False, False
+
+    def drop_fd_digits(self) -> None:
+        """`2>file`: the digits before a redirection are the fd, not a word."""
+        text = "".join(self.chars)
+        if self.in_word and text.isascii() and text.isdigit():
+            self.chars, self.in_word = [], False
+
+
 def _tokenize(line: str, known: Mapping[str, str], scope: Scope | None, *, stop: bool) -> tuple[list[Word | str], int]:
-    items: list[Word | str] = []
-    chars: list[str] = []
-    unresolved = False
-    in_word = False
-    skip_next_word = False
+    read = _Items()
     position = 0
     length = len(line)
-
-    def finish_word() -> None:
-        nonlocal chars, unresolved, in_word, skip_next_word
-        if in_word:
-            if skip_next_word:
-                skip_next_word = False
-            else:
-                items.append(Word("".join(chars), unresolved))
-        chars, unresolved, in_word = [], False, False
-
     while position < length:
         char = line[position]
         if char in " \t\r\n":
-            finish_word()
+            read.finish_word()
             position += 1
-        elif char == "#" and not in_word:
+        elif char == "#" and not read.in_word:
             break
-        elif char == "\\":
-            in_word = True
-            if position + 1 < length:
-                chars.append(line[position + 1])
-            position += 2
-        elif char == "'":
-            end = line.find("'", position + 1)
-            if end < 0:
-                raise ShellSyntaxError("unbalanced single quote")
-            chars.append(line[position + 1 : end])
-            in_word = True
-            position = end + 1
-        elif char == '"':
-            position, text, dirty = _double_quoted(line, position + 1, known, scope)
-            chars.append(text)
-            unresolved |= dirty
-            in_word = True
-        elif char == "$" or char == "`":
-            position, text, dirty = _dollar(line, position, known, scope)
-            chars.append(text)
-            unresolved |= dirty
-            in_word = True
+        elif char in "\\'\"$`":
+            position = _quoted_or_expanded(line, position, known, scope, read)
         elif char in "<>":
-            if in_word and "".join(chars).isascii() and "".join(chars).isdigit():  # `2>file`: the digits are the fd, not a word
-                chars, in_word = [], False
-            finish_word()
-            position, skip_next_word = _redirection(line, position)
-        elif any(line.startswith(op, position) for op in OPERATORS) or char in "(){}" and not in_word:
-            op = next((op for op in OPERATORS if line.startswith(op, position)), char)
-            if op == "&" and line.startswith("&>", position):
-                finish_word()
-                position += 2
-                skip_next_word = True
-                continue
-            finish_word()
-            items.append(op)
-            position += len(op)
-            if stop:
-                return items, position
+            read.drop_fd_digits()
+            read.finish_word()
+            position, read.skip_next_word = _redirection(line, position)
+        elif any(line.startswith(op, position) for op in OPERATORS) or char in "(){}" and not read.in_word:
+            position, ended = _operator(line, position, char, read)
+            if ended and stop:
+                return read.items, position
         else:
-            chars.append(char)
-            in_word = True
+            read.add(char)
             position += 1
-    finish_word()
-    return items, length
+    read.finish_word()
+    return read.items, length
+
+
+def _quoted_or_expanded(line: str, position: int, known: Mapping[str, str], scope: Scope | None, read: _Items) -> int:
+    """A backslash, a quoted part or an expansion at line[position], added to the current word; returns the
+    position after it."""
+    char = line[position]
+    if char == "\\":
+        read.add(line[position + 1] if position + 1 < len(line) else "")
+        return position + 2
+    if char == "'":
+        end = line.find("'", position + 1)
+        if end < 0:
+            raise ShellSyntaxError("unbalanced single quote")
+        read.add(line[position + 1 : end])
+        return end + 1
+    if char == '"':
+        position, text, dirty = _double_quoted(line, position + 1, known, scope)
+    else:
+        position, text, dirty = _dollar(line, position, known, scope)
+    read.add(text, dirty)
+    return position
+
+
+def _operator(line: str, position: int, char: str, read: _Items) -> tuple[int, bool]:
+    """The operator at line[position] ends the word; `&>` starts a redirection instead. Returns the position
+    after it and whether it was an operator (ending a command)."""
+    op = next((op for op in OPERATORS if line.startswith(op, position)), char)
+    read.finish_word()
+    if op == "&" and line.startswith("&>", position):
+        read.skip_next_word = True
+        return position + 2, False
+    read.items.append(op)
+    return position + len(op), True
 
 
 def _redirection(line: str, position: int) -> tuple[int, bool]:

@@ -109,30 +109,33 @@ def _batch_and_lr(
     if mine.accumulation != theirs.accumulation:
         evidence.append(f"gradient accumulation {theirs.accumulation:g} -> {mine.accumulation:g}")
     ratio = mine.global_batch / theirs.global_batch
-    lr_mine = _number(intended, r.LEARNING_RATE)
-    lr_theirs = _number(reference, r.LEARNING_RATE)
     if abs(ratio - 1.0) < 1e-9:
         if mine.accumulation != theirs.accumulation:
             out.append((CheckStatus.WARNED, f"gradient accumulation changed {theirs.accumulation:g} -> "
                                             f"{mine.accumulation:g} (global batch kept at {mine.global_batch:g})"))  # fmt: skip
         return out
+    out.append(_lr_for_new_batch(context, intended, reference, mine, theirs, ratio))
+    return out
+
+
+def _lr_for_new_batch(context: PreflightContext, intended: RunConfig, reference: RunConfig, mine: r.BatchShape,
+                      theirs: r.BatchShape, ratio: float) -> tuple[CheckStatus, str]:
+    """A global batch changed by `ratio`: whether the learning rate (or the sweep's rates) followed it."""
+    lr_mine = _number(intended, r.LEARNING_RATE)
+    lr_theirs = _number(reference, r.LEARNING_RATE)
     change = f"global batch {theirs.global_batch:g} -> {mine.global_batch:g} (×{ratio:g})"
     if mine.accumulation != theirs.accumulation:
         change += f", gradient accumulation {theirs.accumulation:g} -> {mine.accumulation:g}"
     if lr_mine is None or lr_theirs is None:
-        out.append((CheckStatus.FAILED, f"{change} and no learning rate to compare: set it explicitly"))
-        return out
+        return CheckStatus.FAILED, f"{change} and no learning rate to compare: set it explicitly"
     if len(context.swept_lr) > 1:  # a sweep searches the LR: it must search where the new batch wants it
-        out.append(_swept_lr_covers(change, ratio, lr_theirs, context.swept_lr))
-        return out
+        return _swept_lr_covers(change, ratio, lr_theirs, context.swept_lr)
     rule = r.lr_rescaled(ratio, lr_mine / lr_theirs)
     if rule is None:
-        out.append((CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> "
-                                        f"{lr_mine:g}; linear rule: {lr_theirs * ratio:g})"))  # fmt: skip
-    else:
-        out.append((CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> "
-                                        f"{lr_mine:g})"))  # fmt: skip
-    return out
+        return (CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> "
+                                    f"{lr_mine:g}; linear rule: {lr_theirs * ratio:g})")  # fmt: skip
+    return (CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> "
+                                f"{lr_mine:g})")  # fmt: skip
 
 
 def _swept_lr_covers(change: str, ratio: float, lr_theirs: float, swept: tuple[float, ...]) -> tuple[CheckStatus, str]:

@@ -131,57 +131,14 @@ def check_eta(context: PreflightContext) -> CheckResult:
         if by_steps is not None:  # the same sum, counted in steps
             (epochs, epochs_from, seconds_per_epoch, speed_from), unit = by_steps, "step"
     if epochs is None or seconds_per_epoch is None:
-        missing = [
-            m
-            for m, v in (
-                ("the number of epochs (--guard-epochs)", epochs),
-                ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch),
-            )
-            if v is None
-        ]
-        why = (
-            ""
-            if seconds_per_epoch is not None
-            else (
-                " (no reference run whose log shows its epoch time)"
-                if context.reference is None
-                else f" (the reference's logs show no epoch time: {context.reference.folder})"
-            )
-        )
-        return CheckResult(
-            NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)} "
-            "(a run counted in steps needs max_steps in its config and a reference whose log times its steps)"
-        )
+        return _not_estimated(context, epochs, seconds_per_epoch)
     run_seconds = epochs * seconds_per_epoch
     evidence.append(
         f"{epochs:g} {unit}s ({epochs_from}) × {seconds_per_epoch:g} s per {unit} ({speed_from}) = "
         f"{format_duration(run_seconds)}"
     )
     now = context.now
-    start = now
-    if context.scheduler is None:
-        warnings.append("no scheduler: queue wait unknown, counted as zero")
-    else:
-        try:
-            estimate = context.scheduler.estimate_start(_request(context))
-        except GuardedError as exc:
-            estimate = None
-            warnings.append(f"queue wait unknown ({exc})")
-        else:
-            if estimate is None:
-                warnings.append("the scheduler gave no start estimate: queue wait counted as zero")
-            elif estimate - now.timestamp() > MAX_PLAUSIBLE_WAIT_S:
-                # a held job (--hold) or a partition that is down: Slurm answers with a date far in the future
-                warnings.append(
-                    "the scheduler cannot say when the job would start (held, or no usable node): queue wait counted as zero"
-                )
-                estimate = None
-        if estimate is not None:
-            start = max(now, datetime.fromtimestamp(estimate).astimezone())
-            evidence.append(
-                f"expected start {local_clock(start, now)} ({context.scheduler.name} estimate, wait "
-                f"{format_duration((start - now).total_seconds())})"
-            )
+    start = _expected_start(context, evidence, warnings)
     end = start + timedelta(seconds=run_seconds)
     eta_text = local_clock(end, now)
     details: dict[str, object] = {"eta_epoch_s": end.timestamp(), "run_seconds": run_seconds, "start_epoch_s": start.timestamp()}
@@ -204,6 +161,60 @@ def check_eta(context: PreflightContext) -> CheckResult:
     if warnings:
         return CheckResult(NAME, CheckStatus.WARNED, f"{finding}; {'; '.join(warnings)}", tuple(evidence), details)
     return CheckResult(NAME, CheckStatus.PASSED, finding, tuple(evidence), details)
+
+
+def _not_estimated(context: PreflightContext, epochs: float | None, seconds_per_epoch: float | None) -> CheckResult:
+    """The WARNED result of a run whose length cannot be estimated, naming what to give."""
+    missing = [
+        m
+        for m, v in (
+            ("the number of epochs (--guard-epochs)", epochs),
+            ("seconds per epoch (--guard-seconds-per-epoch)", seconds_per_epoch),
+        )
+        if v is None
+    ]
+    why = (
+        ""
+        if seconds_per_epoch is not None
+        else (
+            " (no reference run whose log shows its epoch time)"
+            if context.reference is None
+            else f" (the reference's logs show no epoch time: {context.reference.folder})"
+        )
+    )
+    return CheckResult(
+        NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)} "
+        "(a run counted in steps needs max_steps in its config and a reference whose log times its steps)"
+    )
+
+
+def _expected_start(context: PreflightContext, evidence: list[str], warnings: list[str]) -> datetime:
+    """When the job would start: the scheduler's estimate, else now (the queue wait counted as zero, with a
+    warning saying why)."""
+    now = context.now
+    if context.scheduler is None:
+        warnings.append("no scheduler: queue wait unknown, counted as zero")
+        return now
+    try:
+        estimate = context.scheduler.estimate_start(_request(context))
+    except GuardedError as exc:
+        warnings.append(f"queue wait unknown ({exc})")
+        return now
+    if estimate is None:
+        warnings.append("the scheduler gave no start estimate: queue wait counted as zero")
+        return now
+    if estimate - now.timestamp() > MAX_PLAUSIBLE_WAIT_S:
+        # a held job (--hold) or a partition that is down: Slurm answers with a date far in the future
+        warnings.append(
+            "the scheduler cannot say when the job would start (held, or no usable node): queue wait counted as zero"
+        )
+        return now
+    start = max(now, datetime.fromtimestamp(estimate).astimezone())
+    evidence.append(
+        f"expected start {local_clock(start, now)} ({context.scheduler.name} estimate, wait "
+        f"{format_duration((start - now).total_seconds())})"
+    )
+    return start
 
 
 def _epochs(context: PreflightContext) -> tuple[float | None, str]:
