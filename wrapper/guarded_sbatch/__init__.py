@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # for type checkers only; at run time __getattr__ imports on 
     from guarded_sbatch.core.points import MetricPoint
     from guarded_sbatch.judge.decide import decide
     from guarded_sbatch.judge.history import MetricHistory
-    from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+    from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
     from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
     from guarded_sbatch.launch.executor import GuardedExecutor
 
@@ -46,8 +46,8 @@ _LAZY = {
     "SOURCE_KINDS": "guarded_sbatch.sidecar.api",
     "decide": "guarded_sbatch.judge.decide",
     "MetricHistory": "guarded_sbatch.judge.history",
-    "JudgePolicy": "guarded_sbatch.judge.policy",
-    "RunContext": "guarded_sbatch.judge.policy",
+    "JudgePolicy": "guarded_sbatch.core.judge_policy",
+    "RunContext": "guarded_sbatch.core.judge_policy",
     "Verdict": "guarded_sbatch.judge.verdict",
     "Decision": "guarded_sbatch.judge.verdict",
     "Reason": "guarded_sbatch.judge.verdict",

@@ -266,7 +266,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
 
 def judge_table(config: Config) -> dict[str, object]:
     """The config's [judge] thresholds, checked (names, ranges) and as the run's record keeps them."""
-    from guarded_sbatch.judge.policy_table import policy_from_table, policy_table
+    from guarded_sbatch.core.judge_table import policy_from_table, policy_table
 
     where = ", ".join(map(str, config.sources)) or "config"
     return policy_table(policy_from_table(config.judge, where=where))

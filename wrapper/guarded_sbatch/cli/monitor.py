@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from guarded_sbatch.core.audit import AuditLog
     from guarded_sbatch.core.registry import RunRecord
     from guarded_sbatch.core.run_sources import RunSources
-    from guarded_sbatch.judge.policy import JudgePolicy
+    from guarded_sbatch.core.judge_policy import JudgePolicy
 
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.audit import AuditLog
@@ -53,9 +53,9 @@ def _policy(args: object, record: RunRecord | None = None, *, strict: bool = Tru
     the same), else the config's [judge]; the flags name the keys on top."""
     import dataclasses
 
-    from guarded_sbatch.judge.policy_table import policy_from_table
+    from guarded_sbatch.core.judge_table import policy_from_table
 
-    from guarded_sbatch.judge.policy import JudgePolicy
+    from guarded_sbatch.core.judge_policy import JudgePolicy
 
     try:
         if record is not None and record.judge:

@@ -292,14 +292,14 @@ SCHEMA: tuple[Key, ...] = (
         "judge",
         "table",
         {},
-        "The judge's thresholds by name (every field of judge/policy.py's JudgePolicy; docs/judge.md lists them with\n"
+        "The judge's thresholds by name (every field of core/judge_policy.py's JudgePolicy; docs/judge.md lists them with\n"
         "their defaults and ranges, checked when the run is judged). Empty: the built-in ones.",
     ),
 )
 KEYS: dict[str, Key] = {key.path: key for key in SCHEMA}
 # Tables a user config may not hold at all (everything in them is the site's)
 SITE_ONLY_TABLES = ("audit", "enforcement")
-# Tables whose names their reader checks (the judge's thresholds: judge/policy_table.py)
+# Tables whose names their reader checks (the judge's thresholds: core/judge_table.py)
 OPEN_TABLES = tuple(key.path for key in SCHEMA if key.kind == "table")
 
 

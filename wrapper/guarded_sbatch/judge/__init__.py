@@ -5,7 +5,7 @@
 
 from guarded_sbatch.judge.decide import decide, describe
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
 __all__ = [

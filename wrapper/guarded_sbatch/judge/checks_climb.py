@@ -12,7 +12,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
 from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, points_in
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 

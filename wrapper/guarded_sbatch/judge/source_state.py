@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from guarded_sbatch.judge.decide import decide
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.judge.policy import JudgePolicy, RunContext
+from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 
 

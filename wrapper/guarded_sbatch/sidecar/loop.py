@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.logs import stream_logger
-from guarded_sbatch.judge.policy import JudgePolicy, RunContext
-from guarded_sbatch.judge.policy_table import policy_table
+from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.core.judge_table import policy_table
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
 from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note

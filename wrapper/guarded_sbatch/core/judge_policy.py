@@ -1,7 +1,7 @@
 """What the decision core may be told: thresholds and windows (in steps), and the run's context.
 
 Every field of JudgePolicy can be set by name in the `[judge]` table of the site or user config (docs/judge.md;
-judge/policy_table.py checks the names and ranges)."""
+core/judge_table.py checks the names and ranges)."""
 
 from __future__ import annotations
 
