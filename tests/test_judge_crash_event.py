@@ -64,3 +64,44 @@ def test_a_log_whose_only_content_is_a_crash_is_judged(tmp_path: Path) -> None:
     assert len(history) == 1 and history.keys() == []
     verdict = decide(history)
     assert verdict.decision is Decision.STOP and "NCCL timeout" in verdict.message
+
+
+CUT = "Traceback (most recent call last):\n"
+FRAMES = '  File "train.py", line 9, in <module>\n    loss.backward()\n'
+
+
+def test_a_log_cut_off_inside_a_traceback_is_a_crash(tmp_path: Path) -> None:
+    """The process died while printing its traceback (killed, its node lost, the output unflushed): the log ends
+    in the traceback's first line, or in its frames, with no exception line. That is a crash, not healthy."""
+    from guarded_sbatch.sources.textlog_crash import CUT_TRACEBACK
+
+    for ending in (CUT, CUT + FRAMES):
+        log = tmp_path / "train.log"
+        log.write_text(_steps(10, 200) + ending)
+        history = MetricHistory.from_points(TextLogSource(log).read_new())
+        (event,) = history.crashes()
+        assert event.exception == CUT_TRACEBACK and event.step == 200 and "Traceback" in event.evidence
+        verdict = decide(history)
+        assert (verdict.decision, verdict.reason.value) == (Decision.STOP, "crashed"), verdict.message
+
+
+def test_a_traceback_read_in_two_pieces_is_the_exception_it_ends_in(tmp_path: Path) -> None:
+    log = tmp_path / "train.log"
+    log.write_text(_steps(10, 200) + CUT + FRAMES)
+    source = TextLogSource(log)
+    history = MetricHistory.from_points(source.read_new())
+    with open(log, "a") as handle:
+        handle.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
+    history.add(source.read_new())
+    (open_crash,) = [e for e in history.crashes() if e.state is not CrashState.DISMISSED]
+    assert open_crash.exception.startswith("torch.OutOfMemoryError") and history.open_crash() == open_crash
+
+
+def test_a_traceback_cut_off_by_training_output_is_no_crash(tmp_path: Path) -> None:
+    """A traceback whose exception line never came, followed by ordinary lines and more training (a logger
+    that printed part of a caught exception): no crash is left open."""
+    log = tmp_path / "train.log"
+    log.write_text(_steps(10, 200) + CUT + FRAMES + "resuming the epoch\n" + _steps(210, 400))
+    history = MetricHistory.from_points(TextLogSource(log).read_new())
+    assert history.open_crash() is None and history.last_step == 400
+    assert decide(history).decision is Decision.CONTINUE

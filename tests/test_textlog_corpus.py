@@ -186,11 +186,13 @@ def test_crash_found_when_it_arrives_in_a_later_read(tmp_path: Path) -> None:
     log.write_text("".join(lines[:-3]))
     source = TextLogSource(log)
     history = MetricHistory.from_points(source.read_new())
-    assert decide(history).reason.value != "crashed"
+    cut = decide(history)  # the log ends inside the traceback so far: a crash that cannot say why yet
+    assert cut.reason.value == "crashed" and "before its exception line" in cut.message, cut.message
     with open(log, "a") as handle:
         handle.write("".join(lines[-3:]))
     history.add(source.read_new())
-    assert decide(history).reason.value == "crashed"
+    verdict = decide(history)
+    assert verdict.reason.value == "crashed" and "OutOfMemoryError" in verdict.message, verdict.message
 
 
 @pytest.mark.parametrize(("line", "step", "values"), [

@@ -85,6 +85,8 @@ def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[
 
 # A crash found in a log travels as a point: its key carries the exception and the evidence line,
 # its value is 1.0 while the crash is the log's last word and 0.0 once training went on after it.
+# a crash that says only that the program died, not why: the log ends inside a traceback, before its exception
+CUT_TRACEBACK = "a Python traceback the log ends in before its exception line"
 CRASH_KEY_PREFIX = "__crashed__ "
 _CRASH_SEPARATOR = " || "
 

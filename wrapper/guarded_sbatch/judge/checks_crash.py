@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 
+from guarded_sbatch.core.points import CUT_TRACEBACK
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import CrashState, MetricHistory
 from guarded_sbatch.judge.verdict import Anomaly, Reason
@@ -27,6 +28,13 @@ _INTERRUPTION = re.compile(
 def is_interruption(exception: str) -> bool:
     """Whether a crash label is a signal from outside (see the module doc), not a failure of the run."""
     return _INTERRUPTION.search(exception) is not None
+
+
+def cause_unknown(history: MetricHistory) -> bool:
+    """The open crash says only that the program died (its traceback cut off): a metric fault found beside it
+    says why, and goes first."""
+    event = history.open_crash()
+    return event is not None and event.exception == CUT_TRACEBACK
 
 
 def check_crashed(history: MetricHistory) -> Finding | None:

@@ -3,7 +3,8 @@
 Order (the first STOP in this order wins; else the first WAIT; else CONTINUE with every note):
   0. the log ends in a crash (traceback, CUDA OOM, NCCL timeout...): STOP, however few points; a run
      interrupted by a signal from outside (Ctrl-C, the checkpoint signal before the time limit, a
-     preemption, a scancel) is a WAIT that any later STOP finding overrides: it may be requeued
+     preemption, a scancel) is a WAIT that any later STOP finding overrides: it may be requeued; a log cut off
+     inside a traceback (a crash that cannot say why) is a STOP after the checks below, which can
   1. loss-scale collapse (fp16: scale stuck at its floor, steps skipped every time)
   2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`);
      fp16 skipped steps (skip counter moved / loss scale dropped) are excused; then a NaN-iteration
@@ -90,14 +91,18 @@ def decide(
     keys = select_keys(history, policy)
     summary = _summary(history, keys, policy)
     crashed = checks_crash.check_crashed(history)
-    if crashed is not None and crashed.decision is Decision.STOP:  # dead or dying: nothing else matters
+    cause_unknown = checks_crash.cause_unknown(history)
+    nothing_to_judge = keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys)
+    # dead or dying: nothing else matters, unless the crash cannot say why (a cut-off traceback) and a check can
+    if crashed is not None and crashed.decision is Decision.STOP and (nothing_to_judge or not cause_unknown):
         return Verdict(Decision.STOP, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
-    if keys.train_loss is None and not keys.eval_keys and not _has_optimizer_signal(keys):
+    if nothing_to_judge:
         return _nothing_to_judge(history, policy, crashed, summary)
 
     excused = checks_finite.fp16_skipped_steps(history, keys)
     inputs = CheckInput(history, keys, policy, context, excused)
-    findings = [crashed, *(check(inputs) for _, check in CHECKS)]
+    checks = [check(inputs) for _, check in CHECKS]
+    findings = [*checks, crashed] if cause_unknown else [crashed, *checks]
     present = [f for f in findings if f is not None]
     anomalies = tuple(a for f in present for a in f.anomalies)
     loss_points = len(history.series(keys.train_loss)[0]) if keys.train_loss else 0
@@ -167,7 +172,7 @@ def _first_stop_or_wait(present: list[Finding], thin_loss_points: int | None) ->
 # findings that are facts, not trends: a few points are enough evidence
 HARD_REASONS = frozenset({
     Reason.NON_FINITE_LOSS, Reason.HIDDEN_NAN, Reason.NON_FINITE_METRIC, Reason.EVAL_FAILING,
-    Reason.LOSS_SCALE_COLLAPSE,
+    Reason.LOSS_SCALE_COLLAPSE, Reason.CRASHED,
 })
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, crash_key, newest_per_key_step
 from guarded_sbatch.sources.base import SourceBase
-from guarded_sbatch.sources.textlog_crash import CrashTracker
+from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
 from guarded_sbatch.sources.files import check_regular, guarded_reader, read_range, read_whole
@@ -91,6 +91,7 @@ class TextLogSource(SourceBase):
                         repeated |= self._parse(piece, points)
                 else:
                     repeated |= self._parse(line, points)
+        repeated |= self._sync_crash(points, end_of_read=True)  # a log that ends inside a traceback
         return newest_per_key_step(points) if repeated else points
 
     def _read_bytes(self) -> bytes:
@@ -114,6 +115,11 @@ class TextLogSource(SourceBase):
         self.lines_read += 1
         if self._crashes.feed(cleaned, self._last_step):
             return self._sync_crash(points)
+        # a traceback cut off by an ordinary line was no crash after all: its point is taken back
+        retracted = self._crash_point is not None and self._crashes.crash is None and self._sync_crash(points)
+        return self._parse_record_line(cleaned, points) or retracted
+
+    def _parse_record_line(self, cleaned: str, points: list[MetricPoint]) -> bool:
         if _SCHEDULER_LINE.match(cleaned):
             return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
         parsed = self._parse_record(cleaned)
@@ -202,10 +208,12 @@ class TextLogSource(SourceBase):
         self._ordinal += 1
         return self._ordinal
 
-    def _sync_crash(self, points: list[MetricPoint]) -> bool:
-        """Emit the crash point when a crash is found, and its 0.0 twin when training went on after it."""
-        crash = self._crashes.crash
+    def _sync_crash(self, points: list[MetricPoint], *, end_of_read: bool = False) -> bool:
+        """Emit the crash point when a crash is found, and its 0.0 twin when training went on after it. A
+        traceback cut off is a crash only where the text read so far ends in it (`end_of_read`), and stays one
+        while more of that traceback is read."""
         current = self._crash_point
+        crash = self._crashes.crash or self._cut_off_crash(current, end_of_read)
         key = crash_key(crash.exception, crash.evidence) if crash is not None else None
         if current is not None and current.key == key:
             return False
@@ -217,6 +225,13 @@ class TextLogSource(SourceBase):
             self._crash_point = MetricPoint(step, 0.0, key, 1.0)
             points.append(self._crash_point)
         return current is not None
+
+
+    def _cut_off_crash(self, current: MetricPoint | None, end_of_read: bool) -> Crash | None:
+        cut = self._crashes.cut_off()
+        if cut is None or end_of_read or (current is not None and current.key == crash_key(cut.exception, cut.evidence)):
+            return cut
+        return None
 
 
 class _HFSteps:

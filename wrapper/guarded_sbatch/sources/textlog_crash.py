@@ -5,7 +5,9 @@ The tracker sees every line in order. Lines of a traceback (frames, source, care
 are never metrics. The first fatal line after the last training record is the crash, named by its root
 error: in a chained traceback the first fatal exception, the later ones (a launcher's `CalledProcessError`)
 added as context (an ordinary exception being handled, `StopIteration`, is context of the one raised then).
-A later training record with its own step (a requeued or resumed run) clears it.
+A later training record with its own step (a requeued or resumed run) clears it. A traceback the log ends in
+before its exception line (the process killed while printing it, a node lost with the output unflushed) is a
+crash too, while nothing follows it; an ordinary line after it takes that back.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from guarded_sbatch.core.points import CUT_TRACEBACK
 from guarded_sbatch.sources.textlog_tokens import strip_rank_prefix
 
 MAX_EVIDENCE = 400
@@ -63,15 +66,25 @@ def _clip(text: str, limit: int) -> str:
 
 class CrashTracker:
     def __init__(self) -> None:
-        self.crash: Crash | None = None
+        self._crash: Crash | None = None
+        self._cut: Crash | None = None  # the traceback being read, while no exception line has ended it
         self._in_traceback = False
         self._ignored_traceback = False  # `Exception ignored in ...`: Python goes on
         self._saw_frame = False
         self._chained = ""  # "cause" (`... was the direct cause of ...`) or "handling" (`During handling ...`)
 
+    @property
+    def crash(self) -> Crash | None:
+        """The crash the log shows so far: its first fatal line or finished traceback."""
+        return self._crash
+
+    def cut_off(self) -> Crash | None:
+        """The traceback being read, as a crash: what the log shows if it ends here."""
+        return self._cut if self._crash is None and self._in_traceback else None
+
     def clear(self) -> None:
         """A training record came after the crash: the run is alive again (requeued, resumed)."""
-        self.crash = None
+        self._crash = None
 
     def feed(self, raw: str, step: int | None) -> bool:
         """Look at one cleaned line (colours removed); True when it belongs to a crash or a traceback
@@ -80,11 +93,12 @@ class CrashTracker:
         stripped = line.strip()
         if _TRACEBACK.match(line):
             self._in_traceback, self._saw_frame = True, False
+            self._cut = None if self._ignored_traceback else Crash(CUT_TRACEBACK, _clip(stripped, MAX_EVIDENCE), step)
             return True
         if self._in_traceback:
             return self._traceback_line(line, stripped, step)
         if stripped.startswith(_CHAIN):
-            self._chained = ("handling" if stripped.startswith(_CHAIN[0]) else "cause") if self.crash else ""
+            self._chained = ("handling" if stripped.startswith(_CHAIN[0]) else "cause") if self._crash else ""
             return True
         if stripped.startswith("Exception ignored in"):
             self._ignored_traceback = True
@@ -98,7 +112,7 @@ class CrashTracker:
             if match is not None:
                 self._record(label, stripped, step, stripped[match.start() :])
                 return True
-        if self.crash is not None and _EXCEPTION.match(stripped):
+        if self._crash is not None and _EXCEPTION.match(stripped):
             return True  # a second rank's exception line
         return False
 
@@ -121,7 +135,7 @@ class CrashTracker:
         exception = _clip(cause or line, 160)
         if label and label.lower() not in exception.lower():
             exception = f"{label}: {exception}"
-        root, chain = self.crash, self._chained
+        root, chain = self._crash, self._chained
         if root is not None and not chain:
             return  # the first fatal line is the cause; what follows is its aftermath
         self._chained = ""
@@ -133,9 +147,9 @@ class CrashTracker:
                 exception = _clip(f"{root.exception} (raised as {wrapper})", 200)
             else:
                 exception = root.exception
-            self.crash = Crash(exception=exception, evidence=root.evidence, step=root.step)
+            self._crash = Crash(exception=exception, evidence=root.evidence, step=root.step)
             return
         if root is not None:  # `During handling of StopIteration ...`: the exception raised while handling is the crash
             step = root.step
             exception = _clip(f"{exception} (while handling {root.exception.split(':', 1)[0]})", 200)
-        self.crash = Crash(exception=exception, evidence=_clip(line, MAX_EVIDENCE), step=step)
+        self._crash = Crash(exception=exception, evidence=_clip(line, MAX_EVIDENCE), step=step)
