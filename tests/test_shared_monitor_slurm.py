@@ -17,7 +17,7 @@ from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
-pytestmark = pytest.mark.slurm
+pytestmark = [pytest.mark.slurm, pytest.mark.long]
 
 STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's requeue
 BREAKS = {1: ["--nan-at", "150"], 3: ["--drift-at", "1500"]}
