@@ -18,6 +18,8 @@ class FakeSlurm:
     """States of a few jobs; counts the calls that would reach slurmctld."""
 
     name = "slurm"
+    free_state_queries = False
+    supports_requeue = False
 
     def __init__(self, jobs: list[str]) -> None:
         self.jobs = {job: JobState.RUNNING for job in jobs}
