@@ -311,6 +311,9 @@ class _Marked(DelegatingScheduler):
         return self.inner.estimate_start(self._marked(request))
 
 
+_: type[Scheduler] = _Marked
+
+
 def _make_job_folders(folder: Path, job_id: str, tasks: object) -> None:
     """The job's log folders (`logs/%j`), made the moment sbatch answers: Slurm cannot open a job's output in a
     folder that does not exist (the job fails at once, signal 53), and the sidecar is submitted only after."""
@@ -338,5 +341,3 @@ def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
 
 
 __all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedLocalJob", "GuardedSlurmJob"]
-
-_: type[Scheduler] = _Marked
