@@ -202,3 +202,80 @@ def test_slurms_commands_are_run_by_the_slurm_backend_only() -> None:
                if not p.relative_to(PACKAGE_ROOT).as_posix().startswith("scheduler/slurm") and (found := _slurm_argvs(p))}
     assert outside == {}, f"Slurm commands run outside scheduler/slurm.py (add a function there): {outside}"
     assert _slurm_argvs(PACKAGE_ROOT / "scheduler" / "slurm.py"), "the check no longer sees the backend's own calls"
+
+
+# The sidecar, its sources and the schedulers call what the interfaces declare (Scheduler, MetricSource, the
+# settings types); probing an object for a member is allowed only on these receivers, each with its reason.
+PROBING_DIRS = ("sidecar", "sources", "scheduler")
+PROBING_ALLOWED: dict[tuple[str, str], str] = {
+    ("sources/files.py", "os"): "O_NOCTTY / O_CLOEXEC exist on some platforms only (0: no such flag)",
+    ("sidecar/state.py", "defaults"): "a dataclass's own fields, by the names dataclasses.fields() gives",
+}
+PROBES = {"getattr", "hasattr"}
+DYNAMIC_MEMBERS = {"__getattr__", "__getattribute__"}
+
+
+def _probes(path: Path, module: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in DYNAMIC_MEMBERS:
+            found.append(f"{node.lineno}: def {node.name} (declare and delegate each member by name)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROBES and node.args:
+            receiver = ast.unparse(node.args[0])
+            if (module, receiver) not in PROBING_ALLOWED:
+                found.append(f"{node.lineno}: {node.func.id}({receiver}, ...)")
+    return found
+
+
+def test_the_sidecar_sources_and_schedulers_never_probe_project_objects() -> None:
+    probing = {}
+    for folder in PROBING_DIRS:
+        for path in sorted((PACKAGE_ROOT / folder).rglob("*.py")):
+            module = path.relative_to(PACKAGE_ROOT).as_posix()
+            if found := _probes(path, module):
+                probing[module] = found
+    assert probing == {}, ("members probed instead of declared (add the member to the interface: "
+                           f"scheduler/interface.py's Scheduler, sources/base.py's MetricSource): {probing}")
+    for module, receiver in PROBING_ALLOWED:
+        assert _probes_of(PACKAGE_ROOT / module, receiver), f"listed exception {module}: {receiver} no longer used"
+
+
+def _probes_of(path: Path, receiver: str) -> bool:
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROBES
+               and node.args and ast.unparse(node.args[0]) == receiver
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+
+
+def test_the_probing_check_sees_each_form(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os\n"
+                      "class Wrapper:\n"
+                      "    def __getattr__(self, name):\n"
+                      "        return getattr(self.inner, name)\n"
+                      "def poll(scheduler):\n"
+                      "    if hasattr(scheduler, 'states'):\n"
+                      "        return getattr(scheduler, 'name', '')\n"
+                      "flags = getattr(os, 'O_NOCTTY', 0)\n", encoding="utf-8")
+    assert sorted(int(line.split(":")[0]) for line in _probes(sample, "sample.py")) == [3, 4, 6, 7, 8]
+    assert sorted(int(line.split(":")[0]) for line in _probes(sample, "sources/files.py")) == [3, 4, 6, 7]
+
+
+NOT_SCHEDULERS = {"Scheduler"}  # the protocol itself
+
+
+def test_every_scheduler_and_wrapper_is_checked_against_the_protocol() -> None:
+    """Each class with a `name` and `submit` (a backend or a wrapper of one) in the package has a module-level
+    `_: type[Scheduler] = Class`, so mypy checks it implements every member the callers use."""
+    unchecked = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        checked = {ast.unparse(node.value) for node in tree.body if isinstance(node, ast.AnnAssign)
+                   and ast.unparse(node.annotation) == "type[Scheduler]" and node.value is not None}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                members = {m.name for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                bases = {ast.unparse(b) for b in node.bases}
+                implements = "submit" in members and "state" in members or "DelegatingScheduler" in bases
+                if implements and node.name not in checked and node.name not in NOT_SCHEDULERS:
+                    unchecked.append(f"{path.relative_to(PACKAGE_ROOT).as_posix()}: {node.name}")
+    assert unchecked == [], f"schedulers mypy does not check against Scheduler (add `_: type[Scheduler] = X`): {unchecked}"

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
+from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
@@ -46,14 +47,13 @@ def test_a_completed_local_job_shows_its_final_decision_from_all_its_steps(tmp_p
     assert f"ended COMPLETED; sidecar done (final decision CONTINUE healthy at step {row['last_step']})" in output
 
 
-class _EndsWhileAsked:
+class _EndsWhileAsked(DelegatingScheduler):
     """The real local scheduler; the first time the sidecar asks about the job, the job writes its last lines
     and ends before the answer (what happens when a job ends between a poll's read and its job poll)."""
 
-    name = "local"
-
     def __init__(self, inner: LocalScheduler, finish: object) -> None:
-        self.inner, self.finish, self.asked = inner, finish, 0
+        super().__init__(inner)
+        self.finish, self.asked = finish, 0
 
     def state(self, job_id: str) -> JobState:
         self.asked += 1
@@ -61,9 +61,6 @@ class _EndsWhileAsked:
             self.finish()  # type: ignore[operator]
             wait_for(lambda: self.inner.state(job_id).is_terminal, 30, what="the job to end")
         return self.inner.state(job_id)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
 
 
 def _job(tmp_path: Path, body: str) -> tuple[LocalScheduler, str, Path, Path]:
@@ -103,7 +100,7 @@ def _watch(tmp_path: Path, tail: str, end: str) -> tuple[str, SidecarState, JobS
     def sleep(seconds: float) -> None:
         clock[0] += seconds
 
-    code = Sidecar(settings, asked, out, clock=lambda: clock[0], sleep=sleep).run()  # type: ignore[arg-type]
+    code = Sidecar(settings, asked, out, clock=lambda: clock[0], sleep=sleep).run()
     assert code == 0
     return out.getvalue(), SidecarState.load(settings.state_file), scheduler.state(job_id)
 

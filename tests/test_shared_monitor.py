@@ -18,6 +18,8 @@ class FakeSlurm:
     """States of a few jobs; counts the calls that would reach slurmctld."""
 
     name = "slurm"
+    free_state_queries = False
+    supports_requeue = False
 
     def __init__(self, jobs: list[str]) -> None:
         self.jobs = {job: JobState.RUNNING for job in jobs}
@@ -145,3 +147,21 @@ def test_launches_register_with_one_monitor_job_and_a_full_monitor_sends_them_ba
     registry.retire(folder, "100")
     assert register_with_monitor(slurm, RunRecord("r3", "run3", "slurm", "103"), {"tb": []}, options,  # type: ignore[arg-type]
                                  folder=folder) == "901"
+
+
+def test_a_run_whose_node_died_is_told_so_once_and_nothing_is_stopped(tmp_path: Path) -> None:
+    """The per-run view answers node_losses as data ([]: the monitor's one query is all it asks), so a run that ends
+    NODE_FAIL is named a dead node's end, as a per-job sidecar names it, without a per-run accounting call."""
+    folder = tmp_path / "monitor"
+    registry.write_monitor(folder, "900")
+    slurm = FakeSlurm(["300"])
+    run_dir = _run(tmp_path, folder, "300", nan_from=None)
+    clock = [1000.0]
+    monitor = _monitor(folder, slurm, clock)
+    monitor.poll(clock[0])
+    slurm.jobs["300"] = JobState.NODE_FAIL
+    clock[0] += 300
+    monitor.poll(clock[0])
+    report = (run_dir / REPORT_FILE).read_text()
+    assert report.count("job 300 ended NODE_FAIL: a node died, not the training") == 1, report
+    assert slurm.cancelled == [] and slurm.batched == 2

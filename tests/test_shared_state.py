@@ -43,6 +43,8 @@ registry.register_run(folder, "778", {"run_dir": str(own_run), "run_name": "own-
 
 class Scheduler:  # the monitor's view of the queue: every job it asks about is running
     name = "slurm"
+    free_state_queries = False
+    supports_requeue = False
     def __init__(self): self.cancelled = []
     def states(self, ids): return {job: JobState.RUNNING for job in ids}
     def state(self, job): return JobState.CANCELLED if job in self.cancelled else JobState.RUNNING

@@ -5,24 +5,34 @@ notices a Slurm job ending. It cannot tell an exit code: a run that ended is COM
 from __future__ import annotations
 
 import getpass
+from typing import TYPE_CHECKING
 
 from guarded_sbatch.actions.stop_targets import StopTarget, stop_target, target_alive
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue
+
+if TYPE_CHECKING:
+    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 
 class TargetWatch:
     """The Scheduler interface over one stop target (job id: the target's text)."""
+
+    supports_requeue = False
 
     def __init__(self, target: StopTarget, *, grace_s: float = 30.0) -> None:
         self.target = target
         self.grace_s = grace_s
         # "local": asked at every poll (cheap); ssh is asked on the watcher's job-poll cadence
         self.name = "local" if target.kind in ("tmux", "pid") else "ssh"
+        self.free_state_queries = self.name == "local"
 
     def state(self, job_id: str) -> JobState:
         alive = target_alive(self.target)
         return JobState.UNKNOWN if alive is None else (JobState.RUNNING if alive else JobState.COMPLETED)
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {job_id: self.state(job_id) for job_id in job_ids}
 
     def info(self, job_id: str) -> JobInfo:
         return JobInfo(job_id=job_id, state=self.state(job_id), name=str(self.target), owner=self.current_user())
@@ -31,6 +41,15 @@ class TargetWatch:
         if signal_name is not None:
             raise UsageError(f"{self.target}: only a full stop is supported, not a single signal")
         stop_target(self.target, grace_s=self.grace_s)
+
+    def requeue(self, job_id: str) -> None:
+        raise cannot_requeue(f"stop target ({self.target})", job_id)
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        return []
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        return None
 
     def current_user(self) -> str:
         return getpass.getuser()
@@ -43,3 +62,6 @@ class TargetWatch:
 
     def active_job_names(self) -> set[str]:
         return set()
+
+
+_: type[Scheduler] = TargetWatch

@@ -50,6 +50,7 @@ from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
@@ -288,15 +289,12 @@ class GuardedLocalJob(_Guarded, core.Job[core.R]):
         return super()._get_outcome_and_result()
 
 
-class _Marked:
+class _Marked(DelegatingScheduler):
     """The Slurm scheduler, with the guarded marker on the training job (and its --test-only) and the sidecar."""
 
     def __init__(self, inner: Scheduler, training_script: Path, user_comment: object) -> None:
-        self._inner, self._training, self._comment = inner, training_script, user_comment
-        self.name = inner.name
-
-    def __getattr__(self, name: str) -> tp.Any:
-        return getattr(self._inner, name)
+        super().__init__(inner)
+        self._training, self._comment = training_script, user_comment
 
     def _marked(self, request: SubmitRequest) -> SubmitRequest:
         raw = request.script.read_bytes()
@@ -307,10 +305,13 @@ class _Marked:
         return replace(request, sbatch_options=(*request.sbatch_options, f"--comment={comment}"))
 
     def submit(self, request: SubmitRequest) -> str:
-        return self._inner.submit(self._marked(request))
+        return self.inner.submit(self._marked(request))
 
     def estimate_start(self, request: SubmitRequest) -> float | None:
-        return self._inner.estimate_start(self._marked(request))
+        return self.inner.estimate_start(self._marked(request))
+
+
+_: type[Scheduler] = _Marked
 
 
 def _make_job_folders(folder: Path, job_id: str, tasks: object) -> None:

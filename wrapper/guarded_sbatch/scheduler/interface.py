@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import enum
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from guarded_sbatch.core.errors import SchedulerError
+from guarded_sbatch.core.errors import SchedulerError, UsageError
+
+if TYPE_CHECKING:
+    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 
 class SchedulerUnreachableError(SchedulerError):
@@ -114,10 +118,29 @@ class JobInfo:
     pgid: int | None = None  # local backend: the job's process group (its processes write the run's files)
 
 
-class Scheduler(Protocol):
-    """A place where jobs run. Every method has a bounded run time."""
+class JobWatch(Protocol):
+    """Something in the job that ends with it (Slurm: an idle step), so its end is noticed without asking."""
 
-    name: str
+    def ended(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    """A place where jobs run: every member the launch, the CLI, the sidecar and the shared monitor use.
+    Every method has a bounded run time. What a backend cannot do is answered as data (an empty list, None,
+    False), or for `requeue` with SchedulerError, never by the method being absent."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def free_state_queries(self) -> bool:
+        """A state query costs nothing (no controller to ask): the sidecar asks at every poll."""
+        ...
+
+    @property
+    def supports_requeue(self) -> bool: ...
 
     def submit(self, request: SubmitRequest) -> str:
         """Submit and return the job id."""
@@ -125,10 +148,26 @@ class Scheduler(Protocol):
 
     def state(self, job_id: str) -> JobState: ...
 
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        """The states of many jobs in one query where the backend has one (Slurm: one squeue), else per job."""
+        ...
+
     def info(self, job_id: str) -> JobInfo: ...
 
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         """Cancel the job; with signal_name (e.g. "USR1") only send that signal."""
+        ...
+
+    def requeue(self, job_id: str) -> None:
+        """Put the job back in the queue under its id; SchedulerError where the backend cannot."""
+        ...
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        """The job's runs that ended because a node died; [] where nodes cannot die (or nobody records it)."""
+        ...
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        """Start a watch that ends with the job; None where the backend has none."""
         ...
 
     def current_user(self) -> str: ...
@@ -140,3 +179,16 @@ class Scheduler(Protocol):
     def active_job_names(self) -> set[str]:
         """Names of the current user's queued or running jobs."""
         ...
+
+
+def cannot_requeue(backend: str, job_id: str) -> SchedulerError:
+    """The one answer of a backend without requeue."""
+    return SchedulerError(f"the {backend} backend cannot requeue job {job_id}; submit it again instead")
+
+
+def signal_named(name: str) -> signal.Signals:
+    """The signal a job is sent for `--signal`-style NAME ("USR1", "TERM"); UsageError for any other word."""
+    found = signal.Signals.__members__.get(f"SIG{name}")
+    if found is None:
+        raise UsageError(f"unknown signal {name!r}; use a name such as USR1, TERM or INT")
+    return found

@@ -6,6 +6,8 @@ marker. States follow Slurm's names so the sidecar and status code never branch 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import getpass
 import json
 import os
@@ -21,12 +23,15 @@ from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.runner import start_process
 from guarded_sbatch.core.run_sources import expand_filename_pattern
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue, signal_named
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script
 import fcntl
+
+if TYPE_CHECKING:
+    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,8 @@ class LocalScheduler:
     """Jobs as local process groups, with Slurm's states."""
 
     name = "local"
+    free_state_queries = True  # a file on this host: asked at every poll
+    supports_requeue = False
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir() / "local-jobs"
@@ -266,9 +273,7 @@ class LocalScheduler:
         spec, status = self._status(job_id)
         if JobState(status["state"]).is_terminal:
             return
-        sig = getattr(signal, f"SIG{signal_name}", None) if signal_name else signal.SIGTERM
-        if sig is None:
-            raise UsageError(f"unknown signal {signal_name!r}")
+        sig = signal_named(signal_name) if signal_name else signal.SIGTERM
         if signal_name is None:
             (folder / "cancel").write_text(str(time.time()), encoding="utf-8")
         pgid = status.get("pgid")
@@ -277,6 +282,18 @@ class LocalScheduler:
                 os.killpg(int(pgid), sig)
             except ProcessLookupError:
                 pass
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {job_id: self.state(job_id) for job_id in job_ids}
+
+    def requeue(self, job_id: str) -> None:
+        raise cannot_requeue(self.name, job_id)
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        return []  # one host: a dead node is the whole machine, and nobody is left to tell
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        return None  # its state is free to ask at every poll
 
     def current_user(self) -> str:
         return getpass.getuser()
@@ -297,3 +314,6 @@ class LocalScheduler:
                 if not JobState(status["state"]).is_terminal:
                     names.add(spec["name"])
         return names
+
+
+_: type[Scheduler] = LocalScheduler

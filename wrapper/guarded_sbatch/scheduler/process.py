@@ -8,6 +8,8 @@ against the process's start time recorded at adoption, so a reused pid is never 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import getpass
 import os
 import signal
@@ -15,7 +17,10 @@ import time
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue, signal_named
+
+if TYPE_CHECKING:
+    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 GRACE_S = 10.0
 
@@ -51,6 +56,8 @@ def _split(job_id: str) -> tuple[int, str | None]:
 
 class ProcessScheduler:
     name = "process"
+    free_state_queries = False
+    supports_requeue = False
 
     def _alive(self, job_id: str) -> bool:
         pid, ticks = _split(job_id)
@@ -88,7 +95,7 @@ class ProcessScheduler:
             return
         if not self._owned(pid):
             raise SchedulerError(f"process {pid} belongs to another user; not signalling it")
-        first = getattr(signal, f"SIG{signal_name}") if signal_name else signal.SIGTERM
+        first = signal_named(signal_name) if signal_name else signal.SIGTERM
         try:
             os.kill(pid, first)
         except ProcessLookupError:
@@ -105,6 +112,18 @@ class ProcessScheduler:
         except ProcessLookupError:
             pass
 
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {job_id: self.state(job_id) for job_id in job_ids}
+
+    def requeue(self, job_id: str) -> None:
+        raise cannot_requeue(self.name, job_id)
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        return []
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        return None
+
     def current_user(self) -> str:
         return getpass.getuser()
 
@@ -113,3 +132,6 @@ class ProcessScheduler:
 
     def active_job_names(self) -> set[str]:
         return set()
+
+
+_: type[Scheduler] = ProcessScheduler

@@ -17,7 +17,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.runner import CommandResult, StartedProcess, run_command, start_process
-from guarded_sbatch.scheduler.interface import SchedulerUnreachableError, JobInfo, JobState, SubmitRequest
+from guarded_sbatch.scheduler.interface import SchedulerUnreachableError, JobInfo, JobState, Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
 from guarded_sbatch.scheduler.slurm_nodes import NodeLoss, node_losses
 from guarded_sbatch.scheduler.slurm_parse import (
@@ -49,6 +49,8 @@ class SlurmScheduler:
     """Scheduler protocol over a real Slurm cluster."""
 
     name = "slurm"
+    free_state_queries = False  # each query is an RPC to slurmctld
+    supports_requeue = True
 
     def __init__(
         self,
@@ -420,3 +422,6 @@ class JobEndWatch:
     def close(self) -> None:
         if self.process is not None:
             self.process.stop(grace_s=5)
+
+
+_: type[Scheduler] = SlurmScheduler

@@ -3,30 +3,49 @@
 from __future__ import annotations
 
 import resource
-from typing import Any
+from guarded_sbatch.scheduler.delegating import DelegatingScheduler
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest
 
-from guarded_sbatch.scheduler.interface import Scheduler
 
-
-class CountedScheduler:
+class CountedScheduler(DelegatingScheduler):
     """The scheduler with a count of the calls made through it (each one at least one Slurm RPC)."""
 
-    COUNTED = frozenset({"state", "info", "cancel", "watch_job_end", "submit"})
-
     def __init__(self, inner: Scheduler) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.count = 0
 
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self.inner, name)
-        if name not in self.COUNTED or not callable(value):
-            return value
+    def submit(self, request: SubmitRequest) -> str:
+        self.count += 1
+        return self.inner.submit(request)
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
+    def state(self, job_id: str) -> JobState:
+        self.count += 1
+        return self.inner.state(job_id)
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        self.count += 1
+        return self.inner.states(job_ids)
+
+    def info(self, job_id: str) -> JobInfo:
+        self.count += 1
+        return self.inner.info(job_id)
+
+    def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
+        self.count += 1
+        self.inner.cancel(job_id, signal_name=signal_name)
+
+    def requeue(self, job_id: str) -> None:
+        self.count += 1
+        self.inner.requeue(job_id)
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        watch = self.inner.watch_job_end(job_id)
+        if watch is not None:  # a backend without a watch answered without a call
             self.count += 1
-            return value(*args, **kwargs)
+        return watch
 
-        return counted
+
+_: type[Scheduler] = CountedScheduler
 
 
 def _cpu_seconds() -> float:

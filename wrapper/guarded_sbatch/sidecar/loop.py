@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.logs import stream_logger
@@ -25,11 +25,11 @@ from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
 from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
-from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line,
 )
-from guarded_sbatch.scheduler.interface import JobState, Scheduler
+from guarded_sbatch.scheduler.interface import JobState, JobWatch, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.node_loss import NodeLossWatch
 
@@ -64,10 +64,10 @@ class Sidecar:
         self.state = SidecarState.load(settings.state_file)
         self.log = stream_logger("sidecar", out)
         self.calls = CountedScheduler(scheduler) if scheduler is not None else None
-        self.scheduler: Any = self.calls  # every scheduler call the sidecar makes goes through the count
+        self.scheduler: Scheduler | None = self.calls  # every scheduler call the sidecar makes goes through the count
         self.sources = SourceSet(settings, self.scheduler)
         self.job_state: JobState = JobState.UNKNOWN
-        self._job_watch: Any = None  # scheduler.slurm.JobEndWatch while the job runs
+        self._job_watch: JobWatch | None = None  # Slurm's idle step in the job while it runs
         self._watch_starts = 0
         self._tracker_recorded = False
         self._out_of_memory_alerted = False
@@ -249,7 +249,7 @@ class Sidecar:
     def _maybe_poll_job(self, now: float, had_new_points: bool) -> None:
         if self.scheduler is None or self.settings.job_id is None:
             return
-        cheap = getattr(self.scheduler, "name", "") == "local"
+        cheap = self.scheduler.free_state_queries
         since_poll = now - self.state.last_job_poll_at
         due = cheap or not self._asked_since_start or since_poll >= self.settings.job_poll_s
         watch = self._job_watch
@@ -281,9 +281,12 @@ class Sidecar:
             self.state.last_job_poll_at = now
             return
         self.state.record_job_poll(now)
-        start_watch = getattr(self.scheduler, "watch_job_end", None)
-        if self.job_state is JobState.RUNNING and self._job_watch is None and start_watch and self._watch_starts < 3:
-            self._job_watch = start_watch(self.settings.job_id)
+        if self.job_state is JobState.RUNNING and self._job_watch is None and self._watch_starts < 3:
+            self._start_job_watch(self.scheduler, self.settings.job_id, now)
+
+    def _start_job_watch(self, scheduler: Scheduler, job_id: str, now: float) -> None:
+        self._job_watch = scheduler.watch_job_end(job_id)
+        if self._job_watch is not None:  # None: the backend has no watch
             self._watch_starts += 1
             self.state.record_job_poll(now)  # creating the step is one call to slurmctld too
 
@@ -348,8 +351,8 @@ class Sidecar:
             self.state.step_rate = (last_step - self.state.first_step_seen) / elapsed
 
     @staticmethod
-    def _anomaly_id(anomaly: object) -> str:
-        return f"{getattr(anomaly, 'kind', '')}:{getattr(anomaly, 'metric', '')}:{getattr(anomaly, 'step', '')}"
+    def _anomaly_id(anomaly: Anomaly) -> str:
+        return f"{anomaly.kind}:{anomaly.metric}:{anomaly.step}"
 
     def _run_label(self) -> str:
         job = f" (job {self.settings.job_id})" if self.settings.job_id else ""

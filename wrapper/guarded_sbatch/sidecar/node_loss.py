@@ -9,9 +9,7 @@ after squeue shows the new state, so the question is asked at a few job polls be
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
-
-from guarded_sbatch.scheduler.interface import JobState
+from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
 _RAN = frozenset({JobState.RUNNING.value, JobState.COMPLETING.value})
 # what a job that lost a node is next: back in the queue (--requeue) or ended NODE_FAIL
@@ -25,17 +23,16 @@ class NodeLossWatch:
         self.told = 0  # runs lost with a node, said once each
         self.asks_left = 0
 
-    def after_poll(self, scheduler: Any, previous: str, state: JobState) -> Iterator[str]:
+    def after_poll(self, scheduler: Scheduler, previous: str, state: JobState) -> Iterator[str]:
         """Lines to report after a job poll that went from `previous` (a JobState value) to `state`."""
-        losses_of = getattr(scheduler, "node_losses", None)
-        if losses_of is None or self.job_id is None:
+        if self.job_id is None:
             return
         if previous in _RAN and state in _AFTER_A_NODE_DIED:
             self.asks_left = ASKS
         if not self.asks_left or state is JobState.UNKNOWN:
             return
         self.asks_left -= 1
-        losses = losses_of(self.job_id)
+        losses = scheduler.node_losses(self.job_id)
         if len(losses) > self.told:
             self.asks_left = 0
         then = ("the job was not requeued (submit it with --requeue to have Slurm run it again)"

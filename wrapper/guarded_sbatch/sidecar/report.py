@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge.verdict import Verdict
@@ -61,25 +62,48 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def cadence_text(settings: object) -> str:
+class Describes(Protocol):
+    def describe(self) -> str: ...
+
+
+class Cadence(Protocol):
+    """The settings a sidecar's start lines read (sidecar.settings.SidecarSettings has them all)."""
+
+    @property
+    def fast_interval_s(self) -> float: ...
+
+    @property
+    def full_interval_s(self) -> float: ...
+
+    @property
+    def job_poll_s(self) -> float: ...
+
+    @property
+    def startup_poll_s(self) -> float: ...
+
+    @property
+    def startup_grace_s(self) -> float: ...
+
+    @property
+    def notify(self) -> Describes | None: ...
+
+
+def cadence_text(settings: Cadence) -> str:
     """The line that says how often the sidecar looks (printed once at its start)."""
-    fast = float(getattr(settings, "fast_interval_s", 60.0))
-    full = float(getattr(settings, "full_interval_s", 1800.0))
-    poll = float(getattr(settings, "job_poll_s", 300.0))
+    fast, full, poll = settings.fast_interval_s, settings.full_interval_s, settings.job_poll_s
     return (f"checks the metrics every {_duration(fast)}, acts at once on a STOP, prints a full report every "
             f"{_duration(full)} and on any change, asks the scheduler at most every {_duration(poll)}")
 
 
-def cadence_line(settings: object) -> str:
-    notify = getattr(settings, "notify", None)
+def cadence_line(settings: Cadence) -> str:
+    notify = settings.notify
     alerts = notify.describe() if notify is not None else "no alerts configured"
     return f"sidecar: {cadence_text(settings)}; alerts: {alerts}\n"
 
 
-def startup_line(settings: object, sources: str) -> str:
-    fast = float(getattr(settings, "fast_interval_s", 60.0))
-    poll = min(fast, float(getattr(settings, "startup_poll_s", 10.0)))
-    grace = float(getattr(settings, "startup_grace_s", 300.0))
+def startup_line(settings: Cadence, sources: str) -> str:
+    poll = min(settings.fast_interval_s, settings.startup_poll_s)
+    grace = settings.startup_grace_s
     return (f"sidecar: waiting for the run's first metrics ({sources}); looking every {poll:.0f} s for up to "
             f"{grace:.0f} s before reporting a missing source\n")
 

@@ -19,20 +19,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.redact import remember_fingerprints
-from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.core.judge_table import policy_from_table
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.settings import SidecarSettings
+
+if TYPE_CHECKING:
+    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "sidecar-monitor.out"
@@ -49,9 +52,12 @@ class MonitorSettings:
 
 class _SharedView:
     """What one run's Sidecar sees as its scheduler: states from the monitor's last batched query;
-    a stop (info, cancel, the wait for the end) goes to the real scheduler."""
+    a stop (info, cancel, the wait for the end) goes to the real scheduler. It submits, requeues and watches
+    nothing: the monitor alone does (one query for all its runs)."""
 
     name = "slurm-shared"
+    free_state_queries = False
+    supports_requeue = False
 
     def __init__(self, monitor: "SharedMonitor", job_id: str) -> None:
         self.monitor = monitor
@@ -70,8 +76,32 @@ class _SharedView:
         self.stopping = True
         self.monitor.scheduler.cancel(job_id, signal_name=signal_name)
 
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {job_id: self.state(job_id) for job_id in job_ids}
+
+    def submit(self, request: SubmitRequest) -> str:
+        raise SchedulerError(f"run {self.job_id} is watched by a shared monitor, which submits nothing for it")
+
+    def requeue(self, job_id: str) -> None:
+        raise cannot_requeue(self.name, job_id)
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        return []  # asked per run, it would be a call per run; the monitor's one query is all it asks
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        return None
+
+    def estimate_start(self, request: SubmitRequest) -> float | None:
+        return None
+
+    def active_job_names(self) -> set[str]:
+        return self.monitor.scheduler.active_job_names()
+
     def current_user(self) -> str:
         return self.monitor.scheduler.current_user()
+
+
+_: type[Scheduler] = _SharedView
 
 
 @dataclass
@@ -89,7 +119,7 @@ class SharedMonitor:
     ) -> None:
         self.settings = settings
         self.calls = CountedScheduler(scheduler)
-        self.scheduler: Any = self.calls
+        self.scheduler: Scheduler = self.calls
         self.out = out
         self.clock = clock
         self.sleep = sleep
@@ -118,12 +148,7 @@ class SharedMonitor:
         ids = list(self.runs)
         if not ids:
             return
-        batched = getattr(self.scheduler.inner, "states", None)
-        if batched is not None:
-            self.calls.count += 1
-            self.snapshot = batched(ids)
-        else:  # a scheduler without a batched query (local): ask per job, it costs nothing there
-            self.snapshot = {job: self.scheduler.state(job) for job in ids}
+        self.snapshot = self.scheduler.states(ids)  # Slurm: one squeue for every run
         self.snapshot_at = now
 
     # --- runs ---------------------------------------------------------------------------------------
@@ -151,7 +176,7 @@ class SharedMonitor:
                 job_poll_s=self.settings.job_poll_s, policy=policy,
                 identity=RunSources.from_json(record.sources) if record is not None else None,
             )
-            sidecar = Sidecar(sidecar_settings, _SharedView(self, job_id), out, clock=self.clock, sleep=self.sleep)  # type: ignore[arg-type]
+            sidecar = Sidecar(sidecar_settings, _SharedView(self, job_id), out, clock=self.clock, sleep=self.sleep)
             sidecar.emit(f"monitor: watched by shared monitor job {self.settings.job_id or '(by hand)'}\n")
             run = _Run(job_id, sidecar, out, float(entry.get("registered_at", 0.0)))
             self.runs[job_id] = run
@@ -223,13 +248,11 @@ class SharedMonitor:
     def _requeue_or_leave(self) -> int:
         self.emit(f"monitor: {self._leave_reason}\n")
         if self._leave_reason.startswith("time limit") and self.settings.job_id:
-            requeue = getattr(self.scheduler.inner, "requeue", None)
-            if requeue is not None:
+            if self.scheduler.supports_requeue:
                 for run in self.runs.values():
                     run.sidecar.state.save(run.sidecar.settings.state_file)
                 self.emit(f"monitor: requeueing job {self.settings.job_id}; every run resumes from its state\n")
-                self.calls.count += 1
-                requeue(self.settings.job_id)
+                self.scheduler.requeue(self.settings.job_id)
         return 0
 
 

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-
 from guarded_sbatch.core.marker import (
     MARKER,
     MARKER_PREFIX,
@@ -28,7 +26,8 @@ from guarded_sbatch.core.marker import (
     strip_marker,
 )
 from guarded_sbatch.core.sbatch.argv import ParsedOption
-from guarded_sbatch.scheduler.interface import SubmitRequest
+from guarded_sbatch.scheduler.delegating import DelegatingScheduler
+from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 
@@ -46,20 +45,17 @@ def user_comment(command_line: tuple[ParsedOption, ...], script_text: str, scrip
     return next((option.value for option in reversed(directives) if option.name == "comment"), None)
 
 
-class MarkingScheduler:
+class MarkingScheduler(DelegatingScheduler):
     """A Scheduler that adds the marker to every sbatch call guarded-sbatch makes for one launch.
 
     The training script's submissions (the ETA check's --test-only and the real one) get the preflight
     marker, every other script (the sidecar) the sidecar marker. Everything else is the wrapped scheduler's.
     """
 
-    def __init__(self, inner: Any, training_script: Path, command_line: tuple[ParsedOption, ...]) -> None:
-        self._inner = inner
+    def __init__(self, inner: Scheduler, training_script: Path, command_line: tuple[ParsedOption, ...]) -> None:
+        super().__init__(inner)
         self._training_script = training_script.resolve()
         self._command_line = command_line
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
     def marked(self, request: SubmitRequest) -> SubmitRequest:
         script = request.script if request.script.is_absolute() else (request.workdir or Path.cwd()) / request.script
@@ -74,8 +70,10 @@ class MarkingScheduler:
         return replace(request, sbatch_options=marked_options)
 
     def submit(self, request: SubmitRequest) -> str:
-        return str(self._inner.submit(self.marked(request)))
+        return self.inner.submit(self.marked(request))
 
     def estimate_start(self, request: SubmitRequest) -> float | None:
-        result = self._inner.estimate_start(self.marked(request))
-        return None if result is None else float(result)
+        return self.inner.estimate_start(self.marked(request))
+
+
+_: type[Scheduler] = MarkingScheduler

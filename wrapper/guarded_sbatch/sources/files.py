@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import MetricPoint, sanitize_points
-from guarded_sbatch.sources.base import SourceError
+from guarded_sbatch.sources.base import SourceBase, SourceError
 
-T = TypeVar("T")
+T = TypeVar("T", bound=SourceBase)  # a reader: sanitize_notes is declared on SourceBase
 
 _MB = 1024 * 1024
 OUT_OF_MEMORY = "too large to parse in memory"  # the sidecar alerts (sidecar_error) when a read says this
@@ -191,10 +191,10 @@ def guarded_reader(cls: type[T]) -> type[T]:
     """Class decorator for a reader: whatever its read_new() throws becomes one SourceError naming the
     source and the error, and the points it yields are sanitised (steps outside int64 dropped, values
     beyond float range made ±inf), with the notes kept in `sanitize_notes`."""
-    inner: Callable[..., list[MetricPoint]] = cls.read_new  # type: ignore[attr-defined]
+    inner: Callable[..., list[MetricPoint]] = cls.read_new
 
     @functools.wraps(inner)
-    def read_new(self: Any, *args: Any, **kwargs: Any) -> list[MetricPoint]:
+    def read_new(self: SourceBase, *args: Any, **kwargs: Any) -> list[MetricPoint]:
         try:
             points = inner(self, *args, **kwargs)
         except SourceError:
@@ -213,11 +213,11 @@ def guarded_reader(cls: type[T]) -> type[T]:
             raise SourceError(f"{_label(self)}: unreadable data ({type(exc).__name__}: {str(exc)[:200]})") from None
         kept, notes = sanitize_points(points)
         if notes:
-            self.sanitize_notes = [*getattr(self, "sanitize_notes", []), *notes][-20:]
+            self.sanitize_notes = [*self.sanitize_notes, *notes][-20:]
         return kept
 
-    cls.read_new = read_new  # type: ignore[attr-defined]
-    cls.points_sanitized = True  # type: ignore[attr-defined]  # SourceSet need not check them again
+    cls.read_new = read_new  # type: ignore[method-assign]
+    cls.points_sanitized = True  # SourceSet need not check them again
     return cls
 
 
