@@ -111,17 +111,19 @@ node_is_empty() { [[ -z "$(node_pids "$1")" ]]; }
 remove_network() {
     local line kind name
     [[ -f "$NET_MADE" ]] || return 0
+    # each step tolerates what an interrupted earlier `down` already removed (it is run again to finish)
     while read -r kind name; do
-        [[ "$kind" == netns ]] && kill_node_processes "$name"
+        if [[ "$kind" == netns ]] && netns_exists "$name"; then kill_node_processes "$name"; fi
     done <"$NET_MADE"
     while read -r kind name; do
-        case $kind in
-            netns) netns_exists "$name" && ip netns del "$name" ;;
-        esac
+        if [[ "$kind" == netns ]] && netns_exists "$name"; then ip netns del "$name"; fi
     done <"$NET_MADE"
-    # veth pairs vanish with their namespace; the bridge last
+    # veth pairs vanish with their namespace, a moment after `ip netns del` (the kernel tears a namespace down
+    # asynchronously): a link gone between the check and the delete is fine; the bridge last
     tac "$NET_MADE" | while read -r kind name; do
-        [[ "$kind" == link ]] && link_exists "$name" && ip link del "$name"
+        [[ "$kind" == link ]] || continue
+        link_exists "$name" || continue
+        ip link del "$name" 2>/dev/null || ! link_exists "$name" || die "could not remove the link $name"
     done
     remove_hosts_entries
     rm -f "$NET_MADE"
