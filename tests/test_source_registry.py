@@ -148,6 +148,14 @@ def test_the_registry_names_every_kind_and_refuses_an_unknown_one(tmp_path: Path
         kinds.open_spec(SourceSpec("parquet", str(tmp_path)), lambda: RunSources().writer())
 
 
+def _submit_sleeper(root: Path) -> tuple[LocalScheduler, str, Path]:
+    """A real local job that only sleeps: the live job a launch's record is made for."""
+    scheduler = LocalScheduler()
+    script = root / "sleep.sh"
+    script.write_text("#!/bin/bash\nexec sleep 120\n")
+    return scheduler, scheduler.submit(SubmitRequest(script=script, workdir=root)), script
+
+
 def _wait_running(scheduler: LocalScheduler, job_id: str) -> None:
     started = time.monotonic()
     while scheduler.state(job_id) is not JobState.RUNNING:
@@ -178,10 +186,7 @@ def test_a_kind_added_through_the_registry_is_detected_and_resolved_at_launch(
     assert any(f"jsonl {metrics} (config key metrics_jsonl)" in note for note in report.notes), report.notes
 
     # the record the launch writes, read by the run's sidecar: the file's points, the NaN among them
-    scheduler = LocalScheduler()
-    script = project.root / "sleep.sh"
-    script.write_text("#!/bin/bash\nexec sleep 120\n")
-    job_id = scheduler.submit(SubmitRequest(script=script, workdir=project.root))
+    scheduler, job_id, script = _submit_sleeper(project.root)
     try:
         _wait_running(scheduler, job_id)
         sources = plan.for_job(job_id, since=time.time() - 5)
@@ -262,10 +267,7 @@ def test_one_config_launched_twice_is_refused_on_the_added_kinds_file(
     first = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=project.root, env=env)
     plan = first.details["source_plan"]
     assert isinstance(plan, SourcePlan)
-    scheduler = LocalScheduler()
-    script = project.root / "sleep.sh"
-    script.write_text("#!/bin/bash\nexec sleep 120\n")
-    job_id = scheduler.submit(SubmitRequest(script=script, workdir=project.root))
+    scheduler, job_id, script = _submit_sleeper(project.root)
     try:
         _wait_running(scheduler, job_id)
         create_run("synthetic-jsonl-first", "local", job_id, submit_dir=str(project.root), script=str(script),

@@ -97,9 +97,12 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     workdir = context.workdir
     sources = RunSources(since=now, workdir=str(workdir))
     env: dict[str, str] = {}
-    _env_folders(context, sources)
-    _folders(context, sources)
     named, problems = named_places(context)
+    for spec in named:  # a TensorBoard folder a framework takes from the environment, before the config's
+        if spec.kind == TENSORBOARD.name and spec.origin.startswith("$"):
+            sources.tb_paths.append(spec.locator)
+            sources.tb_from.append(spec.origin)
+    _folders(context, sources)
     sources.specs.extend(spec for spec in named if spec.kind not in RECORDED_APART)
     sources.unresolved.extend(problem for kind, problem in problems if kind not in RECORDED_APART)
     _wandb(context, sources, env)
@@ -118,18 +121,6 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         sources.unresolved.append(f"--export={options.get('export')} keeps {', '.join(env)} from the job: "
                                   "add them to --export so the sidecar can find the run's own tracker run")
     return plan
-
-
-ENV_TB_DIRS = TENSORBOARD.path_env  # transformers >= 5: the HF Trainer's TensorBoard folder, taken as is
-
-
-def _env_folders(context: PreflightContext, sources: RunSources) -> None:
-    """TensorBoard folders a framework takes from the job's environment (the script's exports included)."""
-    for variable in ENV_TB_DIRS:
-        value = context.env.get(variable, "").strip()
-        if value and not needs_shell(value):
-            sources.tb_paths.append(str(context.resolve(os.path.expanduser(value))))
-            sources.tb_from.append(f"${variable}")
 
 
 def _folders(context: PreflightContext, sources: RunSources) -> None:
@@ -178,7 +169,8 @@ def named_places(context: PreflightContext) -> tuple[list[SourceSpec], list[tupl
 
 
 def _named_in_env(context: PreflightContext) -> list[tuple[str, str, str]]:
-    return [(kind.name, f"${variable}", context.env.get(variable, "").strip())
+    """Values of the kinds' path variables, `~` expanded as the frameworks reading them do."""
+    return [(kind.name, f"${variable}", os.path.expanduser(context.env.get(variable, "").strip()))
             for kind in launch_kinds() for variable in kind.path_env if context.env.get(variable, "").strip()]
 
 
