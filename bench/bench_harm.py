@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "wrapper"))
 
-from guarded_sbatch.core.points import MetricPoint, sanitize_points  # noqa: E402
-from guarded_sbatch.sources.base import SourceError  # noqa: E402
-from guarded_sbatch.sources.textlog import TextLogSource  # noqa: E402
+from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.base import SourceError
+from guarded_sbatch.sources.textlog import TextLogSource
 
 MB = 1024 * 1024
 LINES = {

@@ -139,7 +139,7 @@ def _read(source: object, times: int = 2) -> list[MetricPoint]:
             got = source.read_new()  # type: ignore[attr-defined]
         except SourceError:
             continue
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise Escape(f"{type(source).__name__}: {type(exc).__name__}: {exc}"[:300]) from exc
         _check_points(got)
         points += got
@@ -272,7 +272,7 @@ def judge(data: bytes, work: Path) -> None:
                         RunContext(total_steps=rng.choice([None, 1, 10**30]))):
             verdict = decide(history, policy, context)
             json.dumps(verdict.to_json(), default=str)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Escape(f"judge: {type(exc).__name__}: {exc}"[:300]) from exc
 
 
@@ -306,7 +306,7 @@ def launcher_argv(data: bytes, work: Path) -> None:
         return
     except TypeError:
         return  # effective_options' signature differs across versions: argv parsing was reached
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Escape(f"argv {words!r}: {type(exc).__name__}: {exc}"[:300]) from exc
 
 
@@ -318,7 +318,7 @@ def launcher_script(data: bytes, work: Path) -> None:
         parse_script_text("#!/bin/bash\n" + text, work / "train.sh", {})
     except GuardedError:
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Escape(f"script: {type(exc).__name__}: {exc}"[:300]) from exc
 
 
@@ -342,7 +342,7 @@ def config_toml(data: bytes, work: Path) -> None:
         load_config(user_path=path, env={})
     except GuardedError:
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Escape(f"config: {type(exc).__name__}: {exc}"[:300]) from exc
 
 
@@ -356,7 +356,7 @@ def run_config(data: bytes, work: Path) -> None:
             load_run_config(path)
         except GuardedError:
             continue
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise Escape(f"run config {suffix}: {type(exc).__name__}: {exc}"[:300]) from exc
 
 
@@ -372,7 +372,7 @@ def render(data: bytes, work: Path) -> None:
         out = check_value(name, value)
     except UsageError:
         return
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise Escape(f"render {name}: {type(exc).__name__}: {exc}"[:300]) from exc
     if name == "SRUN_NOTE" and any(c in out for c in "\n\r"):  # a comment: words and spaces are fine there
         raise Escape(f"render {name}: a line break accepted: {out!r}"[:300])

@@ -12,8 +12,8 @@ from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
-import generate as corpus  # noqa: E402
-from corpus_replay import replay  # noqa: E402
+import generate as corpus
+from corpus_replay import replay
 
 CHECK_EVERY_STEPS = 20
 HEALTHY = [name for name, spec in corpus.CORPUS.items() if spec.healthy]

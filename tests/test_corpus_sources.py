@@ -17,8 +17,8 @@ from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
-import generate as corpus  # noqa: E402
-from corpus_replay import replay  # noqa: E402
+import generate as corpus
+from corpus_replay import replay
 
 WITH_WANDB = tuple(corpus.CORPUS)  # every run, so every checkpoint is compared across all three
 CHECK_EVERY = 20

@@ -15,7 +15,7 @@ from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge import MetricHistory, decide
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
-import generate as corpus  # noqa: E402
+import generate as corpus
 
 
 def _verdict_fields(verdict):  # type: ignore[no-untyped-def]

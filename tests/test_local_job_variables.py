@@ -16,7 +16,7 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 NAMES = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_SUBMIT_DIR", "SLURM_SUBMIT_HOST", "SLURM_NTASKS",
          "SLURM_CPUS_PER_TASK", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "SLURM_NODELIST", "SLURM_JOB_NODELIST",
          "SLURMD_NODENAME", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_USER", "SLURM_CLUSTER_NAME",
-         "SLURM_JOB_PARTITION", "SLURM_ARRAY_TASK_ID", "SLURM_CONF")  # fmt: skip
+         "SLURM_JOB_PARTITION", "SLURM_ARRAY_TASK_ID", "SLURM_CONF")
 
 
 def test_a_local_job_reads_the_slurm_variables_of_what_it_runs(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -41,7 +41,7 @@ def test_a_local_job_reads_the_slurm_variables_of_what_it_runs(tmp_path: Path, m
         "SLURM_JOB_NODELIST": node, "SLURMD_NODENAME": node, "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
         "SLURM_NODEID": "0", "SLURM_JOB_USER": scheduler.current_user(), "SLURM_CLUSTER_NAME": "local",
         "SLURM_JOB_PARTITION": "debug", "SLURM_ARRAY_TASK_ID": "<unset>", "SLURM_CONF": "/etc/slurm/slurm.conf",
-    }  # fmt: skip
+    }
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])

@@ -37,7 +37,7 @@ CASES = cases_module.CASES
 Case = cases_module.Case
 
 RAW_FIELDS = ("gpus", "gpus-per-node", "gpus-per-task", "gres", "job-name", "output", "error", "partition",
-              "constraint", "array", "clusters")  # fmt: skip
+              "constraint", "array", "clusters")
 _OPTION_LINE = re.compile(r"^sbatch: (\S+)\s*: (.*)$")
 
 
@@ -227,7 +227,7 @@ def compare(case: Case, result: SbatchResult, folder: Path) -> dict[str, object]
     ok, why, fields = _guarded(case, folder)
     row: dict[str, object] = {"id": case.id, "sbatch_parsed": result.parsed, "guarded_parsed": ok,
                               "sbatch_rc": result.rc, "sbatch_message": result.message if result.rc else "",
-                              "guarded_message": why, "diffs": {}}  # fmt: skip
+                              "guarded_message": why, "diffs": {}}
     if ok and result.parsed and fields and result.options is not None and not any(
         a in ("--help", "-h", "--usage", "--version", "-V") for a in case.args
     ):
@@ -238,7 +238,7 @@ def compare(case: Case, result: SbatchResult, folder: Path) -> dict[str, object]
             row["diffs"] = {k: {"sbatch": expected[k], "guarded": got.get(k)} for k in expected if expected[k] != got.get(k)}
         else:  # no -v, or -v shows a later het component: only what Slurm stored
             row["diffs"] = {k: {"sbatch": expected[k], "guarded": got.get(k)} for k in ("time_s", "name")
-                            if result.stored and expected[k] != got.get(k)}  # fmt: skip
+                            if result.stored and expected[k] != got.get(k)}
     verdict_agrees = ok == result.parsed and not why.startswith("CRASH")
     row["agree"] = verdict_agrees and not row["diffs"]
     row["intended"] = case.intended
@@ -276,5 +276,5 @@ def test_agreement_summary(table: list[dict[str, object]]) -> None:
     plain = [r for r in table if not r["intended"]]
     agreeing = sum(1 for r in plain if r["agree"])
     print(f"\nsbatch differential: {len(table)} cases, {agreeing}/{len(plain)} agree, "
-          f"{len(table) - len(plain)} intended differences")  # fmt: skip
+          f"{len(table) - len(plain)} intended differences")
     assert agreeing == len(plain)

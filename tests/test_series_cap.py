@@ -23,7 +23,7 @@ from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 sys.path.insert(0, str(REPO / "bench"))
-from bench_series_cap import write_run  # noqa: E402 - the bench's own writer of many-tag runs
+from bench_series_cap import write_run  # the bench's own writer of many-tag runs
 
 
 def _healthy(key: str, steps: range) -> list[MetricPoint]:

@@ -24,8 +24,8 @@ from typing import Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus_sinks import TensorBoardSink, TextFormat, TextLogSink, WandbSink  # noqa: E402
-from corpus_train import LogRecord, TrainSpec, train  # noqa: E402
+from corpus_sinks import TensorBoardSink, TextFormat, TextLogSink, WandbSink
+from corpus_train import LogRecord, TrainSpec, train
 
 Onset = Literal["none", "start", "fault", "first_nonfinite_loss", "best_eval", "first_eval", "scale_floor"]
 

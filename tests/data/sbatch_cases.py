@@ -166,7 +166,7 @@ SHORT_VALUES: dict[str, str] = {
     "d": "singleton", "m": "cyclic", "e": "e.txt", "x": "nonode1", "B": "1", "G": "1", "i": "/dev/null",
     "J": "shortname", "L": "lic:1", "w": "localhost", "N": "1", "n": "1", "o": "o.txt", "p": "debug",
     "q": "normal", "t": "30",
-}  # fmt: skip
+}
 
 
 def _option_cases() -> list[Case]:

@@ -171,7 +171,7 @@ def _main(args: list[str]) -> int:
                   file=sys.stderr)
             return int(ExitCode.USAGE)
         return _internal(exc)
-    except Exception as exc:  # noqa: BLE001 - a bug: one line for people, the traceback on request
+    except Exception as exc:  # a bug: one line for people, the traceback on request
         if os.environ.get("GUARDED_SBATCH_DEBUG"):
             raise
         print(f"guarded-sbatch: internal error: {type(exc).__name__}: {exc} "

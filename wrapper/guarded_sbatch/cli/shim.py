@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except GuardedError as exc:
         print(f"sbatch (guarded-sbatch shim): error: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
-    except Exception as exc:  # a bug here must not stop every submission: sbatch (and job_submit) still judge it
+    except Exception as exc:  # noqa: BLE001 - a bug here must not stop every submission: sbatch (and job_submit) still judge it
         print(f"sbatch (guarded-sbatch shim): internal error ({type(exc).__name__}: {exc}); the job goes to sbatch "
               "unchecked; please report this to your site admin", file=sys.stderr)
         guard, why = False, "shim error"

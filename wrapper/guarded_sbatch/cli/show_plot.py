@@ -18,7 +18,7 @@ TICKS = 5
 def draw_panels(plotted: Mapping[str, str], series: Mapping[str, tuple[Sequence[int], Sequence[float]]],
                 anomalies: Iterable[Any] = (), *, color: bool, size: tuple[int, int] | None = None) -> str:
     """One plotext panel per role, fitted to the terminal (or to size=(columns, lines))."""
-    import plotext as plt  # noqa: PLC0415 - only `show` on a terminal draws
+    import plotext as plt  # only `show` on a terminal draws
 
     panels = [(label, key) for label, key in plotted.items() if key in series]
     if not panels:

@@ -21,7 +21,7 @@ NETWORK_FILESYSTEMS = frozenset(
         "fuse.s3fs", "fuse.gcsfuse", "fuse.juicefs", "fuse.rclone", "9p", "orangefs", "pvfs2", "fuse.lizardfs",
         "fuse.moosefs", "quobyte", "fuse.quobyte", "fhgfs", "vastfs",
     }
-)  # fmt: skip
+)
 _ESCAPE = re.compile(r"\\([0-7]{3})")
 
 

@@ -29,10 +29,10 @@ from guarded_sbatch.launch.templates import load_template, render_template
 from guarded_sbatch.core.fsutil import make_private_dirs, state_dir
 
 TEMPLATES = {"torchrun": "torchrun.sbatch", "accelerate": "accelerate.sbatch",
-             "deepspeed": "deepspeed.sbatch", "python": "python.sbatch"}  # fmt: skip
+             "deepspeed": "deepspeed.sbatch", "python": "python.sbatch"}
 MODULE_KINDS = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
                 "accelerate.commands.launch": "accelerate", "deepspeed": "deepspeed",
-                "deepspeed.launcher.runner": "deepspeed"}  # fmt: skip
+                "deepspeed.launcher.runner": "deepspeed"}
 PYTHON_VALUE_OPTIONS = {"-W", "-X", "-Q"}
 MAX_SIGNAL_MARGIN_S = 65535  # sbatch's --signal limit
 # Launcher options the template sets itself: the user's value is taken out of the words and rendered in.

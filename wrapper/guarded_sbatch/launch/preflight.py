@@ -32,7 +32,7 @@ from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
     check_config_diff, check_run_name, check_paths, check_monitoring, check_eta, check_own_folder,
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ def run_preflight(
             "total_steps": _total_steps(context),
             "source_plan": source_plan,
             "intended_run_config": context.intended,
-        },  # fmt: skip
+        },
     )
 
 
@@ -228,7 +228,7 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
     context.reference = select_reference(
         context.intended, roots, settings.reference_dirs, settings.reference_max_depth,
         settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4),
-    )  # fmt: skip
+    )
     if context.reference is None:
         context.reference = default_reference(own_config)  # this config's last run that finished healthy
     if context.reference is None and context.intended is not None:

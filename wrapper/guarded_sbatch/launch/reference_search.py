@@ -16,7 +16,7 @@ from guarded_sbatch.launch.runconfig import CONFIG_SUFFIXES, RunConfig, load_run
 RUN_FOLDER_CONFIGS = (
     "config.yaml", "config.yml", "config.json", "config.toml", ".hydra/config.yaml", "hparams.yaml",
     "args.json", "training_args.json", "files/config.yaml", "params.yaml",
-)  # fmt: skip
+)
 MODEL_KEYS = ("model.name", "model_name", "arch", "architecture", "model_type", "model", "backbone", "model_name_or_path")
 TASK_KEYS = ("task", "task_name", "dataset", "dataset_name", "data.name", "data.dataset", "dataset.name")
 MAX_CANDIDATES = 300

@@ -73,7 +73,7 @@ def load_structured_file(path: Path) -> Any:
         raise UsageError(f"config {path} is not valid JSON: {exc.msg} at line {exc.lineno}; fix that line") from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"config {path} is not valid TOML: {exc}; fix that line") from None
-    except Exception as exc:  # yaml.YAMLError: imported lazily, so caught by its message
+    except Exception as exc:  # noqa: BLE001 - yaml.YAMLError: imported lazily, so caught by its message
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

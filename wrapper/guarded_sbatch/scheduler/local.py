@@ -94,7 +94,7 @@ def job_variables(options: LocalOptions, *, job_id: str, job_name: str, submit_d
         "SLURM_NODELIST": node, "SLURM_JOB_NODELIST": node, "SLURMD_NODENAME": node, "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_JOB_USER": user,
         "SLURM_JOB_UID": str(os.getuid()), "SLURM_JOB_GID": str(os.getgid()),
-    }  # fmt: skip
+    }
     if options.cpus_per_task:
         values["SLURM_CPUS_PER_TASK"] = options.cpus_per_task
     if options.partition:

@@ -79,7 +79,7 @@ class SourceBase:
     kind: str = ""
     batched: bool = False
     points_sanitized: bool = False
-    sanitize_notes: list[str] = []  # noqa: RUF012 - replaced, never mutated, by guarded_reader
+    sanitize_notes: list[str] = []  # replaced, never mutated, by guarded_reader
 
     def read_new(self) -> list[MetricPoint]:
         raise NotImplementedError

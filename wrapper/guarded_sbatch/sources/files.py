@@ -3,8 +3,8 @@
 MLflow metric files). A FIFO, a device, a socket or a file of /proc or /sys named like a metric file (a metric
 file swapped for a link to /dev/zero or /proc/self/mem) is a SourceError (the sidecar WAITs and says so), never
 a hang and never a silent CONTINUE on the points read before; a missing file stays an OSError (readers treat it as
-"not written yet"). A file owned by another uid than the job's user (`configure(owner_uid=...)`, default: the
-reading process's own) is a SourceError too: a co-worker's file in a shared folder is never this run's.
+"not written yet"). A file owned by another uid than the reading process's (the sidecar runs as the job's user) is
+a SourceError too: a co-worker's file in a shared folder is never this run's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from guarded_sbatch.core.errors import GuardedError
@@ -31,7 +30,6 @@ OUT_OF_MEMORY = "too large to parse in memory"  # the sidecar alerts (sidecar_er
 class ReadLimits:
     max_read_bytes: int = 16 * _MB  # per file per poll, for files read incrementally
     max_whole_file_bytes: int = 64 * _MB  # files that are re-read from the top
-    owner_uid: int | None = None  # whose files are read; None: the reading process's user
 
 
 def _limits_from_env() -> ReadLimits:
@@ -45,17 +43,6 @@ def _limits_from_env() -> ReadLimits:
 
 
 LIMITS = _limits_from_env()
-
-
-def configure(*, max_read_bytes: int | None = None, max_whole_file_bytes: int | None = None,
-              owner_uid: int | None = None) -> None:
-    """Set the per-poll caps and the job's user (the sidecar's settings call this once)."""
-    if owner_uid is not None:
-        LIMITS.owner_uid = owner_uid
-    if max_read_bytes is not None and max_read_bytes > 0:
-        LIMITS.max_read_bytes = int(max_read_bytes)
-    if max_whole_file_bytes is not None and max_whole_file_bytes > 0:
-        LIMITS.max_whole_file_bytes = int(max_whole_file_bytes)
 
 
 def _kind(mode: int) -> str:
@@ -114,7 +101,7 @@ def open_regular(path: str | os.PathLike[str]) -> int:
 
 
 def expected_owner() -> int:
-    return LIMITS.owner_uid if LIMITS.owner_uid is not None else os.geteuid()
+    return os.geteuid()
 
 
 def check_owner(path: str | os.PathLike[str], info: os.stat_result) -> None:
@@ -174,17 +161,6 @@ def read_whole(path: str | os.PathLike[str], max_bytes: int | None = None) -> by
         return data
     finally:
         os.close(fd)
-
-
-def file_size(path: str | os.PathLike[str]) -> int:
-    return check_regular(path).st_size
-
-
-def is_regular(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        return False
 
 
 def guarded_reader(cls: type[T]) -> type[T]:

@@ -21,13 +21,13 @@ ACCELERATE_FLAGS = {
     "cpu", "multi_gpu", "tpu", "ipex", "use_deepspeed", "use_fsdp", "use_megatron_lm", "use_xpu", "module", "m",
     "no_python", "debug", "quiet", "q", "same_network", "enable_cpu_affinity", "dynamo_use_fullgraph",
     "dynamo_use_dynamic", "tpu_use_cluster", "tpu_use_sudo",
-}  # fmt: skip
+}
 DEEPSPEED_FLAGS = {"no_python", "module", "no_local_rank", "force_multi", "bind_cores_to_rank", "no_ssh_check",
-                   "elastic_training", "enable_each_rank_log", "save_pid"}  # fmt: skip
+                   "elastic_training", "enable_each_rank_log", "save_pid"}
 SRUN_VALUE_LETTERS = set("AbcDdeiJLMmNnopqSTtWwxBCGF")
 SRUN_FLAGS = {"label", "unbuffered", "verbose", "quiet", "overlap", "multi-prog", "pty", "preserve-env",
               "disable-status", "test-only", "overcommit", "oversubscribe", "no-allocate", "exclusive", "hold",
-              "kill-on-bad-exit", "no-kill", "immediate", "contiguous", "spread-job", "use-min-nodes"}  # fmt: skip
+              "kill-on-bad-exit", "no-kill", "immediate", "contiguous", "spread-job", "use-min-nodes"}
 PYTHON_VALUE_FLAGS = {"-W", "-X", "-c"}
 
 MODULE_LAUNCHERS = {

@@ -24,7 +24,7 @@ ARRAY_ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\+?=\(")
 ARITHMETIC = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=|\+\+|--)")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OPENERS = {"if": "an if block", "while": "a while loop", "until": "an until loop", "for": "a for loop",
-           "case": "a case block", "select": "a select loop"}  # fmt: skip
+           "case": "a case block", "select": "a select loop"}
 CLOSERS = {"fi", "done", "esac"}
 LEADING_KEYWORDS = {"then", "do", "else", "elif", "!"}
 CONDITIONAL_OPERATORS = {"&&", "||", "|", "|&", "&"}

@@ -142,7 +142,7 @@ EARLY_PASS_OPTIONS = frozenset({"help", "usage", "version", "verbose", "quiet", 
 POSITIVE_INT_OPTIONS = frozenset({
     "cores-per-socket", "cpus-per-task", "mincpus", "ntasks", "ntasks-per-core", "ntasks-per-gpu", "ntasks-per-node",
     "ntasks-per-socket", "ntasks-per-tres", "sockets-per-node", "thread-spec", "threads-per-core",
-})  # fmt: skip
+})
 
 # Input environment variables -> the long option they stand for, in the order sbatch applies them (a later
 # variable wins: SLURM_CLUSTERS over SBATCH_CLUSTERS, SBATCH_HINT over SLURM_HINT). src/sbatch/opt.c env_vars[].

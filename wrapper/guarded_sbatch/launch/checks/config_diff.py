@@ -22,20 +22,20 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
     if intended is None:
         return CheckResult(NAME, CheckStatus.FAILED,
                            f"cannot diff: {context.intended_problem or 'no config for this run'}; "
-                           "name it with --guard-config and the reference with --guard-reference")  # fmt: skip
+                           "name it with --guard-config and the reference with --guard-reference")
     reference = context.reference
     if reference is None:
         why = context.reference_problem or "no similar config under " + "/, ".join(context.config.reference_dirs) + "/"
         if context.launch.guard_options.reference is not None or intended.path is None:
             # the one named is unusable (a mistake), or there is no config file: never launch on defaults alone
             return CheckResult(NAME, CheckStatus.FAILED, f"no reference run ({why}): fix --guard-reference",
-                               (f"intended config: {intended.path or 'command-line overrides only'}",))  # fmt: skip
+                               (f"intended config: {intended.path or 'command-line overrides only'}",))
         # The first run of a config has nothing to be compared with; that is not wrong, only unchecked.
         return CheckResult(NAME, CheckStatus.WARNED,
                            f"not checked: no reference run yet ({why}); the silent regressors (batch, LR, precision, "
                            "optimizer, workers) are judged against one. When this run finishes healthy it becomes the "
                            "reference of its config; or name one: `guarded-sbatch reference RUN`, --guard-reference",
-                           (f"intended config: {intended.path or 'command-line overrides only'}",))  # fmt: skip
+                           (f"intended config: {intended.path or 'command-line overrides only'}",))
     findings: list[tuple[CheckStatus, str]] = []
     evidence: list[str] = [
         f"intended: {intended.path or 'command-line overrides'}"
@@ -43,7 +43,7 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
         f"reference: {reference.config.path}"
         + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None
            else f" ({reference.how})" if reference.how else " (given)"),
-    ]  # fmt: skip
+    ]
     diffs = key_diff(intended, reference.config)
     evidence.extend(diffs[:MAX_LISTED_DIFFS])
     if len(diffs) > MAX_LISTED_DIFFS:
@@ -60,7 +60,7 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
     else:
         finding = f"{len(diffs)} key(s) differ from the reference, no silent regressor found"
     details = {"reference": str(reference.config.path), "differences": len(diffs),
-               "regressors": [{"status": s.value, "finding": t} for s, t in findings if s is not CheckStatus.PASSED]}  # fmt: skip
+               "regressors": [{"status": s.value, "finding": t} for s, t in findings if s is not CheckStatus.PASSED]}
     return CheckResult(NAME, status, finding, tuple(evidence), details)
 
 
@@ -99,7 +99,7 @@ def _batch_and_lr(
         return [(CheckStatus.WARNED, "no batch size in the config: the framework default applies")]
     if mine.per_device is not None and mine.per_device != int(mine.per_device):
         out.append((CheckStatus.FAILED, f"global batch {mine.global_batch:g} does not divide over {world} process(es) × "
-                                        f"accumulation {mine.accumulation:g}"))  # fmt: skip
+                                        f"accumulation {mine.accumulation:g}"))
     if mine.ambiguous:
         evidence.append(
             f"a plain batch size is per process under DDP: {world} processes make the global batch {mine.global_batch:g}"
@@ -112,7 +112,7 @@ def _batch_and_lr(
     if abs(ratio - 1.0) < 1e-9:
         if mine.accumulation != theirs.accumulation:
             out.append((CheckStatus.WARNED, f"gradient accumulation changed {theirs.accumulation:g} -> "
-                                            f"{mine.accumulation:g} (global batch kept at {mine.global_batch:g})"))  # fmt: skip
+                                            f"{mine.accumulation:g} (global batch kept at {mine.global_batch:g})"))
         return out
     out.append(_lr_for_new_batch(context, intended, reference, mine, theirs, ratio))
     return out
@@ -133,9 +133,9 @@ def _lr_for_new_batch(context: PreflightContext, intended: RunConfig, reference:
     rule = r.lr_rescaled(ratio, lr_mine / lr_theirs)
     if rule is None:
         return (CheckStatus.FAILED, f"{change} but the learning rate was not rescaled ({lr_theirs:g} -> "
-                                    f"{lr_mine:g}; linear rule: {lr_theirs * ratio:g})")  # fmt: skip
+                                    f"{lr_mine:g}; linear rule: {lr_theirs * ratio:g})")
     return (CheckStatus.WARNED, f"{change}; learning rate rescaled by the {rule} rule ({lr_theirs:g} -> "
-                                f"{lr_mine:g})")  # fmt: skip
+                                f"{lr_mine:g})")
 
 
 def _swept_lr_covers(change: str, ratio: float, lr_theirs: float, swept: tuple[float, ...]) -> tuple[CheckStatus, str]:
@@ -160,7 +160,7 @@ def _precision(context: PreflightContext, intended: RunConfig, reference: RunCon
         return []
     if mine is None:
         return [(CheckStatus.FAILED, f"precision not set here (framework default, usually fp32) but the reference uses "
-                                     f"{theirs[0]} ({theirs[1]})")]  # fmt: skip
+                                     f"{theirs[0]} ({theirs[1]})")]
     return [(CheckStatus.FAILED, f"precision {theirs[0]} -> {mine[0]} ({mine[1]}): fp16 and bf16 train differently")]
 
 
@@ -172,7 +172,7 @@ def _optimizer(intended: RunConfig, reference: RunConfig) -> list[tuple[CheckSta
             continue
         if not mine:
             out.append((CheckStatus.WARNED, f"{label} missing here (framework default) but set in the reference: "
-                                            f"{_show(theirs)}"))  # fmt: skip
+                                            f"{_show(theirs)}"))
         else:
             out.append((CheckStatus.WARNED, f"{label} changed: {_show(theirs)} -> {_show(mine)}"))
     return out
@@ -201,14 +201,14 @@ def _workers(context: PreflightContext, intended: RunConfig, evidence: list[str]
     limit = context.config.max_workers_on_network_fs
     if outcome.timed_out:
         return [(CheckStatus.FAILED, f"data path {data[1]} on {mount.fs_type} did not answer a stat in "
-                                     f"{context.config.stat_timeout_s:g} s")]  # fmt: skip
+                                     f"{context.config.stat_timeout_s:g} s")]
     if workers is None:
         return [(CheckStatus.WARNED, f"dataloader workers not set and the data is on {mount.fs_type}: set num_workers ≤ "
-                                     f"{limit}")]  # fmt: skip
+                                     f"{limit}")]
     count = as_number(workers[1])
     if count is not None and count > limit:
         return [(CheckStatus.FAILED, f"{workers[0]}={count:g} dataloader workers on a {mount.fs_type} data path "
-                                     f"({data[1]}): use ≤ {limit} or stage the data to local disk")]  # fmt: skip
+                                     f"({data[1]}): use ≤ {limit} or stage the data to local disk")]
     return []
 
 

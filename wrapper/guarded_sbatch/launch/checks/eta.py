@@ -149,7 +149,7 @@ def check_eta(context: PreflightContext) -> CheckResult:
             return CheckResult(NAME, CheckStatus.FAILED,
                                f"the run needs {format_duration(run_seconds)} but the time limit is {format_duration(limit)}: "
                                "raise --time, lower the epochs, or plan a restart from checkpoints",
-                               tuple(evidence), details)  # fmt: skip
+                               tuple(evidence), details)
     elif context.options.has("time"):
         evidence.append("time limit UNLIMITED")
     else:

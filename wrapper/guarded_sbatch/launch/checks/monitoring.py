@@ -213,7 +213,7 @@ def check_monitoring(context: PreflightContext) -> CheckResult:
         if missing:
             return CheckResult(NAME, CheckStatus.WARNED,
                                f"{summary}; not set: {', '.join(missing)} (W&B picks a default / random one)"
-                               + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)  # fmt: skip
+                               + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)
         return CheckResult(
             NAME,
             CheckStatus.PASSED,

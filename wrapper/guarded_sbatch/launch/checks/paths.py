@@ -16,7 +16,7 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 NAME = CheckName.PATHS.value
 OUTPUT_WORDS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
                 "work_dir", "run_dir", "exp_dir", "results_dir", "tensorboard",
-                "default_root", "log_root", "logs_root", "exp_root", "run_root", "runs_root", "work_root")  # fmt: skip
+                "default_root", "log_root", "logs_root", "exp_root", "run_root", "runs_root", "work_root")
 CHECKPOINT_WORDS = (
     "resume",
     "pretrain",
@@ -30,7 +30,7 @@ CHECKPOINT_WORDS = (
 )
 DATA_WORDS = ("data", "dataset", "root", "train_file", "validation_file", "val_file", "test_file", "corpus", "shards")
 FILE_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors", ".h5", ".npz", ".npy", ".json", ".jsonl", ".yaml", ".yml",
-                 ".csv", ".parquet", ".arrow", ".tar", ".txt", ".model", ".py", ".toml")  # fmt: skip
+                 ".csv", ".parquet", ".arrow", ".tar", ".txt", ".model", ".py", ".toml")
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from guarded_sbatch.launch.runconfig import RunConfig, as_number
 from guarded_sbatch.core.sbatch.options import EffectiveOptions
 
 PER_DEVICE_BATCH = ("per_device_train_batch_size", "per_gpu_train_batch_size", "train_micro_batch_size_per_gpu",
-                    "micro_batch_size", "batch_size_per_device", "batch_size_per_gpu", "per_device_batch_size")  # fmt: skip
+                    "micro_batch_size", "batch_size_per_device", "batch_size_per_gpu", "per_device_batch_size")
 GLOBAL_BATCH = ("global_batch_size", "total_batch_size", "effective_batch_size", "global_train_batch_size")
 PLAIN_BATCH = ("batch_size", "train_batch_size", "bs")
 ACCUMULATION = ("gradient_accumulation_steps", "accumulate_grad_batches", "grad_accum", "grad_accum_steps",
-                "accum_steps", "accumulation_steps", "gradient_accumulation")  # fmt: skip
+                "accum_steps", "accumulation_steps", "gradient_accumulation")
 LEARNING_RATE = ("lr", "learning_rate", "base_lr", "max_lr", "peak_lr")
 BETAS = ("betas", "adam_beta1", "adam_beta2", "beta1", "beta2")
 WEIGHT_DECAY = ("weight_decay", "wd")
@@ -23,7 +23,7 @@ WORKERS = ("num_workers", "dataloader_num_workers", "workers", "num_data_workers
 SEED = ("seed", "random_seed", "manual_seed", "global_seed")
 PRECISION = ("precision", "mixed_precision", "amp_dtype", "dtype", "torch_dtype", "bf16", "fp16", "amp", "half")
 DATA_PATH = ("data_dir", "data_path", "data_root", "dataset_path", "dataset_dir", "train_data", "train_file",
-             "data.path", "data.root", "dataset.root", "dataset.path", "root_dir", "train_dir")  # fmt: skip
+             "data.path", "data.root", "dataset.root", "dataset.path", "root_dir", "train_dir")
 WORLD_KEYS = ("world_size", "num_gpus", "n_gpus", "gpus", "devices", "num_processes")
 NODE_KEYS = ("num_nodes", "nnodes", "nodes", "num_machines")
 
@@ -115,14 +115,14 @@ def batch_shape(config: RunConfig, world: int, world_text: str, launcher: Launch
         per_device = total / (world * accumulation)
         return BatchShape(per_device, accumulation, world, total,
                           f"{global_found[0]}={_fmt(total)} (global) over {world_text}, accumulation "
-                          f"{_fmt(accumulation)}")  # fmt: skip
+                          f"{_fmt(accumulation)}")
     for aliases, ambiguous in ((PER_DEVICE_BATCH, False), (PLAIN_BATCH, world > 1)):
         found = config.find(aliases)
         if found is not None and as_number(found[1]):
             per_device = as_number(found[1]) or 0.0
             total = per_device * world * accumulation
             text = (f"{found[0]}={_fmt(per_device)} per device × {world_text} × accumulation {_fmt(accumulation)}"
-                    f" = global {_fmt(total)}")  # fmt: skip
+                    f" = global {_fmt(total)}")
             return BatchShape(per_device, accumulation, world, total, text, ambiguous)
     return BatchShape(None, accumulation, world, None, "no batch size in the config")
 

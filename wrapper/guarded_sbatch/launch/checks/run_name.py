@@ -51,7 +51,7 @@ def check_run_name(context: PreflightContext) -> CheckResult:
     if name is None:
         script = context.launch.script.name if context.launch.script else "wrap"
         return CheckResult(NAME, CheckStatus.FAILED,
-                           f"no run name: sbatch would call it {script!r}; set --job-name{hint}")  # fmt: skip
+                           f"no run name: sbatch would call it {script!r}; set --job-name{hint}")
     evidence = [f"name {name!r} from {source}"]
     problem = name_problem(name, context.config.name_pattern, context.config.forbidden_names)
     if problem:
@@ -83,7 +83,7 @@ def check_run_name(context: PreflightContext) -> CheckResult:
     if collisions:
         return CheckResult(NAME, CheckStatus.FAILED,
                            f"run name {name!r} is taken: {'; '.join(collisions)}; pick a new name or pass --guard-restart",
-                           tuple(evidence))  # fmt: skip
+                           tuple(evidence))
     if warnings:
         return CheckResult(
             NAME, CheckStatus.WARNED, f"run name {name!r} follows the pattern; {'; '.join(warnings)}", tuple(evidence)
