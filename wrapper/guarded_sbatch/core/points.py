@@ -11,7 +11,6 @@ knows it exposes `axes() -> dict[str, Axis]` (keys it does not list are on `Axis
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -31,17 +30,6 @@ def axis_of_counter(name: str) -> Axis:
     """The axis a logged counter (a W&B step_metric, a step-like key) stands for."""
     last = name.rsplit("/", 1)[-1].lower()
     return Axis.EPOCH if last in ("epoch", "epochs") else Axis.STEP
-
-
-def axis_of(axes: Mapping[str, Axis], key: str) -> Axis:
-    """A key's axis in a reader's map (`Axis.STEP` when the reader does not list it)."""
-    return axes.get(key, Axis.STEP)
-
-
-def source_axes(source: object) -> dict[str, Axis]:
-    """The per-key axis map of any source: its `axes()` when it has one, else empty (every key on steps)."""
-    axes = getattr(source, "axes", None)
-    return dict(axes()) if callable(axes) else {}
 
 
 class MetricPoint(NamedTuple):
