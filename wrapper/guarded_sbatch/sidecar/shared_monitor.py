@@ -162,7 +162,7 @@ class SharedMonitor:
             remember_fingerprints(entry.get("secret_fingerprints") or [])  # this launch's secrets, masked too
             out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
                             "a", encoding="utf-8")
-            policy = _recorded_policy(run_dir, JudgePolicy(**entry.get("policy", {})))
+            policy = _recorded_policy(run_dir, JudgePolicy())
             record = _record(run_dir)
             sidecar_settings = SidecarSettings(  # the run's sources as its record has them, as a per-job sidecar reads
                 run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
@@ -170,7 +170,6 @@ class SharedMonitor:
                 notes_path=Path(entry["notes"]) if entry.get("notes") else None,
                 stop_command=entry.get("stop_command") or None,
                 sources=_named_sources(entry, record),
-                search_dirs=[Path(p) for p in entry.get("search_dirs", [])],
                 fast_interval_s=self.settings.fast_interval_s,
                 full_interval_s=float(entry.get("full_interval_s") or 1800.0),
                 job_poll_s=self.settings.job_poll_s, policy=policy,
