@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
-from guarded_sbatch.judge import checks_climb, checks_crash, checks_eval, checks_finite, checks_trend, checks_window
+from guarded_sbatch.judge import (checks_climb, checks_crash, checks_eval, checks_finite, checks_schedule, checks_trend,
+                                  checks_window)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
@@ -70,7 +71,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
     ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy, c.excused)),
-    ("lr_schedule", lambda c: checks_eval.check_lr_schedule(c.history, c.keys, c.policy)),
+    ("lr_schedule", lambda c: checks_schedule.check_lr_schedule(c.history, c.keys, c.policy)),
     ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
     ("eval_regressing", lambda c: checks_eval.check_eval_regressing(c.history, c.keys, c.policy)),
     ("stale", lambda c: _check_stale(c.policy, c.context)),
