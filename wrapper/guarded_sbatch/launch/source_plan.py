@@ -16,6 +16,7 @@ import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from guarded_sbatch.core.place_keys import OUTPUT_KEYS
 from guarded_sbatch.core.run_sources import (
     MLFLOW_TAG,
     RECORDED_APART,
@@ -29,8 +30,6 @@ from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.runconfig import RunConfig
 
 TB_KEYS = TENSORBOARD.path_keys
-OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
-               "default_root_dir")  # fmt: skip
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 
 

@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.place_keys import WRITTEN_FOLDER_KEYS
 from guarded_sbatch.core.sbatch.script_shell import needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 
 NAME = CheckName.PATHS.value
-OUTPUT_WORDS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
+# a key not listed in core/place_keys.py whose name holds one of these parts names an output place too
+OUTPUT_NAME_PARTS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
                 "work_dir", "run_dir", "exp_dir", "results_dir", "tensorboard",
                 "default_root", "log_root", "logs_root", "exp_root", "run_root", "runs_root", "work_root")
 CHECKPOINT_WORDS = (
@@ -88,7 +90,7 @@ def _guard_refs(context: PreflightContext) -> list[PathRef]:
 def _role(key: str, value: str) -> str | None:
     name = key.lower().rsplit(".", 1)[-1]
     looks_like_path = value.startswith(("/", "./", "../", "~", "$")) or value.endswith(FILE_SUFFIXES)
-    if any(word in name for word in OUTPUT_WORDS):
+    if name in WRITTEN_FOLDER_KEYS or any(part in name for part in OUTPUT_NAME_PARTS):
         return "output"
     if any(word in name for word in CHECKPOINT_WORDS):
         return "checkpoint" if looks_like_path else None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import DEFAULT_NAME_PATTERN
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.place_keys import WRITTEN_FOLDER_KEYS
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
@@ -15,18 +16,6 @@ from guarded_sbatch.launch.runconfig import RunConfig
 
 NAME = CheckName.RUN_NAME.value
 CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name")
-OUTPUT_KEYS = (
-    "output_dir",
-    "save_dir",
-    "out_dir",
-    "checkpoint_dir",
-    "ckpt_dir",
-    "log_dir",
-    "logging_dir",
-    "work_dir",
-    "run_dir",
-    "exp_dir",
-)
 DATASET_KEYS = ("dataset", "dataset_name", "data.name", "task", "task_name")
 MODEL_KEYS = ("model.name", "model_name", "arch", "model", "backbone")
 
@@ -111,7 +100,7 @@ def output_folders(context: PreflightContext, name: str) -> list[Path]:
     """Where this run's outputs would land: <run root>/<name>, and output paths that end in the name."""
     folders = [root / name for root in context.config.run_roots]
     if context.intended is not None:
-        for key, value in r.values_of(context.intended, OUTPUT_KEYS).items():
+        for key, value in r.values_of(context.intended, WRITTEN_FOLDER_KEYS).items():
             if isinstance(value, str) and value and "$" not in value:
                 path = context.resolve(value)
                 folders.append(path if path.name == name else path / name)
