@@ -4,6 +4,10 @@ Field numbers (tensorboard/compat/proto): Event wall_time=1 (double), step=2 (in
 Summary value=1; Value tag=1, simple_value=2 (float), tensor=8; TensorProto dtype=1, tensor_shape=2,
 tensor_content=4, float_val=5, double_val=6, int_val=7, int64_val=10, half_val=13, uint32_val=16,
 uint64_val=17. half_val carries DT_HALF and DT_BFLOAT16 alike: the dtype says how to read its 16 bits.
+
+read_event also says where the fields it used lie in the record (EventFields' *_at offsets): records whose other
+bytes are equal to one already decoded decode the same way, with these fields read at these offsets
+(sources/tb_records.py decodes runs of them as columns).
 """
 
 from __future__ import annotations
@@ -45,13 +49,14 @@ def _bits16(raw: int, dtype: int) -> float:
     return _HALF.unpack(_UINT16.pack(raw & 0xFFFF))[0]
 
 
-def _decode_tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
-    """The value of a one-element numeric TensorProto, or None for anything else (strings, bools,
-    complex numbers, several elements, malformed bytes): one odd tensor never costs its event."""
+def _decode_tensor_scalar(buf: bytes, pos: int, end: int) -> tuple[float | None, int, int]:
+    """(value, offset, width) of a one-element numeric TensorProto: offset and width (4 or 8) say where the value
+    lies when it is one float32/float64 read as is (width 0 when not). A value None for anything else (strings,
+    bools, complex numbers, several elements, malformed bytes): one odd tensor never costs its event."""
     try:
         return _tensor_scalar(buf, pos, end)
     except (ValueError, IndexError, struct.error):
-        return None
+        return None, -1, 0
 
 
 @dataclass
@@ -59,27 +64,33 @@ class _Tensor:
     dtype: int = 0
     elements: int = 1
     content: bytes | None = None
+    content_at: int = -1
     values: list[float] = field(default_factory=list)
     half_bits: list[int] = field(default_factory=list)
+    value_at: int = -1  # where the one float/double value read as is lies; -1 once any other value came
+    value_width: int = 0
 
 
-def _tensor_scalar(buf: bytes, pos: int, end: int) -> float | None:
+def _tensor_scalar(buf: bytes, pos: int, end: int) -> tuple[float | None, int, int]:
     tensor = _Tensor()
     while pos < end:
         pos = _tensor_field(buf, pos, tensor)
     if pos != end or tensor.elements != 1 or tensor.dtype == _DT_BOOL:
-        return None
+        return None, -1, 0
     values = [*tensor.values, *(_bits16(raw, tensor.dtype) for raw in tensor.half_bits)]
     if values:
-        return float(values[0]) if len(values) == 1 else None
+        if len(values) != 1:
+            return None, -1, 0
+        return float(values[0]), tensor.value_at, tensor.value_width if tensor.value_at >= 0 else 0
     content, dtype = tensor.content, tensor.dtype
     if content is not None:
         if dtype == _DT_BFLOAT16 and len(content) == 2:
-            return _bits16(_UINT16.unpack(content)[0], dtype)
+            return _bits16(_UINT16.unpack(content)[0], dtype), -1, 0
         fmt = _CONTENT_FORMATS.get(dtype)
         if fmt is not None and len(content) == fmt.size:
-            return float(fmt.unpack(content)[0])
-    return None
+            as_is = dtype in (_DT_FLOAT, _DT_DOUBLE)
+            return float(fmt.unpack(content)[0]), tensor.content_at, fmt.size if as_is else 0
+    return None, -1, 0
 
 
 def _tensor_field(buf: bytes, pos: int, tensor: _Tensor) -> int:
@@ -93,15 +104,17 @@ def _tensor_field(buf: bytes, pos: int, tensor: _Tensor) -> int:
         if number == 2:
             tensor.elements *= _shape_elements(buf, pos, pos + length)
         else:
-            tensor.content = buf[pos : pos + length]
+            tensor.content, tensor.content_at = buf[pos : pos + length], pos
         pos += length
-    elif number == _FLOAT_VAL and wire in (2, 5):
-        pos = _read_fixed(buf, pos, wire, _FLOAT, tensor.values)
-    elif number == _DOUBLE_VAL and wire in (1, 2):
-        pos = _read_fixed(buf, pos, wire, _DOUBLE, tensor.values)
+    elif (number == _FLOAT_VAL and wire in (2, 5)) or (number == _DOUBLE_VAL and wire in (1, 2)):
+        fmt = _FLOAT if number == _FLOAT_VAL else _DOUBLE
+        count = len(tensor.values)
+        tensor.value_at, pos = _read_fixed(buf, pos, wire, fmt, tensor.values)
+        tensor.value_width = fmt.size if len(tensor.values) == count + 1 else 0
     elif number in (_INT_VAL, _INT64_VAL, _HALF_VAL, _UINT32_VAL, _UINT64_VAL) and wire in (0, 2):
         raws: list[int] = []
         pos = _read_varints(buf, pos, wire, raws)
+        tensor.value_at = -1
         if number == _HALF_VAL:
             tensor.half_bits.extend(raws)
         else:
@@ -147,51 +160,76 @@ def _read_varints(buf: bytes, pos: int, wire: int, out: list[int]) -> int:
     return pos
 
 
-def _read_fixed(buf: bytes, pos: int, wire: int, fmt: struct.Struct, values: list[float]) -> int:
+def _read_fixed(buf: bytes, pos: int, wire: int, fmt: struct.Struct, values: list[float]) -> tuple[int, int]:
+    """(where the values begin, the position after them)."""
     if wire == 2:  # packed
         length, pos = read_varint(buf, pos)
         values.extend(v for (v,) in fmt.iter_unpack(buf[pos : pos + length]))
-        return pos + length
+        return pos, pos + length
     values.append(fmt.unpack_from(buf, pos)[0])
-    return pos + fmt.size
+    return pos, pos + fmt.size
+
+
+@dataclass
+class EventFields:
+    """An Event's wall_time, step and scalars; with where the fields lie in the record (-1: absent) when its one
+    scalar is a float32/float64 read as is (value_width 4 or 8; 0 otherwise) and its step a varint of at most
+    9 bytes (a record whose other bytes are equal to these decodes the same way)."""
+
+    wall_time: float = 0.0
+    step: int = 0
+    scalars: list[tuple[str, float]] = field(default_factory=list)
+    wall_at: int = -1
+    step_at: int = -1
+    step_width: int = 0
+    value_at: int = -1
+    value_width: int = 0
+
+    @property
+    def fixed(self) -> bool:
+        """Whether the record is one scalar at fixed places (see the class)."""
+        return len(self.scalars) == 1 and self.value_width > 0 and self.step_width <= 9
 
 
 def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, list[tuple[str, float]]]:
-    """(wall_time, step, [(tag, value)]) of the scalars in one serialized Event.
+    """(wall_time, step, [(tag, value)]) of the scalars in one serialized Event (tag_names caches decoded tags).
+    Raises on malformed data."""
+    event = read_event(data, tag_names)
+    return event.wall_time, event.step, event.scalars
 
-    tag_names caches decoded tag strings. Raises on malformed data.
-    """
-    wall_time = 0.0
-    step = 0
-    scalars: list[tuple[str, float]] = []
+
+def read_event(data: bytes, tag_names: dict[bytes, str]) -> EventFields:
+    """The fields of one serialized Event (see EventFields); raises on malformed data."""
+    event = EventFields()
     pos = 0
     end = len(data)
     while pos < end:
         key = data[pos]
         pos += 1
         if key == 0x09:
-            wall_time = _DOUBLE.unpack_from(data, pos)[0]
+            event.wall_time = _DOUBLE.unpack_from(data, pos)[0]
+            event.wall_at = pos
             pos += 8
         elif key == 0x10:
+            event.step_at = pos
             step, pos = read_varint(data, pos)
-            step = to_signed64(step)
+            event.step, event.step_width = to_signed64(step), pos - event.step_at
         elif key == 0x2A:  # summary
             length, pos = read_varint(data, pos)
             if pos + length > end:
                 raise ValueError("summary past end of event")
-            pos = _decode_summary(data, pos, pos + length, tag_names, scalars)
+            pos = _decode_summary(data, pos, pos + length, tag_names, event)
         elif key < 0x80:
             pos = skip_field(data, pos, key & 7)
         else:
             pos = _skip_long_key(data, pos - 1)
     if pos != end:
         raise ValueError("event overruns its record")
-    return wall_time, step, scalars
+    return event
 
 
-def _decode_summary(data: bytes, pos: int, end: int, tag_names: dict[bytes, str],
-                    scalars: list[tuple[str, float]]) -> int:
-    """Append the scalars of the Summary in data[pos:end]; returns end."""
+def _decode_summary(data: bytes, pos: int, end: int, tag_names: dict[bytes, str], event: EventFields) -> int:
+    """Append the scalars of the Summary in data[pos:end] to event; returns end."""
     while pos < end:
         if data[pos] != 0x0A:
             pos = skip_field(data, pos + 1, data[pos] & 7)
@@ -200,22 +238,25 @@ def _decode_summary(data: bytes, pos: int, end: int, tag_names: dict[bytes, str]
         value_end = pos + length
         if value_end > end:
             raise ValueError("summary value overruns")
-        tag, value = _decode_value(data, pos, value_end)
+        tag, value, value_at, value_width = _decode_value(data, pos, value_end)
         pos = value_end
         if value is not None and tag:
             name = tag_names.get(tag)
             if name is None:
                 name = tag_names[tag] = tag.decode("utf-8", "replace")
-            scalars.append((name, value))
+            event.scalars.append((name, value))
+            event.value_at, event.value_width = value_at, value_width
     if pos != end:
         raise ValueError("summary overruns")
     return pos
 
 
-def _decode_value(data: bytes, pos: int, end: int) -> tuple[bytes, float | None]:
-    """(tag, scalar or None) of one Summary.Value; a value that does not decode is skipped, not its event."""
+def _decode_value(data: bytes, pos: int, end: int) -> tuple[bytes, float | None, int, int]:
+    """(tag, scalar or None, where the scalar lies, its width or 0) of one Summary.Value; a value that does not
+    decode is skipped, not its event."""
     tag = b""
     value: float | None = None
+    value_at, value_width = -1, 0
     try:
         while pos < end:
             value_key, pos = read_varint(data, pos)
@@ -224,17 +265,17 @@ def _decode_value(data: bytes, pos: int, end: int) -> tuple[bytes, float | None]
                 tag = data[pos : pos + length]
                 pos += length
             elif value_key == 0x15:
-                value = _FLOAT.unpack_from(data, pos)[0]
+                value, value_at, value_width = _FLOAT.unpack_from(data, pos)[0], pos, 4
                 pos += 4
             elif value_key == 0x42:
                 length, pos = read_varint(data, pos)
-                value = _decode_tensor_scalar(data, pos, pos + length)
+                value, value_at, value_width = _decode_tensor_scalar(data, pos, pos + length)
                 pos += length
             else:
                 pos = skip_field(data, pos, value_key & 7)
     except (ValueError, IndexError, struct.error):
-        return tag, None
-    return tag, (value if pos == end else None)
+        return tag, None, -1, 0
+    return (tag, value, value_at, value_width) if pos == end else (tag, None, -1, 0)
 
 
 def _skip_long_key(data: bytes, pos: int) -> int:

@@ -1,39 +1,43 @@
-"""One decoder for a chunk of a TensorBoard event file: TFRecord framing, CRC checks and Event fields, into columns.
+"""The one decoder of a chunk of a TensorBoard event file: TFRecord framing, CRC checks and Event fields, into columns.
 
-A trainer logs the same tags step after step, so its records repeat one pattern of sizes. Records are framed one by
-one until the last sizes repeat; the rest of the chunk is then checked against that pattern at once, as a numpy view
-of rows of one pattern whose headers must equal the first row's (records of one length have the same 12 header
-bytes, so a known header needs no crc). The first row that differs ends the run, and framing goes on one by one.
-Data crcs are one C call per record. Plain scalar events (wall_time, step, one simple_value: what torch and
-tensorboardX write) are decoded as columns; any other record through tb_event.decode_event. A record cut short at
-the end of the chunk is left for the next read; a corrupt length stops the chunk for the caller to resync.
+Framing. A trainer logs the same tags step after step, so its records repeat one pattern of lengths. Records are
+framed one by one until the last lengths repeat; the rest of the chunk is then checked against that pattern at
+once (each record's 12 header bytes equal to the first ones of its length, whose crc was checked), and the first
+block that differs ends the run. A record cut short at the end of the chunk is left for the next read (a torn
+tail); a corrupt length stops the chunk for the caller to resync.
+
+Decoding. Records of one length (a slot of a run, or the loose ones of that length) are rows at a fixed stride.
+The first row is decoded by tb_event.read_event, which also says where its wall time, step and one scalar lie;
+every row whose other bytes are equal to the first one's (and whose step varint has the same shape) decodes the
+same way, so those fields are read as numpy columns of the rows, no object per record. Rows that differ (another
+tag of the same length, a flipped byte) are taken in turn the same way, and records of no fixed layout
+(histograms, several values, integer tensors) one by one.
+
+CRC. crc32c is affine in the data for one length: the xor of a group's crcs is the crc of the xor of its data (with
+the crc of zeros added for an even group). Rows matched to one layout differ only in their varying fields, so a
+group's xor is the first row with those fields xored: one C crc call per group of _CRC_GROUP rows; a group that
+fails is checked row by row, and a bad row is skipped and counted.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from guarded_sbatch.core.points import MetricPoint
-from guarded_sbatch.sources.tb_event import decode_event
-from guarded_sbatch.sources.tfrecord import (
-    FOOTER_SIZE,
-    HEADER_SIZE,
-    MASK_DELTA,
-    MAX_RECORD_SIZE,
-    crc32c,
-    mask,
-    masked_crc32c,
-)
+from guarded_sbatch.sources.tb_event import EventFields, read_event
+from guarded_sbatch.sources.tfrecord import FOOTER_SIZE, HEADER_SIZE, MAX_RECORD_SIZE, crc32c, masked_crc32c, unmask
 
 _NO_STEP = -(1 << 62)
 _MAX_PERIOD = 8  # tags logged together at each step
 _KNOWN_LENGTHS = 4096
-_FAST_KEYS = 65536
-_CRC_GROUP = 32  # blocks of a run whose crcs are checked together
+_MAX_LAYOUTS = 16  # layouts matched as columns per set of rows; past them, rows are decoded one by one
+_MIN_ROWS = 8  # fewer rows than this are decoded one by one
+_CRC_GROUP = 128  # rows whose crcs are checked together
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+_Field = tuple[str, str, int]  # name, numpy format, offset in the record
 
 
 class ColumnSink:
@@ -54,11 +58,11 @@ class ColumnSink:
         out = {}
         for key, pieces in self.parts.items():
             order, steps, walls, values = (np.concatenate([p[i] for p in pieces]) for i in range(4))
-            if len(pieces) > 1 and np.any(order[1:] < order[:-1]):  # a key decoded both ways in one chunk
+            if np.any(order[1:] < order[:-1]):  # decoded by layouts and one by one: back to arrival order
                 by_arrival = np.argsort(order, kind="stable")
                 order, steps, walls, values = order[by_arrival], steps[by_arrival], walls[by_arrival], values[by_arrival]
             out[key] = (order, steps, walls, values)
-        return out
+        return dict(sorted(out.items(), key=lambda item: int(item[1][0][0])))  # keys in order of first arrival
 
     def columns(self, *, newest_by_wall_time: bool) -> dict[str, _Columns]:
         """{key: (steps, walls, values)} in arrival order; with newest_by_wall_time one point per step, the one with
@@ -95,6 +99,48 @@ class ChunkResult:
     repeated: bool = False  # a key's step did not grow: the caller keeps the newest point per step
 
 
+@dataclass
+class _Rows:
+    """Records of `length` data bytes, each followed by its crc, `stride` bytes apart from `offset` in buf; the
+    arrival ordinal of each."""
+
+    buf: bytes
+    offset: int
+    stride: int
+    length: int
+    ordinals: np.ndarray
+
+    def record(self, row: int) -> bytes:
+        start = self.offset + row * self.stride
+        return self.buf[start : start + self.length]
+
+    def crc_ok(self, row: int) -> bool:
+        end = self.offset + row * self.stride + self.length
+        return masked_crc32c(self.record(row)) == int.from_bytes(self.buf[end : end + FOOTER_SIZE], "little")
+
+    def view(self, fields: list[_Field]) -> np.ndarray:
+        """A structured numpy view of the rows with these fields (no copy)."""
+        dtype = np.dtype({"names": [f[0] for f in fields], "formats": [f[1] for f in fields],
+                          "offsets": [f[2] for f in fields], "itemsize": self.length + FOOTER_SIZE})
+        return np.ndarray((len(self.ordinals),), dtype=dtype, buffer=self.buf, offset=self.offset,
+                          strides=(self.stride,))
+
+
+class _Pending:
+    """Points of records decoded one by one, per key, added to the sink at the end of the chunk."""
+
+    def __init__(self) -> None:
+        self.points: dict[str, tuple[list[int], list[int], list[float], list[float]]] = {}
+
+    def add(self, event: EventFields, ordinal: int, prefix: str) -> None:
+        for tag, value in event.scalars:
+            order, steps, walls, values = self.points.setdefault(prefix + tag, ([], [], [], []))
+            order.append(ordinal)
+            steps.append(event.step)
+            walls.append(event.wall_time)
+            values.append(value)
+
+
 class RecordDecoder:
     """Frames and decodes chunks of the event files of one source; its caches (headers per length, tag names, last
     step per key) live as long as the source."""
@@ -103,87 +149,61 @@ class RecordDecoder:
         self.check_crc = check_crc
         self.last_step: dict[str, int] = {}
         self._headers: dict[int, bytes] = {}  # record length -> its 12 header bytes, crc checked once
-        self._fast_keys: dict[tuple[str, bytes], str] = {}  # (prefix, layout signature) -> key ("": not the layout)
         self._tag_names: dict[bytes, str] = {}
         self._ordinal = 0
 
     def decode(self, buf: bytes, prefix: str, sink: ColumnSink, max_records: int | None = None) -> ChunkResult:
         """The complete records of buf (at most max_records), their scalars added to sink with `prefix` on the tags."""
         result = ChunkResult()
-        u8 = np.frombuffer(buf, dtype=np.uint8)
-        pieces = self._frame(buf, u8, max_records, result)
-        starts = np.concatenate([piece.starts for piece in pieces])
-        lengths = np.concatenate([piece.lengths for piece in pieces])
-        if not len(starts):
-            return result
-        if self.check_crc:
-            good = np.concatenate([self._crc_ok(buf, u8, piece) for piece in pieces])
-            result.bad_records += int(len(good) - np.count_nonzero(good))
-            starts, lengths = starts[good], lengths[good]
-        order = np.arange(self._ordinal, self._ordinal + len(starts), dtype=np.int64)
-        self._ordinal += len(starts)
-        slow = self._decode_fast(u8, starts, lengths, order, prefix, sink, result)
-        for index in slow.tolist():
-            self._decode_slow(buf, int(starts[index]), int(lengths[index]), int(order[index]), prefix, sink, result)
+        pending = _Pending()
+        for rows in self._frame(buf, max_records, result):
+            self._decode_rows(rows, prefix, sink, pending, result)
+        for key, (order, steps, walls, values) in pending.points.items():
+            self._add(sink, key, np.array(order, dtype=np.int64), np.array(steps, dtype=np.int64),
+                      np.array(walls, dtype=np.float64), np.array(values, dtype=np.float64), result)
         return result
 
-    def _frame(self, buf: bytes, u8: np.ndarray, max_records: int | None, result: ChunkResult) -> list[_Framed]:
-        """The complete records from the start of buf, in order; result.consumed set."""
+    # Framing
+
+    def _frame(self, buf: bytes, max_records: int | None, result: ChunkResult) -> list[_Rows]:
+        """The complete records from the start of buf as sets of rows, in arrival order; result.consumed set."""
         end = len(buf)
         limit = end if max_records is None else max_records
-        pieces: list[_Framed] = []
-        singles: list[int] = []
-        single_lengths: list[int] = []
-        sizes: list[int] = []  # record sizes framed one by one since the last run: a repeating tail starts a run
+        out: list[_Rows] = []
+        loose: list[tuple[int, int]] = []  # (data offset, length) of records framed one by one
+        sizes: list[int] = []  # lengths framed one by one since the last run: a repeating tail starts a run
         pos = count = 0
         while count < limit and end - pos >= HEADER_SIZE:
             length = self._length_at(buf, pos, result)
             if length is None:
                 break
             if pos + HEADER_SIZE + length + FOOTER_SIZE > end:
-                break  # half-written tail: retried on the next read
-            singles.append(pos + HEADER_SIZE)
-            single_lengths.append(length)
+                break  # a torn tail: retried on the next read
+            loose.append((pos + HEADER_SIZE, length))
             pos += HEADER_SIZE + length + FOOTER_SIZE
             count += 1
             sizes.append(length)
             period = _period(sizes)
-            if period:
-                run = self._run(u8, pos, sizes[-period:], limit - count)
-                sizes.clear()
-                if run is not None:
-                    pieces.append(_Framed.of(singles, single_lengths))
-                    pieces.append(run)
-                    singles, single_lengths = [], []
-                    pos += run.blocks * run.block
-                    count += len(run.starts)
-        pieces.append(_Framed.of(singles, single_lengths))
+            if not period:
+                continue
+            pattern = sizes[-period:]
+            sizes.clear()
+            blocks = self._run(buf, pos, pattern, (limit - count) // period)
+            if blocks:
+                out += _loose_rows(buf, loose, self._ordinal + count - len(loose))
+                loose = []
+                block = sum(pattern) + period * (HEADER_SIZE + FOOTER_SIZE)
+                offset = pos + HEADER_SIZE
+                for slot, slot_length in enumerate(pattern):
+                    ordinals = np.arange(blocks, dtype=np.int64) * period + (self._ordinal + count + slot)
+                    out.append(_Rows(buf, offset, block, slot_length, ordinals))
+                    offset += slot_length + HEADER_SIZE + FOOTER_SIZE
+                pos += blocks * block
+                count += blocks * period
+        out += _loose_rows(buf, loose, self._ordinal + count - len(loose))
+        self._ordinal += count
         result.consumed = pos
-        return pieces
-
-    def _crc_ok(self, buf: bytes, u8: np.ndarray, piece: _Framed) -> np.ndarray:
-        """Whether each record's data matches its crc. A run is checked by groups of blocks: crc32c is affine in the
-        data for one length, so the xor of a group's crcs is the crc of the xor of its data (the crc of zeros added
-        when the group is even); only a group that fails is checked record by record."""
-        if piece.blocks == 0:
-            return _crc_each(buf, u8, piece.starts, piece.lengths)
-        rows = u8[piece.pos : piece.pos + piece.blocks * piece.block].reshape(piece.blocks, piece.block)
-        firsts = np.arange(0, piece.blocks, _CRC_GROUP)
-        evens = np.diff(np.append(firsts, piece.blocks)) % 2 == 0
-        xored = np.bitwise_xor.reduceat(rows, firsts, axis=0)
-        good = np.ones((piece.blocks, len(piece.pattern)), dtype=bool)
-        for slot, (offset, length) in enumerate(zip(piece.offsets.tolist(), piece.pattern)):
-            data = offset + HEADER_SIZE
-            stored = _unmask(np.ascontiguousarray(rows[:, data + length : data + length + FOOTER_SIZE]).view("<u4").ravel())
-            expected = np.bitwise_xor.reduceat(stored, firsts)
-            group_data = xored[:, data : data + length]
-            crcs = np.fromiter((crc32c(row.tobytes()) for row in group_data), dtype=np.uint32, count=len(firsts))
-            crcs ^= np.where(evens, np.uint32(crc32c(bytes(length))), np.uint32(0))
-            for group in np.flatnonzero(crcs != expected).tolist():
-                blocks = np.arange(firsts[group], min(firsts[group] + _CRC_GROUP, piece.blocks))
-                good[blocks, slot] = _crc_each(buf, u8, piece.pos + blocks * piece.block + data,
-                                               np.full(len(blocks), length, dtype=np.int64))
-        return good.ravel()
+        return out
 
     def _length_at(self, buf: bytes, pos: int, result: ChunkResult) -> int | None:
         header = buf[pos : pos + HEADER_SIZE]
@@ -199,127 +219,165 @@ class RecordDecoder:
             self._headers[length] = header
         return length
 
-    def _run(self, u8: np.ndarray, pos: int, pattern: list[int], records_left: int) -> _Framed | None:
-        """The records from pos on that repeat `pattern` (record lengths) whole, or None."""
-        period = len(pattern)
-        sizes = np.array(pattern, dtype=np.int64) + HEADER_SIZE + FOOTER_SIZE
-        block = int(sizes.sum())
-        blocks = min((len(u8) - pos) // block, records_left // period)
+    def _run(self, buf: bytes, pos: int, pattern: list[int], most: int) -> int:
+        """How many blocks from pos on (at most `most`) repeat `pattern` (record lengths) whole, known headers."""
+        block = sum(pattern) + len(pattern) * (HEADER_SIZE + FOOTER_SIZE)
+        blocks = min((len(buf) - pos) // block, most)
         headers = [self._headers.get(length) for length in pattern]
-        if blocks <= 0 or any(h is None for h in headers):
-            return None
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        columns = (offsets[:, None] + np.arange(HEADER_SIZE)).ravel()
-        rows = u8[pos : pos + blocks * block].reshape(blocks, block)
-        template = np.frombuffer(b"".join(h for h in headers if h is not None), dtype=np.uint8)
-        same = (rows[:, columns] == template).all(axis=1)
-        whole = int(np.argmin(same)) if not same.all() else blocks
-        if whole == 0:
-            return None
-        starts = (np.arange(whole, dtype=np.int64)[:, None] * block + pos + offsets + HEADER_SIZE).ravel()
-        return _Framed(starts, np.tile(np.array(pattern, dtype=np.int64), whole), pos, block, whole, pattern, offsets)
+        if blocks <= 0 or None in headers:
+            return 0
+        fields: list[_Field] = []
+        offset = 0
+        for slot, length in enumerate(pattern):
+            fields += [(f"n{slot}", "<u8", offset), (f"c{slot}", "<u4", offset + 8)]
+            offset += length + HEADER_SIZE + FOOTER_SIZE
+        view = _Rows(buf, pos, block, block - FOOTER_SIZE, np.empty(blocks)).view(fields)
+        same = np.ones(blocks, dtype=bool)
+        for slot, header in enumerate(headers):
+            assert header is not None
+            same &= view[f"n{slot}"] == int.from_bytes(header[:8], "little")
+            same &= view[f"c{slot}"] == int.from_bytes(header[8:], "little")
+        return blocks if same.all() else int(np.argmin(same))
 
-    def _decode_fast(self, u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray, order: np.ndarray, prefix: str,
-                     sink: ColumnSink, result: ChunkResult) -> np.ndarray:
-        """Decode the plain scalar events among the records into sink; the indices of the others.
+    # Decoding
 
-        Layout: 09 <wall double> 10 <step varint, 1-3 bytes> 2A n-2 0A n-4 0A n-11 <tag> 15 <float>, n from 2A on.
-        """
-        last = len(u8) - 1
-
-        def byte(offset: int) -> np.ndarray:
-            return u8[np.minimum(starts + offset, last)].astype(np.int64)
-
-        b10, b11, b12 = byte(10), byte(11), byte(12)
-        at = np.where(b10 < 0x80, 11, np.where(b11 < 0x80, 12, np.where(b12 < 0x80, 13, 0)))
-        candidate = (lengths > 22) & (byte(0) == 0x09) & (byte(9) == 0x10) & (at > 0)
-        codes = np.full(len(starts), -1, dtype=np.int64)
-        names: list[str] = []
-        for rows in _groups(np.where(candidate, lengths * 16 + at, -1)):
-            if not candidate[rows[0]]:
-                continue
-            offset = int(at[rows[0]])
-            signatures = _gather(u8, starts[rows] + offset, int(lengths[rows[0]]) - 4 - offset)
-            for same in _row_groups(signatures):
-                key = self._fast_key(signatures[same[0]].tobytes(), prefix)
-                if key:
-                    if key not in names:
-                        names.append(key)
-                    codes[rows[same]] = names.index(key)
-        fast = np.flatnonzero(codes >= 0)
-        steps = np.where(at == 11, b10, np.where(at == 12, (b10 & 0x7F) | (b11 << 7),
-                                                 (b10 & 0x7F) | ((b11 & 0x7F) << 7) | (b12 << 14)))
-        walls = _gather(u8, starts[fast] + 1, 8).view("<f8").ravel()
-        values = _gather(u8, starts[fast] + lengths[fast] - 4, 4).view("<f4").ravel().astype(np.float64)
-        for code, key in enumerate(names):
-            mine = np.flatnonzero(codes[fast] == code)
-            key_steps = steps[fast[mine]]
-            previous = self.last_step.get(key, _NO_STEP)
-            running = np.maximum.accumulate(key_steps)
-            before = np.concatenate(([previous], np.maximum(running[:-1], previous)))
-            result.repeated |= bool(np.any(key_steps <= before))
-            self.last_step[key] = int(max(previous, int(running[-1])))
-            sink.add(key, order[fast[mine]], key_steps, walls[mine], values[mine])
-        return np.flatnonzero(codes < 0)
-
-    def _fast_key(self, signature: bytes, prefix: str) -> str:
-        """The key of a plain scalar layout's signature (2A n-2 0A n-4 0A n-11 <tag> 15), or "" if it is not one."""
-        key = self._fast_keys.get((prefix, signature))
-        if key is None:
-            n = len(signature) + 4
-            plain = 12 <= n <= 129 and signature[:6] == bytes([0x2A, n - 2, 0x0A, n - 4, 0x0A, n - 11]) \
-                and signature[-1] == 0x15
-            key = prefix + signature[6:-1].decode("utf-8", "replace") if plain else ""
-            if len(self._fast_keys) < _FAST_KEYS:
-                self._fast_keys[(prefix, signature)] = key
-        return key
-
-    def _decode_slow(self, buf: bytes, start: int, length: int, ordinal: int, prefix: str, sink: ColumnSink,
+    def _decode_rows(self, rows: _Rows, prefix: str, sink: ColumnSink, pending: _Pending,
                      result: ChunkResult) -> None:
+        """Decode every row: by layouts as columns, the rest one by one (see the module's doc)."""
+        count = len(rows.ordinals)
+        unassigned = np.ones(count, dtype=bool)
+        todo, at, layouts = list(range(count)), 0, 0
+        while at < len(todo):
+            row = todo[at]
+            at += 1
+            event = self._read_one(rows, row, result)
+            if event is not None and event.fixed and layouts < _MAX_LAYOUTS and len(todo) - at + 1 >= _MIN_ROWS:
+                layouts += 1
+                self._decode_layout(rows, row, event, unassigned, prefix, sink, result)  # the row's own too
+                todo, at = (np.flatnonzero(unassigned[row + 1 :]) + row + 1).tolist(), 0
+                continue
+            unassigned[row] = False
+            if event is not None:
+                pending.add(event, int(rows.ordinals[row]), prefix)
+
+    def _read_one(self, rows: _Rows, row: int, result: ChunkResult) -> EventFields | None:
+        if self.check_crc and not rows.crc_ok(row):
+            result.bad_records += 1
+            return None
         try:
-            wall_time, step, scalars = decode_event(buf[start : start + length], self._tag_names)
+            return read_event(rows.record(row), self._tag_names)
         except (ValueError, IndexError, struct.error):
             result.bad_records += 1
+            return None
+
+    def _decode_layout(self, rows: _Rows, row: int, event: EventFields, unassigned: np.ndarray, prefix: str,
+                       sink: ColumnSink, result: ChunkResult) -> None:
+        """Decode as columns the unassigned rows laid out as `row` (decoded as event): equal bytes but for the
+        wall time, the step's varint digits and the value."""
+        first = rows.record(row)
+        varying = _varying_fields(event)
+        fixed = _fixed_fields(varying, rows.length)
+        view = rows.view([*varying, ("crc", "<u4", rows.length), *fixed])
+        match = unassigned.copy()
+        for name, fmt, offset in fixed:
+            match &= view[name] == int.from_bytes(first[offset : offset + np.dtype(fmt).itemsize], "little")
+        for name, _, offset in varying:
+            if name[0] == "s":  # a step digit: the same varint shape (continuation bits) as the first row's
+                match &= (view[name] & 0x80) == (first[offset] & 0x80)
+        chosen = np.flatnonzero(match)
+        unassigned[chosen] = False
+        whole = len(chosen) == len(match)
+        columns = {name: view[name].copy() if whole else view[name][chosen] for name, _, _ in [*varying, ("crc", "", 0)]}
+        if self.check_crc:
+            good = self._crcs_ok(rows, chosen, columns, first, varying)
+            if not good.all():
+                result.bad_records += int(len(good) - np.count_nonzero(good))
+                chosen = chosen[good]
+                columns = {name: column[good] for name, column in columns.items()}
+        if not len(chosen):
             return
-        for tag_name, value in scalars:
-            key = prefix + tag_name
-            previous = self.last_step.get(key)
-            if previous is None or step > previous:
-                self.last_step[key] = step
-            else:
-                result.repeated = True
-            sink.add(key, np.array([ordinal]), np.array([step], dtype=np.int64), np.array([wall_time]),
-                     np.array([value], dtype=np.float64))
+        steps = np.full(len(chosen), event.step, dtype=np.int64)
+        if event.step_width:
+            steps[:] = 0
+            for digit in range(event.step_width):
+                steps |= (columns[f"s{digit}"].astype(np.int64) & 0x7F) << (7 * digit)
+        walls = columns["wall"].view("<f8") if event.wall_at >= 0 else np.full(len(chosen), event.wall_time)
+        values = columns["value"].view("<f4" if event.value_width == 4 else "<f8").astype(np.float64)
+        self._add(sink, prefix + event.scalars[0][0], rows.ordinals[chosen], steps, walls, values, result)
+
+    def _crcs_ok(self, rows: _Rows, chosen: np.ndarray, columns: dict[str, np.ndarray], first: bytes,
+                 varying: list[_Field]) -> np.ndarray:
+        """Whether each chosen row's data matches its crc, by groups (see the module's doc)."""
+        count, length = len(chosen), rows.length
+        if count < 2 * _CRC_GROUP:
+            return np.fromiter(map(rows.crc_ok, chosen.tolist()), dtype=bool, count=count)
+        firsts = np.arange(0, count, _CRC_GROUP)
+        sizes = np.diff(firsts, append=count)
+        grid = np.zeros((len(firsts), length), dtype=np.uint8)
+        grid[sizes % 2 == 1] = np.frombuffer(first, dtype=np.uint8)
+        for name, fmt, offset in varying:
+            width = np.dtype(fmt).itemsize
+            grid[:, offset : offset + width] = np.bitwise_xor.reduceat(columns[name], firsts).view(np.uint8) \
+                .reshape(len(firsts), width)
+        blob = grid.tobytes()
+        crcs = np.fromiter(map(crc32c, map(blob.__getitem__, map(slice, range(0, len(blob), length),
+                                                                 range(length, len(blob) + 1, length)))),
+                           dtype=np.uint32, count=len(firsts))
+        crcs ^= np.where(sizes % 2 == 0, np.uint32(crc32c(bytes(length))), np.uint32(0))
+        good = np.ones(count, dtype=bool)
+        for group in np.flatnonzero(crcs != np.bitwise_xor.reduceat(unmask(columns["crc"]), firsts)).tolist():
+            part = slice(int(firsts[group]), int(firsts[group] + sizes[group]))
+            good[part] = list(map(rows.crc_ok, chosen[part].tolist()))
+        return good
+
+    def _add(self, sink: ColumnSink, key: str, order: np.ndarray, steps: np.ndarray, walls: np.ndarray,
+             values: np.ndarray, result: ChunkResult) -> None:
+        previous = self.last_step.get(key, _NO_STEP)
+        if steps[0] <= previous or (len(steps) > 1 and np.any(steps[1:] <= steps[:-1])):
+            result.repeated = True
+        self.last_step[key] = max(previous, int(steps.max()))
+        sink.add(key, order, steps, walls, values)
 
 
-@dataclass
-class _Framed:
-    """Records framed one by one (blocks == 0), or a run of `blocks` repeats of `pattern` from `pos` on."""
-
-    starts: np.ndarray  # data offsets
-    lengths: np.ndarray
-    pos: int = 0
-    block: int = 0  # bytes of one repeat of the pattern
-    blocks: int = 0
-    pattern: list[int] = field(default_factory=list)  # the record lengths of one repeat
-    offsets: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # each record's offset in a repeat
-
-    @classmethod
-    def of(cls, starts: list[int], lengths: list[int]) -> _Framed:
-        return cls(np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64))
+def _varying_fields(event: EventFields) -> list[_Field]:
+    """The fields of a fixed layout that differ from record to record: wall time, the step's digits, the value."""
+    fields: list[_Field] = [("value", "<u4" if event.value_width == 4 else "<u8", event.value_at)]
+    if event.wall_at >= 0:
+        fields.append(("wall", "<u8", event.wall_at))
+    fields += [(f"s{digit}", "u1", event.step_at + digit) for digit in range(event.step_width)]
+    return fields
 
 
-def _crc_each(buf: bytes, u8: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    stored = _gather(u8, starts + lengths, FOOTER_SIZE).view("<u4").ravel()
-    raw = np.fromiter(map(crc32c, map(buf.__getitem__, map(slice, starts.tolist(), (starts + lengths).tolist()))),
-                      dtype=np.uint32, count=len(starts))
-    return np.asarray(mask(raw) == stored)
+def _fixed_fields(varying: list[_Field], length: int) -> list[_Field]:
+    """Integer windows covering every other byte of the record (overlapping within a stretch, never outside it)."""
+    spans = sorted((offset, offset + np.dtype(fmt).itemsize) for _, fmt, offset in varying)
+    fields: list[_Field] = []
+    start = 0
+    for begin, end in [*spans, (length, length)]:
+        width = begin - start
+        size = next((size for size in (8, 4, 2, 1) if size <= width), 0)
+        if size:
+            offsets = sorted({*range(start, begin - size + 1, size), begin - size})
+            fields += [(f"f{offset}", f"<u{size}", offset) for offset in offsets]
+        start = end
+    return fields
 
 
-def _unmask(stored: np.ndarray) -> np.ndarray:
-    """The crc a masked crc was made from (the inverse of tfrecord.mask)."""
-    crc = stored - np.uint32(MASK_DELTA)
-    return (crc << np.uint32(15)) | (crc >> np.uint32(17))
+def _loose_rows(buf: bytes, loose: list[tuple[int, int]], first_ordinal: int) -> list[_Rows]:
+    """Records framed one by one as sets of rows: those of one length gathered into one buffer."""
+    by_length: dict[int, list[int]] = {}
+    for index, (_, length) in enumerate(loose):
+        by_length.setdefault(length, []).append(index)
+    out = []
+    for length, indices in by_length.items():
+        ordinals = np.array(indices, dtype=np.int64) + first_ordinal
+        stride = length + FOOTER_SIZE
+        if len(indices) == 1:
+            out.append(_Rows(buf, loose[indices[0]][0], stride, length, ordinals))
+            continue
+        gathered = b"".join(buf[start : start + stride] for start, _ in map(loose.__getitem__, indices))
+        out.append(_Rows(gathered, 0, stride, length, ordinals))
+    return out
 
 
 def _period(sizes: list[int]) -> int:
@@ -328,33 +386,3 @@ def _period(sizes: list[int]) -> int:
         if sizes[-p:] == sizes[-2 * p : -p]:
             return p
     return 0
-
-
-def _groups(labels: np.ndarray) -> list[np.ndarray]:
-    """Indices of each distinct label (a file has a handful of layouts: peeled off one by one, many at once)."""
-    return _peel(lambda left: labels[left] == labels[left[0]], labels, len(labels))
-
-
-def _row_groups(rows: np.ndarray) -> list[np.ndarray]:
-    """Indices of each distinct row of a byte matrix (one per tag of a layout)."""
-    return _peel(lambda left: np.all(rows[left] == rows[left[0]], axis=1),
-                 np.ascontiguousarray(rows).view(f"V{rows.shape[1]}").ravel(), len(rows))
-
-
-def _peel(same_as_first: object, labels: np.ndarray, count: int) -> list[np.ndarray]:
-    groups: list[np.ndarray] = []
-    left = np.arange(count)
-    while len(left) and len(groups) < 32:
-        same = same_as_first(left)  # type: ignore[operator]
-        groups.append(left[same])
-        left = left[~same]
-    if len(left):
-        _, inverse = np.unique(labels[left], return_inverse=True)
-        order = np.argsort(inverse.ravel(), kind="stable")
-        bounds = np.flatnonzero(np.diff(inverse.ravel()[order])) + 1
-        groups.extend(left[part] for part in np.split(order, bounds))
-    return groups
-
-
-def _gather(u8: np.ndarray, offsets: np.ndarray, width: int) -> np.ndarray:
-    return u8[offsets[:, None] + np.arange(width)]

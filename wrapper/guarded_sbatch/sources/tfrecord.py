@@ -68,6 +68,12 @@ def mask(crc: T) -> T:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF  # type: ignore[operator, return-value]
 
 
+def unmask(masked: T) -> T:
+    """The crc a masked crc was made from (mask's inverse; an int or a numpy uint32 array)."""
+    crc = (masked - MASK_DELTA) & 0xFFFFFFFF  # type: ignore[operator]
+    return ((crc << 15) | (crc >> 17)) & 0xFFFFFFFF  # type: ignore[return-value]
+
+
 def masked_crc32c(data: bytes) -> int:
     return mask(crc32c(data))
 
