@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import generate as corpus  # noqa: E402 - after the sys.path lines above
 from dense_replay import dense_replay  # noqa: E402 - after the sys.path lines above
-from guarded_sbatch.core.points import MetricPoint  # noqa: E402 - after the sys.path lines above
+from guarded_sbatch.core.points import CrashState, MetricPoint  # noqa: E402 - after the sys.path lines above
 from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: E402 - after the sys.path lines above
 
 EVAL_KEY = "eval/loss"
@@ -202,22 +202,21 @@ TEXT_CASES = ("nan", "explode", "collapse", "crash", "scale", "cut")
 
 def bench_text_logs(per_run: bool) -> None:
     """The text-log corpus replayed poll by poll through the real reader's points: where each judge stops."""
-    from textlog_corpus import CORPUS, corpus_logs, expected_of, read_all
+    from textlog_corpus import CORPUS, corpus_logs, expected_of, read_with_crashes
 
     rows: dict[str, list[tuple[str, int | None, int | None, int | None, str]]] = {}
     for log in corpus_logs():
         expected = expected_of(log)
         if expected["case"] not in TEXT_CASES:
             continue
-        points = read_all(log)
-        metrics = [p for p in points if not p.key.startswith("__crashed__")]
-        replay = dense_replay(points)
+        metrics, crashes = read_with_crashes(log)
+        replay = dense_replay(metrics, crashes)
         loss_key = replay.last.summary.get("keys", {}).get("train_loss") if replay.last else None
         losses = sorted((p.step, p.value) for p in metrics if p.key == loss_key)
         first_nan = next((step for step, value in losses if not math.isfinite(value)), None)
         scale = sorted((p.step, p.value) for p in metrics if p.key == "loss_scale")
         first_drop = next((b[0] for a, b in zip(scale, scale[1:]) if b[1] < a[1]), None)
-        crash_at = max((p.step for p in points if p.key.startswith("__crashed__") and p.value), default=None)
+        crash_at = max((e.step for e in crashes if e.state is CrashState.CONFIRMED), default=None)
         broke = first_nan if first_nan is not None else first_drop if expected["case"] in ("collapse", "scale") \
             else crash_at
         nth = None

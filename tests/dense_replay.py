@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.core.points import CrashEvent, MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, Verdict, decide
 
 
@@ -25,18 +25,23 @@ class DenseReplay:
         return [(s, r) for s, r in self.waits if first <= s <= last]
 
 
-def dense_replay(points: Iterable[MetricPoint]) -> DenseReplay:
+def dense_replay(points: Iterable[MetricPoint], crashes: Iterable[CrashEvent] = ()) -> DenseReplay:
+    """`crashes`: the reader's crash events, in the order it handed them over; each joins the history at the poll of
+    its step, as it came beside the points of that step."""
     ordered = sorted(points, key=lambda p: p.step)
+    events = list(crashes)
     result = DenseReplay()
     history = MetricHistory()
     index = 0
-    while index < len(ordered):
-        step = ordered[index].step
+    for step in sorted({p.step for p in ordered} | {e.step for e in events}):
         chunk = []
         while index < len(ordered) and ordered[index].step == step:
             chunk.append(ordered[index])
             index += 1
         history.add(chunk)
+        for event in [e for e in events if e.step <= step]:
+            history.note_crash(event)
+            events.remove(event)
         verdict = decide(history)
         result.polls += 1
         result.last = verdict

@@ -14,7 +14,7 @@ from guarded_sbatch.cli.monitor import ONCE_EXIT
 from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.textlog import TextLogSource
-from textlog_corpus import CORPUS, read_all
+from textlog_corpus import CORPUS, read_all, read_history
 
 
 def _monitor(log: Path, state: Path) -> dict:
@@ -50,7 +50,7 @@ def test_the_hf_crash_is_named_by_its_root_error_and_found_in_any_read_sizes(tmp
     for start in range(0, len(text), 97):  # the job's output as a sidecar meets it: cut anywhere
         with open(log, "ab") as handle:
             handle.write(text[start : start + 97])
-        history.add(source.read_new())
+        history.read_from(source)
     verdict = decide(history)
     assert verdict.decision is Decision.STOP and verdict.message.startswith("crashed: torch.OutOfMemoryError"), \
         verdict.message
@@ -69,7 +69,7 @@ def test_a_launcher_over_the_trainer_is_context_not_the_name(tmp_path: Path) -> 
                    "exception:\n\nTraceback (most recent call last):\n  File \"/venv/bin/accelerate\", line 6, in "
                    "<module>\n    sys.exit(main())\n    raise subprocess.CalledProcessError(\nsubprocess."
                    "CalledProcessError: Command '['/venv/bin/python', 'train.py']' returned non-zero exit status 1.\n")
-    verdict = decide(MetricHistory.from_points(read_all(log)))
+    verdict = decide(read_history(log))
     assert verdict.message == ("crashed: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
                                "(raised as subprocess.CalledProcessError)"), verdict.message
 

@@ -47,7 +47,7 @@ def test_an_optimizer_exiting_line_stops_with_no_loss_point(tmp_path: Path) -> N
     log.write_text("[2023-11-07 01:55:40,300] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
                    "Skipping step. Attempted loss scale: 1, reducing to 1\n"
                    "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n")
-    verdict = decide(MetricHistory.from_points(TextLogSource(log).read_new()))
+    verdict = decide(MetricHistory.from_reader(TextLogSource(log)))
     assert verdict.decision is Decision.STOP and verdict.reason.value == "crashed", verdict.message
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.judge import Decision, MetricHistory, decide
-from guarded_sbatch.core.points import split_crash_key
+from guarded_sbatch.core.points import CrashState
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.textlog_crash import CrashTracker
 from guarded_sbatch.sources.textlog_formats import parse_line
-from textlog_corpus import CORPUS, corpus_logs, expected_of, read_all, score
+from textlog_corpus import CORPUS, corpus_logs, expected_of, read_all, read_history, read_with_crashes, score
 
 LOGS = corpus_logs()
 FORMATS = sorted({expected_of(log)["format"] for log in LOGS})
@@ -62,7 +62,7 @@ def test_crash_and_decision(log: Path) -> None:
         assert result.crash_found is None
     else:
         assert result.crash_found and expected["crash"].lower() in result.crash_found.lower()
-    verdict = decide(MetricHistory.from_points(read_all(log)))
+    verdict = decide(read_history(log))
     assert (verdict.decision is Decision.STOP) == (expected["decision"] == "STOP"), verdict.message
     if expected["case"] == "crash":
         kind = "interrupted" if expected["decision"] == "WAIT" else "crashed"  # Ctrl-C: may be resumed, never STOP
@@ -97,7 +97,7 @@ def test_a_crash_stops_through_the_cli_with_its_evidence(tmp_path: Path) -> None
     payload = _monitor(CORPUS / "megatron_crash.log", tmp_path)
     assert payload["decision"] == "STOP" and payload["reason"] == "crashed"
     assert "Watchdog caught collective operation timeout" in payload["anomalies"][0]["message"]
-    assert all(not k.startswith("__crashed__") for k in payload["summary"]["keys"].values() if k)
+    assert all(" || " not in k for k in payload["summary"]["keys"].values() if k)  # a crash is no metric key
 
 
 def test_a_requeued_run_that_trains_again_is_not_crashed(tmp_path: Path) -> None:
@@ -105,10 +105,9 @@ def test_a_requeued_run_that_trains_again_is_not_crashed(tmp_path: Path) -> None
     text = (CORPUS / "nanogpt_crash.log").read_text()
     resumed = "".join(f"iter {i}: loss {3.5 - i / 10000:.4f}, time 1100.00ms, mfu 15.00%\n" for i in range(400, 700, 10))
     log.write_text(text + resumed)
-    points = read_all(log)
-    crash = [p for p in points if split_crash_key(p.key)]
-    assert crash and crash[-1].value == 0.0
-    assert decide(MetricHistory.from_points(points)).reason.value != "crashed"
+    _, crashes = read_with_crashes(log)
+    assert crashes and crashes[-1].state is CrashState.DISMISSED
+    assert decide(read_history(log)).reason.value != "crashed"
 
 
 # torchrun's ending when the launcher template's checkpoint signal arrives before the time limit (a real job's
@@ -141,16 +140,16 @@ def test_the_checkpoint_signal_before_the_time_limit_is_not_a_crash(tmp_path: Pa
     log = tmp_path / "slurm-8256.out"
     log.write_text(_healthy_dicts(10, 350) + TORCHRUN_USR1_TAIL)
     points = read_all(log)
-    assert {p.key for p in points if not split_crash_key(p.key)} == {"loss", "learning_rate"}
+    assert {p.key for p in points} == {"loss", "learning_rate"}
     assert max(p.step for p in points) == 350
-    verdict = decide(MetricHistory.from_points(points))
+    verdict = decide(read_history(log))
     assert verdict.decision is Decision.WAIT and verdict.reason.value == "interrupted", verdict.message
     assert "SignalException" in verdict.message and verdict.last_step == 350
     payload = _monitor(log, tmp_path / "state")
     assert payload["decision"] == "WAIT" and payload["reason"] == "interrupted"
     with open(log, "a") as handle:  # the requeued run resumes from its checkpoint: judged as before
         handle.write(_healthy_dicts(360, 700))
-    resumed = decide(MetricHistory.from_points(read_all(log)))
+    resumed = decide(read_history(log))
     assert resumed.decision is Decision.CONTINUE, resumed.message
 
 
@@ -168,7 +167,7 @@ def test_an_interruption_waits_and_a_failure_stops(tmp_path: Path, ending: str, 
     body = "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n" if "Error" in ending or \
         ending == "KeyboardInterrupt" else ""
     log.write_text(_healthy_dicts(10, 200) + body + ending + "\n")
-    verdict = decide(MetricHistory.from_points(read_all(log)))
+    verdict = decide(read_history(log))
     assert (verdict.decision.value, verdict.reason.value) == (decision, reason), verdict.message
 
 
@@ -176,7 +175,7 @@ def test_a_nan_before_an_interruption_still_stops(tmp_path: Path) -> None:
     log = tmp_path / "out.log"
     nan = "".join(f"{{'loss': nan, 'learning_rate': 0.05, 'step': {s}}}\n" for s in range(210, 260, 10))
     log.write_text(_healthy_dicts(10, 200) + nan + "Traceback (most recent call last):\nKeyboardInterrupt\n")
-    verdict = decide(MetricHistory.from_points(read_all(log)))
+    verdict = decide(read_history(log))
     assert verdict.decision is Decision.STOP and verdict.reason.value == "non_finite_loss", verdict.message
 
 
@@ -185,12 +184,12 @@ def test_crash_found_when_it_arrives_in_a_later_read(tmp_path: Path) -> None:
     lines = (CORPUS / "litgpt_crash.log").read_text().splitlines(keepends=True)
     log.write_text("".join(lines[:-3]))
     source = TextLogSource(log)
-    history = MetricHistory.from_points(source.read_new())
+    history = MetricHistory.from_reader(source)
     cut = decide(history)  # the log ends inside the traceback so far: a crash that cannot say why yet
     assert cut.reason.value == "crashed" and "before its exception line" in cut.message, cut.message
     with open(log, "a") as handle:
         handle.write("".join(lines[-3:]))
-    history.add(source.read_new())
+    history.read_from(source)
     verdict = decide(history)
     assert verdict.reason.value == "crashed" and "OutOfMemoryError" in verdict.message, verdict.message
 

@@ -8,7 +8,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, split_crash_key
+from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint
+from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sources.textlog import TextLogSource
 
 CORPUS = Path(__file__).parent / "data" / "trainer_logs"
@@ -41,12 +42,29 @@ def expected_of(log: Path) -> dict:
     return json.loads(log.with_suffix(".expected.json").read_text())
 
 
-def read_all(log: Path) -> list[MetricPoint]:
+def read_with_crashes(log: Path) -> tuple[list[MetricPoint], list[CrashEvent]]:
+    """Every point of the log, and the crash events the reader handed over beside them, in order."""
     source = TextLogSource(log)
     points: list[MetricPoint] = []
+    crashes: list[CrashEvent] = []
     while batch := source.read_new():
         points.extend(batch)
-    return points
+        crashes.extend(source.take_crashes())
+    crashes.extend(source.take_crashes())
+    return points, crashes
+
+
+def read_all(log: Path) -> list[MetricPoint]:
+    return read_with_crashes(log)[0]
+
+
+def read_history(log: Path) -> MetricHistory:
+    """The judged history of the whole log: its points and its crash events."""
+    source = TextLogSource(log)
+    history = MetricHistory()
+    while history.read_from(source):
+        pass
+    return history
 
 
 def _same(a: float, b: float) -> bool:
@@ -61,13 +79,11 @@ def score(log: Path) -> Score:
     for step, key, value in expected["triples"]:  # a (step, key) printed twice: the newest counts
         wanted[(step, key)] = float(value)
     got: dict[tuple[int, str], float] = {}
-    crash_found = None
-    for point in read_all(log):
-        crash = split_crash_key(point.key)
-        if crash is not None:
-            crash_found = crash[0] if point.value == 1.0 else None
-            continue
+    points, crashes = read_with_crashes(log)
+    for point in points:
         got[(point.step, point.key)] = point.value
+    last = crashes[-1] if crashes else None
+    crash_found = last.exception if last is not None and last.state is not CrashState.DISMISSED else None
     matched = sum(1 for slot, value in wanted.items() if slot in got and _same(got[slot], value))
     wrong = [f"{slot}: want {value} got {got.get(slot)}" for slot, value in wanted.items()
              if slot not in got or not _same(got[slot], value)]

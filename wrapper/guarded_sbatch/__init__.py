@@ -5,7 +5,8 @@ The public Python API (everything else is internal and may move):
 - `GuardedExecutor` — submitit's executor with the launch pre-flight and a sidecar per job.
 - `read_metrics(kind, path)` — every metric point a run's files hold now (`kind`: "tensorboard", "wandb",
   "textlog", "mlflow", "csv", ...; `SOURCE_KINDS` lists them); `open_source(kind, path)` gives the reader
-  itself, whose `read_new()` returns only the points written since its last call.
+  itself, whose `read_new()` returns only the points written since its last call; `read_history(kind, path)`
+  gives them as a `MetricHistory` with the crashes the job printed (a text log's traceback) beside them.
 - `judge(points)` — the sidecar's decision on a history as it stands: a `Verdict` (`decision` CONTINUE /
   WAIT / STOP, `reason`, `message`, `anomalies`, `last_step`); `decide(history, policy, context)` is the
   same on a `MetricHistory`, with a `JudgePolicy` (metric keys, baseline, target) and a `RunContext`.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers only; at run time __getattr__ imports on first use
-    from guarded_sbatch.sidecar.api import SOURCE_KINDS, judge, open_source, read_metrics
+    from guarded_sbatch.sidecar.api import SOURCE_KINDS, judge, open_source, read_history, read_metrics
     from guarded_sbatch.core.points import MetricPoint
     from guarded_sbatch.judge.decide import decide
     from guarded_sbatch.judge.history import MetricHistory
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # for type checkers only; at run time __getattr__ imports on 
 _LAZY = {
     "GuardedExecutor": "guarded_sbatch.launch.executor",
     "read_metrics": "guarded_sbatch.sidecar.api",
+    "read_history": "guarded_sbatch.sidecar.api",
     "open_source": "guarded_sbatch.sidecar.api",
     "judge": "guarded_sbatch.sidecar.api",
     "SOURCE_KINDS": "guarded_sbatch.sidecar.api",
@@ -55,7 +57,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "__version__", "GuardedExecutor", "read_metrics", "open_source", "judge", "SOURCE_KINDS", "decide",
+    "__version__", "GuardedExecutor", "read_metrics", "read_history", "open_source", "judge", "SOURCE_KINDS", "decide",
     "MetricHistory", "JudgePolicy", "RunContext", "Verdict", "Decision", "Reason", "MetricPoint",
 ]
 

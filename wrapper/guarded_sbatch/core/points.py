@@ -11,6 +11,7 @@ knows it exposes `axes() -> dict[str, Axis]` (keys it does not list are on `Axis
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -71,24 +72,31 @@ def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[
             per_step[point.step] = point
 
 
-# A crash found in a log travels as a point: its key carries the exception and the evidence line,
-# its value is 1.0 while the crash is the log's last word and 0.0 once training went on after it.
 # a crash that says only that the program died, not why: the log ends inside a traceback, before its exception
 CUT_TRACEBACK = "a Python traceback the log ends in before its exception line"
-CRASH_KEY_PREFIX = "__crashed__ "
-_CRASH_SEPARATOR = " || "
 
 
-def crash_key(exception: str, evidence: str) -> str:
-    return f"{CRASH_KEY_PREFIX}{exception.replace(_CRASH_SEPARATOR, ' | ')}{_CRASH_SEPARATOR}{evidence}"
+class CrashState(Enum):
+    CONFIRMED = "confirmed"  # the log's last word and nothing more will come (a one-shot read, the job ended,
+    # or the run's silence confirmed it): the judge STOPs (WAIT for an interruption from outside)
+    PRINTED = "printed"  # printed while the job is live, not confirmed yet: the judge WAITs
+    DISMISSED = "dismissed"  # training went on after it (a caught exception, a requeued or resumed run)
 
 
-def split_crash_key(key: str) -> tuple[str, str] | None:
-    """(exception, evidence line) of a crash key; None for a metric key."""
-    if not key.startswith(CRASH_KEY_PREFIX):
-        return None
-    exception, _, evidence = key[len(CRASH_KEY_PREFIX) :].partition(_CRASH_SEPARATOR)
-    return exception, evidence
+@dataclass(frozen=True)
+class CrashEvent:
+    """A crash the job printed (a traceback, CUDA OOM, an NCCL timeout): not a metric but an event, which a text-log
+    reader hands over beside its points (`MetricSource.take_crashes`) and the judged history keeps by `key`."""
+
+    step: int  # the last training step before it
+    exception: str  # the root error (`torch.OutOfMemoryError: CUDA out of memory...`) or a label
+    evidence: str  # the log line, as printed
+    state: CrashState = CrashState.CONFIRMED
+
+    @property
+    def key(self) -> str:
+        """Its identity: the same exception on the same line is the same crash."""
+        return f"{self.exception} || {self.evidence}"
 
 
 # Steps the judge handles: within ±2**53, so step differences never overflow int64 and every step is

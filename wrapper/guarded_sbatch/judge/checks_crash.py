@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 
-from guarded_sbatch.core.points import CUT_TRACEBACK
+from guarded_sbatch.core.points import CUT_TRACEBACK, CrashState
 from guarded_sbatch.judge.findings import Finding
-from guarded_sbatch.judge.history import CrashState, MetricHistory
+from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 
 _INTERRUPTION = re.compile(

@@ -21,48 +21,32 @@ Each series also holds a small cache for the checks' trailing statistics (`stats
 statistics of a prefix that has not changed are not computed again, so a poll costs what its new
 points cost plus a bounded window.
 
-A crash the job printed is not a metric: it is a typed event (`CrashEvent`, with its `CrashState`). A text-log
-reader sends it as a point with a crash key (core/points.crash_key; 1.0 while it is the log's last word, 0.0 once
-training went on after it): the history turns that into an event at the door, and it never appears among the
-metric keys. The watcher (sidecar/crash_confirm.py) moves an event between PRINTED and CONFIRMED.
+A crash the job printed is not a metric: it is a typed event (core/points `CrashEvent`, with its `CrashState`),
+which a text-log reader hands over beside its points (`take_crashes()`: CONFIRMED when found, DISMISSED once
+training went on after it) and the history keeps apart from the metric series (`note_crash`). The watcher
+(sidecar/crash_confirm.py) moves an event between PRINTED and CONFIRMED.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import os
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from guarded_sbatch.core.keys import Role, classify_key
-from guarded_sbatch.core.points import MetricPoint, crash_key, split_crash_key
+from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint
 
 
-class CrashState(enum.Enum):
-    CONFIRMED = "confirmed"  # the log's last word and nothing more will come (a one-shot read, the job ended,
-    # or the run's silence confirmed it): the judge STOPs (WAIT for an interruption from outside)
-    PRINTED = "printed"  # printed while the job is live, not confirmed yet: the judge WAITs
-    DISMISSED = "dismissed"  # training went on after it (a caught exception, a requeued or resumed run)
+class Reader(Protocol):
+    """What the history takes from a metric source (sources/base.py MetricSource has both)."""
 
+    def read_new(self) -> list[MetricPoint]: ...
 
-@dataclasses.dataclass(frozen=True)
-class CrashEvent:
-    step: int  # the last training step before it
-    exception: str  # the root error (`torch.OutOfMemoryError: CUDA out of memory...`) or a label
-    evidence: str  # the log line, as printed
-    state: CrashState = CrashState.CONFIRMED
+    def take_crashes(self) -> list[CrashEvent]: ...
 
-    @property
-    def key(self) -> str:
-        """Its identity: the same exception on the same line is the same crash."""
-        return crash_key(self.exception, self.evidence)
-
-
-# what a reader's crash point says (its value) -> the event's state
-_READER_STATES = {1.0: CrashState.CONFIRMED, 0.5: CrashState.PRINTED, 0.0: CrashState.DISMISSED}
 
 DEFAULT_MAX_POINTS_PER_KEY = 50_000
 DEFAULT_FULL_RESOLUTION_STEPS = 20_000
@@ -233,6 +217,20 @@ class MetricHistory:
         history.add(points)
         return history
 
+    @classmethod
+    def from_reader(cls, reader: Reader, **limits: int) -> MetricHistory:
+        history = cls(**limits)
+        history.read_from(reader)
+        return history
+
+    def read_from(self, reader: Reader) -> int:
+        """What a reader wrote since its last call: its points, and the crashes it found or saw training go on
+        after. Returns how many points it gave."""
+        count = self.add(reader.read_new())
+        for event in reader.take_crashes():
+            self.note_crash(event)
+        return count
+
     def add(self, points: Iterable[MetricPoint]) -> int:
         """Add points; returns how many were given. A repeated (key, step) replaces the older value."""
         return self.add_batches([points])
@@ -256,8 +254,6 @@ class MetricHistory:
                 columns = _columns_of(batch if isinstance(batch, (list, tuple)) else list(batch))
             for name, (steps, walls, values) in columns.items():
                 count += len(steps)
-                if self._crash_points(name, steps, values):
-                    continue
                 series = self._series.get(name)
                 before = touched.setdefault(name, int(series.steps[-1]) if series is not None and series.n else None)
                 if name in collected:
@@ -286,9 +282,6 @@ class MetricHistory:
         count = 0
         for key, (steps, walls, values) in columns.items():
             step_array = np.asarray(steps, dtype=np.int64)
-            if self._crash_points(key, step_array, np.asarray(values, dtype=np.float64)):
-                count += len(step_array)
-                continue
             if len(step_array):
                 self._add_one(key, step_array, np.asarray(walls, dtype=np.float64),
                               np.asarray(values, dtype=np.float64))
@@ -310,17 +303,12 @@ class MetricHistory:
         if thin:
             self._thin_if_full(series)
 
-    def _crash_points(self, key: str, steps: np.ndarray, values: np.ndarray) -> bool:
-        """A reader's crash point becomes (or updates) a CrashEvent; False for a metric key."""
-        parts = split_crash_key(key)
-        if parts is None:
-            return False
-        if len(steps):
-            state = _READER_STATES.get(float(values[-1]), CrashState.CONFIRMED)
-            known = self._crashes.get(key)
-            step = int(steps[-1]) if known is None or state is not CrashState.DISMISSED else known.step
-            self._crashes[key] = CrashEvent(step, *parts, state)
-        return True
+    def note_crash(self, event: CrashEvent) -> None:
+        """A reader's crash event: a new crash, or one training went on after (which keeps the step it was seen at)."""
+        known = self._crashes.get(event.key)
+        if known is not None and event.state is CrashState.DISMISSED:
+            event = dataclasses.replace(event, step=known.step)
+        self._crashes[event.key] = event
 
     def crashes(self) -> list[CrashEvent]:
         """Every crash seen, in the order first seen."""

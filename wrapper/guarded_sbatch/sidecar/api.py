@@ -15,7 +15,7 @@ from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kinds import KINDS
 from guarded_sbatch.sources.kinds import open_source as _open
 
-__all__ = ["SOURCE_KINDS", "judge", "open_source", "read_metrics"]
+__all__ = ["SOURCE_KINDS", "judge", "open_source", "read_history", "read_metrics"]
 
 SOURCE_KINDS = tuple(KINDS)  # "wandb", "tensorboard", "mlflow", "csv", "trainer_state", "textlog", ...
 
@@ -35,10 +35,20 @@ def read_metrics(kind: str, path: str | Path) -> list[MetricPoint]:
     return open_source(kind, path).read_new()
 
 
+def read_history(kind: str, path: str | Path) -> MetricHistory:
+    """What the run's files hold now as the judge reads it: every metric point, and every crash the job printed
+    (a text log's traceback, CUDA OOM...: events beside the points, not metrics). `judge(read_history(...))` is
+    the sidecar's one-shot verdict on those files."""
+    history = MetricHistory()
+    history.read_from(open_source(kind, path))
+    return history
+
+
 def judge(points: Iterable[MetricPoint] | MetricHistory, policy: JudgePolicy | None = None, *,
           job_live: bool = False) -> Verdict:
     """The sidecar's decision on a history as it stands: CONTINUE, WAIT or STOP, with its reason, message,
-    anomalies and last step. `policy` names keys, a baseline or a target when the defaults (found from common
+    anomalies and last step (a crash the job printed counts when given a `read_history` history). `policy`
+    names keys, a baseline or a target when the defaults (found from common
     metric names) do not fit. A finished run's files are judged as they are (job_live=False: no staleness);
     job_live=True judges them as the sidecar does while the job runs."""
     if isinstance(points, MetricHistory):

@@ -234,13 +234,7 @@ class SourceSet:
             history = self.histories.setdefault(id(source), MetricHistory())
             had_data = bool(len(history))
             failures: list[Exception] = []
-            try:
-                # a backlog (a restarted watcher, a long run) is read in bounded batches and kept as arrays
-                added[id(source)] = history.add_batches(_batches(source, failures, self),
-                                                        newest_by_wall_time=source.batched)
-            except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
-                failures.append(exc)
-                added[id(source)] = 0
+            added[id(source)] = _read_into(history, source, failures, self)
             if failures:
                 self.read_error = self.errors[id(source)] = _one_line(failures[0], source.describe)
                 if not (isinstance(failures[0], SourceError) and failures[0].missing):
@@ -365,6 +359,19 @@ def _one_line(exc: BaseException, describe: object = None) -> str:
 
 
 _BATCH_POINTS = 100_000
+
+
+def _read_into(history: MetricHistory, source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> int:
+    """The source's new points into its history (a backlog, from a restarted watcher or a long run, in bounded
+    batches kept as arrays), then the crashes the job printed, as events beside them; how many points came."""
+    try:
+        added = history.add_batches(_batches(source, failures, owner), newest_by_wall_time=source.batched)
+    except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
+        failures.append(exc)
+        added = 0
+    for event in source.take_crashes():
+        history.note_crash(event)
+    return added
 
 
 def _batches(source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> "Iterator[Any]":

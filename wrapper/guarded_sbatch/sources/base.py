@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from guarded_sbatch.core.errors import ExitCode, GuardedError
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.core.points import CrashEvent, MetricPoint
 
 # What one read yields: points, or (TensorBoard) {key: (steps, wall_times, values)} numpy columns.
 Batch = Any
@@ -44,6 +44,11 @@ class MetricSource(Protocol):
 
     def read_batch(self, max_points: int) -> Batch:
         """New points, at most about max_points when `batched` (else all of them, as read_new)."""
+        ...
+
+    def take_crashes(self) -> list[CrashEvent]:
+        """The crashes the job printed that this reader found, or saw training go on after (DISMISSED), since the
+        last call; each change once, in order. Only readers of what the job printed have any."""
         ...
 
     def files_inspected(self) -> list[str]: ...
@@ -86,6 +91,9 @@ class SourceBase:
 
     def read_batch(self, max_points: int) -> Batch:
         return self.read_new()
+
+    def take_crashes(self) -> list[CrashEvent]:
+        return []
 
     def describe(self) -> str:
         raise NotImplementedError

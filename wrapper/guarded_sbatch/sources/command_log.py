@@ -18,7 +18,7 @@ import shlex
 from pathlib import Path
 
 from guarded_sbatch.core.errors import CommandError
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.core.points import CrashEvent, MetricPoint
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.base import SourceBase
@@ -84,6 +84,9 @@ class CommandLogSource(SourceBase):
             with open(self.spool_path, "a", encoding="utf-8") as handle:
                 handle.write("\n".join(new) + "\n")
         return self._parser.read_new()
+
+    def take_crashes(self) -> list[CrashEvent]:
+        return self._parser.take_crashes()
 
 
 def _size(path: Path) -> int:

@@ -11,8 +11,8 @@ training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total op
 header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
 new value, at the step being computed when it was printed (the last completed step + 1; drops in a row with
 no step completed between are one attempt each: + 2, + 3, ...).
-A crash at the end of the log travels as a point with a crash key (core/points.crash_key); the judged history
-turns it into a typed event (judge/history.CrashEvent).
+A crash at the end of the log is a typed event (core/points.CrashEvent), handed over by `take_crashes()` beside the
+points: found (CONFIRMED, the reader's word), then DISMISSED if training goes on after it.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import json
 import math
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, crash_key, newest_per_key_step
+from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
@@ -58,7 +59,8 @@ class TextLogSource(SourceBase):
         self._table: list[str] | None = None  # column names of a whitespace table (ultralytics)
         self._hf = _HFSteps()
         self._crashes = CrashTracker()
-        self._crash_point: MetricPoint | None = None
+        self._crash: CrashEvent | None = None  # the crash that is the log's last word so far
+        self._crash_events: list[CrashEvent] = []  # changes not taken yet (take_crashes)
         self._overflow_step: int | None = None
         self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
         self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
@@ -91,7 +93,7 @@ class TextLogSource(SourceBase):
                         repeated |= self._parse(piece, points)
                 else:
                     repeated |= self._parse(line, points)
-        repeated |= self._sync_crash(points, end_of_read=True)  # a log that ends inside a traceback
+        self._sync_crash(end_of_read=True)  # a log that ends inside a traceback
         return newest_per_key_step(points) if repeated else points
 
     def _read_bytes(self) -> bytes:
@@ -114,10 +116,11 @@ class TextLogSource(SourceBase):
             return False
         self.lines_read += 1
         if self._crashes.feed(cleaned, self._last_step):
-            return self._sync_crash(points)
-        # a traceback cut off by an ordinary line was no crash after all: its point is taken back
-        retracted = self._crash_point is not None and self._crashes.crash is None and self._sync_crash(points)
-        return self._parse_record_line(cleaned, points) or retracted
+            self._sync_crash()
+            return False
+        if self._crash is not None and self._crashes.crash is None:
+            self._sync_crash()  # a traceback cut off by an ordinary line was no crash after all: it is taken back
+        return self._parse_record_line(cleaned, points)
 
     def _parse_record_line(self, cleaned: str, points: list[MetricPoint]) -> bool:
         if _SCHEDULER_LINE.match(cleaned):
@@ -134,11 +137,11 @@ class TextLogSource(SourceBase):
             if not own_step:
                 return False  # written after the crash (launcher summaries...): not training metrics
             self._crashes.clear()
-        repeated = self._sync_crash(points)
+        self._sync_crash()
         step = self._step_of(parsed)
         if parsed.kind == "epoch_header" or not parsed.values:
-            return repeated
-        return self._add_values(parsed, step, points) or repeated
+            return False
+        return self._add_values(parsed, step, points)
 
     def _is_exit_redraw(self, parsed: ParsedLine) -> bool:
         """Follow the progress bar; True for its last redraw as the program exits, after the traceback (not
@@ -208,28 +211,32 @@ class TextLogSource(SourceBase):
         self._ordinal += 1
         return self._ordinal
 
-    def _sync_crash(self, points: list[MetricPoint], *, end_of_read: bool = False) -> bool:
-        """Emit the crash point when a crash is found, and its 0.0 twin when training went on after it. A
-        traceback cut off is a crash only where the text read so far ends in it (`end_of_read`), and stays one
-        while more of that traceback is read."""
-        current = self._crash_point
+    def take_crashes(self) -> list[CrashEvent]:
+        events, self._crash_events = self._crash_events, []
+        return events
+
+    def _sync_crash(self, *, end_of_read: bool = False) -> None:
+        """Hand over the crash when one is found, and dismiss it when training went on after it. A traceback cut off
+        is a crash only where the text read so far ends in it (`end_of_read`), and stays one while more of that
+        traceback is read."""
+        current = self._crash
         crash = self._crashes.crash or self._cut_off_crash(current, end_of_read)
-        key = crash_key(crash.exception, crash.evidence) if crash is not None else None
-        if current is not None and current.key == key:
-            return False
-        if current is not None:  # gone (training went on) or replaced (a chained exception)
-            points.append(current._replace(value=0.0))
-            self._crash_point = None
-        if crash is not None and key is not None:
+        found = None
+        if crash is not None:
             step = crash.step if crash.step is not None else (self._last_step or 0)
-            self._crash_point = MetricPoint(step, 0.0, key, 1.0)
-            points.append(self._crash_point)
-        return current is not None
+            found = CrashEvent(step, crash.exception, crash.evidence)
+        if current is not None and found is not None and current.key == found.key:
+            return
+        if current is not None:  # gone (training went on) or replaced (a chained exception)
+            self._crash_events.append(replace(current, state=CrashState.DISMISSED))
+            self._crash = None
+        if found is not None:
+            self._crash = found
+            self._crash_events.append(found)
 
-
-    def _cut_off_crash(self, current: MetricPoint | None, end_of_read: bool) -> Crash | None:
+    def _cut_off_crash(self, current: CrashEvent | None, end_of_read: bool) -> Crash | None:
         cut = self._crashes.cut_off()
-        if cut is None or end_of_read or (current is not None and current.key == crash_key(cut.exception, cut.evidence)):
+        if cut is None or end_of_read or (current is not None and current.key == CrashEvent(0, cut.exception, cut.evidence).key):
             return cut
         return None
 
