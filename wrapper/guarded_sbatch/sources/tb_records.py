@@ -126,19 +126,38 @@ class _Rows:
                           strides=(self.stride,))
 
 
-class _Pending:
-    """Points of records decoded one by one, per key, added to the sink at the end of the chunk."""
+class _Found:
+    """The points of one stretch of records (a run, or records framed one by one) per key: columns of layouts and
+    records decoded one by one, given back per key in arrival order."""
 
     def __init__(self) -> None:
+        self.parts: dict[str, list[tuple[np.ndarray, ...]]] = {}
         self.points: dict[str, tuple[list[int], list[int], list[float], list[float]]] = {}
 
-    def add(self, event: EventFields, ordinal: int, prefix: str) -> None:
+    def add(self, key: str, *columns: np.ndarray) -> None:
+        self.parts.setdefault(key, []).append(columns)
+
+    def add_event(self, event: EventFields, ordinal: int, prefix: str) -> None:
         for tag, value in event.scalars:
             order, steps, walls, values = self.points.setdefault(prefix + tag, ([], [], [], []))
             order.append(ordinal)
             steps.append(event.step)
             walls.append(event.wall_time)
             values.append(value)
+
+    def columns(self) -> list[tuple[str, tuple[np.ndarray, ...]]]:
+        """[(key, (order, steps, walls, values))], each key's points in arrival order."""
+        for key, (order, steps, walls, values) in self.points.items():
+            self.add(key, np.array(order, dtype=np.int64), np.array(steps, dtype=np.int64),
+                     np.array(walls, dtype=np.float64), np.array(values, dtype=np.float64))
+        out = []
+        for key, parts in self.parts.items():
+            columns = parts[0] if len(parts) == 1 else tuple(np.concatenate(c) for c in zip(*parts))
+            if np.any(columns[0][1:] < columns[0][:-1]):  # one length after another
+                by_arrival = np.argsort(columns[0], kind="stable")
+                columns = tuple(column[by_arrival] for column in columns)
+            out.append((key, columns))
+        return out
 
 
 class RecordDecoder:
@@ -155,21 +174,22 @@ class RecordDecoder:
     def decode(self, buf: bytes, prefix: str, sink: ColumnSink, max_records: int | None = None) -> ChunkResult:
         """The complete records of buf (at most max_records), their scalars added to sink with `prefix` on the tags."""
         result = ChunkResult()
-        pending = _Pending()
-        for rows in self._frame(buf, max_records, result):
-            self._decode_rows(rows, prefix, sink, pending, result)
-        for key, (order, steps, walls, values) in pending.points.items():
-            self._add(sink, key, np.array(order, dtype=np.int64), np.array(steps, dtype=np.int64),
-                      np.array(walls, dtype=np.float64), np.array(values, dtype=np.float64), result)
+        for stretch in self._frame(buf, max_records, result):
+            found = _Found()
+            for rows in stretch:
+                self._decode_rows(rows, prefix, found, result)
+            for key, columns in found.columns():
+                self._add(sink, key, columns, result)
         return result
 
     # Framing
 
-    def _frame(self, buf: bytes, max_records: int | None, result: ChunkResult) -> list[_Rows]:
-        """The complete records from the start of buf as sets of rows, in arrival order; result.consumed set."""
+    def _frame(self, buf: bytes, max_records: int | None, result: ChunkResult) -> list[list[_Rows]]:
+        """The complete records from the start of buf as stretches (a run, or records framed one by one) of sets of
+        rows, in arrival order; result.consumed set."""
         end = len(buf)
         limit = end if max_records is None else max_records
-        out: list[_Rows] = []
+        out: list[list[_Rows]] = []
         loose: list[tuple[int, int]] = []  # (data offset, length) of records framed one by one
         sizes: list[int] = []  # lengths framed one by one since the last run: a repeating tail starts a run
         pos = count = 0
@@ -190,17 +210,19 @@ class RecordDecoder:
             sizes.clear()
             blocks = self._run(buf, pos, pattern, (limit - count) // period)
             if blocks:
-                out += _loose_rows(buf, loose, self._ordinal + count - len(loose))
+                out.append(_loose_rows(buf, loose, self._ordinal + count - len(loose)))
                 loose = []
                 block = sum(pattern) + period * (HEADER_SIZE + FOOTER_SIZE)
                 offset = pos + HEADER_SIZE
+                run = []
                 for slot, slot_length in enumerate(pattern):
                     ordinals = np.arange(blocks, dtype=np.int64) * period + (self._ordinal + count + slot)
-                    out.append(_Rows(buf, offset, block, slot_length, ordinals))
+                    run.append(_Rows(buf, offset, block, slot_length, ordinals))
                     offset += slot_length + HEADER_SIZE + FOOTER_SIZE
+                out.append(run)
                 pos += blocks * block
                 count += blocks * period
-        out += _loose_rows(buf, loose, self._ordinal + count - len(loose))
+        out.append(_loose_rows(buf, loose, self._ordinal + count - len(loose)))
         self._ordinal += count
         result.consumed = pos
         return out
@@ -241,8 +263,7 @@ class RecordDecoder:
 
     # Decoding
 
-    def _decode_rows(self, rows: _Rows, prefix: str, sink: ColumnSink, pending: _Pending,
-                     result: ChunkResult) -> None:
+    def _decode_rows(self, rows: _Rows, prefix: str, found: _Found, result: ChunkResult) -> None:
         """Decode every row: by layouts as columns, the rest one by one (see the module's doc)."""
         count = len(rows.ordinals)
         unassigned = np.ones(count, dtype=bool)
@@ -253,12 +274,12 @@ class RecordDecoder:
             event = self._read_one(rows, row, result)
             if event is not None and event.fixed and layouts < _MAX_LAYOUTS and len(todo) - at + 1 >= _MIN_ROWS:
                 layouts += 1
-                self._decode_layout(rows, row, event, unassigned, prefix, sink, result)  # the row's own too
+                self._decode_layout(rows, row, event, unassigned, prefix, found, result)  # the row's own too
                 todo, at = (np.flatnonzero(unassigned[row + 1 :]) + row + 1).tolist(), 0
                 continue
             unassigned[row] = False
             if event is not None:
-                pending.add(event, int(rows.ordinals[row]), prefix)
+                found.add_event(event, int(rows.ordinals[row]), prefix)
 
     def _read_one(self, rows: _Rows, row: int, result: ChunkResult) -> EventFields | None:
         if self.check_crc and not rows.crc_ok(row):
@@ -271,7 +292,7 @@ class RecordDecoder:
             return None
 
     def _decode_layout(self, rows: _Rows, row: int, event: EventFields, unassigned: np.ndarray, prefix: str,
-                       sink: ColumnSink, result: ChunkResult) -> None:
+                       found: _Found, result: ChunkResult) -> None:
         """Decode as columns the unassigned rows laid out as `row` (decoded as event): equal bytes but for the
         wall time, the step's varint digits and the value."""
         first = rows.record(row)
@@ -303,7 +324,7 @@ class RecordDecoder:
                 steps |= (columns[f"s{digit}"].astype(np.int64) & 0x7F) << (7 * digit)
         walls = columns["wall"].view("<f8") if event.wall_at >= 0 else np.full(len(chosen), event.wall_time)
         values = columns["value"].view("<f4" if event.value_width == 4 else "<f8").astype(np.float64)
-        self._add(sink, prefix + event.scalars[0][0], rows.ordinals[chosen], steps, walls, values, result)
+        found.add(prefix + event.scalars[0][0], rows.ordinals[chosen], steps, walls, values)
 
     def _crcs_ok(self, rows: _Rows, chosen: np.ndarray, columns: dict[str, np.ndarray], first: bytes,
                  varying: list[_Field]) -> np.ndarray:
@@ -330,8 +351,10 @@ class RecordDecoder:
             good[part] = list(map(rows.crc_ok, chosen[part].tolist()))
         return good
 
-    def _add(self, sink: ColumnSink, key: str, order: np.ndarray, steps: np.ndarray, walls: np.ndarray,
-             values: np.ndarray, result: ChunkResult) -> None:
+    def _add(self, sink: ColumnSink, key: str, columns: tuple[np.ndarray, ...], result: ChunkResult) -> None:
+        """Points of one key (order, steps, walls, values) in arrival order; result.repeated when a step did not
+        grow."""
+        order, steps, walls, values = columns
         previous = self.last_step.get(key, _NO_STEP)
         if steps[0] <= previous or (len(steps) > 1 and np.any(steps[1:] <= steps[:-1])):
             result.repeated = True

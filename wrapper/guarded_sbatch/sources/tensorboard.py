@@ -46,6 +46,7 @@ class _EventFile:
     key_prefix: str
     offset: int = 0
     resyncing: bool = False
+    bytes_per_point: float = 0.0  # of the last chunk read: a read of n points asks for about that many bytes
 
 
 def _sort_key(path: Path) -> tuple[str, int, str]:
@@ -241,24 +242,22 @@ class TensorBoardSource(SourceBase):
         with handle:
             while max_points is None or len(points) < max_points:
                 handle.seek(event_file.offset)
-                chunk = handle.read(chunk_bytes)
+                wanted = chunk_bytes
+                if max_points is not None and event_file.bytes_per_point:  # no more than the points asked for
+                    wanted = min(chunk_bytes, int((max_points - len(points)) * event_file.bytes_per_point) + 65536)
+                chunk = handle.read(wanted)
                 if len(chunk) < HEADER_SIZE:
                     break
                 if event_file.resyncing:
-                    found = find_next_header(chunk, 0)
-                    if found is None:
-                        jump = len(chunk) - HEADER_SIZE + 1
-                        event_file.offset += jump
-                        self.skipped_bytes += jump
-                        if len(chunk) < chunk_bytes:
-                            break
-                        continue
-                    event_file.offset += found
-                    self.skipped_bytes += found
-                    event_file.resyncing = False
+                    self._resync(event_file, chunk)
+                    if event_file.resyncing and len(chunk) < wanted:
+                        break
                     continue
                 remaining = None if max_points is None else max_points - len(points)
+                before = len(points)
                 framed = self._decoder.decode(chunk, prefix, points, remaining)
+                if len(points) > before:
+                    event_file.bytes_per_point = framed.consumed / (len(points) - before)
                 repeated |= framed.repeated
                 self.bad_records += framed.bad_records
                 event_file.offset += framed.consumed
@@ -271,10 +270,19 @@ class TensorBoardSource(SourceBase):
                     # Either a half-written tail, or one record larger than the chunk.
                     length = struct.unpack_from("<Q", chunk)[0]
                     needed = HEADER_SIZE + length + 4
-                    if len(chunk) < chunk_bytes or needed <= len(chunk):
+                    if len(chunk) < wanted or needed <= len(chunk):
                         break
-                    chunk_bytes = needed
+                    chunk_bytes = max(chunk_bytes, needed)
+                    event_file.bytes_per_point = 0.0
                     continue
-                if len(chunk) < chunk_bytes:
+                if len(chunk) < wanted:
                     break
         return repeated
+
+    def _resync(self, event_file: _EventFile, chunk: bytes) -> None:
+        """Move to the next valid header in chunk, or past every offset of it a header could not start at."""
+        found = find_next_header(chunk, 0)
+        jump = len(chunk) - HEADER_SIZE + 1 if found is None else found
+        event_file.offset += jump
+        self.skipped_bytes += jump
+        event_file.resyncing = found is None
