@@ -22,6 +22,7 @@ fails is checked row by row, and a bad row is skipped and counted.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -267,7 +268,8 @@ class RecordDecoder:
         """Decode every row: by layouts as columns, the rest one by one (see the module's doc)."""
         count = len(rows.ordinals)
         unassigned = np.ones(count, dtype=bool)
-        todo, at, layouts = list(range(count)), 0, 0
+        todo: Sequence[int] = range(count)
+        at = layouts = 0
         while at < len(todo):
             row = todo[at]
             at += 1
