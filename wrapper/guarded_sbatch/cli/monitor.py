@@ -13,6 +13,7 @@ from typing import Any
 
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
 if TYPE_CHECKING:
+    from guarded_sbatch.sources.kinds import SourceKind
     from guarded_sbatch.actions.notify import NotifySettings
     from guarded_sbatch.core.audit import AuditLog
     from guarded_sbatch.core.registry import RunRecord
@@ -23,16 +24,38 @@ from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
-from guarded_sbatch.sidecar.loop import Sidecar, check_once
-from guarded_sbatch.sidecar.report import one_line
 from guarded_sbatch.sidecar.settings import SidecarSettings
-from guarded_sbatch.sources.kinds import flagged_kinds
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.run_sources import SourceSpec, flagged_specs, specs_from_flags
 
 
+def _load_numpy() -> None:
+    """Load numpy (the readers and the judge need it) with one OpenBLAS thread. At load OpenBLAS starts a thread per
+    core that spins for a while: about 0.1 s of CPU on 2 cores, that much per core on a GPU node, beside the
+    training. Nothing here multiplies matrices. The setting is put back at once, so no child process inherits it."""
+    if "numpy" in sys.modules:
+        return
+    was = os.environ.get("OPENBLAS_NUM_THREADS")
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        if was is None:
+            os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        else:
+            os.environ["OPENBLAS_NUM_THREADS"] = was
+
+
+def _flagged_kinds() -> list[SourceKind]:
+    """sources/kinds.py's kinds with a flag (the readers, and numpy, loaded on first use)."""
+    _load_numpy()
+    from guarded_sbatch.sources.kinds import flagged_kinds
+
+    return flagged_kinds()
+
+
 def _add_source_flags(parser: ArgumentParser) -> None:
-    for kind in flagged_kinds():  # every kind in sources/kinds.py with a flag gets it here
+    for kind in _flagged_kinds():  # every kind in sources/kinds.py with a flag gets it here
         if kind.flag:
             parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
                                 help=kind.help)
@@ -114,6 +137,7 @@ def run_sidecar_command(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     _check_stop_target(args)
     from guarded_sbatch.scheduler import get_scheduler
+    from guarded_sbatch.sidecar.loop import Sidecar
 
     run_dir: Path = args.run_dir
     record = _record_in(run_dir)
@@ -197,7 +221,7 @@ def _interval_defaults(args: Any) -> None:
 
 
 def _refuse_missing_paths(args: Any) -> None:
-    kinds = {kind.name: kind for kind in flagged_kinds()}
+    kinds = {kind.name: kind for kind in _flagged_kinds()}
     for spec in _given_sources(args):
         kind, path = kinds[spec.kind], Path(spec.locator)
         online = "://" in spec.locator or (not kind.needs_existing_path and spec.locator.count("/") == 2)
@@ -225,6 +249,9 @@ def run_monitor(argv: list[str]) -> int:
     _intervals(parser, from_config=True)
     args = parser.parse_args(argv)
     _check_stop_target(args)
+    from guarded_sbatch.sidecar.loop import Sidecar, check_once
+    from guarded_sbatch.sidecar.report import one_line
+
     if args.once:
         _refuse_missing_paths(args)
     _interval_defaults(args)
@@ -340,8 +367,7 @@ def _anywhere_settings(args: object) -> dict[str, Any]:
 
 def run_shared_monitor(argv: list[str]) -> int:
     """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.shared_monitor)."""
-    import os
-
+    _load_numpy()
     from guarded_sbatch.core.monitor_registry import monitor_folder
     from guarded_sbatch.scheduler import get_scheduler
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, install_signal_handlers
@@ -364,4 +390,4 @@ def run_shared_monitor(argv: list[str]) -> int:
 
 def _given_sources(args: object) -> list[SourceSpec]:
     """The sources named with the registry's flags (--tb, --wandb, --log, --mlflow, --csv, kinds added by register())."""
-    return specs_from_flags({kind.name: list(getattr(args, f"source_{kind.name}", [])) for kind in flagged_kinds()})
+    return specs_from_flags({kind.name: list(getattr(args, f"source_{kind.name}", [])) for kind in _flagged_kinds()})
