@@ -10,7 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
-from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, points_in
+from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
@@ -33,7 +33,7 @@ def check_loss_climb(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
     if end_index[-1] != len(values) - 1:
         end_index = np.append(end_index, len(values) - 1)
     windows = sliding_window_view(values, w)[end_index - (w - 1)]
-    track = np.median(windows, axis=1)
+    track = median(windows, axis=1)
     ends = steps[end_index]
     best_index = int(np.argmin(track))
     best = float(track[best_index])
@@ -41,7 +41,7 @@ def check_loss_climb(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
         return None
     # the margin is never below 4 standard errors of a window's median (noisy small-batch losses), nor
     # near zero below 2 % of where the loss started
-    spread = MAD_TO_SIGMA * float(np.median(np.abs(windows[-1] - track[-1])))
+    spread = MAD_TO_SIGMA * float(median(np.abs(windows[-1] - track[-1])))
     margin = max(policy.climb_rel * best, 4 * 1.2533 * spread / np.sqrt(w), 0.02 * float(track[0]))
     above = track > best + margin
     if not above[-1]:

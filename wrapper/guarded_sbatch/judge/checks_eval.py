@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
@@ -60,7 +60,7 @@ def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePo
     if len(values) < smooth + 1:
         return None
     oriented = values if direction == "min" else -values
-    smoothed = _median_of_3(oriented) if smooth == 3 else np.median(sliding_window_view(oriented, smooth), axis=1)
+    smoothed = _median_of_3(oriented) if smooth == 3 else median(sliding_window_view(oriented, smooth), axis=1)
     best_index = int(np.argmin(smoothed))
     best = float(smoothed[best_index])
     worse = smoothed - best > policy.eval_regress_rel * max(abs(best), 1e-12)

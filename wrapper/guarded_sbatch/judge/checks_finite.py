@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
@@ -184,11 +184,11 @@ def _explosion_before(steps: np.ndarray, values: np.ndarray, counted: np.ndarray
     earlier = np.abs(earlier[np.isfinite(earlier)][-64:])
     if not np.isfinite(last) or not len(earlier):
         return ""
-    median = float(np.median(earlier))
-    if median <= 0 or abs(last) < policy.nonfinite_after_explosion_ratio * median:
+    before = float(median(earlier))
+    if before <= 0 or abs(last) < policy.nonfinite_after_explosion_ratio * before:
         return ""
     return (f"right after the loss exploded to {fmt(last)} at step {int(steps[onset_index - 1])} "
-            f"(median {fmt(median)} before)")
+            f"(median {fmt(before)} before)")
 
 
 def check_nan_counter(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:

@@ -26,7 +26,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.baseline import trailing_baselines
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
-from guarded_sbatch.judge.findings import Finding, fmt, points_in, typical_spacing
+from guarded_sbatch.judge.findings import Finding, fmt, median, points_in, typical_spacing
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
@@ -134,7 +134,7 @@ def _first_calm(rest_v: np.ndarray, rest_s: np.ndarray, k: int, calm_level: floa
     at, chunk = begin, 64
     while at < windows:
         stop = min(windows, at + chunk)
-        window_medians = np.median(sliding_window_view(rest_v[at : stop + k - 1], k), axis=1)
+        window_medians = median(sliding_window_view(rest_v[at : stop + k - 1], k), axis=1)
         spans = rest_s[at + k - 1 : stop + k - 1] - rest_s[0] >= _RECOVERY_STEPS
         calm = np.nonzero((window_medians <= calm_level) & spans)[0]
         if len(calm):
@@ -177,7 +177,7 @@ def check_loss_trend(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
             return Finding.note(Reason.LOSS_SPIKE, f"{len(notes)} loss spike(s) recovered", *notes)
         return None
     e = open_episode
-    recent_median = float(np.median(e.recent or [e.peak]))
+    recent_median = float(median(e.recent or [e.peak]))
     diverging = e.base_median > 0 and recent_median >= policy.divergence_ratio * e.base_median
     kind = "divergence" if diverging else "spike"
     evidence = (
@@ -229,7 +229,7 @@ def check_grad_explosion(
     last_step = int(steps[-1])
     if e.end_step is None:
         evidence = (
-            f"{keys.grad_norm} {fmt(float(np.median(e.recent or [e.peak])))} (peak {fmt(e.peak)} at step "
+            f"{keys.grad_norm} {fmt(float(median(e.recent or [e.peak])))} (peak {fmt(e.peak)} at step "
             f"{e.peak_step}) vs {fmt(e.base_median)} before step {e.start_step}"
         )
         anomaly = Anomaly("grad_explosion", keys.grad_norm, e.start_step, e.peak, evidence)
@@ -277,11 +277,11 @@ def check_plateau_from_start(
     if span < min_steps // 2:
         return None
     head_points = max(5, points_in(50, steps, minimum=5, maximum=50))
-    head = float(np.median(values[:head_points]))
+    head = float(median(values[:head_points]))
     window = points_in(policy.baseline_window_steps, steps, minimum=5, maximum=policy.baseline_max_points)
     medians, _ = trailing_baselines(values, window, policy.relative_noise_floor,
                                     history.stats_cache(keys.train_loss, "baselines"))
-    tail = float(np.median(values[-window:]))
+    tail = float(median(values[-window:]))
     best = float(np.nanmin(np.append(medians, tail)))
     scale = max(abs(head), 1e-12)
     improvement = (head - best) / scale

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from guarded_sbatch.judge.baseline import MIN_BASELINE_POINTS
-from guarded_sbatch.judge.findings import Finding, fmt
+from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
@@ -29,10 +29,10 @@ def check_short_window_jump(history: MetricHistory, keys: RunKeys, policy: Judge
     for start in range(1, min(n - policy.short_jump_points, MIN_BASELINE_POINTS) + 1):
         before, since = values[:start], values[start:]
         if float(np.min(since)) >= policy.short_jump_ratio * float(np.max(before)):
-            level = float(np.median(since))
+            level = float(median(since))
             evidence = (
                 f"{keys.train_loss} {fmt(level)} (median of {len(since)} points since step {int(steps[start])}) vs "
-                f"{fmt(float(np.median(before)))} before it"
+                f"{fmt(float(median(before)))} before it"
             )
             return Finding.wait(
                 Reason.DIVERGENCE,
