@@ -332,7 +332,7 @@ class RecordDecoder:
                  varying: list[_Field]) -> np.ndarray:
         """Whether each chosen row's data matches its crc, by groups (see the module's doc)."""
         count, length = len(chosen), rows.length
-        if count < 2 * _CRC_GROUP:
+        if count < _CRC_GROUP:
             return np.fromiter(map(rows.crc_ok, chosen.tolist()), dtype=bool, count=count)
         firsts = np.arange(0, count, _CRC_GROUP)
         sizes = np.diff(firsts, append=count)
