@@ -140,6 +140,14 @@ class _Series:
 
     def thin(self, keep_after_step: int) -> None:
         """Drop every other finite point at steps <= keep_after_step (the last of them stays)."""
+        old_count = int(np.searchsorted(self.steps, keep_after_step, side="right"))  # steps ascend
+        if old_count < 3:
+            return
+        if np.isfinite(self.values[:old_count]).all():  # every old point counts: slices, not masks
+            last = slice(old_count - 1, old_count - old_count % 2)  # the last old point, when the step drops it
+            self._replace(*(np.concatenate((column[:old_count:2], column[last], column[old_count : self.n]))
+                            for column in (self.steps, self.walls, self.values)))
+            return
         old = np.nonzero((self.steps <= keep_after_step) & np.isfinite(self.values))[0]
         drop = old[1::2]
         if len(drop) and drop[-1] == old[-1]:
