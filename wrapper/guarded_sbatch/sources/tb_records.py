@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.tb_columns import ColumnSink
 from guarded_sbatch.sources.tb_event import EventFields, read_event
 from guarded_sbatch.sources.tfrecord import FOOTER_SIZE, HEADER_SIZE, MAX_RECORD_SIZE, crc32c, masked_crc32c, unmask
 
@@ -37,59 +37,7 @@ _KNOWN_LENGTHS = 4096
 _MAX_LAYOUTS = 16  # layouts matched as columns per set of rows; past them, rows are decoded one by one
 _MIN_ROWS = 8  # fewer rows than this are decoded one by one
 _CRC_GROUP = 128  # rows whose crcs are checked together
-_Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 _Field = tuple[str, str, int]  # name, numpy format, offset in the record
-
-
-class ColumnSink:
-    """Points collected per key as arrays (steps, wall times, values, arrival order); len() counts the points."""
-
-    def __init__(self) -> None:
-        self.parts: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = {}
-        self.count = 0
-
-    def __len__(self) -> int:
-        return self.count
-
-    def add(self, key: str, order: np.ndarray, steps: np.ndarray, walls: np.ndarray, values: np.ndarray) -> None:
-        self.parts.setdefault(key, []).append((order, steps, walls, values))
-        self.count += len(steps)
-
-    def _joined(self) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        out = {}
-        for key, pieces in self.parts.items():
-            order, steps, walls, values = (np.concatenate([p[i] for p in pieces]) for i in range(4))
-            if np.any(order[1:] < order[:-1]):  # decoded by layouts and one by one: back to arrival order
-                by_arrival = np.argsort(order, kind="stable")
-                order, steps, walls, values = order[by_arrival], steps[by_arrival], walls[by_arrival], values[by_arrival]
-            out[key] = (order, steps, walls, values)
-        return dict(sorted(out.items(), key=lambda item: int(item[1][0][0])))  # keys in order of first arrival
-
-    def columns(self, *, newest_by_wall_time: bool) -> dict[str, _Columns]:
-        """{key: (steps, walls, values)} in arrival order; with newest_by_wall_time one point per step, the one with
-        the latest wall time (the later on a tie), as core.points.newest_per_key_step chooses."""
-        out = {}
-        for key, (_, steps, walls, values) in self._joined().items():
-            if newest_by_wall_time:
-                order = np.lexsort((np.arange(len(steps)), walls, steps))
-                sorted_steps = steps[order]
-                chosen = np.sort(order[np.append(sorted_steps[1:] != sorted_steps[:-1], True)])
-                steps, walls, values = steps[chosen], walls[chosen], values[chosen]
-            out[key] = (steps, walls, values)
-        return out
-
-    def points(self) -> list[MetricPoint]:
-        """Every point in arrival order."""
-        joined = self._joined()
-        if not joined:
-            return []
-        names = list(joined)
-        arrival = np.argsort(np.concatenate([columns[0] for columns in joined.values()]), kind="stable")
-        which = np.concatenate([np.full(len(columns[0]), i) for i, columns in enumerate(joined.values())])[arrival]
-        steps, walls, values = (np.concatenate([columns[i] for columns in joined.values()])[arrival].tolist()
-                                for i in (1, 2, 3))
-        make = tuple.__new__  # the object MetricPoint(...) builds, without the named tuple's Python-level __new__
-        return [make(MetricPoint, (s, w, names[k], v)) for s, w, k, v in zip(steps, walls, which.tolist(), values)]
 
 
 @dataclass
@@ -133,14 +81,18 @@ class _Found:
 
     def __init__(self) -> None:
         self.parts: dict[str, list[tuple[np.ndarray, ...]]] = {}
-        self.points: dict[str, tuple[list[int], list[int], list[float], list[float]]] = {}
+        self.keys: dict[str, int] = {}  # key -> its number in self.points
+        # the points of records decoded one by one, flat (one list per column, not per key: a run may log
+        # 100 000 distinct tags once each): key number, arrival ordinal, step, wall time, value
+        self.points: tuple[list[int], list[int], list[int], list[float], list[float]] = ([], [], [], [], [])
 
     def add(self, key: str, *columns: np.ndarray) -> None:
         self.parts.setdefault(key, []).append(columns)
 
     def add_event(self, event: EventFields, ordinal: int, prefix: str) -> None:
+        which, order, steps, walls, values = self.points
         for tag, value in event.scalars:
-            order, steps, walls, values = self.points.setdefault(prefix + tag, ([], [], [], []))
+            which.append(self.keys.setdefault(prefix + tag, len(self.keys)))
             order.append(ordinal)
             steps.append(event.step)
             walls.append(event.wall_time)
@@ -148,17 +100,30 @@ class _Found:
 
     def columns(self) -> list[tuple[str, tuple[np.ndarray, ...]]]:
         """[(key, (order, steps, walls, values))], each key's points in arrival order."""
-        for key, (order, steps, walls, values) in self.points.items():
-            self.add(key, np.array(order, dtype=np.int64), np.array(steps, dtype=np.int64),
-                     np.array(walls, dtype=np.float64), np.array(values, dtype=np.float64))
+        self._points_to_parts()
         out = []
         for key, parts in self.parts.items():
             columns = parts[0] if len(parts) == 1 else tuple(np.concatenate(c) for c in zip(*parts))
-            if np.any(columns[0][1:] < columns[0][:-1]):  # one length after another
+            if len(columns[0]) > 1 and np.any(columns[0][1:] < columns[0][:-1]):  # one length after another
                 by_arrival = np.argsort(columns[0], kind="stable")
                 columns = tuple(column[by_arrival] for column in columns)
             out.append((key, columns))
         return out
+
+    def _points_to_parts(self) -> None:
+        """The points decoded one by one as one part per key (the lists freed before the parts are made)."""
+        if not self.keys:
+            return
+        which = np.array(self.points[0], dtype=np.int64)
+        by_key = np.argsort(which, kind="stable")
+        columns = [np.array(column, dtype=dtype)[by_key]
+                   for column, dtype in zip(self.points[1:], (np.int64, np.int64, np.float64, np.float64))]
+        self.points = ([], [], [], [], [])
+        which = which[by_key]
+        starts = np.flatnonzero(np.diff(which, prepend=-1)).tolist()
+        names = list(self.keys)
+        for start, end in zip(starts, [*starts[1:], len(which)]):
+            self.add(names[int(which[start])], *(column[start:end] for column in columns))
 
 
 class RecordDecoder:
@@ -358,9 +323,10 @@ class RecordDecoder:
         grow."""
         order, steps, walls, values = columns
         previous = self.last_step.get(key, _NO_STEP)
+        newest = int(steps[0]) if len(steps) == 1 else int(steps.max())
         if steps[0] <= previous or (len(steps) > 1 and np.any(steps[1:] <= steps[:-1])):
             result.repeated = True
-        self.last_step[key] = max(previous, int(steps.max()))
+        self.last_step[key] = max(previous, newest)
         sink.add(key, order, steps, walls, values)
 
 

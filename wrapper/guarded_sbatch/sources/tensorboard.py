@@ -25,7 +25,8 @@ from typing import Any
 from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import Batch, SourceBase, SourceError
 from guarded_sbatch.sources.files import check_regular, guarded_reader, open_regular
-from guarded_sbatch.sources.tb_records import ColumnSink, RecordDecoder
+from guarded_sbatch.sources.tb_columns import ColumnSink
+from guarded_sbatch.sources.tb_records import RecordDecoder
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, find_next_header
 from guarded_sbatch.sources.writers import WriterFilter, owned, owner_of, reader_uid
 
