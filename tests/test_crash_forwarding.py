@@ -10,6 +10,7 @@ from pathlib import Path
 
 from guarded_sbatch.judge import Decision
 from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.crash_confirm import ALIVE_MARGIN_S, CRASH_CONFIRM_S
 from guarded_sbatch.sidecar.source_set import SourceSet
@@ -43,14 +44,15 @@ def _sources(tmp_path: Path, log_text: str, **paths: object) -> tuple[SourceSet,
     os.utime(log, (T0, T0))  # printed at T0
     clock = Clock()
     settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", log_paths=[log], **paths)
+                               evidence_dir=tmp_path / "evidence",
+                               sources=specs_from_flags({"textlog": [log], **paths}))
     return SourceSet(settings, None, clock=clock), clock
 
 
 def _watch(tmp_path: Path, log_text: str) -> tuple[SourceSet, Clock, Path, Path]:
     tb = tmp_path / "runs" / "a"
     event_file = write_tb_events(tb, _loss_events(0, 300, T0 - 60))
-    sources, clock = _sources(tmp_path, "starting training\n" + log_text, tb_paths=[tb])
+    sources, clock = _sources(tmp_path, "starting training\n" + log_text, tensorboard=[tb])
     return sources, clock, event_file, tmp_path / "slurm-9.out"
 
 
@@ -95,7 +97,7 @@ def _watch_csv(tmp_path: Path, log_text: str) -> tuple[SourceSet, Clock, Path]:
     csv = tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
     csv.parent.mkdir(parents=True)
     csv.write_text("epoch,step,train_loss\n" + _csv_rows(0, 300))
-    sources, clock = _sources(tmp_path, "starting training\n" + log_text, other_sources={"csv": [csv]})
+    sources, clock = _sources(tmp_path, "starting training\n" + log_text, csv=[csv])
     return sources, clock, csv
 
 
@@ -163,7 +165,7 @@ def test_a_run_that_logs_every_five_minutes_gets_three_of_its_intervals(tmp_path
     events = [tb_event(s, "train/loss", 2.0 / (1 + s / 50), wall_time=T0 - 3000 + 300 * i) for i, s in
               enumerate(range(0, 100, 10))]
     event_file = write_tb_events(tb, events)
-    sources, clock = _sources(tmp_path, "starting training\n" + CAUGHT, tb_paths=[tb])
+    sources, clock = _sources(tmp_path, "starting training\n" + CAUGHT, tensorboard=[tb])
     for _ in range(16):  # 8 minutes of polls, no new point: beyond CRASH_CONFIRM_S, within 3 intervals
         assert _decide(sources) == (Decision.WAIT, "crashed")
         clock.now += 30

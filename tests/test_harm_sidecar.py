@@ -14,6 +14,7 @@ from guarded_sbatch.core.points import MetricPoint, sanitize_points
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar import loop as loop_module
 from guarded_sbatch.sidecar.loop import Sidecar, check_once
+from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.files import read_range, read_whole
@@ -21,8 +22,8 @@ from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
 
 
 def _settings(tmp_path: Path, log: Path) -> SidecarSettings:
-    return SidecarSettings(job_id=None, run_name="t", log_paths=[log], state_file=tmp_path / "state.json",
-                           evidence_dir=tmp_path / "evidence")
+    return SidecarSettings(job_id=None, run_name="t", sources=specs_from_flags({"textlog": [log]}),
+                           state_file=tmp_path / "state.json", evidence_dir=tmp_path / "evidence")
 
 
 class Exploding(SourceBase):

@@ -19,6 +19,7 @@ from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
+from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.state import SidecarState
 
@@ -92,8 +93,8 @@ def _watch(tmp_path: Path, tail: str, end: str) -> tuple[str, SidecarState, JobS
     scheduler, job_id, log, go = _job(tmp_path, TRAINER.replace("TAIL", tail).replace("END", end))
     asked = _EndsWhileAsked(scheduler, lambda: go.touch())
     settings = SidecarSettings(run_name="final-read-mlp-bs8-lr1e-3", job_id=job_id, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", log_paths=[log], fast_interval_s=1.0,
-                               startup_grace_s=0.0)
+                               evidence_dir=tmp_path / "evidence", sources=specs_from_flags({"textlog": [log]}),
+                               fast_interval_s=1.0, startup_grace_s=0.0)
     out = io.StringIO()
     clock = [time.time()]
 
@@ -134,8 +135,8 @@ def test_a_real_hf_trainer_dying_behind_its_progress_bar(tmp_path: Path) -> None
     scheduler = LocalScheduler(tmp_path / "jobs")
     job_id = scheduler.submit(SubmitRequest(script=job, workdir=tmp_path))
     settings = SidecarSettings(run_name="tiny-gpt2-hf-bs4-lr5e-3", job_id=job_id, state_file=tmp_path / "state.json",
-                               evidence_dir=tmp_path / "evidence", log_paths=[log], fast_interval_s=0.5,
-                               startup_poll_s=0.5)
+                               evidence_dir=tmp_path / "evidence", sources=specs_from_flags({"textlog": [log]}),
+                               fast_interval_s=0.5, startup_poll_s=0.5)
     out = io.StringIO()
     assert Sidecar(settings, scheduler, out).run() == 0
     state = SidecarState.load(settings.state_file)

@@ -135,6 +135,7 @@ def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
     import io
 
     from guarded_sbatch.sidecar.loop import Sidecar
+    from guarded_sbatch.core.run_sources import specs_from_flags
     from guarded_sbatch.sidecar.settings import SidecarSettings
 
     hook = WebhookServer().start()
@@ -148,7 +149,7 @@ def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
     try:
         settings = SidecarSettings(
             run_name="never-logs", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
-            tb_paths=[tmp_path / "missing"],
+            sources=specs_from_flags({"tensorboard": [tmp_path / "missing"]}),
             notify=NotifySettings(urls=(f"json://{HOST}:{hook.port}/wait",), wait_long_s=3600))
         out = io.StringIO()
         try:

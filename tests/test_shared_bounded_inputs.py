@@ -19,6 +19,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.judge_policy import RunContext
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 
@@ -83,7 +84,7 @@ def test_an_event_file_swapped_for_dev_zero_or_proc_mem_is_a_named_wait(tmp_path
     tb = tmp_path / "tb"
     event_file = write_tb_events(tb, [tb_event(s, "train/loss", 2.0 / s + 0.1, wall_time=time.time()) for s in range(1, 300)])
     settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
-                               tb_paths=[tb])
+                               sources=specs_from_flags({"tensorboard": [tb]}))
     sources = SourceSet(settings, None, live=True)
     sources.read()
     assert judge_sources(sources, None, RunContext(job_live=True)).decision is Decision.CONTINUE

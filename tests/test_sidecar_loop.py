@@ -17,6 +17,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
+from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.state import SidecarState
 
@@ -79,7 +80,7 @@ class Run:
     def settings(self, **overrides: object) -> SidecarSettings:
         values: dict[str, object] = dict(
             run_name="synthetic-tanh-mlp-bs64-lr5e-2", job_id=self.job_id, state_file=self.tmp / "state.json",
-            evidence_dir=self.tmp / "evidence", tb_paths=[self.tb], fast_interval_s=FAST_S,
+            evidence_dir=self.tmp / "evidence", sources=specs_from_flags({"tensorboard": [self.tb]}), fast_interval_s=FAST_S,
             full_interval_s=FULL_S, job_poll_s=300.0,
         )
         values.update(overrides)

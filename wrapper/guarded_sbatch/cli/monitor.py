@@ -2,31 +2,44 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
-
-import json
 import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
-if TYPE_CHECKING:
-    from guarded_sbatch.sources.kinds import SourceKind
-    from guarded_sbatch.actions.notify import NotifySettings
-    from guarded_sbatch.core.audit import AuditLog
-    from guarded_sbatch.core.registry import RunRecord
-    from guarded_sbatch.core.run_sources import RunSources
-    from guarded_sbatch.core.judge_policy import JudgePolicy
-
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
-from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.run_sources import SourceSpec, flagged_specs, specs_from_flags
+from guarded_sbatch.sidecar.settings import SidecarSettings
+
+if TYPE_CHECKING:
+    from guarded_sbatch.core.judge_policy import JudgePolicy
+    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.core.run_sources import RunSources
+    from guarded_sbatch.sources.kinds import SourceKind
+
+
+@dataclass(frozen=True)
+class Watched:
+    """What a sidecar or monitor watches, as the command line says it (`--stop slurm:JOBID` is that job)."""
+
+    job: str | None
+    backend: str | None
+    stop_target: str | None
+
+
+@dataclass(frozen=True)
+class Cadence:
+    fast_interval_s: float
+    full_interval_s: float
+    job_poll_s: float
 
 
 def _load_numpy() -> None:
@@ -135,23 +148,24 @@ def run_sidecar_command(argv: list[str]) -> int:
     _add_source_flags(parser)
     _intervals(parser)
     args = parser.parse_args(argv)
-    _check_stop_target(args)
+    watched = _watched(args)
     from guarded_sbatch.scheduler import get_scheduler
     from guarded_sbatch.sidecar.loop import Sidecar
 
     run_dir: Path = args.run_dir
     record = _record_in(run_dir)
-    run_name = args.run_name or (record.run_name if record else None) or f"job-{args.job}"
+    run_name = args.run_name or (record.run_name if record else None) or f"job-{watched.job}"
+    notify, audit = _site_actions()
     settings = SidecarSettings(
-        run_name=run_name, job_id=args.job, state_file=run_dir / "sidecar-state.json",
+        run_name=run_name, job_id=watched.job, state_file=run_dir / "sidecar-state.json",
         evidence_dir=run_dir / "evidence", notes_path=args.notes, stop_command=args.stop_command,
         sources=[*_given_sources(args), *(flagged_specs(record) if record is not None else [])],
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args, record, strict=False), identity=_identity_of(record), **_anywhere_settings(args),
+        policy=_policy(args, record, strict=False), identity=_identity_of(record),
+        notify=notify, audit=audit, **_anywhere_settings(args, watched),
     )
-    settings.notify, settings.audit = _site_actions()
     try:
-        return Sidecar(settings, get_scheduler(args.backend), sys.stdout).run()
+        return Sidecar(settings, get_scheduler(cast(str, watched.backend)), sys.stdout).run()
     except Exception as exc:
         _alert_sidecar_error(settings, exc)
         raise
@@ -207,17 +221,14 @@ ONCE_CODES = ("exit codes with --once: 0 CONTINUE, 10 WAIT, 11 STOP (the same wi
               "([sidecar] fast_interval_seconds, job_poll_seconds; check_interval_minutes).")
 
 
-def _interval_defaults(args: Any) -> None:
-    """Cadence not given on the command line: the config's, as the sidecar of a launch would use."""
-    if None not in (args.fast_interval, args.full_interval, args.job_poll):
-        return
+def _cadence(args: Any) -> Cadence:
+    """The command line's cadence; what it leaves out, the config's, as the sidecar of a launch would use."""
+    given = (args.fast_interval, args.full_interval, args.job_poll)
+    if None not in given:
+        return Cadence(*given)
     config = load_config()
-    if args.fast_interval is None:
-        args.fast_interval = config.sidecar.fast_interval_s
-    if args.full_interval is None:
-        args.full_interval = config.check_interval_s
-    if args.job_poll is None:
-        args.job_poll = config.sidecar.job_poll_s
+    defaults = (config.sidecar.fast_interval_s, config.check_interval_s, config.sidecar.job_poll_s)
+    return Cadence(*(value if value is not None else default for value, default in zip(given, defaults)))
 
 
 def _refuse_missing_paths(args: Any) -> None:
@@ -248,40 +259,40 @@ def run_monitor(argv: list[str]) -> int:
     _add_source_flags(parser)
     _intervals(parser, from_config=True)
     args = parser.parse_args(argv)
-    _check_stop_target(args)
+    watched = _watched(args)
     from guarded_sbatch.sidecar.loop import Sidecar, check_once
     from guarded_sbatch.sidecar.report import one_line
 
     if args.once:
         _refuse_missing_paths(args)
-    _interval_defaults(args)
+    cadence = _cadence(args)
     if args.json and not args.once:
         raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
                          "use `guarded-sbatch monitor --once --json ...`")
     search_dirs, given = _classify_target(args.target, _given_sources(args))
-    if not (given or args.log_command or search_dirs or args.job):
+    if not (given or args.log_command or search_dirs or watched.job):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
                          "a W&B run path, or --job")
     backend, record = None, None
-    if args.job:
+    if watched.job:
         from guarded_sbatch.cli.launch import choose_backend
-        from guarded_sbatch.core.config import load_config
 
-        backend = choose_backend(load_config(), args.backend)
-        record = _guarded_run(args.job, backend)
-    state_dir = args.state_dir or _monitor_state_dir(args)
+        backend = choose_backend(load_config(), watched.backend)
+        record = cast("RunRecord | None", _guarded_run(watched.job, backend))
+    state_dir = args.state_dir or _monitor_state_dir(args, watched)
     explicit = bool(given or args.log_command or search_dirs)
     settings = SidecarSettings(
-        run_name=args.target or getattr(record, "run_name", None) or args.job or args.stop_target or "monitored run",
-        job_id=args.job,
+        run_name=args.target or (record.run_name if record else None) or watched.job or watched.stop_target
+        or "monitored run",
+        job_id=watched.job or watched.stop_target,  # no job: the stop target names the run
         state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
         notes_path=args.notes, stop_command=args.stop_command, sources=given, search_dirs=search_dirs,
-        fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
-        policy=_policy(args, cast("RunRecord | None", record)),
-        identity=None if explicit else _identity_of(cast("RunRecord | None", record)), **_anywhere_settings(args),
+        fast_interval_s=cadence.fast_interval_s, full_interval_s=cadence.full_interval_s, job_poll_s=cadence.job_poll_s,
+        policy=_policy(args, record), identity=None if explicit else _identity_of(record),
+        **_anywhere_settings(args, watched),
     )
     if args.once:
-        verdict, data_source = check_once(settings)
+        verdict, data_source = check_once(replace(settings, job_id=watched.job))
         if args.json:
             payload = {**verdict.to_json(), "data_source": data_source}
             print(json_dumps(payload))
@@ -293,17 +304,16 @@ def run_monitor(argv: list[str]) -> int:
         from guarded_sbatch.scheduler import get_scheduler
 
         scheduler = get_scheduler(backend)
-    elif args.stop_target:  # no job: the target itself says when the run has ended
+    elif watched.stop_target:  # no job: the target itself says when the run has ended
         from guarded_sbatch.actions.stop_targets import parse_stop_target
         from guarded_sbatch.actions.target_watch import TargetWatch
 
-        scheduler = TargetWatch(parse_stop_target(args.stop_target), grace_s=args.stop_grace)
-        settings.job_id = args.stop_target
+        scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=args.stop_grace)
     settings.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
-    watched = f"job {args.job} ({backend})" if args.job else (args.stop_target or "the files")
-    print(f"guarded-sbatch monitor: watching {watched}: metrics read every {settings.fast_interval_s:g} s, "
+    what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
+    print(f"guarded-sbatch monitor: watching {what}: metrics read every {settings.fast_interval_s:g} s, "
           f"a full report every {settings.full_interval_s / 60:g} min"
-          + (f", the scheduler asked every {settings.job_poll_s:g} s" if args.job else "")
+          + (f", the scheduler asked every {settings.job_poll_s:g} s" if watched.job else "")
           + "; Ctrl-C to leave (the run goes on)", file=sys.stderr, flush=True)
     return Sidecar(settings, scheduler, sys.stdout).run()
 
@@ -324,13 +334,13 @@ def _classify_target(target: str | None, given: list[SourceSpec]) -> tuple[list[
     raise UsageError(f"{target!r} is neither a folder, a file, nor a W&B run path (entity/project/run_id)")
 
 
-def _monitor_state_dir(args: object) -> Path:
+def _monitor_state_dir(args: Any, watched: Watched) -> Path:
     import hashlib
 
     from guarded_sbatch.core.fsutil import state_dir
 
-    key = json.dumps([str(getattr(args, name)) for name in ("target", "job", "source_tensorboard", "source_wandb",
-                                                              "source_textlog", "log_command")])
+    key = json.dumps([str(args.target), str(watched.job), *(str(getattr(args, name)) for name in (
+        "source_tensorboard", "source_wandb", "source_textlog", "log_command"))])
     return state_dir() / "monitor" / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -343,26 +353,24 @@ def _stop_flags(parser: ArgumentParser) -> None:
                         help="seconds between interrupt, terminate and kill (default 30)")
 
 
-def _check_stop_target(args: Any) -> None:
+def _watched(args: Any) -> Watched:
     """Bad targets fail now, not at the STOP; slurm:JOBID is the job to watch and cancel."""
+    watched = Watched(args.job, args.backend, args.stop_target)
     if not args.stop_target:
-        return
+        return watched
     from guarded_sbatch.actions.stop_targets import parse_stop_target
 
     target = parse_stop_target(args.stop_target)
-    if target.kind == "slurm":
-        if args.job and args.job != target.value:
-            raise UsageError(f"--stop {args.stop_target} and --job {args.job} name different jobs")
-        args.job, args.backend, args.stop_target = target.value, "slurm", None
+    if target.kind != "slurm":
+        return watched
+    if args.job and args.job != target.value:
+        raise UsageError(f"--stop {args.stop_target} and --job {args.job} name different jobs")
+    return Watched(target.value, "slurm", None)
 
 
-def _anywhere_settings(args: object) -> dict[str, Any]:
-    return {
-        "log_commands": list(getattr(args, "log_command", [])),
-        "log_command_timeout_s": getattr(args, "log_command_timeout", 30.0),
-        "stop_target": getattr(args, "stop_target", None),
-        "stop_grace_s": getattr(args, "stop_grace", 30.0),
-    }
+def _anywhere_settings(args: Any, watched: Watched) -> dict[str, Any]:
+    return {"log_commands": list(args.log_command), "log_command_timeout_s": args.log_command_timeout,
+            "stop_target": watched.stop_target, "stop_grace_s": args.stop_grace}
 
 
 def run_shared_monitor(argv: list[str]) -> int:

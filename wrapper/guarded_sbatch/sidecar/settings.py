@@ -8,11 +8,11 @@ from pathlib import Path
 from guarded_sbatch.actions.notify import NotifySettings
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import Config, SidecarJobSettings
-from guarded_sbatch.core.run_sources import RunSources, SourceSpec, specs_from_flags
+from guarded_sbatch.core.run_sources import RunSources, SourceSpec
 from guarded_sbatch.core.judge_policy import JudgePolicy
 
 
-@dataclass
+@dataclass(frozen=True)
 class SidecarSettings:
     run_name: str
     job_id: str | None
@@ -21,13 +21,7 @@ class SidecarSettings:
     notes_path: Path | None = None
     stop_command: str | None = None
     sources: list[SourceSpec] = field(default_factory=list)  # named outright (flags): read whatever else is found
-    # Shorthands for `sources` (older callers and tests): turned into specs once, in __post_init__, never read after.
-    tb_paths: list[Path] = field(default_factory=list)
-    wandb_paths: list[Path] = field(default_factory=list)
-    log_paths: list[Path] = field(default_factory=list)
-    other_sources: dict[str, list[Path]] = field(default_factory=dict)  # by kind name
     search_dirs: list[Path] = field(default_factory=list)
-    wandb_run: str | None = None  # a W&B run path or URL, read through the online API
     fast_interval_s: float = SidecarJobSettings.fast_interval_s
     full_interval_s: float = Config.check_interval_s
     job_poll_s: float = SidecarJobSettings.job_poll_s
@@ -42,10 +36,3 @@ class SidecarSettings:
     audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there
     startup_grace_s: float = 300.0  # no metrics yet this soon after the start is normal, not "unreachable"
     startup_poll_s: float = 10.0  # how often to look for the first metrics during the grace
-
-    def __post_init__(self) -> None:
-        given: dict[str, list[object]] = {
-            "wandb": [*self.wandb_paths, *([self.wandb_run] if self.wandb_run else [])], "tensorboard": list(self.tb_paths),
-            **{kind: list(paths) for kind, paths in self.other_sources.items()}, "textlog": list(self.log_paths)}
-        self.sources = [*self.sources, *specs_from_flags({k: v for k, v in given.items() if v})]
-        self.tb_paths, self.wandb_paths, self.log_paths, self.other_sources, self.wandb_run = [], [], [], {}, None
