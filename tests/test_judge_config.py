@@ -104,10 +104,16 @@ def test_a_sidecar_judges_with_its_runs_record_not_the_config_of_today(tmp_path:
     assert _policy(args, broken, strict=False) == JudgePolicy(train_loss_key="train/loss")  # never unguarded
 
 
-def test_the_shared_monitor_judges_a_run_with_its_records_thresholds(tmp_path: Path) -> None:
-    from guarded_sbatch.sidecar.shared_monitor import _recorded_policy
+def test_every_watcher_judges_a_run_with_its_records_thresholds() -> None:
+    """The sidecar's fallback, the shared monitor and `show` take a run's policy from its record through one function."""
+    import inspect
 
-    (tmp_path / "run.json").write_text('{"run_id": "r1", "judge": {"spike_z": 7.0}}', encoding="utf-8")
-    assert _recorded_policy(tmp_path, JudgePolicy()).spike_z == 7.0
-    (tmp_path / "run.json").write_text('{"run_id": "r1", "judge": {"spike_z": -7}}', encoding="utf-8")
-    assert _recorded_policy(tmp_path, JudgePolicy()) == JudgePolicy()  # edited by hand: defaults, still watched
+    from guarded_sbatch.cli import show
+    from guarded_sbatch.core.judge_table import recorded_policy
+    from guarded_sbatch.sidecar import shared_monitor
+
+    assert recorded_policy({"spike_z": 7.0}, "r1").spike_z == 7.0
+    assert recorded_policy({"spike_z": -7}, "r1") == JudgePolicy()  # edited by hand: defaults, still watched
+    assert recorded_policy({}, "r1") == JudgePolicy()
+    for module in (show, shared_monitor):
+        assert "recorded_policy(record.judge, record.run_name)" in inspect.getsource(module)

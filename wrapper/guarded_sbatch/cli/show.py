@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.actions.evidence_plot import plotted_keys
 from guarded_sbatch.cli.args import ArgumentParser
+from guarded_sbatch.core.judge_table import recorded_policy
 from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
@@ -90,6 +91,7 @@ def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float
     settings = SidecarSettings(
         run_name=record.run_name, job_id=record.job_id, state_file=record.folder / ".show-state.json",
         evidence_dir=record.evidence_dir, sources=flagged_specs(record), identity=recorded_sources(record),
+        policy=recorded_policy(record.judge, record.run_name),  # as its sidecar judges it
     )
     sources = SourceSet(settings, None, live=False)
     unread = read_whole_run(sources)  # the whole run, not the first poll's worth

@@ -104,3 +104,13 @@ def policy_table(policy: JudgePolicy) -> dict[str, Any]:
 
 def threshold_names() -> list[str]:
     return list(_FIELDS)
+
+
+def recorded_policy(table: Mapping[str, Any], run_name: str) -> JudgePolicy:
+    """The thresholds a guarded run was launched with (its record's `[judge]`), which every watcher of it judges
+    with (its sidecar, a requeued one, the shared monitor, `show`); a table edited by hand into something invalid
+    gives the defaults, never an unwatched run."""
+    try:
+        return policy_from_table(table, where=f"run record of {run_name}")
+    except UsageError:
+        return JudgePolicy()

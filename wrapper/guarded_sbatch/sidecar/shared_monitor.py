@@ -28,7 +28,7 @@ from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.core.judge_policy import JudgePolicy
-from guarded_sbatch.core.judge_table import policy_from_table
+from guarded_sbatch.core.judge_table import recorded_policy
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar
@@ -162,8 +162,8 @@ class SharedMonitor:
             remember_fingerprints(entry.get("secret_fingerprints") or [])  # this launch's secrets, masked too
             out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
                             "a", encoding="utf-8")
-            policy = _recorded_policy(run_dir, JudgePolicy())
             record = _record(run_dir)
+            policy = recorded_policy(record.judge, record.run_name) if record is not None else JudgePolicy()
             sidecar_settings = SidecarSettings(  # the run's sources as its record has them, as a per-job sidecar reads
                 run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
                 state_file=run_dir / "sidecar-state.json", evidence_dir=run_dir / "evidence",
@@ -253,18 +253,6 @@ class SharedMonitor:
                 self.emit(f"monitor: requeueing job {self.settings.job_id}; every run resumes from its state\n")
                 self.scheduler.requeue(self.settings.job_id)
         return 0
-
-
-def _recorded_policy(run_dir: Path, base: JudgePolicy) -> JudgePolicy:
-    """The [judge] thresholds the run was launched with (its record), as a per-job sidecar judges it."""
-    raw = read_json(run_dir / "run.json")
-    table = raw.get("judge") if isinstance(raw, dict) else None
-    if not isinstance(table, dict) or not table:
-        return base
-    try:
-        return policy_from_table(table, where=f"{run_dir / 'run.json'}", base=base)
-    except GuardedError:
-        return base  # a record edited by hand: the defaults, never an unwatched run
 
 
 def _named_sources(entry: dict[str, Any], record: RunRecord | None) -> list[SourceSpec]:
