@@ -36,6 +36,7 @@ _MAX_PERIOD = 8  # tags logged together at each step
 _KNOWN_LENGTHS = 4096
 _MAX_LAYOUTS = 16  # layouts matched as columns per set of rows; past them, rows are decoded one by one
 _MIN_ROWS = 8  # fewer rows than this are decoded one by one
+_MIN_RUN = 8  # blocks of a pattern that make a run
 _CRC_GROUP = 128  # rows whose crcs are checked together
 _Field = tuple[str, str, int]  # name, numpy format, offset in the record
 
@@ -169,13 +170,12 @@ class RecordDecoder:
             pos += HEADER_SIZE + length + FOOTER_SIZE
             count += 1
             sizes.append(length)
-            period = _period(sizes)
-            if not period:
-                continue
-            pattern = sizes[-period:]
-            sizes.clear()
-            blocks = self._run(buf, pos, pattern, (limit - count) // period)
+            del sizes[: -2 * _MAX_PERIOD]
+            blocks, period = next(((blocks, p) for p in _periods(sizes)
+                                   if (blocks := self._run(buf, pos, sizes[-p:], (limit - count) // p))), (0, 0))
             if blocks:
+                pattern = sizes[-period:]
+                sizes.clear()
                 out.append(_loose_rows(buf, loose, self._ordinal + count - len(loose)))
                 loose = []
                 block = sum(pattern) + period * (HEADER_SIZE + FOOTER_SIZE)
@@ -208,11 +208,12 @@ class RecordDecoder:
         return length
 
     def _run(self, buf: bytes, pos: int, pattern: list[int], most: int) -> int:
-        """How many blocks from pos on (at most `most`) repeat `pattern` (record lengths) whole, known headers."""
+        """How many blocks from pos on (at most `most`) repeat `pattern` (record lengths) whole, known headers; 0
+        for fewer than _MIN_RUN blocks (those records are framed one by one, and decoded with their length's)."""
         block = sum(pattern) + len(pattern) * (HEADER_SIZE + FOOTER_SIZE)
         blocks = min((len(buf) - pos) // block, most)
         headers = [self._headers.get(length) for length in pattern]
-        if blocks <= 0 or None in headers:
+        if blocks < _MIN_RUN or None in headers or buf[pos : pos + HEADER_SIZE] != headers[0]:
             return 0
         fields: list[_Field] = []
         offset = 0
@@ -220,12 +221,19 @@ class RecordDecoder:
             fields += [(f"n{slot}", "<u8", offset), (f"c{slot}", "<u4", offset + 8)]
             offset += length + HEADER_SIZE + FOOTER_SIZE
         view = _Rows(buf, pos, block, block - FOOTER_SIZE, np.empty(blocks)).view(fields)
-        same = np.ones(blocks, dtype=bool)
-        for slot, header in enumerate(headers):
-            assert header is not None
-            same &= view[f"n{slot}"] == int.from_bytes(header[:8], "little")
-            same &= view[f"c{slot}"] == int.from_bytes(header[8:], "little")
-        return blocks if same.all() else int(np.argmin(same))
+        done, step = 0, _MIN_RUN
+        while done < blocks:  # in growing steps: a pattern that soon stops costs no pass over the chunk
+            part = view[done : done + step]
+            same = np.ones(len(part), dtype=bool)
+            for slot, header in enumerate(headers):
+                assert header is not None
+                same &= part[f"n{slot}"] == int.from_bytes(header[:8], "little")
+                same &= part[f"c{slot}"] == int.from_bytes(header[8:], "little")
+            if not same.all():
+                done += int(np.argmin(same))
+                break
+            done, step = done + len(part), step * 8
+        return done if done >= _MIN_RUN else 0
 
     # Decoding
 
@@ -371,9 +379,9 @@ def _loose_rows(buf: bytes, loose: list[tuple[int, int]], first_ordinal: int) ->
     return out
 
 
-def _period(sizes: list[int]) -> int:
-    """The shortest p (at most _MAX_PERIOD) whose last two stretches of p sizes are equal; 0 when none is."""
-    for p in range(1, min(_MAX_PERIOD, len(sizes) // 2) + 1):
-        if sizes[-p:] == sizes[-2 * p : -p]:
-            return p
-    return 0
+def _periods(sizes: list[int]) -> list[int]:
+    """Each p (at most _MAX_PERIOD), shortest first, whose last two stretches of p sizes are equal (tags of one
+    length side by side repeat with p = 1 as well as with the whole step's pattern)."""
+    last = sizes[-1]
+    return [p for p in range(1, min(_MAX_PERIOD, len(sizes) // 2) + 1)
+            if sizes[-1 - p] == last and sizes[-p:] == sizes[-2 * p : -p]]
