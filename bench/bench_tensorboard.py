@@ -3,8 +3,9 @@
     .venv/bin/python bench/bench_tensorboard.py [--scalars 1000000] [--skip-slow]
 
 Writes an event file of N scalars with tensorboard's own EventFileWriter, then measures each reader in
-its own subprocess (so each gets its own peak RSS): a full read, and the incremental read after 1k new
-events are appended to the same file. Then whole process against whole process, alternating so both
+its own subprocess (so each gets its own peak RSS): a full read (ours as MetricPoint objects in batches, in one
+list, and as the numpy columns the sidecar reads), and the incremental read after 1k new events are appended to
+the same file. Then whole process against whole process, alternating so both
 see the same machine load: `guarded-sbatch monitor --once --json --tb DIR` (read, history, judge, JSON)
 against a script that loads the file with EventAccumulator; wall time, CPU time and peak RSS of each.
 Last, a watcher's poll on that history: read + add + decide after 1k new events (CPU ms).
@@ -83,6 +84,18 @@ def read_ours(folder: Path, streamed: bool) -> dict[str, float]:
     return {"seconds": time.perf_counter() - start, "points": count}
 
 
+def read_columns(folder: Path) -> dict[str, float]:
+    """What the sidecar reads: numpy columns per key, in batches of 100 000 points."""
+    from guarded_sbatch.sources.tensorboard import TensorBoardSource
+
+    start = time.perf_counter()
+    source = TensorBoardSource(folder)
+    count = 0
+    while columns := source.read_columns(max_points=100_000):
+        count += sum(len(steps) for steps, _, _ in columns.values())
+    return {"seconds": time.perf_counter() - start, "points": count}
+
+
 def read_accumulator(folder: Path) -> dict[str, float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -136,13 +149,17 @@ print(sum(len(accumulator.Scalars(t)) for t in accumulator.Tags()["scalars"]))
 """
 
 
-def whole_process(argv: list[str]) -> dict[str, float]:
-    """Wall seconds, CPU seconds (user + sys) and peak RSS (MB) of one process run to its end."""
+def whole_process(argv: list[str], pycache: Path) -> dict[str, float]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (MB) of one process run to its end. Both sides keep
+    their bytecode in `pycache` (an installed package has its .pyc files; PYTHONDONTWRITEBYTECODE in the
+    caller's environment would otherwise make ours compile its sources at every start)."""
     import os
     import subprocess
 
+    env = {**os.environ, "PYTHONPATH": str(REPO / "wrapper"), "PYTHONPYCACHEPREFIX": str(pycache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = time.perf_counter()
-    pid = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO / "wrapper")}).pid
+    pid = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env).pid
     _, _, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - start
     return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss_mb": usage.ru_maxrss / 1024}
@@ -152,11 +169,14 @@ def compare_whole_processes(folder: Path, rounds: int) -> None:
     ours = [sys.executable, "-P", "-m", "guarded_sbatch", "monitor", "--once", "--json", "--tb", str(folder),
             "--state-dir", str(folder.parent / "monitor-state")]
     theirs = [sys.executable, "-c", _ACCUMULATOR_SCRIPT, str(folder)]
+    pycache = folder.parent / "pycache"
+    for argv in (ours, theirs):  # a first run of each writes its bytecode; not measured
+        whole_process(argv, pycache)
     results: dict[str, list[dict[str, float]]] = {"monitor --once --json": [], "EventAccumulator": []}
     for _ in range(rounds):
-        results["monitor --once --json"].append(whole_process(ours))
-        results["EventAccumulator"].append(whole_process(theirs))
-    print(f"\nwhole process, {rounds} alternating round(s) (best of each):")
+        results["monitor --once --json"].append(whole_process(ours, pycache))
+        results["EventAccumulator"].append(whole_process(theirs, pycache))
+    print(f"\nwhole process, {rounds} alternating round(s) after a first run of each (best of each):")
     best = {name: {k: min(r[k] for r in runs) for k in runs[0]} for name, runs in results.items()}
     for name, figures in best.items():
         print(f"  {name:<24} wall {figures['wall_s']:7.2f} s  CPU {figures['cpu_s']:7.2f} s  "
@@ -192,6 +212,7 @@ def child(args: argparse.Namespace) -> None:
     measures = {
         "ours": lambda: read_ours(folder, streamed=True),
         "ours-one-list": lambda: read_ours(folder, streamed=False),
+        "ours-columns": lambda: read_columns(folder),
         "accumulator": lambda: read_accumulator(folder),
         "tbparse": lambda: read_tbparse(folder),
         "ours-incremental": lambda: incremental_ours(folder, args.tensor, args.scalars),
@@ -218,7 +239,7 @@ def main() -> None:
     parser.add_argument("--scalars", type=int, default=1_000_000)
     parser.add_argument("--tensor", action="store_true", help="write rank-0 float_val tensors, not simple_value")
     parser.add_argument("--skip-slow", action="store_true", help="skip EventAccumulator and tbparse")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating whole-process rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating whole-process rounds")
     parser.add_argument("--child")
     parser.add_argument("--folder")
     args = parser.parse_args()
@@ -235,7 +256,7 @@ def main() -> None:
         size_mb = sum(p.stat().st_size for p in (work / "run").iterdir()) / 1e6
         print(f"wrote {args.scalars:,} {'tensor' if args.tensor else 'simple_value'} scalars "
               f"({size_mb:.1f} MB) in {time.perf_counter() - start:.1f} s; crc32c: {CRC32C_IMPLEMENTATION}")
-        names = ["ours", "ours-one-list"] + ([] if args.skip_slow else ["accumulator", "tbparse"])
+        names = ["ours", "ours-one-list", "ours-columns"] + ([] if args.skip_slow else ["accumulator", "tbparse"])
         results: dict[str, dict[str, float]] = {}
         for name in names:
             results[name] = run_child(name, work / "run", args.scalars, args.tensor)
@@ -252,7 +273,8 @@ def main() -> None:
                   f"{result['peak_rss_mb']:>13.1f}{ratio:>9.1f}")
         if "accumulator" in results:
             print(f"full read: EventAccumulator / ours = {results['accumulator']['seconds'] / base:.1f}x; "
-                  f"tbparse / ours = {results['tbparse']['seconds'] / base:.1f}x")
+                  f"tbparse / ours = {results['tbparse']['seconds'] / base:.1f}x; EventAccumulator / ours as "
+                  f"columns = {results['accumulator']['seconds'] / results['ours-columns']['seconds']:.1f}x")
             print(f"incremental after {APPENDED_EVENTS} events: ours "
                   f"{results['ours-incremental']['seconds'] * 1000:.1f} ms, EventAccumulator "
                   f"{results['accumulator-incremental']['seconds'] * 1000:.1f} ms")
