@@ -1,10 +1,11 @@
 """The one decoder of a chunk of a TensorBoard event file: TFRecord framing, CRC checks and Event fields, into columns.
 
 Framing. A trainer logs the same tags step after step, so its records repeat one pattern of lengths. Records are
-framed one by one until the last lengths repeat; the rest of the chunk is then checked against that pattern at
-once (each record's 12 header bytes equal to the first ones of its length, whose crc was checked), and the first
-block that differs ends the run. A record cut short at the end of the chunk is left for the next read (a torn
-tail); a corrupt length stops the chunk for the caller to resync.
+framed one by one until the last lengths repeat (each repeating period tried, shortest first); the rest of the
+chunk is then checked against that pattern in growing steps (each record's 12 header bytes equal to the first
+ones of its length, whose crc was checked), and the first block that differs ends the run (fewer than _MIN_RUN
+blocks make none). A record cut short at the end of the chunk is left for the next read (a torn tail); a corrupt
+length stops the chunk for the caller to resync.
 
 Decoding. Records of one length (a slot of a run, or the loose ones of that length) are rows at a fixed stride.
 The first row is decoded by tb_event.read_event, which also says where its wall time, step and one scalar lie;
