@@ -74,17 +74,27 @@ def _fill(values: np.ndarray, w: int, relative_floor: float, first: int, medians
     padded = np.concatenate([np.full(w, np.nan), values])  # row i of its windows: values[i - w : i]
     windows = sliding_window_view(padded, w)
     block = max(1, _BLOCK_VALUES // w)
+    # one buffer per temporary, reused by every block (a fresh 2 MB array per step costs its page faults, more
+    # than the sort itself)
+    size = min(block, n - first)
+    buffers = np.empty((size, center)), np.empty((size, w - 1)), np.empty((size, w - 1))
     for at in range(first, n, block):
         idx = np.arange(at, min(n, at + block))
-        rows = windows[idx]  # a copy, NaN where the window reaches before the first point
+        rows = windows[at : at + len(idx)]  # NaN where the window reaches before the first point
+        nearest, ordered, deviations = (buffer[: len(idx)] for buffer in buffers)
         counts = np.minimum(idx, w)
         center_counts = np.minimum(idx, center)
-        medians[idx] = _quantile_sorted(np.sort(rows[:, w - center:], axis=1), center_counts, 0.5)
-        ordered = np.sort(np.diff(rows, axis=1), axis=1)  # NaN (missing) sorts last
+        np.copyto(nearest, rows[:, w - center:])
+        nearest.sort(axis=1)
+        medians[idx] = _quantile_sorted(nearest, center_counts, 0.5)
+        np.subtract(rows[:, 1:], rows[:, :-1], out=ordered)  # np.diff
+        ordered.sort(axis=1)  # NaN (missing) sorts last
         diff_counts = counts - 1
         d_med = _quantile_sorted(ordered, diff_counts, 0.5)
         d_hi = _quantile_sorted(ordered, diff_counts, _Q_HI)
-        d_mad = _quantile_sorted(np.sort(np.abs(ordered - d_med[:, None]), axis=1), diff_counts, 0.5)
+        np.abs(np.subtract(ordered, d_med[:, None], out=deviations), out=deviations)
+        deviations.sort(axis=1)
+        d_mad = _quantile_sorted(deviations, diff_counts, 0.5)
         scale = np.maximum(MAD_TO_SIGMA * d_mad, (d_hi - d_med) / _Q_HI_TO_SIGMA) / np.sqrt(2)
         scales[idx] = np.maximum(np.maximum(scale, relative_floor * np.abs(medians[idx])), 1e-12)
 
