@@ -1,8 +1,11 @@
-"""A metric source kind added the documented way: this one module (a reader, what it says of its files) plus
-one registry line, `kinds.register(jsonl_source.KIND)` (tests/test_source_registry.py). Nothing else of
-guarded-sbatch changes for it to be detected by the pre-flight, resolved at launch from the run's config into
-its record, read by `monitor`, found under a folder, read by a guarded run's sidecar from the run's record,
-shown by `show`, and deleted by `kill`."""
+"""A metric source kind added the documented way: this one module, copied into the package as
+`sources/kind_jsonl.py`, plus one line in the registry, `"guarded_sbatch.sources.kind_jsonl",` in
+`sources/kinds.py` KIND_MODULES (tests/test_source_registry.py does exactly that on a copy of the package).
+Nothing else of guarded-sbatch changes for it to be detected by the pre-flight, resolved at launch from the
+run's config into its record, read by `monitor`, found under a folder, read by a guarded run's sidecar from the
+run's record, shown by `show`, and deleted by `kill`.
+
+Like every declaration it is light: at module level it imports core and the light modules of sources/ only."""
 
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from guarded_sbatch.core.points import MetricPoint
 from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.core.source_kinds import LaunchKind, Uses
 from guarded_sbatch.sources.base import SourceBase
-from guarded_sbatch.sources.files import read_range, guarded_reader
-from guarded_sbatch.sources.kinds import SourceKind
+from guarded_sbatch.sources.files import guarded_reader, read_range
+from guarded_sbatch.sources.kind_base import Finds, SourceKind
 
 
 @guarded_reader
@@ -45,10 +48,6 @@ class JsonLinesSource(SourceBase):
         return str(self.path)
 
 
-def is_metrics_file(name: str) -> bool:
-    return name.endswith(".jsonl")
-
-
 def own_files(spec: SourceSpec) -> list[str]:
     return [spec.locator] if Path(spec.locator).is_file() else []
 
@@ -59,4 +58,5 @@ LAUNCH = LaunchKind("jsonl", uses=(Uses("{where} writes JSON-lines metrics", imp
                     path_keys=("metrics_jsonl",), place="file")
 
 KIND = SourceKind("jsonl", "--jsonl", "JSON-lines metrics", 2, "log_fallback", JsonLinesSource,
-                  matches=is_metrics_file, run_files=own_files, launch=LAUNCH)
+                  finds=Finds("JSON-lines", file=lambda name: name.endswith(".jsonl")), run_files=own_files,
+                  launch=LAUNCH)

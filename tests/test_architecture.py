@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "sources": {"core"},
     "scheduler": {"core"},
     "actions": {"core", "scheduler", "judge"},
-    "launch": {"core", "scheduler"},
+    "launch": {"core", "scheduler", "sources"},  # sources: the registry of kinds and their declarations only
     "site": {"core", "launch", "scheduler"},
     "sidecar": {"core", "sources", "judge", "scheduler", "actions"},
     "cli": {"core", "launch", "scheduler", "sidecar", "sources", "judge", "actions", "site"},
@@ -31,6 +31,18 @@ REFUSED: list[tuple[str, str]] = [
     ("actions", "scheduler.local"),
     ("actions", "judge.decide"),  # actions carry out a verdict; they never judge
 ]
+# inside an allowed arrow, the only modules it may import: the login path reads the registry of source kinds
+# (sources/kinds.py) and each kind's light declaration, never a reader
+ONLY: dict[tuple[str, str], tuple[str, ...]] = {
+    ("launch", "sources"): ("sources.kinds", "sources.kind_", "sources.base"),
+}
+# the light modules of sources/: at module level they import core and each other only (a reader is imported
+# inside the function that opens it), so importing the registry loads no reader, numpy or protobuf decoder
+LIGHT_SOURCES = ("sources.kinds", "sources.kind_", "sources.base", "sources.files")
+
+
+def _is_light(module: str) -> bool:
+    return any(module == prefix or (prefix.endswith("_") and module.startswith(prefix)) for prefix in LIGHT_SOURCES)
 
 
 def _module_name(path: Path) -> str:
@@ -87,10 +99,39 @@ def test_imports_follow_the_flow() -> None:
             continue
         if target not in ALLOWED.get(importer, set()):
             wrong.append(f"{importer} -> {imported} ({', '.join(where)})")
+        only = ONLY.get((importer, target))
+        if only is not None and not any(imported == p or (p.endswith("_") and imported.startswith(p))
+                                        or imported.startswith(p + ".") for p in only):
+            wrong.append(f"{importer} -> {imported}: only {', '.join(only)} ({', '.join(where)})")
         for refused_importer, prefix in REFUSED:
             if importer == refused_importer and (imported == prefix or imported.startswith(prefix + ".")):
                 wrong.append(f"{importer} -> {imported}: refused ({', '.join(where)})")
     assert wrong == [], "imports against the layer rules:\n" + "\n".join(sorted(set(wrong)))
+
+
+def _module_level_imports(path: Path) -> list[tuple[str, int]]:
+    """Imports run when the module is imported: its top level (and `if TYPE_CHECKING:` excluded)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: list[tuple[str, int]] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("guarded_sbatch."):
+            found.append((node.module, node.lineno))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names if a.name.startswith("guarded_sbatch."))
+    return found
+
+
+def test_the_registry_of_source_kinds_and_their_declarations_load_no_reader() -> None:
+    light = [p for p in sorted((PACKAGE_ROOT / "sources").glob("*.py")) if _is_light(_module_name(p))]
+    assert {p.name for p in light} >= {"kinds.py", "kind_base.py", "kind_tensorboard.py", "kind_wandb.py"}
+    wrong = []
+    for path in light:
+        for target, line in _module_level_imports(path):
+            name = target.removeprefix("guarded_sbatch.")
+            if not (name.startswith("core.") or name == "core" or _is_light(name) or name == "sources"):
+                wrong.append(f"{path.relative_to(PACKAGE_ROOT)}:{line} imports {name} at module level")
+    assert wrong == [], "a light module of sources/ loads a reader (import it in the function that opens it):\n" + \
+        "\n".join(wrong)
 
 
 def test_no_cycles_between_modules() -> None:

@@ -1,13 +1,10 @@
 """Which config keys and launcher arguments (their last part, `-` as `_`) name a folder the run writes: its output
-folder, its checkpoint folder, or (core/source_kinds.py) its TensorBoard folder. One list per fact: the launch
-claims the output folders as the run's own, the run-name check calls a name taken when one of these folders already
-holds it, and the path check asks that each one's parent exists."""
+folder or its checkpoint folder (sources/kinds.py `written_folder_keys` adds every source kind's folder keys). One
+list per fact: the launch claims the output folders as the run's own, the run-name check calls a name taken when
+one of these folders already holds it, and the path check asks that each one's parent exists."""
 
 from __future__ import annotations
-
-from guarded_sbatch.core.source_kinds import TENSORBOARD
 
 OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
                "default_root_dir")
 CHECKPOINT_DIR_KEYS = ("checkpoint_dir", "ckpt_dir", "checkpoints_dir", "save_path")
-WRITTEN_FOLDER_KEYS = (*OUTPUT_KEYS, *CHECKPOINT_DIR_KEYS, *TENSORBOARD.path_keys)

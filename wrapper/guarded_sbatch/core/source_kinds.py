@@ -1,11 +1,8 @@
-"""The launch side of each kind of metric source, as data: the signs that a program uses the kind (which the
-pre-flight's monitoring check looks for) and the config keys, launcher arguments and environment variables whose
-value names the run's file or folder of the kind (which the launch resolves into the run's record).
-
-The login node never imports a reader, so this is the list the pre-flight and the launch read. The built-in
-kinds are declared below; sources/kinds.py's `SourceKind` carries its kind's `LaunchKind` and `register()`
-adds it here, so a kind added by one module and one `register` line is detected and resolved at launch in the
-process that registered it. Neptune is detection-only: the check names it, no reader reads it.
+"""The launch side of a kind of metric source, as types: `LaunchKind` (the signs that a program uses the kind,
+which the pre-flight's monitoring check looks for, and the config keys, launcher arguments and environment
+variables whose value names the run's file or folder of the kind, which the launch resolves into the run's record)
+and its `Uses`. Each kind declares its own in its module (`sources/kind_*.py`); the list of kinds is
+sources/kinds.py's registry, read by the pre-flight and the launch too.
 """
 
 from __future__ import annotations
@@ -44,50 +41,3 @@ class LaunchKind:
         looked = [*self.env_signs, *(imports or code)[:1], *(f"{d}/" for d in self.default_folders),
                   *(f"config key {key}" for key in self.path_keys[:1])]
         return f"{self.name} ({', '.join(looked)})" if looked else self.name
-
-
-TENSORBOARD_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",
-                    "tb_log_dir", "summary_dir")  # fmt: skip
-
-WANDB = LaunchKind("wandb", env_signs=("WANDB_API_KEY",), uses=(
-    Uses("{where} imports wandb", imports=("wandb",), code=("WandbLogger",)),
-    Uses("the config reports to wandb", config_words=("wandb",), config_prefixes=("wandb.", "wandb_")),
-))  # fmt: skip
-NEPTUNE = LaunchKind("neptune", env_signs=("NEPTUNE_API_TOKEN",), uses=(Uses("{where} imports neptune", imports=("neptune",)),))
-MLFLOW = LaunchKind("mlflow", env_signs=("MLFLOW_TRACKING_URI",), uses=(
-    Uses("{where} uses mlflow", imports=("mlflow",), config_words=("mlflow",)),
-))  # fmt: skip
-TENSORBOARD = LaunchKind("tensorboard", default_folders=("runs", "lightning_logs"), uses=(
-    Uses("{where} writes TensorBoard events", imports=("tensorboard", "tensorboardX", "torch.utils.tensorboard"),
-         code=("SummaryWriter", "TensorBoardLogger", "EventFileWriter"), config_words=("tensorboard",),
-         arg_words=("tensorboard",)),
-), path_keys=TENSORBOARD_KEYS,
-   path_env=("TENSORBOARD_LOGGING_DIR",))  # $TENSORBOARD_LOGGING_DIR: transformers >= 5, the HF Trainer's folder
-CSV = LaunchKind("csv", uses=(Uses("{where} writes a Lightning CSV log", code=("CSVLogger",), config_words=("csv",)),))
-
-# name -> descriptor, in the order the check ranks trackers (the first found is the run's main one)
-LAUNCH_KINDS: dict[str, LaunchKind] = {kind.name: kind for kind in (WANDB, NEPTUNE, MLFLOW, TENSORBOARD, CSV)}
-_BUILT_IN = dict(LAUNCH_KINDS)
-
-
-def register_launch(kind: LaunchKind) -> LaunchKind:
-    LAUNCH_KINDS[kind.name] = kind
-    return kind
-
-
-def unregister_launch(name: str) -> None:
-    """Forget an added kind (a built-in one is put back as declared here)."""
-    if name in _BUILT_IN:
-        LAUNCH_KINDS[name] = _BUILT_IN[name]
-    else:
-        LAUNCH_KINDS.pop(name, None)
-
-
-def launch_kinds() -> list[LaunchKind]:
-    return list(LAUNCH_KINDS.values())
-
-
-def place_of(kind: str) -> str:
-    """What a kind's keys name, "file" or "folder" (a kind without a launch side: "folder")."""
-    found = LAUNCH_KINDS.get(kind)
-    return found.place if found is not None else "folder"

@@ -1,8 +1,8 @@
 """Resolve, at launch, what belongs to this run: its TensorBoard / output folders (config keys and launcher
 arguments, `"$@"` already expanded from the script's real arguments), the file or folder of every other kind
-named by its keys (core/source_kinds.py, as `RunSources.specs`), a W&B run id and an MLflow tag exported to the
-job, and its own stdout/stderr files. The result goes into the run's record; the sidecar reads exactly these
-(core/run_sources.py)."""
+named by its keys (each kind's LaunchKind in the registry, sources/kinds.py, as `RunSources.specs`), a W&B run
+id and an MLflow tag exported to the job, and its own stdout/stderr files. The result goes into the run's record;
+the sidecar reads exactly these (core/run_sources.py)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ from guarded_sbatch.core.run_sources import (
     expand_filename_pattern,
 )
 from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
-from guarded_sbatch.core.source_kinds import TENSORBOARD, launch_kinds, place_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.runconfig import RunConfig
+from guarded_sbatch.sources.kind_tensorboard import LAUNCH as TENSORBOARD
+from guarded_sbatch.sources.kinds import launch_kinds, place_of
 
 TB_KEYS = TENSORBOARD.path_keys
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -151,7 +152,7 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
 
 
 def named_places(context: PreflightContext) -> tuple[list[SourceSpec], list[tuple[str, str]]]:
-    """Every kind's own file or folder named outright (core/source_kinds.py: a value of one of its path keys
+    """Every kind's own file or folder named outright (sources/kinds.py: a value of one of its path keys
     in the run's config or launcher arguments, or of one of its path variables in the job's environment), as
     specs; and, by kind, a note for each value that needs a shell to expand."""
     specs: list[SourceSpec] = []

@@ -12,12 +12,12 @@ from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.sources.base import MetricSource
-from guarded_sbatch.sources.kinds import KINDS
+from guarded_sbatch.sources.kinds import readable_kinds
 from guarded_sbatch.sources.kinds import open_source as _open
 
 __all__ = ["SOURCE_KINDS", "judge", "open_source", "read_history", "read_metrics"]
 
-SOURCE_KINDS = tuple(KINDS)  # "wandb", "tensorboard", "mlflow", "csv", "trainer_state", "textlog", ...
+SOURCE_KINDS = tuple(readable_kinds())  # "wandb", "tensorboard", "mlflow", "csv", "trainer_state", "textlog", ...
 
 
 def open_source(kind: str, path: str | Path) -> MetricSource:

@@ -23,6 +23,7 @@ from guarded_sbatch.sidecar.job_writers import job_processes
 from guarded_sbatch.sources import kinds
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
+from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.discovery import claims_below
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
 from guarded_sbatch.sources.writers import this_host
@@ -165,7 +166,7 @@ class SourceSet:
             roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
             since = self._writer.since or None
             for root in roots:
-                specs, note = kinds.discover(root, since=since, claimed=self._claimed_by_others() if since else ())
+                specs, note = discovery.discover(root, since=since, claimed=self._claimed_by_others() if since else ())
                 for spec in specs:
                     self._open(spec, given=False)
                 notes.append(note)
@@ -185,7 +186,7 @@ class SourceSet:
         specs = self.specs()
         for spec in specs[len(self.settings.sources):]:
             self._open(spec, given=False)
-        found, note = kinds.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
+        found, note = discovery.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
                                                 claimed=self._claimed_by_others())
         for spec in found:
             self._open(spec, given=False)
@@ -199,7 +200,7 @@ class SourceSet:
             return
         others = self._claimed_by_others()
         for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
-            found, note = kinds.discover(Path(folder), since=identity.since,
+            found, note = discovery.discover(Path(folder), since=identity.since,
                                             claimed=claims_below(folder, others), kinds=("csv",))
             for spec in found:
                 self._open(spec, given=False)

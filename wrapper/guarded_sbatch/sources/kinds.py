@@ -1,167 +1,91 @@
-"""Every kind of metric source, in one table: its name, its `monitor` flag, its place in the priority order,
-its report label, how a recorded source of the kind is opened, which files under a folder are of the kind,
-and which of a run's files of the kind `kill` deletes.
+"""The registry of metric source kinds: the one list of them, one line per kind in KIND_MODULES, each line the
+module that declares the kind (`KIND`, a `sources/kind_base.py` `SourceKind`: how it is detected and resolved at
+launch, found under a folder, opened and read, labelled in the report, cleaned up by `kill`).
 
-A new source is one module in sources/ (a reader subclassing SourceBase, and what it says of its files) and
-one line in KINDS below: `monitor` and `sidecar` get its flag, discovery finds its files, the sidecar opens and
-ranks it, the report labels it, `show` reads it from the run's record and `kill` deletes its files.
-`register()` adds a kind at run time (tests/test_source_registry.py adds a JSON-lines source that way),
-with its launch side (`launch`, a core/source_kinds.py `LaunchKind`: how the pre-flight detects it and which
-config keys / arguments / variables name its file or folder at launch), which `register()` hands to core, so
-the pre-flight and the launch of that process know it too; the built-in kinds' launch sides are declared in
-core (the login node never imports a reader) and reused here.
+Every process reads this list — the pre-flight and the launch (`launch/checks/monitoring.py`,
+`launch/checks/own_folder.py`, `launch/source_plan.py`), the sidecar and the shared monitor
+(`sidecar/source_set.py`, `sources/discovery.py`), `monitor`'s flags, `show`, `status`, `kill`/`restart` — so a
+kind added by one module and one line here is known to all of them, the sidecar job included. The declarations are
+light (core only at module level; each imports its reader when a source is opened), so the login node loads no
+reader: tests/test_architecture.py lets `launch/` import this module and the declarations, nothing else of
+`sources/`. A line may name a module outside guarded_sbatch (any importable `package.module` defining `KIND`).
 Opening is where a spec's writer identity is applied: another user's files, another W&B run, another
 process's event files are never read as the run's (sources/writers.py).
 """
 
 from __future__ import annotations
 
-import os
-import time
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+import importlib
 from pathlib import Path
 
-from guarded_sbatch.core import source_kinds
-from guarded_sbatch.core.run_sources import MLFLOW_TAG, SourceSpec, WriterIdentity
+from guarded_sbatch.core.place_keys import CHECKPOINT_DIR_KEYS, OUTPUT_KEYS
+from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.core.source_kinds import LaunchKind
-from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.base import MetricSource, SourceError
-from guarded_sbatch.sources.csvlog import LightningCsvSource
-from guarded_sbatch.sources.mlflow import MlflowSource
-from guarded_sbatch.sources.tensorboard import TensorBoardSource, find_event_files
-from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
-from guarded_sbatch.sources.wandb_api import WandbApiSource
-from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file
-from guarded_sbatch.sources.writers import WriterFilter, owned
+from guarded_sbatch.sources.kind_base import JobWriter, SourceKind
 
-_SKIPPED_FOLDERS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", ".cache", "checkpoints"}
-# What is known of the job while it runs (its node and processes grow), asked at each decision.
-JobWriter = Callable[[], WriterIdentity]
+__all__ = ["KINDS", "KIND_MODULES", "JobWriter", "SourceError", "SourceKind"]
 
-
-@dataclass(frozen=True)
-class SourceKind:
-    name: str  # MetricSource.kind of what `open` returns
-    flag: str | None  # the monitor/sidecar flag naming a path of this kind; None: found by discovery only
-    help: str
-    priority: int  # lower is judged first when several sources of a run have data
-    label: str  # the report's "Data source" value while this kind is judged
-    open: Callable[[Path], MetricSource]  # given the path (or, without needs_existing_path, the text as given)
-    needs_existing_path: bool = True
-    # a recorded spec -> its sources now ([] while not written yet); default: open(locator) once it exists
-    open_spec: Callable[[SourceSpec, JobWriter], list[MetricSource]] | None = None
-    # file name -> whether discovery takes that file as a source of this kind (None: the built-in scan finds it)
-    matches: Callable[[str], bool] | None = None
-    # the run's own files of a spec, which kill/restart delete (default: none; a shared folder is left alone)
-    run_files: Callable[[SourceSpec], list[str]] | None = None
-    # a recorded spec of this kind names the run's own folder: nothing more is looked for in the job's folder
-    names_run_folder: bool = False
-    # its launch side: the pre-flight's signs of it, the config keys / arguments / variables naming its place
-    launch: LaunchKind | None = None
+# One line per kind, in the order the pre-flight ranks trackers (the first found is the run's main one).
+KIND_MODULES = (
+    "guarded_sbatch.sources.kind_wandb",
+    "guarded_sbatch.sources.kind_neptune",
+    "guarded_sbatch.sources.kind_mlflow",
+    "guarded_sbatch.sources.kind_tensorboard",
+    "guarded_sbatch.sources.kind_csv",
+    "guarded_sbatch.sources.kind_trainer_state",
+    "guarded_sbatch.sources.kind_textlog",
+)
 
 
-def _open_wandb(spec: Path | str) -> MetricSource:
-    text = str(spec)  # a URL must not pass through Path (it would fold "//")
-    target = Path(text)
-    if "://" in text or not target.exists():
-        return WandbApiSource(text)  # a run URL or entity/project/id, read through the online API
-    if find_wandb_file(target) is None:
-        raise SourceError(f"no run-*.wandb log under {target}; give the run folder, wandb/ or the .wandb file")
-    return WandbLogSource(target)
-
-
-def _open_textlog(target: Path) -> MetricSource:
-    return TrainerStateSource(target) if target.name == "trainer_state.json" else TextLogSource(target)
-
-
-def _tensorboard_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
-    path = Path(spec.locator)
-    writers = WriterFilter(job, lambda: find_event_files(path))
-    return [TensorBoardSource(path, accept=writers)]
-
-
-def _wandb_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
-    run_id = spec.writer.run_id
-    if spec.search and run_id:  # known by the id the job was given: its newest log (a requeue makes a new folder)
-        logs = [log for log in discovery.own_wandb_logs(list(spec.search), run_id) if owned(log, job().uid)]
-        return [WandbLogSource(logs[-1], run_id=run_id)] if logs else []
-    if "://" in spec.locator or not Path(spec.locator).exists():
-        return [WandbApiSource(spec.locator)] if spec.locator and not spec.search else []
-    if find_wandb_file(Path(spec.locator)) is None:
-        return []
-    return [WandbLogSource(Path(spec.locator), run_id=run_id)]
-
-
-def _wandb_files(spec: SourceSpec) -> list[str]:
-    """The local folders of the W&B run the job was given (never another run's, never another user's)."""
-    if not (spec.search and spec.writer.run_id):
-        return []
-    return [str(log.parent) for log in discovery.own_wandb_logs(list(spec.search), spec.writer.run_id)
-            if owned(log, spec.writer.uid)]
-
-
-def _mlflow_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
-    writer = spec.writer
-    workdir = spec.search[0] if spec.search else ""
-    if not (writer.tag or writer.run_id):
-        return [MlflowSource(Path(spec.locator))] if spec.locator and Path(spec.locator).exists() else []
-    for store in discovery.mlflow_stores(spec.locator, workdir):
-        if store.exists():
-            run_id = writer.run_id or discovery.mlflow_tagged_run(store, MLFLOW_TAG, writer.tag)
-            if run_id:
-                return [MlflowSource(store, run_id)]
-    return []
-
-
-def _textlog_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
-    """A job's stdout/stderr: a %N (the node, known once the job runs) matches the one such file written since."""
-    if "%N" not in spec.locator:
-        path = Path(spec.locator)
-        return [_open_textlog(path)] if path.is_file() else []
-    pattern = Path(spec.locator)
-    since = job().since
-    try:
-        matches = [p for p in pattern.parent.glob(pattern.name.replace("%N", "*"))
-                   if p.is_file() and p.stat().st_mtime >= since]
-    except OSError:
-        return []
-    return [TextLogSource(matches[0])] if len(matches) == 1 else []
-
-
-KINDS: dict[str, SourceKind] = {}
-
-
-def register(kind: SourceKind) -> SourceKind:
-    """The kind, for every reader of the registry, and its launch side for the pre-flight and the launch."""
-    if kind.launch is not None and kind.launch.name != kind.name:
-        raise ValueError(f"source kind {kind.name!r} carries the launch side of {kind.launch.name!r}")
-    KINDS[kind.name] = kind
-    if kind.launch is not None:
-        source_kinds.register_launch(kind.launch)
+def _declared(module: str) -> SourceKind:
+    kind = importlib.import_module(module).KIND
+    if not isinstance(kind, SourceKind):
+        raise TypeError(f"{module}.KIND is not a SourceKind")
     return kind
 
 
-def unregister(name: str) -> None:
-    """Forget a kind added at run time, its launch side too."""
-    KINDS.pop(name, None)
-    source_kinds.unregister_launch(name)
+KINDS: dict[str, SourceKind] = {kind.name: kind for kind in map(_declared, KIND_MODULES)}
 
 
-for _kind in (
-    SourceKind("wandb", "--wandb", "W&B run folder, .wandb file, or run path/URL", 0, "wandb_ok", _open_wandb,
-               needs_existing_path=False, open_spec=_wandb_spec, run_files=_wandb_files, launch=source_kinds.WANDB),
-    SourceKind("tensorboard", "--tb", "TensorBoard event folder or file", 1, "tensorboard_ok", TensorBoardSource,
-               open_spec=_tensorboard_spec, names_run_folder=True, launch=source_kinds.TENSORBOARD),
-    SourceKind("mlflow", "--mlflow", "MLflow store (mlflow.db or mlruns/)", 2, "log_fallback", MlflowSource,
-               needs_existing_path=False, open_spec=_mlflow_spec, launch=source_kinds.MLFLOW),
-    SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "log_fallback", LightningCsvSource,
-               launch=source_kinds.CSV),
-    SourceKind("trainer_state", None, "HF trainer_state.json", 2, "log_fallback", TrainerStateSource),
-    SourceKind("textlog", "--log", "a text log of the run", 3, "log_fallback", _open_textlog,
-               open_spec=_textlog_spec),
-):
-    register(_kind)
+def launch_kinds() -> list[LaunchKind]:
+    """Every kind's launch side, in the registry's order."""
+    return [kind.launch for kind in KINDS.values() if kind.launch is not None]
+
+
+def place_of(kind: str) -> str:
+    """What a kind's keys name, "file" or "folder" (a kind without a launch side: "folder")."""
+    found = KINDS.get(kind)
+    return found.launch.place if found is not None and found.launch is not None else "folder"
+
+
+def written_folder_keys() -> tuple[str, ...]:
+    """Config keys / launcher arguments naming a folder the run writes: its output and checkpoint folders and
+    every kind's folder (the run-name check calls a name taken when one holds it; the path check wants its parent)."""
+    kinds = [kind.launch.path_keys for kind in KINDS.values() if kind.launch is not None and kind.launch.place == "folder"]
+    return (*OUTPUT_KEYS, *CHECKPOINT_DIR_KEYS, *(key for keys in kinds for key in keys))
+
+
+def readable_kinds() -> list[str]:
+    """The kinds a reader reads (Neptune is detected at launch only)."""
+    return [name for name, kind in KINDS.items() if kind.open is not None]
+
+
+def flagged_kinds() -> list[SourceKind]:
+    """The kinds a user can name on the command line, with their flags, in priority order."""
+    return sorted((kind for kind in KINDS.values() if kind.flag and kind.open is not None), key=lambda k: k.priority)
+
+
+def _kind_named(kind: str) -> SourceKind:
+    found = KINDS.get(kind)
+    if found is None or found.open is None:
+        raise SourceError(f"unknown source kind {kind!r}: use one of {', '.join(readable_kinds())}")
+    return found
+
+
+def _opened(found: SourceKind, target: Path | str) -> MetricSource:
+    assert found.open is not None  # _kind_named refuses a kind without a reader
+    return found.open(target)  # type: ignore[arg-type]  # a path, or the text as given (needs_existing_path=False)
 
 
 def open_source(kind: str, path: str | Path) -> MetricSource:
@@ -170,7 +94,7 @@ def open_source(kind: str, path: str | Path) -> MetricSource:
     target = Path(path)
     if found.needs_existing_path and not target.exists():
         raise SourceError(f"{kind} source {target} does not exist; check the path")
-    return found.open(target if found.needs_existing_path else path)  # type: ignore[arg-type]
+    return _opened(found, target if found.needs_existing_path else path)
 
 
 def open_given(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
@@ -193,7 +117,7 @@ def open_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
     path = Path(spec.locator)
     if found.needs_existing_path and not path.exists():
         return []
-    return [found.open(path if found.needs_existing_path else spec.locator)]  # type: ignore[arg-type]
+    return [_opened(found, path if found.needs_existing_path else spec.locator)]
 
 
 def run_files(specs: list[SourceSpec]) -> list[str]:
@@ -206,84 +130,6 @@ def run_files(specs: list[SourceSpec]) -> list[str]:
     return files
 
 
-def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float,
-                     claimed: Collection[str] = ()) -> tuple[list[SourceSpec], str]:
-    """For a guarded run: what its record leaves open, found in the job's folder (nothing when a recorded spec
-    names the run's folder; never a kind the record names already, such as the W&B run of its id or the MLflow
-    run of its tag)."""
-    named = {spec.kind for spec in recorded}
-    if any(KINDS[kind].names_run_folder for kind in named if kind in KINDS):
-        return [], ""
-    specs, note = discover(root, since=since, claimed=claimed, include_wandb="wandb" not in named)
-    return [spec for spec in specs if spec.kind not in named], note
-
-
-def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
-             include_wandb: bool = True, kinds: Collection[str] | None = None) -> tuple[list[SourceSpec], str]:
-    """Specs of the sources under `root` that clearly belong to one run (discovery.py for the built-in kinds,
-    each added kind by its `matches`), and a note naming what was seen but not attributable. A store of many
-    runs (MLflow) is taken only when reading a folder by hand (no `since`)."""
-    found = discovery.discover_owned(root, since=since, claimed=claimed, include_wandb=include_wandb,
-                                     kinds=kinds)
-    origin = f"found under {root}"
-    specs = [SourceSpec(_kind_of(source), source.describe() if source.path is None else str(source.path), origin)
-             for source in found.sources if not (source.kind == "mlflow" and since is not None)]
-    notes = [found.note()] if found.note() else []
-    added = [(kind, kind.matches) for kind in KINDS.values() if kind.matches is not None]
-    if added:
-        walked = _walk(root)
-        taken = {str(Path(c).resolve()) for c in claimed}  # another guarded run's own places
-        for kind, matches in added:
-            files = [p for p in walked if matches(p.name) and (since is None or _mtime(p) >= since) and owned(p)
-                     and not discovery._claimed(p, taken)]
-            if len(files) == 1:
-                specs.append(SourceSpec(kind.name, str(files[0]), origin))
-            elif files:
-                notes.append(f"{len(files)} {kind.name} candidates, none clearly this run's "
-                             f"({', '.join(str(p) for p in sorted(files)[:6])})")
-    return specs, "; ".join(notes)
-
-
-def _kind_of(source: MetricSource) -> str:
-    return "trainer_state" if isinstance(source, TrainerStateSource) else source.kind
-
-
-def _walk(root: Path, max_depth: int = discovery.MAX_DEPTH, budget_s: float = 2.0) -> list[Path]:
-    files: list[Path] = []
-    deadline = time.monotonic() + budget_s
-    queue = [(root, 0)]
-    while queue and time.monotonic() < deadline and len(files) < discovery.MAX_ENTRIES:
-        folder, depth = queue.pop(0)
-        try:
-            entries = list(os.scandir(folder))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    if depth < max_depth and entry.name not in _SKIPPED_FOLDERS:
-                        queue.append((Path(entry.path), depth + 1))
-                elif entry.is_file(follow_symlinks=False):
-                    files.append(Path(entry.path))
-            except OSError:
-                continue
-    return files
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _kind_named(kind: str) -> SourceKind:
-    found = KINDS.get(kind)
-    if found is None:
-        raise SourceError(f"unknown source kind {kind!r}: use one of {', '.join(KINDS)}")
-    return found
-
-
 def priority(kind: str) -> int:
     found = KINDS.get(kind)
     return found.priority if found is not None else 9
@@ -292,8 +138,3 @@ def priority(kind: str) -> int:
 def label(kind: str | None) -> str:
     found = KINDS.get(kind) if kind is not None else None
     return found.label if found is not None else "unreachable"
-
-
-def flagged_kinds() -> list[SourceKind]:
-    """The kinds a user can name on the command line, with their flags."""
-    return [kind for kind in KINDS.values() if kind.flag]

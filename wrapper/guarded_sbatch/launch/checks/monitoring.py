@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.run_sources import SourceSpec
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses, launch_kinds
+from guarded_sbatch.core.source_kinds import LaunchKind, Uses
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.source_plan import SourcePlan
+from guarded_sbatch.sources.kinds import launch_kinds
 
 NAME = CheckName.MONITORING.value
 MAX_SOURCE_BYTES = 1024 * 1024
@@ -22,7 +23,7 @@ REPORT_TO_KEYS = ("report_to", "logger", "loggers", "tracker", "log_with")
 
 @dataclass
 class Tracker:
-    kind: str  # a kind of core/source_kinds.py: "wandb" | "neptune" | "mlflow" | "tensorboard" | "csv" | an added one
+    kind: str  # a kind of sources/kinds.py: "wandb" | "neptune" | "mlflow" | "tensorboard" | "csv" | an added one
     because: list[str] = field(default_factory=list)
     settings: dict[str, str] = field(default_factory=dict)  # project, entity, name, tags, group, experiment, log_dir, file
 
@@ -96,7 +97,7 @@ class _Seen:
 
 
 def detect_trackers(context: PreflightContext) -> list[Tracker]:
-    """The kinds the run reports to, in the table's order (core/source_kinds.py, every registered kind)."""
+    """The kinds the run reports to, in the table's order (sources/kinds.py, every registered kind)."""
     seen = _Seen.of(context)
     trackers: list[Tracker] = []
     for kind in launch_kinds():

@@ -21,13 +21,13 @@ from guarded_sbatch.core.errors import GuardedError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord, runs_root
 from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
-from guarded_sbatch.core.source_kinds import place_of
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
+from guarded_sbatch.sources.kinds import place_of
 
 NAME = CheckName.OWN_FOLDER.value
 
@@ -36,7 +36,7 @@ NAME = CheckName.OWN_FOLDER.value
 class Folder:
     path: str
     label: str  # where it came from: "--logdir", "config key logdir", "--guard-tb"
-    is_file: bool = False  # a kind's file (core/source_kinds.py place "file"), not a folder
+    is_file: bool = False  # a kind's file (its LaunchKind's place "file"), not a folder
 
 
 def planned_folders(context: PreflightContext) -> list[Folder]:

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.place_keys import WRITTEN_FOLDER_KEYS
+from guarded_sbatch.sources.kinds import written_folder_keys
 from guarded_sbatch.core.sbatch.script_shell import needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+
+WRITTEN_FOLDER_KEYS = written_folder_keys()  # output, checkpoint and every source kind's folder keys
 
 NAME = CheckName.PATHS.value
 # a key not listed in core/place_keys.py whose name holds one of these parts names an output place too

@@ -7,12 +7,14 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import DEFAULT_NAME_PATTERN
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.place_keys import WRITTEN_FOLDER_KEYS
+from guarded_sbatch.sources.kinds import written_folder_keys
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import RunConfig
+
+WRITTEN_FOLDER_KEYS = written_folder_keys()  # output, checkpoint and every source kind's folder keys
 
 NAME = CheckName.RUN_NAME.value
 CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name")

@@ -1,0 +1,75 @@
+"""W&B as a source kind: detected by WANDB_API_KEY, `import wandb`, a config reporting to wandb; a local run log
+`run-<id>.wandb` under a folder (one run's), or a run path/URL read online; the run's local folders deleted by
+`kill` (only those of the run id the job was given, never another user's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.sources.base import MetricSource, SourceError
+from guarded_sbatch.sources.kind_base import Finds, JobWriter, SourceKind, modified_at
+
+LAUNCH = LaunchKind("wandb", env_signs=("WANDB_API_KEY",), uses=(
+    Uses("{where} imports wandb", imports=("wandb",), code=("WandbLogger",)),
+    Uses("the config reports to wandb", config_words=("wandb",), config_prefixes=("wandb.", "wandb_")),
+))  # fmt: skip
+
+
+def own_wandb_logs(folders: list[str], run_id: str) -> list[Path]:
+    """Every local log of W&B run `run_id` (run-<date>-<id>/ or offline-run-<date>-<id>/; a requeue of an
+    offline run makes a second folder), newest last."""
+    logs: set[Path] = set()
+    for folder in folders:
+        base = Path(folder)
+        for wandb_dir in (base / "wandb", base):
+            try:
+                logs.update(p for p in wandb_dir.glob(f"*run-*-{run_id}/run-{run_id}.wandb") if p.is_file())
+            except OSError:
+                continue
+    return sorted(logs, key=modified_at)
+
+
+def _open(spec: Path | str) -> MetricSource:
+    from guarded_sbatch.sources.wandb_api import WandbApiSource  # noqa: PLC0415  lazy (see kind_base.py)
+    from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file  # noqa: PLC0415  lazy (see kind_base.py)
+
+    text = str(spec)  # a URL must not pass through Path (it would fold "//")
+    target = Path(text)
+    if "://" in text or not target.exists():
+        return WandbApiSource(text)  # a run URL or entity/project/id, read through the online API
+    if find_wandb_file(target) is None:
+        raise SourceError(f"no run-*.wandb log under {target}; give the run folder, wandb/ or the .wandb file")
+    return WandbLogSource(target)
+
+
+def _open_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
+    from guarded_sbatch.sources.wandb_api import WandbApiSource  # noqa: PLC0415  lazy (see kind_base.py)
+    from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file  # noqa: PLC0415  lazy (see kind_base.py)
+    from guarded_sbatch.sources.writers import owned  # noqa: PLC0415  lazy (see kind_base.py)
+
+    run_id = spec.writer.run_id
+    if spec.search and run_id:  # known by the id the job was given: its newest log (a requeue makes a new folder)
+        logs = [log for log in own_wandb_logs(list(spec.search), run_id) if owned(log, job().uid)]
+        return [WandbLogSource(logs[-1], run_id=run_id)] if logs else []
+    if "://" in spec.locator or not Path(spec.locator).exists():
+        return [WandbApiSource(spec.locator)] if spec.locator and not spec.search else []
+    if find_wandb_file(Path(spec.locator)) is None:
+        return []
+    return [WandbLogSource(Path(spec.locator), run_id=run_id)]
+
+
+def _run_files(spec: SourceSpec) -> list[str]:
+    """The local folders of the W&B run the job was given (never another run's, never another user's)."""
+    from guarded_sbatch.sources.writers import owned  # noqa: PLC0415  lazy (see kind_base.py)
+
+    if not (spec.search and spec.writer.run_id):
+        return []
+    return [str(log.parent) for log in own_wandb_logs(list(spec.search), spec.writer.run_id)
+            if owned(log, spec.writer.uid)]
+
+
+KIND = SourceKind("wandb", "--wandb", "W&B run folder, .wandb file, or run path/URL", 0, "wandb_ok", _open,
+                  needs_existing_path=False, open_spec=_open_spec, run_files=_run_files, launch=LAUNCH,
+                  finds=Finds("W&B", file=lambda name: name.endswith(".wandb") and name.startswith("run-")))
