@@ -7,7 +7,12 @@ sources/kinds.py's registry, read by the pre-flight and the launch too.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+# (the config's values, the program's source, the job's environment) -> the kind's settings: project, entity ...
+Settings = Callable[[Mapping[str, object], str, Mapping[str, str]], dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class LaunchKind:
     path_keys: tuple[str, ...] = ()  # config keys / launcher arguments (last part, `-` as `_`) naming its place
     path_env: tuple[str, ...] = ()  # environment variables naming its place, taken as is
     place: str = "folder"  # what those name: "folder" | "file"
+    settings: Settings | None = None  # what the check reports of it (default: where it writes, from its keys)
 
     def signs(self) -> str:
         """A short list of what is looked for, for a report that found none."""
@@ -41,3 +47,9 @@ class LaunchKind:
         looked = [*self.env_signs, *(imports or code)[:1], *(f"{d}/" for d in self.default_folders),
                   *(f"config key {key}" for key in self.path_keys[:1])]
         return f"{self.name} ({', '.join(looked)})" if looked else self.name
+
+
+def call_argument(source: str, prefix: str) -> str | None:
+    """The quoted string right after `prefix` (a regular expression) in a program's source, e.g. a run name."""
+    match = re.search(prefix + r"[\"']([^\"']+)[\"']", source, re.DOTALL)
+    return match.group(1) if match else None

@@ -191,17 +191,18 @@ class SourceSet:
         for spec in found:
             self._open(spec, given=False)
         notes.append(note)
-        if not any(spec.kind == "tensorboard" for spec in specs):
+        beside = kinds.found_in_run_folders()
+        if not (beside and any(kinds.names_run_folder(spec.kind) for spec in specs)):
             return
-        # the run's own folders are known: what else it writes there (a Lightning CSVLogger's metrics.csv), looked
-        # for until a source that outranks the log has data
+        # the run's own folders are known: what else it writes there (a kind declared `in_run_folders`, such as a
+        # Lightning CSVLogger's metrics.csv), looked for until a source that ranks as high has data
         judged = self._active()
-        if judged is not None and kinds.priority(judged.kind) <= kinds.priority("csv"):
+        if judged is not None and kinds.priority(judged.kind) <= max(kinds.priority(kind) for kind in beside):
             return
         others = self._claimed_by_others()
         for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
             found, note = discovery.discover(Path(folder), since=identity.since,
-                                            claimed=claims_below(folder, others), kinds=("csv",))
+                                            claimed=claims_below(folder, others), kinds=beside)
             for spec in found:
                 self._open(spec, given=False)
             notes.append(note)

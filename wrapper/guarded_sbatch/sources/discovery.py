@@ -17,7 +17,7 @@ from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Picking, SourceKind, modified_at
 from guarded_sbatch.sources.kind_tensorboard import created_at, fresh_files, run_roots
-from guarded_sbatch.sources.kinds import KINDS
+from guarded_sbatch.sources.kinds import KINDS, names_run_folder
 
 __all__ = ["created_at", "fresh_files", "modified_at", "run_roots"]  # the TensorBoard kind's, kept for callers
 
@@ -173,7 +173,7 @@ def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float,
     names the run's folder; never a kind the record names already, such as the W&B run of its id or the MLflow
     run of its tag)."""
     named = {spec.kind for spec in recorded}
-    if any(KINDS[kind].names_run_folder for kind in named if kind in KINDS):
+    if any(names_run_folder(kind) for kind in named):
         return [], ""
     specs, note = discover(root, since=since, claimed=claimed, include_wandb="wandb" not in named)
     return [spec for spec in specs if spec.kind not in named], note

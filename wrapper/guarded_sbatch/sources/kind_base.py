@@ -98,6 +98,8 @@ class SourceKind:
     run_files: Callable[[SourceSpec], list[str]] | None = None
     # a recorded spec of this kind names the run's own folder: nothing more is looked for in the job's folder
     names_run_folder: bool = False
+    # found in the run's own folders (those a `names_run_folder` spec and the output keys name) even then
+    in_run_folders: bool = False
     # its launch side: the pre-flight's signs of it, the config keys / arguments / variables naming its place
     launch: LaunchKind | None = None
 

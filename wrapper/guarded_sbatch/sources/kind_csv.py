@@ -19,4 +19,5 @@ def _open(path: Path) -> MetricSource:
 
 
 KIND = SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "log_fallback", _open, launch=LAUNCH,
-                  finds=Finds("Lightning CSV", file=is_file_named("metrics.csv")))
+                  finds=Finds("Lightning CSV", file=is_file_named("metrics.csv")),
+                  in_run_folders=True)  # save_dir/name/version_N/ under the run's output folder, beside its events

@@ -4,16 +4,24 @@ and a store found under a folder is taken only when a person reads that folder b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from guarded_sbatch.core.run_sources import MLFLOW_TAG, SourceSpec
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.core.source_kinds import LaunchKind, Uses, call_argument
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, Picking, SourceKind
 
+
+
+def _settings(values: Mapping[str, object], source: str, env: Mapping[str, str]) -> dict[str, str]:
+    experiment = env.get("MLFLOW_EXPERIMENT_NAME") or call_argument(source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?")
+    return {k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v}
+
+
 LAUNCH = LaunchKind("mlflow", env_signs=("MLFLOW_TRACKING_URI",), uses=(
     Uses("{where} uses mlflow", imports=("mlflow",), config_words=("mlflow",)),
-))  # fmt: skip
+), settings=_settings)  # fmt: skip
 
 
 def mlflow_stores(uri: str, workdir: str) -> list[Path]:

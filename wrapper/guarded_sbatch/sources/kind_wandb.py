@@ -4,17 +4,45 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.core.source_kinds import LaunchKind, Uses, call_argument
 from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.sources.base import MetricSource, SourceError
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, SourceKind, modified_at
 
+
+
+def _settings(values: Mapping[str, object], source: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The W&B run's project, entity, name, tags, group (the job's variables, else the config, else wandb.init)."""
+    settings: dict[str, str] = {}
+    for key, variable, config_keys in (
+        ("project", "WANDB_PROJECT", ("wandb.project", "wandb_project", "logger.project")),
+        ("entity", "WANDB_ENTITY", ("wandb.entity", "wandb_entity", "logger.entity")),
+        ("name", "WANDB_NAME", ("wandb.name", "wandb_name", "run_name", "logger.name")),
+        ("tags", "WANDB_TAGS", ("wandb.tags", "wandb_tags", "logger.tags")),
+        ("group", "WANDB_RUN_GROUP", ("wandb.group", "wandb_group", "logger.group")),
+    ):
+        value = environ.get(variable, "")
+        if not value:
+            value = next((str(values[k]) for k in config_keys if values.get(k) not in (None, "")), "")
+        if not value:
+            value = call_argument(source, rf"wandb\.init\([^)]*?\b{key}\s*=\s*") or ""
+        if not value and re.search(rf"wandb\.init\([^)]*?\b{key}\s*=", source, re.DOTALL):
+            value = "(set in code)"
+        if value:
+            settings[key] = value
+    if environ.get("WANDB_MODE"):
+        settings["mode"] = environ["WANDB_MODE"]
+    return settings
+
+
 LAUNCH = LaunchKind("wandb", env_signs=("WANDB_API_KEY",), uses=(
     Uses("{where} imports wandb", imports=("wandb",), code=("WandbLogger",)),
     Uses("the config reports to wandb", config_words=("wandb",), config_prefixes=("wandb.", "wandb_")),
-))  # fmt: skip
+), settings=_settings)  # fmt: skip
 
 
 def own_wandb_logs(folders: list[str], run_id: str) -> list[Path]:

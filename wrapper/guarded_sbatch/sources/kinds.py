@@ -130,6 +130,17 @@ def run_files(specs: list[SourceSpec]) -> list[str]:
     return files
 
 
+def names_run_folder(kind: str) -> bool:
+    """Whether a recorded spec of the kind names the run's own folder (nothing else is looked for in the job's)."""
+    found = KINDS.get(kind)
+    return found is not None and found.names_run_folder
+
+
+def found_in_run_folders() -> list[str]:
+    """The kinds still looked for in the run's own folders once a spec names them (Lightning's CSV)."""
+    return [name for name, kind in KINDS.items() if kind.in_run_folders and kind.finds is not None]
+
+
 def priority(kind: str) -> int:
     found = KINDS.get(kind)
     return found.priority if found is not None else 9

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,55 +109,10 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
 
 
 def _settings(kind: LaunchKind, seen: _Seen, context: PreflightContext) -> dict[str, str]:
-    own = SETTINGS.get(kind.name)
-    if own is not None:
-        return own(seen.values, seen.source, context)
+    if kind.settings is not None:  # a kind's own settings (project, entity, experiment ...), its declaration's
+        return kind.settings(seen.values, seen.source, context.env)
     place = seen.place(kind)
     return {("log_dir" if kind.place == "folder" else "file"): place} if place else {}
-
-
-def _neptune_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
-    return {k: v for k, v in {"project": context.env.get("NEPTUNE_PROJECT", "")}.items() if v}
-
-
-def _mlflow_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
-    env = context.env
-    experiment = env.get("MLFLOW_EXPERIMENT_NAME") or _call_argument(source, r"set_experiment\(\s*(?:experiment_name\s*=\s*)?")
-    return {k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v}
-
-
-def _wandb_settings(values: dict[str, object], source: str, context: PreflightContext) -> dict[str, str]:
-    environ = context.env
-    settings: dict[str, str] = {}
-    for key, variable, config_keys in (
-        ("project", "WANDB_PROJECT", ("wandb.project", "wandb_project", "logger.project")),
-        ("entity", "WANDB_ENTITY", ("wandb.entity", "wandb_entity", "logger.entity")),
-        ("name", "WANDB_NAME", ("wandb.name", "wandb_name", "run_name", "logger.name")),
-        ("tags", "WANDB_TAGS", ("wandb.tags", "wandb_tags", "logger.tags")),
-        ("group", "WANDB_RUN_GROUP", ("wandb.group", "wandb_group", "logger.group")),
-    ):
-        value = environ.get(variable, "")
-        if not value:
-            value = next((str(values[k]) for k in config_keys if values.get(k) not in (None, "")), "")
-        if not value:
-            value = _call_argument(source, rf"wandb\.init\([^)]*?\b{key}\s*=\s*") or ""
-        if not value and re.search(rf"wandb\.init\([^)]*?\b{key}\s*=", source, re.DOTALL):
-            value = "(set in code)"
-        if value:
-            settings[key] = value
-    if environ.get("WANDB_MODE"):
-        settings["mode"] = environ["WANDB_MODE"]
-    return settings
-
-
-def _call_argument(source: str, prefix: str) -> str | None:
-    match = re.search(prefix + r"[\"']([^\"']+)[\"']", source, re.DOTALL)
-    return match.group(1) if match else None
-
-
-Settings = Callable[[dict[str, object], str, PreflightContext], dict[str, str]]
-# a kind's own settings (project, entity, experiment ...); any other kind's is where it writes
-SETTINGS: dict[str, Settings] = {"wandb": _wandb_settings, "neptune": _neptune_settings, "mlflow": _mlflow_settings}
 
 
 def _no_tracker(context: PreflightContext) -> CheckResult:
