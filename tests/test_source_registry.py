@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,67 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("guarded_sbatch.s
     declarations = {f"guarded_sbatch.sources.{p.stem}" for p in (PACKAGE / "sources").glob("kind_*.py")}
     assert loaded == {"guarded_sbatch.sources", "guarded_sbatch.sources.base", "guarded_sbatch.sources.kinds",
                       *declarations}, sorted(loaded)
+
+
+NEIGHBOUR = """
+import json, sys, time
+from pathlib import Path
+from guarded_sbatch.core.registry import create_run
+from guarded_sbatch.core.run_sources import RunSources, SourceSpec
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.source_set import SourceSet
+
+project, theirs, mine, since = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
+create_run("synthetic-jsonl-theirs", "local", "424242", submit_dir=str(project), script=str(project / "t.sh"),
+           sources=RunSources(since=since, workdir=str(project),
+                              specs=[SourceSpec("jsonl", theirs, "config key metrics_jsonl")]).to_json())
+settings = SidecarSettings(run_name="mine", job_id=None, state_file=project / "s.json", evidence_dir=project / "e",
+                           identity=RunSources(since=since, workdir=str(project)))
+read = SourceSet(settings, None)
+read.read()
+print(json.dumps(read.files_inspected()))
+"""
+
+
+def test_a_file_of_the_new_kind_another_run_records_is_never_found_as_a_neighbours(
+        tmp_path: Path, package_with_jsonl: Path) -> None:
+    """A guarded run's sidecar (from the copy) looks in its folder for what its record leaves open: the other guarded
+    run's recorded jsonl file is not its own, the one of its own beside it is."""
+    project = _in_copy(make_project(tmp_path), package_with_jsonl)
+    theirs = project.root / "runs" / "theirs" / "metrics.jsonl"
+    mine = project.root / "runs" / "mine" / "metrics.jsonl"
+    since = time.time() - 5
+    _write_metrics(theirs, nan_from=100)  # written since this run started, the one jsonl file in its folder
+
+    def files_read() -> list[str]:
+        out = subprocess.run([sys.executable, "-P", "-c", NEIGHBOUR, str(project.root), str(theirs), str(mine),
+                              str(since)], env=project.env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert str(theirs) not in files_read()  # the other guarded run's recorded file
+    _write_metrics(mine)
+    assert files_read() == [str(mine)]  # this run's own, found under its folder by the kind's `Finds`
+
+
+def test_one_config_launched_twice_is_refused_on_the_new_kinds_file(tmp_path: Path, package_with_jsonl: Path) -> None:
+    """The config's metrics_jsonl is not made per run: a second launch would append to the first run's file while it
+    runs, so the own-folder check refuses it, with the fix for that key (the kind's LaunchKind says it names a file)."""
+    project = _in_copy(make_project(tmp_path), package_with_jsonl)
+    (project.root / "train.py").write_text(TRAIN)
+    config = project.root / "configs" / "synthetic-tanh-mlp.yaml"
+    config.write_text(config.read_text().replace("logdir: runs/synthetic-tanh-mlp-bs64-lr5e-2\n", "")
+                      + "metrics_jsonl: out/metrics.jsonl\n")
+    metrics = project.root / "out" / "metrics.jsonl"
+    launched = project.cli("--guard-backend", "local", "train.sh")
+    assert launched.returncode == 0, launched.stderr
+    job_id = submitted_job_id(launched.stdout)
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    try:
+        report = json.loads(project.cli("check", "--json", "--guard-backend", "local", "train.sh").stdout)
+        own = next(c for c in report["checks"] if c["name"] == "own-folder")
+        assert own["status"] == "failed" and f"{metrics} is written by run {project.name}" in own["finding"], own
+        assert "give this run its own metrics_jsonl: e.g. --metrics_jsonl out/" in own["finding"], own
+        assert '--metrics_jsonl "out/${SLURM_JOB_ID}.jsonl"' in own["finding"], own
+    finally:
+        scheduler.cancel(job_id)
