@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import stat
@@ -43,20 +44,33 @@ class Cadence:
 
 
 def _load_numpy() -> None:
-    """Load numpy (the readers and the judge need it) with one OpenBLAS thread. At load OpenBLAS starts a thread per
-    core that spins for a while: about 0.1 s of CPU on 2 cores, that much per core on a GPU node, beside the
-    training. Nothing here multiplies matrices. The setting is put back at once, so no child process inherits it."""
+    """Load numpy and what reads and judges with it (the readers, the loop, the report) once: numpy with one OpenBLAS
+    thread, and no garbage collection while these modules load.
+
+    At load OpenBLAS starts a thread per core that spins for a while: about 0.1 s of CPU on 2 cores, that much per
+    core on a GPU node, beside the training. Nothing here multiplies matrices; the setting is put back at once, so
+    no child process inherits it. Loading builds many objects and no garbage, so collections meanwhile only cost
+    time; what was loaded is then frozen out of later collections (gc.freeze)."""
     if "numpy" in sys.modules:
         return
     was = os.environ.get("OPENBLAS_NUM_THREADS")
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         import numpy  # noqa: F401
+
+        import guarded_sbatch.sidecar.loop
+        import guarded_sbatch.sidecar.report
+        import guarded_sbatch.sources.kinds  # noqa: F401
     finally:
         if was is None:
             os.environ.pop("OPENBLAS_NUM_THREADS", None)
         else:
             os.environ["OPENBLAS_NUM_THREADS"] = was
+        if collecting:
+            gc.freeze()
+            gc.enable()
 
 
 def _flagged_kinds() -> list[SourceKind]:
