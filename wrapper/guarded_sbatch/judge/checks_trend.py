@@ -131,10 +131,14 @@ def _first_calm(rest_v: np.ndarray, rest_s: np.ndarray, k: int, calm_level: floa
     (spanning the recovery steps) whose median is back under `calm_level`; windows before `begin` are known
     not to. Searched in growing chunks, so an episode that recovers soon costs what its points cost."""
     windows = len(rest_v) - k + 1
+    if windows <= begin:
+        return None
+    all_windows = sliding_window_view(rest_v, k)
     at, chunk = begin, 64
     while at < windows:
         stop = min(windows, at + chunk)
-        window_medians = median(sliding_window_view(rest_v[at : stop + k - 1], k), axis=1)
+        ordered = np.sort(all_windows[at:stop], axis=1)  # rest_v is finite: the median without NaN checks
+        window_medians = ordered[:, k // 2] if k % 2 else (ordered[:, k // 2 - 1] + ordered[:, k // 2]) / 2
         spans = rest_s[at + k - 1 : stop + k - 1] - rest_s[0] >= _RECOVERY_STEPS
         calm = np.nonzero((window_medians <= calm_level) & spans)[0]
         if len(calm):
