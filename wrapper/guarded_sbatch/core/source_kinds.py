@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 # (the config's values, the program's source, the job's environment) -> the kind's settings: project, entity ...
 Settings = Callable[[Mapping[str, object], str, Mapping[str, str]], dict[str, str]]
+# the run's main tracker's settings -> the monitoring check's ("passed" | "warned" | "failed", finding)
+Review = Callable[[Mapping[str, str]], tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class LaunchKind:
     path_env: tuple[str, ...] = ()  # environment variables naming its place, taken as is
     place: str = "folder"  # what those name: "folder" | "file"
     settings: Settings | None = None  # what the check reports of it (default: where it writes, from its keys)
+    review: Review | None = None  # the check's verdict on those settings when it is the main tracker (default: passed)
 
     def signs(self) -> str:
         """A short list of what is looked for, for a report that found none."""

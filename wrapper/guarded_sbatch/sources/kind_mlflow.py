@@ -19,9 +19,15 @@ def _settings(values: Mapping[str, object], source: str, env: Mapping[str, str])
     return {k: v for k, v in {"tracking_uri": env.get("MLFLOW_TRACKING_URI", ""), "experiment": experiment or ""}.items() if v}
 
 
+def _review(settings: Mapping[str, str]) -> tuple[str, str]:
+    if "experiment" not in settings:
+        return "warned", "MLflow without an experiment name: set MLFLOW_EXPERIMENT_NAME"
+    return "passed", "tracker mlflow found"
+
+
 LAUNCH = LaunchKind("mlflow", env_signs=("MLFLOW_TRACKING_URI",), uses=(
     Uses("{where} uses mlflow", imports=("mlflow",), config_words=("mlflow",)),
-), settings=_settings)  # fmt: skip
+), settings=_settings, review=_review)  # fmt: skip
 
 
 def mlflow_stores(uri: str, workdir: str) -> list[Path]:

@@ -39,10 +39,24 @@ def _settings(values: Mapping[str, object], source: str, environ: Mapping[str, s
     return settings
 
 
+def _review(settings: Mapping[str, str]) -> tuple[str, str]:
+    """Logging on, a project named (failed otherwise); an entity and a name (W&B picks one otherwise: warned)."""
+    if settings.get("mode") == "disabled":
+        return "failed", "WANDB_MODE=disabled: the run logs nothing; unset it or use offline"
+    if "project" not in settings:
+        return "failed", "W&B project not set: set WANDB_PROJECT or wandb.project in the config"
+    missing = [key for key in ("entity", "name") if key not in settings]
+    extras = f"; no {' or '.join(extra)}" if (extra := [k for k in ("tags", "group") if k not in settings]) else ""
+    summary = f"W&B project {settings['project']}" + (f", entity {settings['entity']}" if "entity" in settings else "")
+    if missing:
+        return "warned", f"{summary}; not set: {', '.join(missing)} (W&B picks a default / random one){extras}"
+    return "passed", f"{summary}, name {settings['name']}{extras}"
+
+
 LAUNCH = LaunchKind("wandb", env_signs=("WANDB_API_KEY",), uses=(
     Uses("{where} imports wandb", imports=("wandb",), code=("WandbLogger",)),
     Uses("the config reports to wandb", config_words=("wandb",), config_prefixes=("wandb.", "wandb_")),
-), settings=_settings)  # fmt: skip
+), settings=_settings, review=_review)  # fmt: skip
 
 
 def own_wandb_logs(folders: list[str], run_id: str) -> list[Path]:

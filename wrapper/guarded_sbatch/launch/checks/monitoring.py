@@ -144,41 +144,8 @@ def check_monitoring(context: PreflightContext) -> CheckResult:
     ]
     main = trackers[0]
     details: dict[str, object] = {"trackers": [{"kind": t.kind, "settings": t.settings} for t in trackers]}
-    if main.kind == "wandb":
-        if main.settings.get("mode") == "disabled":
-            return CheckResult(
-                NAME,
-                CheckStatus.FAILED,
-                "WANDB_MODE=disabled: the run logs nothing; unset it or use offline",
-                tuple(evidence),
-                details,
-            )
-        if "project" not in main.settings:
-            return CheckResult(
-                NAME,
-                CheckStatus.FAILED,
-                "W&B project not set: set WANDB_PROJECT or wandb.project in the config",
-                tuple(evidence),
-                details,
-            )
-        missing = [key for key in ("entity", "name") if key not in main.settings]
-        extras = [key for key in ("tags", "group") if key not in main.settings]
-        summary = f"W&B project {main.settings['project']}" + (
-            f", entity {main.settings['entity']}" if "entity" in main.settings else ""
-        )
-        if missing:
-            return CheckResult(NAME, CheckStatus.WARNED,
-                               f"{summary}; not set: {', '.join(missing)} (W&B picks a default / random one)"
-                               + (f"; no {' or '.join(extras)}" if extras else ""), tuple(evidence), details)
-        return CheckResult(
-            NAME,
-            CheckStatus.PASSED,
-            f"{summary}, name {main.settings['name']}" + (f"; no {' or '.join(extras)}" if extras else ""),
-            tuple(evidence),
-            details,
-        )
-    if main.kind == "mlflow" and "experiment" not in main.settings:
-        return CheckResult(
-            NAME, CheckStatus.WARNED, "MLflow without an experiment name: set MLFLOW_EXPERIMENT_NAME", tuple(evidence), details
-        )
+    kind = next((k for k in launch_kinds() if k.name == main.kind), None)
+    if kind is not None and kind.review is not None:  # the kind's own word on its settings (W&B: a project ...)
+        status, finding = kind.review(main.settings)
+        return CheckResult(NAME, CheckStatus(status), finding, tuple(evidence), details)
     return CheckResult(NAME, CheckStatus.PASSED, f"tracker {main.kind} found", tuple(evidence), details)
