@@ -8,8 +8,8 @@ Every process reads this list — the pre-flight and the launch (`launch/checks/
 the label a sidecar recorded) — so a kind added by one module and one line here is known to all of them, the
 sidecar job included. The declarations are light (core only at module level; each imports its reader when a
 source is opened), so the login node loads no reader: tests/test_architecture.py lets `launch/` import this
-module and the declarations, nothing else of `sources/`. A line may name a module outside guarded_sbatch (any importable `package.module` defining `KIND`).
-Opening is where a spec's writer identity is applied: another user's files, another W&B run, another
+module and the declarations, nothing else of `sources/`. A line may name a module outside guarded_sbatch (any
+importable `package.module` defining `KIND`). Opening is where a spec's writer identity is applied: another user's files, another W&B run, another
 process's event files are never read as the run's (sources/writers.py).
 """
 
