@@ -1,16 +1,16 @@
-"""The registry of metric source kinds: the one list of them, one line per kind in KIND_MODULES, each line the
-module that declares the kind (`KIND`, a `sources/kind_base.py` `SourceKind`: how it is detected and resolved at
-launch, found under a folder, opened and read, labelled in the report, cleaned up by `kill`).
+"""The registry of metric source kinds: the one list of them, one line per kind in KIND_MODULES, each line the module
+that declares the kind (`KIND`, a `sources/kind_base.py` `SourceKind`: how it is detected and resolved at launch,
+found under a folder, opened and read, labelled in the report, cleaned up by `kill`).
 
 Every process reads this list — the pre-flight and the launch (`launch/checks/monitoring.py`,
 `launch/checks/own_folder.py`, `launch/source_plan.py`), the sidecar and the shared monitor
-(`sidecar/source_set.py`, `sources/discovery.py`), `monitor`'s flags, `show`, `kill`/`restart` (`status` shows
-the label a sidecar recorded) — so a kind added by one module and one line here is known to all of them, the
-sidecar job included. The declarations are light (core only at module level; each imports its reader when a
-source is opened), so the login node loads no reader: tests/test_architecture.py lets `launch/` import this
-module and the declarations, nothing else of `sources/`. A line may name a module outside guarded_sbatch (any
-importable `package.module` defining `KIND`). Opening is where a spec's writer identity is applied: another user's files, another W&B run, another
-process's event files are never read as the run's (sources/writers.py).
+(`sidecar/source_set.py`, `sources/discovery.py`), `monitor`'s flags, `show`, `kill`/`restart` (`status` shows the
+label a sidecar recorded) — so a kind added by one module and one line here is known to all of them, the sidecar
+job included. The declarations are light (core only at module level; each imports its reader when a source is
+opened), so the login node loads no reader: tests/test_architecture.py lets `launch/` import this module and the
+declarations, nothing else of `sources/`. A line may name a module outside guarded_sbatch (any importable
+`package.module` defining `KIND`). Opening is where a spec's writer identity is applied: another user's files,
+another W&B run, another process's event files are never read as the run's (sources/writers.py).
 """
 
 from __future__ import annotations
