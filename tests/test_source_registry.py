@@ -15,6 +15,7 @@ detection, its launch resolution into the run's record, its reading by the run's
 
 from __future__ import annotations
 
+import ast
 import difflib
 import filecmp
 import json
@@ -109,6 +110,13 @@ def test_the_new_kind_is_one_module_and_one_registry_line(package_with_jsonl: Pa
                                                   .read_text().splitlines(True), n=0)
             if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     assert diff == ["+" + REGISTRY_LINE], diff
+    # the added declaration keeps the rule of the shipped ones: at module level, core and light sources/ modules only
+    tree = ast.parse((TESTS / "jsonl_source.py").read_text())
+    imported = [node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+                and node.module.startswith("guarded_sbatch.")]
+    light = ("guarded_sbatch.core.", "guarded_sbatch.sources.kind_", "guarded_sbatch.sources.base",
+             "guarded_sbatch.sources.files")
+    assert imported and all(name.startswith(light) for name in imported), imported
     # the processes started from the copy import the copy (PYTHONPATH comes before the installed package)
     found = subprocess.run([sys.executable, "-P", "-c", "import guarded_sbatch.sources.kinds as k; print(k.__file__)"],
                            env={**os.environ, "PYTHONPATH": str(package_with_jsonl)}, capture_output=True, text=True,
