@@ -33,6 +33,13 @@ class Project:
             raise AssertionError(f"guarded-sbatch {args} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
 
+    def cli_here(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """As `cli`, in this process (cli_runner.run_cli): for calls that only answer, start nothing that must outlive
+        them and need no process of their own."""
+        from cli_runner import run_cli
+
+        return run_cli(args, env=self.env, cwd=self.root, check=check)
+
     @property
     def state_dir(self) -> Path:
         return Path(self.env["GUARDED_SBATCH_STATE_DIR"])

@@ -5,8 +5,6 @@ not masked."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ def project(tmp_path: Path) -> Project:
 
 
 def _error(project: Project, *args: str, code: int = 2) -> str:
-    result = project.cli(*args)
+    result = project.cli_here(*args)
     assert result.returncode == code, (args, result.returncode, result.stderr)
     assert "Traceback" not in result.stderr
     if code == 2:
@@ -40,7 +38,7 @@ def _error(project: Project, *args: str, code: int = 2) -> str:
 ])
 def test_did_you_mean(project: Project, args: list[str], expected: str | None) -> None:
     if expected is None:
-        result = project.cli("check", "--guard-backend", "local", *args)
+        result = project.cli_here("check", "--guard-backend", "local", *args)
         assert "did you mean" not in result.stderr
         return
     assert expected in _error(project, *args)
@@ -58,7 +56,7 @@ def test_did_you_mean_for_config_keys_and_check_names(project: Project, tmp_path
 
 
 def _check(project: Project, script: str, *args: str) -> str:
-    result = project.cli("check", "--guard-backend", "local", *args, script)
+    result = project.cli_here("check", "--guard-backend", "local", *args, script)
     assert result.returncode == 3, result.stderr
     return result.stderr
 
@@ -90,19 +88,18 @@ def test_the_run_name_rule_is_stated(project: Project) -> None:
 def test_a_path_with_secret_in_its_name_is_shown_not_masked(project: Project) -> None:
     text = _check(project, _with_config(project, "my_secret_stuff/config.yaml", "secret.sh"))
     assert "my_secret_stuff/config.yaml does not exist" in text and "[redacted]" not in text
-    leaked = project.cli("check", "--guard-backend", "local", "--guard-waive", "eta=token: hunter2x", "train.sh")
+    leaked = project.cli_here("check", "--guard-backend", "local", "--guard-waive", "eta=token: hunter2x", "train.sh")
     assert "hunter2x" not in leaked.stderr  # a secret-shaped assignment is still masked
 
 
 def test_help_of_every_command_answers(project: Project) -> None:
     for command in ("status", "stop", "monitor", "show", "check-sweep", "kill", "restart"):
-        result = subprocess.run([sys.executable, "-m", "guarded_sbatch", command, "--help"], env=project.env,
-                                capture_output=True, text=True, timeout=60)
+        result = project.cli_here(command, "--help")
         assert result.returncode == 0 and "usage" in result.stdout.lower(), (command, result.stderr)
 
 
 def test_run_says_its_own_words(project: Project) -> None:
-    result = project.cli("run", "--guard-backend", "local", "--", "python", "train.py", "--config",
+    result = project.cli_here("run", "--guard-backend", "local", "--", "python", "train.py", "--config",
                          "configs/synthetic-tanh-mlp.yaml")
     assert result.returncode == 3, result.stderr
     assert "no run name: give --job-name NAME before the --" in result.stderr
