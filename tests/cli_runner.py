@@ -16,15 +16,10 @@ import logging
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 from guarded_sbatch.cli.main import main
-
-T = TypeVar("T")
-
 
 class _Captured(io.StringIO):
     """A captured stream that says it is not a terminal (as a pipe would)."""
@@ -71,14 +66,3 @@ def run_cli(
         raise AssertionError(f"guarded-sbatch {list(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
     return result
 
-
-def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll `predicate` until it returns something true (returned), or fail after `timeout` seconds saying `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(interval)

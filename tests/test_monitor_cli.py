@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
 from e2e_helpers import EXAMPLE, make_project, wait_for
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -35,8 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _once(*args: str, cwd: Path) -> dict:
-    result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--json", *args],
-                            cwd=cwd, capture_output=True, text=True, timeout=120)
+    result = run_cli(["monitor", "--once", "--json", *args], cwd=cwd)
     payload = json.loads(result.stdout)
     assert result.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], result.stderr
     return payload
@@ -84,8 +84,7 @@ def test_monitor_watches_a_local_job_and_stops_it(tmp_path: Path) -> None:
 
 
 def test_monitor_without_anything_to_read_is_bad_usage(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    result = run_cli(["monitor", "--once"], cwd=tmp_path)
     assert result.returncode == 2 and "monitor needs something to read" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -108,20 +107,16 @@ def test_a_crash_in_the_log_stops_while_tensorboard_is_the_judged_source(runs: d
 def test_once_exit_code_is_the_decision_and_a_missing_path_is_bad_usage(runs: dict[str, Path], tmp_path: Path) -> None:
     codes = {}
     for name, args in (("healthy", ["--tb", "runs/a"]), ("broken", ["--tb", "runs/a"])):
-        codes[name] = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", *args],
-                                     cwd=runs[name], capture_output=True, text=True, timeout=120).returncode
+        codes[name] = run_cli(["monitor", "--once", *args], cwd=runs[name]).returncode
     (tmp_path / "runs" / "empty").mkdir(parents=True)
-    codes["empty"] = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", "--tb", "runs/empty"],
-                                    cwd=tmp_path, capture_output=True, text=True, timeout=120).returncode
+    codes["empty"] = run_cli(["monitor", "--once", "--tb", "runs/empty"], cwd=tmp_path).returncode
     assert codes == {"healthy": 0, "broken": 11, "empty": 10}
     for flag in ("--tb", "--log", "--wandb"):
-        typo = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--once", flag, "runs/typo"],
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        typo = run_cli(["monitor", "--once", flag, "runs/typo"], cwd=tmp_path)
         assert typo.returncode == 2 and typo.stdout == "", typo
         assert typo.stderr.count("\n") == 1 and f"{flag} runs/typo: no such file or folder" in typo.stderr
         assert str(tmp_path) in typo.stderr  # relative to where it ran
-    helped = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--help"], capture_output=True,
-                            text=True, timeout=60).stdout
+    helped = run_cli(["monitor", "--help"]).stdout
     assert "0 CONTINUE, 10 WAIT, 11 STOP" in " ".join(helped.split())
 
 
