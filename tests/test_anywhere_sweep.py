@@ -57,7 +57,7 @@ def test_combinations_and_command_lines(tmp_path: Path) -> None:
 def test_check_sweep_blocks_an_lr_range_that_ignores_the_batch_change_and_names_the_combination(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     _sweep(project, MISSING_LR)
-    result = project.cli("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    result = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
     assert result.returncode == 3, result.stderr
     assert "combination 1/2 (batch_size=256, lr=0.005): BLOCKED" in result.stderr
     assert ("global batch 64 -> 256 (×4) but the sweep's learning rates (0.005 .. 0.05) miss the reference's 0.05 "
@@ -66,8 +66,8 @@ def test_check_sweep_blocks_an_lr_range_that_ignores_the_batch_change_and_names_
     report = json.loads(result.stdout)
     assert report["blocked"] and [c["blocked"] for c in report["combinations"]] == [True, True]
     assert report["combinations"][1]["run_name"] == "synthetic-regression-tanh-mlp-bs256-lr0.05"
-    waived = project.cli("check-sweep", "--guard-run-name", NAME, "--guard-waive",
-                         "config-diff=LR range explored on purpose", "sweep.yaml")
+    waived = project.cli_here("check-sweep", "--guard-run-name", NAME, "--guard-waive",
+                              "config-diff=LR range explored on purpose", "sweep.yaml")
     assert waived.returncode == 0, waived.stderr
     assert "Clear to start the sweep." in waived.stderr and "(waived)" in waived.stderr
 
@@ -86,13 +86,13 @@ parameters:
 def test_an_ordinary_lr_by_batch_size_grid_passes_and_a_fixed_lr_over_batch_sizes_does_not(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     _sweep(project, GRID.replace("LR", "{values: [0.025, 0.05, 0.1, 0.2]}"))
-    grid = project.cli("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    grid = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
     assert grid.returncode == 0, grid.stderr  # 12 combinations, each batch size's rescaled lr within the grid
     report = json.loads(grid.stdout)
     assert len(report["combinations"]) == 12 and not report["blocked"]
     assert "the sweep's learning rates (0.025 .. 0.2) reach the rescaled value" in grid.stderr
     _sweep(project, GRID.replace("LR", "{value: 0.05}"))  # batch swept, lr left where the reference had it
-    fixed = project.cli("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    fixed = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
     assert fixed.returncode == 3, fixed.stderr
     blocked = [c["blocked"] for c in json.loads(fixed.stdout)["combinations"]]
     assert blocked == [False, True, True]  # bs 64 is the reference's own; 128 and 256 keep its lr: real regressors
@@ -103,7 +103,7 @@ def test_check_sweep_needs_a_project_and_a_run_name_pattern(tmp_path: Path) -> N
     project = make_project(tmp_path)
     project.env.pop("WANDB_PROJECT", None)
     _sweep(project, SWEEP.replace("project: tiny-mlp\n", "").replace("value: 256", "value: 64"))
-    result = project.cli("check-sweep", "sweep.yaml")
+    result = project.cli_here("check-sweep", "sweep.yaml")
     assert result.returncode == 3
     assert "[FAIL] monitoring: the sweep names no W&B project" in result.stderr
     assert "[FAIL] run-name" in result.stderr  # no pattern: the agent's runs would get no meaningful name

@@ -42,8 +42,8 @@ def test_one_config_launched_twice_is_refused_then_waived(tmp_path: Path, backen
         assert f"give this run its own logdir: e.g. --logdir runs/{other}" in line
         assert 'runs/${SLURM_JOB_ID}' in line and "--guard-waive own-folder=" in line
 
-        fixed = project.cli("check", "--json", "--guard-backend", backend, "--job-name", other, "train.sh",
-                            "--logdir", f"runs/{other}")
+        fixed = project.cli_here("check", "--json", "--guard-backend", backend, "--job-name", other, "train.sh",
+                                 "--logdir", f"runs/{other}")
         assert _own_folder(fixed.stdout)["status"] == "passed", fixed.stderr
 
         waived = project.cli("--guard-backend", backend, "--job-name", other,
@@ -59,6 +59,6 @@ def test_one_config_launched_twice_is_refused_then_waived(tmp_path: Path, backen
         for job in jobs:
             scheduler.cancel(job)
     wait_for(lambda: scheduler.state(first_id).is_terminal, 60, 0.5, "the first run to end")
-    after = project.cli("check", "--json", "--guard-backend", backend, "--job-name", f"{project.name}-third",
-                        "train.sh")
+    after = project.cli_here("check", "--json", "--guard-backend", backend, "--job-name", f"{project.name}-third",
+                             "train.sh")
     assert _own_folder(after.stdout)["status"] == "passed", after.stderr  # a finished run's folder is free again

@@ -29,7 +29,7 @@ def _project(tmp_path: Path, request: pytest.FixtureRequest, backend: str) -> Pr
 
 
 def _runs(project: Project) -> list[dict]:
-    return json.loads(project.cli("status", "--json", check=True).stdout)["runs"]
+    return json.loads(project.cli_here("status", "--json", check=True).stdout)["runs"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

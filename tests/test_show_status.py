@@ -45,7 +45,7 @@ def on_pty(project: Project, *args: str, timeout: float = 120) -> str:
 
 
 def _status_row(project: Project, job_id: str, *extra: str) -> dict | None:
-    rows = json.loads(project.cli("status", "--json", *extra, check=True).stdout)["runs"]
+    rows = json.loads(project.cli_here("status", "--json", *extra, check=True).stdout)["runs"]
     return next((r for r in rows if r["job_id"] == job_id), None)
 
 
@@ -60,7 +60,7 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
     record = project.run_record(job_id)
     try:
         wait_for(lambda: "## Training Check" in project.sidecar_output(job_id), 90, what="a first report")
-        piped = project.cli("show", job_id, check=True).stdout
+        piped = project.cli_here("show", job_id, check=True).stdout
         assert piped.startswith(f"# {record['run_name']} (job {job_id}): RUNNING")
         assert "## Training Check" in piped and "- Next check:" in piped and "Anomalies: none" in piped
         assert "train/loss (train_loss), last" in piped and "  step " in piped
@@ -71,7 +71,7 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
         assert any(0x2800 <= ord(ch) <= 0x28FF for ch in screen), "no braille plot on the terminal"
 
         png = tmp_path / "live.png"
-        assert project.cli("show", job_id, "--png", str(png), check=True).returncode == 0
+        assert project.cli_here("show", job_id, "--png", str(png), check=True).returncode == 0
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
         row = _status_row(project, job_id)
@@ -79,7 +79,7 @@ def test_show_and_status_on_a_live_run_then_killed_by_its_owner(tmp_path: Path) 
         assert row["stopped_by"] is None
         assert _status_row(project, job_id, "--project", str(project.root)) is not None
         assert _status_row(project, job_id, "--project", str(tmp_path / "elsewhere")) is None
-        table = project.cli("status", check=True).stdout
+        table = project.cli_here("status", check=True).stdout
         assert table.splitlines()[0].split()[:8] == ["RUN", "JOB", "STATE", "AGE", "ELAPSED", "EXIT", "STOPPED", "BY"]
     finally:
         killed = project.cli("kill", job_id, "--yes")
@@ -111,7 +111,7 @@ def test_show_and_status_on_a_run_stopped_by_the_guard(tmp_path: Path) -> None:
     assert row and row["state"] == "CANCELLED" and row["stopped_by"] == "guard" and row["decision"] == "STOP"
     assert row["exit_code"] is not None and row["elapsed"]
 
-    piped = project.cli("show", record["run_name"], check=True).stdout
+    piped = project.cli_here("show", record["run_name"], check=True).stdout
     assert f"(job {job_id}): CANCELLED, stopped by guard" in piped
     assert "FINAL_SUMMARY" in piped and "- Decision: STOP" in piped
     assert "Anomalies: " in piped and "Anomalies: none" not in piped
@@ -121,7 +121,7 @@ def test_show_and_status_on_a_run_stopped_by_the_guard(tmp_path: Path) -> None:
     screen = on_pty(project, "show", job_id)
     assert "\x1b[" in screen and "not finite from step" in screen
 
-    shown = json.loads(project.cli("show", job_id, "--json", check=True).stdout)
+    shown = json.loads(project.cli_here("show", job_id, "--json", check=True).stdout)
     assert shown["stopped_by"] == "guard" and shown["series"]
     records = read_audit(audit)
     assert [r["event"] for r in records] == ["launch", "stop"] and {r["job"] for r in records} == {job_id}

@@ -37,7 +37,7 @@ def _launch(project: Project, *args: str) -> str:
 
 
 def _rows(project: Project, *extra: str) -> dict[str, dict]:
-    rows = json.loads(project.cli("status", "--json", *extra, check=True).stdout)["runs"]
+    rows = json.loads(project.cli_here("status", "--json", *extra, check=True).stdout)["runs"]
     return {row["job_id"]: row for row in rows}
 
 
@@ -93,10 +93,10 @@ def test_status_says_how_each_run_ended(tmp_path: Path) -> None:
 
     assert set(_rows(done, "--state", "cancelled,failed")) == {crashed_id, live_id}
     assert set(_rows(done, "--name", f"{crashed.name}*")) == {crashed_id}
-    typo = done.cli("status", "--state", "RUNING")
+    typo = done.cli_here("status", "--state", "RUNING")
     assert typo.returncode == 2 and "did you mean RUNNING?" in typo.stderr and len(typo.stderr.splitlines()) == 1
 
-    piped = done.cli("status", check=True).stdout.splitlines()
+    piped = done.cli_here("status", check=True).stdout.splitlines()
     assert piped[0].split()[:9] == ["RUN", "JOB", "STATE", "AGE", "ELAPSED", "EXIT", "STOPPED", "BY", "ENDED"]
     assert "\x1b[" not in "".join(piped) and any("0:15" in line and "user (kill)" in line for line in piped)
 
@@ -128,7 +128,7 @@ def test_stop_of_nothing_says_so_and_fails(tmp_path: Path) -> None:
         assert sleeper.wait(timeout=10) == -2  # SIGINT first
     finally:
         sleeper.kill()
-    assert "exit codes: 0 stopped" in project.cli("stop", "--help", check=True).stdout
+    assert "exit codes: 0 stopped" in project.cli_here("stop", "--help", check=True).stdout
 
 
 @pytest.mark.slurm
