@@ -1,7 +1,7 @@
 """Which config keys and launcher arguments (their last part, `-` as `_`) name a folder the run writes: its output
 folder or its checkpoint folder (sources/kinds.py `written_folder_keys` adds every source kind's folder keys). One
 list per fact: the launch claims the output folders as the run's own, the run-name check calls a name taken when
-one of these folders already holds it, and the path check asks that each one's parent exists."""
+an output or checkpoint folder already holds it, and the path check asks that each one's parent exists."""
 
 from __future__ import annotations
 

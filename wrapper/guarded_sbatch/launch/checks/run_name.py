@@ -7,14 +7,16 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import DEFAULT_NAME_PATTERN
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.sources.kinds import written_folder_keys
+from guarded_sbatch.core.place_keys import CHECKPOINT_DIR_KEYS, OUTPUT_KEYS
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import RunConfig
 
-WRITTEN_FOLDER_KEYS = written_folder_keys()  # output, checkpoint and every source kind's folder keys
+# where a run's folder is <place>/<name>: a source kind's folder key (a TensorBoard logdir) names the run's own folder
+# already, and a live run writing it is the own-folder check's
+NAMED_FOLDER_KEYS = (*OUTPUT_KEYS, *CHECKPOINT_DIR_KEYS)
 
 NAME = CheckName.RUN_NAME.value
 CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name")
@@ -102,7 +104,7 @@ def output_folders(context: PreflightContext, name: str) -> list[Path]:
     """Where this run's outputs would land: <run root>/<name>, and output paths that end in the name."""
     folders = [root / name for root in context.config.run_roots]
     if context.intended is not None:
-        for key, value in r.values_of(context.intended, WRITTEN_FOLDER_KEYS).items():
+        for key, value in r.values_of(context.intended, NAMED_FOLDER_KEYS).items():
             if isinstance(value, str) and value and "$" not in value:
                 path = context.resolve(value)
                 folders.append(path if path.name == name else path / name)
