@@ -46,7 +46,7 @@ HF = Example("hf_trainer", "train.sh", healthy=("--max-steps", "80", "--step-sec
 LIGHTNING_CSV = Example("lightning_tiny", "train.sh", healthy=("--max-steps", "300", "--step-seconds", "0.02"),
                         nan=("--nan-at", "60", "--step-seconds", "0.05"),
                         diverge=("--diverge-at", "60", "--step-seconds", "0.05"),
-                        names=("train_loss", "val_loss"), judged=("log_fallback",),
+                        names=("train_loss", "val_loss"), judged=("csv_ok",),
                         reads=r"/logs/synthetic-tanh-lightning/lightning_logs/version_\d+/metrics\.csv$")
 LIGHTNING_TB = Example("lightning_tiny", "train-tb.sh", healthy=LIGHTNING_CSV.healthy, nan=LIGHTNING_CSV.nan,
                        diverge=LIGHTNING_CSV.diverge, names=("train_loss", "val_loss"), judged=("tensorboard_ok",),

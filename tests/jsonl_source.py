@@ -57,6 +57,6 @@ def own_files(spec: SourceSpec) -> list[str]:
 LAUNCH = LaunchKind("jsonl", uses=(Uses("{where} writes JSON-lines metrics", imports=("jsonl_logger",), code=(".jsonl",)),),
                     path_keys=("metrics_jsonl",), place="file")
 
-KIND = SourceKind("jsonl", "--jsonl", "JSON-lines metrics", 2, "log_fallback", JsonLinesSource,
+KIND = SourceKind("jsonl", "--jsonl", "JSON-lines metrics", 2, "jsonl_ok", JsonLinesSource,
                   finds=Finds("JSON-lines", file=lambda name: name.endswith(".jsonl")), run_files=own_files,
                   launch=LAUNCH)

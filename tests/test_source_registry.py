@@ -131,7 +131,7 @@ def test_monitor_gets_the_new_kinds_flag_and_finds_its_files_under_a_folder(
     log = tmp_path / "exp" / "metrics.jsonl"
     _write_metrics(log)
     verdict = json.loads(project.cli("monitor", "--once", "--json", "--jsonl", str(log), check=True).stdout)
-    assert verdict["decision"] == "CONTINUE" and verdict["last_step"] == 390 and verdict["data_source"] == "log_fallback"
+    assert verdict["decision"] == "CONTINUE" and verdict["last_step"] == 390 and verdict["data_source"] == "jsonl_ok"
     found = project.cli("monitor", "--once", "--json", str(tmp_path / "exp"), check=True)  # the kind's `Finds`
     assert json.loads(found.stdout)["last_step"] == 390
     _write_metrics(log, nan_from=300)

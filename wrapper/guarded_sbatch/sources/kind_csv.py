@@ -18,6 +18,6 @@ def _open(path: Path) -> MetricSource:
     return LightningCsvSource(path)
 
 
-KIND = SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "log_fallback", _open, launch=LAUNCH,
+KIND = SourceKind("csv", "--csv", "Lightning CSVLogger metrics.csv", 2, "csv_ok", _open, launch=LAUNCH,
                   finds=Finds("Lightning CSV", file=is_file_named("metrics.csv")),
                   in_run_folders=True)  # save_dir/name/version_N/ under the run's output folder, beside its events

@@ -98,7 +98,7 @@ def _pick(found: list[Path], picking: Picking) -> list[Path]:
     return []
 
 
-KIND = SourceKind("mlflow", "--mlflow", "MLflow store (mlflow.db or mlruns/)", 2, "log_fallback", _open,
+KIND = SourceKind("mlflow", "--mlflow", "MLflow store (mlflow.db or mlruns/)", 2, "mlflow_ok", _open,
                   needs_existing_path=False, open_spec=_open_spec, launch=LAUNCH,
                   finds=Finds("MLflow", file=lambda name: name == "mlflow.db", folder=lambda name: name == "mlruns",
                               pick=_pick))

@@ -15,5 +15,5 @@ def _open(path: Path) -> MetricSource:
     return TrainerStateSource(path)
 
 
-KIND = SourceKind("trainer_state", None, "HF trainer_state.json", 2, "log_fallback", _open,
+KIND = SourceKind("trainer_state", None, "HF trainer_state.json", 2, "trainer_state_ok", _open,
                   finds=Finds("trainer_state.json", file=is_file_named("trainer_state.json")))
