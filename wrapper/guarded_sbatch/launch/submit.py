@@ -70,10 +70,8 @@ class GuardedSubmission:
 
 
 def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
+    # the run's sources travel one way: its record in --run-dir (the guard flags' paths among them), never argv
     args = ["--job", record.job_id, "--backend", record.backend, "--run-dir", str(record.folder)]
-    for flag, paths in (("--tb", options.tb_paths), ("--wandb", options.wandb_paths), ("--log", options.log_paths)):
-        for path in paths:
-            args += [flag, str(path)]
     if options.stop_command:
         args += ["--stop-command", options.stop_command]
     if options.notes_path:
@@ -86,7 +84,9 @@ def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
 
 
 def shared_entry(options: SidecarOptions) -> dict[str, object]:
-    """What the shared monitor needs to watch a run (its registration, beside run_dir and run_name)."""
+    """What the shared monitor needs to watch a run (its registration, beside run_dir and run_name). The run's
+    record (run_dir/run.json, written before it registers) is what the monitor reads; the guard flags' paths here
+    serve a registration without a record."""
     return {"tb": [str(p) for p in options.tb_paths], "wandb": [str(p) for p in options.wandb_paths],
             "log": [str(p) for p in options.log_paths], "stop_command": options.stop_command or "",
             "notes": str(options.notes_path) if options.notes_path else "", "full_interval_s": options.full_interval_s}
