@@ -24,7 +24,7 @@ def _runs(project) -> list[dict]:  # type: ignore[no-untyped-def]
 
 
 def _status(project, run_id: str) -> dict:  # type: ignore[no-untyped-def]
-    rows = json.loads(project.cli("status", "--json", check=True).stdout)["runs"]
+    rows = json.loads(project.cli_here("status", "--json", check=True).stdout)["runs"]
     return next(row for row in rows if row["run_id"] == run_id)
 
 

@@ -139,7 +139,7 @@ def test_kill_stops_a_live_run_and_purges_its_folders_in_order(
         assert (paths[key] / "keep.bin").read_bytes() == b"unrelated"
     assert (project.root / "train.sh").is_file()
     assert project.run_record(job_id)["ended"] == "killed"
-    status = json.loads(project.cli("status", "--json", check=True).stdout)
+    status = json.loads(project.cli_here("status", "--json", check=True).stdout)
     # a killed run stays listed, with how it ended
     assert [(r["state"], r["stopped_by"], r["ended"]) for r in status["runs"]] == [("CANCELLED", "user (kill)", "killed")]
     assert time.monotonic() - started < 120

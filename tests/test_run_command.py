@@ -102,7 +102,7 @@ def test_the_run_name_check_is_the_sbatch_forms(tmp_path: Path, monkeypatch: pyt
     finished = "synthetic-tanh-mlp-bs64-lr5e-2-finished"
     (outputs / finished).mkdir(parents=True)  # left by the finished runs of that name
     for name, status in ((finished, "FAIL"), (f"{project.name}-free", "ok  ")):
-        sbatch_form = project.cli("check", "--guard-backend", "local", "--job-name", name, "train.sh")
+        sbatch_form = project.cli_here("check", "--guard-backend", "local", "--job-name", name, "train.sh")
         code, run_form = _run_form_check(project, monkeypatch, capsys, "--job-name", name)
         assert _run_name_line(run_form) == _run_name_line(sbatch_form.stderr)
         assert _run_name_line(run_form).startswith(f"[{status}] run-name:")

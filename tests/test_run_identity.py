@@ -262,7 +262,7 @@ def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(t
 
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     wait_for(lambda: scheduler.state(job_id).is_terminal, 60, 0.5, "the job to end")
-    once = project.cli("monitor", "--once", "--json", "--job", job_id)
+    once = project.cli_here("monitor", "--once", "--json", "--job", job_id)
     payload = json.loads(once.stdout)
     assert once.returncode == {"CONTINUE": 0, "WAIT": 10, "STOP": 11}[payload["decision"]], once.stderr
     assert payload["data_source"] == "tensorboard_ok" and payload["last_step"] == 60
@@ -270,5 +270,5 @@ def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(t
     assert f"{project.name} (job" in watched.stdout
     assert "runs/synthetic-tanh-mlp-bs64-lr5e-2" in watched.stdout
     project.env["GUARDED_SBATCH_BACKEND"] = "nowhere"
-    bad = project.cli("monitor", "--job", job_id)
+    bad = project.cli_here("monitor", "--job", job_id)
     assert bad.returncode == 2 and "GUARDED_SBATCH_BACKEND" in bad.stderr
