@@ -131,7 +131,7 @@ def assert_outcome(run: Launched, example: Example, scheduler: Scheduler, *, sho
         assert verdict["decision"] == "STOP" and verdict["reason"] in STOP_REASONS, verdict
     for name in example.names:
         assert re.search(rf"(?<![\w/]){re.escape(name)}[=:]", output), (run.variant, name, output[-3000:])
-    shown = run.project.cli("show", run.record["run_id"], timeout=120).stdout if show else ""
+    shown = run.project.cli_here("show", run.record["run_id"]).stdout if show else ""
     if show:
         assert f"\n{example.names[0]} (train_loss)" in shown, (run.variant, shown[-3000:])
     assert not RUN_FOLDER_IN_NAME.search(metric_lines(output + shown)), (run.variant, output[-3000:])
@@ -147,7 +147,7 @@ def metric_lines(text: str) -> str:
 def assert_status(runs: list[Launched]) -> None:
     """`status --json` (one call for the runs, which share a state folder): each stopped run's row says the guard
     stopped it and why, with metric names as written; the healthy one's row says COMPLETED."""
-    listed = runs[0].project.cli("status", "--json", timeout=120)
+    listed = runs[0].project.cli_here("status", "--json")
     assert listed.returncode == 0, listed.stderr
     rows = {row["job_id"]: row for row in json.loads(listed.stdout)["runs"]}
     for run in runs:

@@ -149,11 +149,11 @@ def new_project_launches_clean(tmp_path: Path, backend: str, scheduler: Any) -> 
     assert "the trainer must create it" in report and "BLOCKED" not in report
     state, output = wait_ended(project, scheduler, job_id)
     assert state is JobState.COMPLETED and "Decision: STOP" not in output, output
-    again = project.cli("check", "train.sh", "--logdir", "runs/second-try")
+    again = project.cli_here("check", "train.sh", "--logdir", "runs/second-try")
     assert f"the last run of this config that finished healthy: run {record['run_id']}" in again.stderr
-    named = project.cli("reference", record["run_id"])
+    named = project.cli_here("reference", record["run_id"])
     assert named.returncode == 0, named.stderr
-    again = project.cli("check", "train.sh", "--logdir", "runs/second-try")
+    again = project.cli_here("check", "train.sh", "--logdir", "runs/second-try")
     assert f"named with `guarded-sbatch reference`: run {record['run_id']}" in again.stderr, again.stderr
     assert "eta: ends about" in again.stderr  # the speed now comes from that run's own log
 
