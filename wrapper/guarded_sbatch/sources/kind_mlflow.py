@@ -27,7 +27,7 @@ def _review(settings: Mapping[str, str]) -> tuple[str, str]:
 
 LAUNCH = LaunchKind("mlflow", env_signs=("MLFLOW_TRACKING_URI",), uses=(
     Uses("{where} uses mlflow", imports=("mlflow",), config_words=("mlflow",)),
-), settings=_settings, review=_review)  # fmt: skip
+), settings=_settings, review=_review)
 
 
 def mlflow_stores(uri: str, workdir: str) -> list[Path]:

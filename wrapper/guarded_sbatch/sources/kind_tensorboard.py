@@ -17,7 +17,7 @@ from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, Picking, SourceKind, claimed, modified_at
 
 TENSORBOARD_KEYS = ("logdir", "log_dir", "logging_dir", "tensorboard_dir", "tensorboard_log_dir", "tb_dir", "tb_logdir",
-                    "tb_log_dir", "summary_dir")  # fmt: skip
+                    "tb_log_dir", "summary_dir")
 
 LAUNCH = LaunchKind("tensorboard", default_folders=("runs", "lightning_logs"), uses=(
     Uses("{where} writes TensorBoard events", imports=("tensorboard", "tensorboardX", "torch.utils.tensorboard"),

@@ -56,7 +56,7 @@ def _review(settings: Mapping[str, str]) -> tuple[str, str]:
 LAUNCH = LaunchKind("wandb", env_signs=("WANDB_API_KEY",), uses=(
     Uses("{where} imports wandb", imports=("wandb",), code=("WandbLogger",)),
     Uses("the config reports to wandb", config_words=("wandb",), config_prefixes=("wandb.", "wandb_")),
-), settings=_settings, review=_review)  # fmt: skip
+), settings=_settings, review=_review)
 
 
 def own_wandb_logs(folders: list[str], run_id: str) -> list[Path]:
