@@ -173,7 +173,8 @@ def test_tmux_run_restarts_in_a_fresh_session_and_is_killed(tmp_path: Path) -> N
         assert restarted.returncode == 0, restarted.stderr
         new = next(r for r in _runs(project) if r.get("restarted_from") == old["run_id"])
         assert new["launched_by"] == "run" and new["log_paths"] == []  # not the old session's log
-        assert _status(project, new["run_id"])["state"] == "RUNNING"
+        # the new tmux session starts its job a moment after restart returns (PENDING until then)
+        wait_for(lambda: _status(project, new["run_id"])["state"] == "RUNNING", 60, what="the restarted run running")
         assert LocalScheduler(project.state_dir / "local-jobs").state(old["job_id"]).value == "CANCELLED"
 
         def has() -> bool:
@@ -182,7 +183,7 @@ def test_tmux_run_restarts_in_a_fresh_session_and_is_killed(tmp_path: Path) -> N
                 == 0
             )
 
-        assert has()  # the new run's session, under the same name
+        wait_for(has, 30, what="the new run's session, under the same name (its job starts it once running)")
         killed = project.cli("kill", new["run_id"], "--yes")
         assert killed.returncode == 0, killed.stderr
         wait_for(lambda: not has(), 60, what="the session to be gone after kill")
