@@ -16,7 +16,8 @@ from conftest import require
 from guarded_sbatch.core.run_sources import RunSources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.sources.discovery import discover_owned, fresh_files
+from guarded_sbatch.sources.discovery import discover_owned
+from guarded_sbatch.sources.kind_tensorboard import fresh_files
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from source_writers import tb_event, write_tb_events
 

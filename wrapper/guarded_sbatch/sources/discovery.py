@@ -15,11 +15,8 @@ from pathlib import Path
 
 from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.sources.base import MetricSource
-from guarded_sbatch.sources.kind_base import Picking, SourceKind, modified_at
-from guarded_sbatch.sources.kind_tensorboard import created_at, fresh_files, run_roots
+from guarded_sbatch.sources.kind_base import Picking, SourceKind
 from guarded_sbatch.sources.kinds import KINDS, names_run_folder
-
-__all__ = ["created_at", "fresh_files", "modified_at", "run_roots"]  # the TensorBoard kind's, kept for callers
 
 MAX_DEPTH = 4
 TIME_BUDGET_S = 5.0
@@ -120,9 +117,10 @@ class Discovery:
 
 
 def picked(folder: str | os.PathLike[str], *, since: float | None = None, claimed: Collection[str] = (),
-           include_wandb: bool = True, kinds: Collection[str] | None = None, max_depth: int = MAX_DEPTH,
+           skip: Collection[str] = (), kinds: Collection[str] | None = None, max_depth: int = MAX_DEPTH,
            time_budget_s: float = TIME_BUDGET_S) -> tuple[list[tuple[SourceKind, Path]], list[str]]:
-    """Each kind's pick under `folder`, in priority order, and the notes naming what was seen but not taken."""
+    """Each kind's pick under `folder`, in priority order, and the notes naming what was seen but not taken; the
+    kinds in `skip` (those a run's record names already) are not looked for."""
     root = Path(folder)
     if not root.is_dir():
         return [], []
@@ -131,9 +129,7 @@ def picked(folder: str | os.PathLike[str], *, since: float | None = None, claime
     chosen: list[tuple[SourceKind, Path]] = []
     notes: list[str] = []
     for kind in sorted(_finders(), key=lambda k: k.priority):
-        if kind.finds is None or (kinds is not None and kind.name not in kinds):
-            continue
-        if kind.name == "wandb" and not include_wandb:
+        if kind.finds is None or kind.name in skip or (kinds is not None and kind.name not in kinds):
             continue
         picking = Picking(root, since, taken, kind.finds.label)
         chosen.extend((kind, path) for path in kind.finds.pick(found.by_kind.get(kind.name, []), picking))
@@ -142,13 +138,13 @@ def picked(folder: str | os.PathLike[str], *, since: float | None = None, claime
 
 
 def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None,
-                   claimed: Collection[str] = (), include_wandb: bool = True, kinds: Collection[str] | None = None,
+                   claimed: Collection[str] = (), skip: Collection[str] = (), kinds: Collection[str] | None = None,
                    max_depth: int = MAX_DEPTH, time_budget_s: float = TIME_BUDGET_S) -> Discovery:
     """The sources under `folder` that clearly belong to one run: written since `since`, not claimed by another
     guarded run, and of one run only. Several candidates of a kind: none is read, and the candidates are named.
     `kinds` (source kind names; None: all) narrows the search, e.g. to "csv" in a run's own output folder whose
     event files are read already but where a Lightning CSVLogger's version_N/metrics.csv is still to be found."""
-    chosen, notes = picked(folder, since=since, claimed=claimed, include_wandb=include_wandb, kinds=kinds,
+    chosen, notes = picked(folder, since=since, claimed=claimed, skip=skip, kinds=kinds,
                            max_depth=max_depth, time_budget_s=time_budget_s)
     result = Discovery(ambiguous=notes)
     for kind, path in chosen:
@@ -159,10 +155,10 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
 
 
 def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
-             include_wandb: bool = True, kinds: Collection[str] | None = None) -> tuple[list[SourceSpec], str]:
+             skip: Collection[str] = (), kinds: Collection[str] | None = None) -> tuple[list[SourceSpec], str]:
     """Specs of the sources under `root` that clearly belong to one run, and a note naming what was seen but not
     attributable. A store of many runs (MLflow) is taken only when reading a folder by hand (no `since`)."""
-    chosen, notes = picked(root, since=since, claimed=claimed, include_wandb=include_wandb, kinds=kinds)
+    chosen, notes = picked(root, since=since, claimed=claimed, skip=skip, kinds=kinds)
     origin = f"found under {root}"
     return [SourceSpec(kind.name, str(path), origin) for kind, path in chosen], "; ".join(notes)
 
@@ -175,8 +171,7 @@ def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float,
     named = {spec.kind for spec in recorded}
     if any(names_run_folder(kind) for kind in named):
         return [], ""
-    specs, note = discover(root, since=since, claimed=claimed, include_wandb="wandb" not in named)
-    return [spec for spec in specs if spec.kind not in named], note
+    return discover(root, since=since, claimed=claimed, skip=named)
 
 
 def claims_below(folder: str | os.PathLike[str], claimed: Collection[str]) -> list[str]:
