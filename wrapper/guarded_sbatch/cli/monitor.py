@@ -43,7 +43,7 @@ class Cadence:
     job_poll_s: float
 
 
-def _load_numpy() -> None:
+def _load_watcher() -> None:
     """Load numpy and what reads and judges with it (the readers, the loop, the report) once: numpy with one OpenBLAS
     thread, and no garbage collection while these modules load.
 
@@ -75,7 +75,7 @@ def _load_numpy() -> None:
 
 def _flagged_kinds() -> list[SourceKind]:
     """sources/kinds.py's kinds with a flag (the readers, and numpy, loaded on first use)."""
-    _load_numpy()
+    _load_watcher()
     from guarded_sbatch.sources.kinds import flagged_kinds
 
     return flagged_kinds()
@@ -389,7 +389,7 @@ def _anywhere_settings(args: Any, watched: Watched) -> dict[str, Any]:
 
 def run_shared_monitor(argv: list[str]) -> int:
     """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.shared_monitor)."""
-    _load_numpy()
+    _load_watcher()
     from guarded_sbatch.core.monitor_registry import monitor_folder
     from guarded_sbatch.scheduler import get_scheduler
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, install_signal_handlers
