@@ -29,6 +29,22 @@ def _slurm_up() -> tuple[bool, str]:
     return True, ""
 
 
+# The files that take longest (minutes of waiting on Slurm and trainers), longest first. scripts/test hands files to
+# its workers in collection order (--no-loadscope-reorder), so these start at once and the quick files fill in
+# around them; left to xdist's default (most tests first), they came last and the run ended on one of them.
+SLOWEST_FILES = (
+    "test_e2e_frameworks_local.py", "test_e2e_identity_slurm.py", "test_e2e_identity_local.py",
+    "test_sidecar_faults_slurm.py", "test_launcher_slurm.py", "test_multinode_training.py",
+    "test_e2e_frameworks_slurm.py", "test_one_config_twice.py", "test_executor.py", "test_notify.py",
+    "test_shared_bounded_inputs.py", "test_lifecycle.py", "test_anywhere_watch.py", "test_judge_final.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> None:
     """Require the real dev Slurm. Under CI=true its absence fails the test; elsewhere it skips."""

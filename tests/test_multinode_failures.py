@@ -127,6 +127,7 @@ def _monitor_output(state_dir: Path) -> str:
     return "".join(p.read_text(errors="replace") for p in state_dir.glob("shared-monitor/*/monitor-*.out"))
 
 
+@pytest.mark.long  # runs that outlive the monitor's requeue: minutes, on the cluster of the long tests
 def test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated(
     layout: Layout, tmp_path: Path, failed_nodes: list[str]
 ) -> None:

@@ -81,6 +81,7 @@ def test_accelerate_launch_on_two_nodes_trains_as_one_world(layout: Layout, tmp_
     assert output.count("training finished after 200 steps") == 1
 
 
+@pytest.mark.long  # a run that outlives its time limit and a requeue: minutes of waiting on Slurm
 def test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes(layout: Layout, tmp_path: Path) -> None:
     project = ddp_project(tmp_path)
     slurm = SlurmScheduler(state_dir=tmp_path / "cache")

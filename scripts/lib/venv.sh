@@ -35,16 +35,14 @@ ensure_venv() {
   if [[ ! -f "$stamp" || "$repo/pyproject.toml" -nt "$stamp" ]]; then
     echo "guarded-sbatch: [setup 2/3] updating pip" >&2
     "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-    # pip's own progress, one line per package (the first install takes a few minutes: wandb, tensorboard ...)
     echo "guarded-sbatch: [setup 3/3] installing guarded-sbatch${extra:+[$extra]} and its dependencies" >&2
     local log="$repo/.venv/install.log" pid
-    "$repo/.venv/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
-      -e "$repo${extra:+[$extra]}" >"$log" 2>&1 &
+    install_project "$repo" "$repo${extra:+[$extra]}" >"$log" 2>&1 &
     pid=$!
-    # every package gets its line: Collecting (from an index) or Processing (a local wheel or folder); the
-    # "Installing collected packages" line says what the quiet half-minute after it is for
+    # a line per package from pip (Collecting: from an index, Processing: a local wheel or folder), a few
+    # summary lines from uv
     tail --pid="$pid" -n +1 -F "$log" 2>/dev/null \
-      | grep -E --line-buffered '^(Collecting|Processing|Building|Installing collected packages|Successfully)' \
+      | grep -E --line-buffered '^(Collecting|Processing|Building|Installing collected packages|Successfully|Resolved|Prepared|Installed|guarded-sbatch:)' \
       | sed -u 's/^Installing collected packages: \(.*\)$/Installing collected packages (about half a minute, no output meanwhile): \1/' >&2 \
       || true
     if ! wait "$pid"; then
@@ -56,6 +54,25 @@ ensure_venv() {
     echo "guarded-sbatch: setup done" >&2
   fi
   export PATH="$repo/.venv/bin:$PATH"
+}
+
+# install_project REPO SPEC: SPEC (the project, editable, with its extras) into REPO/.venv. uv installs it about
+# three times faster than pip (downloads in parallel; 21 s against 57 s for the test extras here); it reads pip's
+# find-links (where a site keeps wheels such as the CPU torch) and CA bundle. pip remains the fallback: no uv
+# wheel for this platform, an index only pip is configured for.
+install_project() {
+  local repo=$1 spec=$2 python="$1/.venv/bin/python" link cert args=()
+  for link in ${PIP_FIND_LINKS:-$("$python" -m pip config get global.find-links 2>/dev/null || true)}; do
+    args+=(--find-links "$link")
+  done
+  cert="${PIP_CERT:-$("$python" -m pip config get global.cert 2>/dev/null || true)}"
+  [[ -n "$cert" ]] && export SSL_CERT_FILE="$cert"
+  if timeout 300 "$python" -m pip install -q --disable-pip-version-check uv &&
+     timeout 1800 "$repo/.venv/bin/uv" pip install --python "$python" "${args[@]}" -e "$spec"; then
+    return 0
+  fi
+  echo "guarded-sbatch: uv could not install it; installing with pip"
+  timeout 3600 "$python" -m pip install --disable-pip-version-check --progress-bar off -e "$spec"
 }
 
 # The system tools the tests drive for real (tests/test_anywhere_*.py): tmux, and an sshd the tests start
