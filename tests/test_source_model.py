@@ -206,3 +206,46 @@ def test_an_idle_writer_still_alive_on_a_node_of_the_table_is_not_a_restart_in_p
     finally:
         alive.kill()
         alive.wait(timeout=10)
+
+
+def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_job_writes_its_own(tmp_path: Path) -> None:
+    """Two local jobs, one folder: the neighbour's event file is there first and is the only candidate (this job
+    has not written yet, and it was created within the launch time's slack). The neighbour's live process carries
+    its own job's SLURM_JOB_ID in another process group, so the file is another job's, not taken as this run's."""
+    import subprocess
+    import sys
+    import time
+
+    from guarded_sbatch.sidecar.job_writers import job_processes
+    from source_writers import tb_event, write_tb_events
+
+    def job(job_id: str) -> subprocess.Popen[bytes]:  # as the local backend starts a job: its own session
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                                env={**os.environ, "SLURM_JOB_ID": job_id})
+
+    neighbour, ours = job("9001"), job("9002")
+    try:
+        def seen() -> tuple[set[int], set[int]]:
+            own, others, _, _ = job_processes("9002", backend="local", pgid=ours.pid, now=time.time() + 5)
+            return own, others
+
+        deadline = time.monotonic() + 10
+        while (found := seen()) and (ours.pid not in found[0] or neighbour.pid not in found[1]):
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+        own, others = found
+        assert own == {ours.pid} and neighbour.pid in others and ours.pid not in others
+        assert job_processes("9002", backend="local", pgid=None, now=time.time() + 10) == (set(), set(), set(), set())
+
+        created = int(time.time())
+        written = write_tb_events(tmp_path, [tb_event(i, "loss", 1.0) for i in range(3)])
+        theirs = written.rename(tmp_path / f"events.out.tfevents.{created}.{this_host()}.{neighbour.pid}.0")
+        writer = WriterIdentity(uid=os.geteuid(), since=created - 1.0).knowing(
+            hosts=(this_host(),), pids=tuple(own), others=tuple(others), pid_hosts=(this_host(),))
+        accept = WriterFilter(lambda: writer, lambda: [theirs])
+        assert not accept(theirs)
+        assert "another job's" in accept.note()
+    finally:
+        for process in (neighbour, ours):
+            process.kill()
+            process.wait(timeout=10)

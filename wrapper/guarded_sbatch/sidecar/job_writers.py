@@ -1,7 +1,8 @@
 """What the sidecar learns, while the job runs, of who writes the run's files: the job's processes on this
 host (the local backend's process group; on Slurm the processes whose environment carries the job's
-SLURM_JOB_ID) and the processes of other jobs beside it. A TensorBoard event file names its writer's host
-and pid, so a file of another run in the same folder is told apart (sources/writers.py decides).
+SLURM_JOB_ID) and the processes of other jobs beside it (on both, those carrying another SLURM_JOB_ID).
+A TensorBoard event file names its writer's host and pid, so a file of another run in the same folder is
+told apart (sources/writers.py decides).
 
 Only the user's own processes are looked at (another user's /proc/<pid>/environ is not readable anyway),
 the scan is bounded, and its answer is kept a second: a shared monitor asks once per run per poll.
@@ -67,8 +68,12 @@ def job_processes(job_id: str, *, backend: str, pgid: int | None,
     table, as the dev cluster's namespaces do, and a pid is comparable only with files those nodes wrote)."""
     processes = _own_processes(time.time() if now is None else now)
     if backend == "local":
-        own = {p.pid for p in processes if pgid is not None and p.pgid == pgid}
-        return own, set(), set(), set()
+        # the job is its process group; another local job's processes carry that job's SLURM_JOB_ID (the local
+        # backend sets it), so a neighbour writing the same folder is told apart before this job writes there
+        if pgid is None:
+            return set(), set(), set(), set()
+        own = {p.pid for p in processes if p.pgid == pgid}
+        return own, {p.pid for p in processes if p.slurm_job and p.pgid != pgid}, set(), set()
     mine = [p for p in processes if p.slurm_job == job_id]
     foreign = {p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}
     return {p.pid for p in mine}, foreign, {p.node for p in mine if p.node}, {p.node for p in processes if p.node}
