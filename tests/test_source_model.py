@@ -210,8 +210,9 @@ def test_an_idle_writer_still_alive_on_a_node_of_the_table_is_not_a_restart_in_p
 
 def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_job_writes_its_own(tmp_path: Path) -> None:
     """Two local jobs, one folder: the neighbour's event file is there first and is the only candidate (this job
-    has not written yet, and it was created within the launch time's slack). The neighbour's live process carries
-    its own job's SLURM_JOB_ID in another process group, so the file is another job's, not taken as this run's."""
+    has not written yet, and it was created within the launch time's slack). The neighbour is another live local
+    job's process group (as the local backend records it), so its file is another job's, not this run's. A
+    process of no local job (a tmux session's, say) is no job's: left to the other rules."""
     import subprocess
     import sys
     import time
@@ -219,14 +220,14 @@ def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_jo
     from guarded_sbatch.sidecar.job_writers import job_processes
     from source_writers import tb_event, write_tb_events
 
-    def job(job_id: str) -> subprocess.Popen[bytes]:  # as the local backend starts a job: its own session
-        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
-                                env={**os.environ, "SLURM_JOB_ID": job_id})
+    def job() -> subprocess.Popen[bytes]:  # as the local backend starts a job: its own session and group
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
 
-    neighbour, ours = job("9001"), job("9002")
+    neighbour, ours, loose = job(), job(), job()
     try:
         def seen() -> tuple[set[int], set[int]]:
-            own, others, _, _ = job_processes("9002", backend="local", pgid=ours.pid, now=time.time() + 5)
+            own, others, _, _ = job_processes("2", backend="local", pgid=ours.pid,
+                                              other_groups=frozenset({neighbour.pid, ours.pid}), now=time.time() + 5)
             return own, others
 
         deadline = time.monotonic() + 10
@@ -234,8 +235,8 @@ def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_jo
             assert time.monotonic() < deadline, found
             time.sleep(0.1)
         own, others = found
-        assert own == {ours.pid} and neighbour.pid in others and ours.pid not in others
-        assert job_processes("9002", backend="local", pgid=None, now=time.time() + 10) == (set(), set(), set(), set())
+        assert own == {ours.pid} and others == {neighbour.pid}  # not our own group, not the loose process
+        assert job_processes("2", backend="local", pgid=None, now=time.time() + 10) == (set(), set(), set(), set())
 
         created = int(time.time())
         written = write_tb_events(tmp_path, [tb_event(i, "loss", 1.0) for i in range(3)])
@@ -246,6 +247,18 @@ def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_jo
         assert not accept(theirs)
         assert "another job's" in accept.note()
     finally:
-        for process in (neighbour, ours):
+        for process in (neighbour, ours, loose):
             process.kill()
             process.wait(timeout=10)
+
+
+def test_the_local_backend_names_the_process_group_of_each_live_job(tmp_path: Path) -> None:
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    scheduler = LocalScheduler(tmp_path / "local-jobs")
+    for job_id, status in (("1", {"state": "RUNNING", "pgid": 4101}), ("2", {"state": "COMPLETED", "pgid": 4102}),
+                           ("3", {"state": "PENDING"}), ("4", {"state": "RUNNING", "pgid": 4104})):
+        (scheduler.root / job_id).mkdir(parents=True)
+        (scheduler.root / job_id / "job.json").write_text(json.dumps(status))
+    (scheduler.root / "notes").mkdir()
+    assert scheduler.job_process_groups() == {"1": 4101, "4": 4104}

@@ -63,5 +63,8 @@ class TargetWatch:
     def active_job_names(self) -> set[str]:
         return set()
 
+    def job_process_groups(self) -> dict[str, int]:
+        return {}
+
 
 _: type[Scheduler] = TargetWatch

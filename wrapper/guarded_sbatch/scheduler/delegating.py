@@ -63,5 +63,8 @@ class DelegatingScheduler:
     def active_job_names(self) -> set[str]:
         return self.inner.active_job_names()
 
+    def job_process_groups(self) -> dict[str, int]:
+        return self.inner.job_process_groups()
+
 
 _: type[Scheduler] = DelegatingScheduler

@@ -180,6 +180,11 @@ class Scheduler(Protocol):
         """Names of the current user's queued or running jobs."""
         ...
 
+    def job_process_groups(self) -> dict[str, int]:
+        """The process group of each live job, by job id, where the backend runs a job as one process group on
+        this host (local); {} where it does not (Slurm)."""
+        ...
+
 
 def cannot_requeue(backend: str, job_id: str) -> SchedulerError:
     """The one answer of a backend without requeue."""

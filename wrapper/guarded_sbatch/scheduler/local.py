@@ -315,5 +315,15 @@ class LocalScheduler:
                     names.add(spec["name"])
         return names
 
+    def job_process_groups(self) -> dict[str, int]:
+        groups: dict[str, int] = {}
+        if not self.root.is_dir():
+            return groups
+        for folder in self.root.iterdir():
+            status = read_json(folder / "job.json") if folder.name.isdigit() else None
+            if status and status.get("pgid") and not JobState(status.get("state", "UNKNOWN")).is_terminal:
+                groups[folder.name] = int(status["pgid"])
+        return groups
+
 
 _: type[Scheduler] = LocalScheduler

@@ -133,5 +133,8 @@ class ProcessScheduler:
     def active_job_names(self) -> set[str]:
         return set()
 
+    def job_process_groups(self) -> dict[str, int]:
+        return {}
+
 
 _: type[Scheduler] = ProcessScheduler

@@ -229,6 +229,9 @@ class SlurmScheduler:
         sidecar learns of the end within a poll without asking slurmctld again and again."""
         return JobEndWatch(job_id)
 
+    def job_process_groups(self) -> dict[str, int]:
+        return {}  # a job's processes are told by the SLURM_JOB_ID they carry (sidecar/job_writers.py)
+
     def active_job_names(self) -> set[str]:
         """Names of this user's pending/running jobs (squeue's text output: `squeue --json` ignores -u in 22.05)."""
         argv = ["squeue", "-h", "-u", self.current_user(), "-t", _ACTIVE_STATES_FILTER, "-o", "%j"]

@@ -1,6 +1,7 @@
 """What the sidecar learns, while the job runs, of who writes the run's files: the job's processes on this
 host (the local backend's process group; on Slurm the processes whose environment carries the job's
-SLURM_JOB_ID) and the processes of other jobs beside it (on both, those carrying another SLURM_JOB_ID).
+SLURM_JOB_ID) and the processes of other jobs beside it (other local jobs' process groups; on Slurm the
+processes carrying another SLURM_JOB_ID).
 A TensorBoard event file names its writer's host and pid, so a file of another run in the same folder is
 told apart (sources/writers.py decides).
 
@@ -61,19 +62,20 @@ def _own_processes(now: float) -> list[_Process]:
     return found
 
 
-def job_processes(job_id: str, *, backend: str, pgid: int | None,
+def job_processes(job_id: str, *, backend: str, pgid: int | None, other_groups: frozenset[int] = frozenset(),
                   now: float | None = None) -> tuple[set[int], set[int], set[str], set[str]]:
     """(the job's processes on this host, other jobs' processes on this host, the nodes the job's processes
     run on, the nodes of every job process in this host's process table: several Slurm nodes can share one
     table, as the dev cluster's namespaces do, and a pid is comparable only with files those nodes wrote)."""
     processes = _own_processes(time.time() if now is None else now)
     if backend == "local":
-        # the job is its process group; another local job's processes carry that job's SLURM_JOB_ID (the local
-        # backend sets it), so a neighbour writing the same folder is told apart before this job writes there
+        # a local job is its process group, and so is each other live local job (`other_groups`): a neighbour
+        # writing the same folder is told apart before this job writes there. Not by SLURM_JOB_ID: local ids
+        # repeat across state folders, and a tmux server hands its first client's variables to later sessions.
         if pgid is None:
             return set(), set(), set(), set()
         own = {p.pid for p in processes if p.pgid == pgid}
-        return own, {p.pid for p in processes if p.slurm_job and p.pgid != pgid}, set(), set()
+        return own, {p.pid for p in processes if p.pgid in other_groups and p.pgid != pgid}, set(), set()
     mine = [p for p in processes if p.slurm_job == job_id]
     foreign = {p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}
     return {p.pid for p in mine}, foreign, {p.node for p in mine if p.node}, {p.node for p in processes if p.node}

@@ -97,6 +97,9 @@ class _SharedView:
     def active_job_names(self) -> set[str]:
         return self.monitor.scheduler.active_job_names()
 
+    def job_process_groups(self) -> dict[str, int]:
+        return self.monitor.scheduler.job_process_groups()
+
     def current_user(self) -> str:
         return self.monitor.scheduler.current_user()
 

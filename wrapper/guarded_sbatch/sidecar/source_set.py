@@ -98,8 +98,9 @@ class SourceSet:
         if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
             since = self._job_start  # a job's own files are those written since it started
         local = self.scheduler.name == "local"
+        groups = frozenset(self._other_job_groups()) if local else frozenset()
         own, others, nodes, table = job_processes(self.settings.job_id, backend=self.scheduler.name,
-                                                  pgid=self._pgid)
+                                                  pgid=self._pgid, other_groups=groups)
         # the job's processes seen here run on these nodes: a file another node wrote is not theirs; a pid in a
         # file is compared with those seen only when its node's processes are in this host's process table
         hosts = (this_host(),) if local else tuple(sorted(nodes))
@@ -108,6 +109,14 @@ class SourceSet:
         self._writer = replace(writer, since=since)
         if self._writer != self._saved_writer and self.settings.identity is not None:
             self._record_seen()
+
+    def _other_job_groups(self) -> set[int]:
+        if self.scheduler is None:
+            return set()
+        try:
+            return {g for job, g in self.scheduler.job_process_groups().items() if job != self.settings.job_id}
+        except (OSError, GuardedError):
+            return set()  # next poll
 
     def _record_seen(self) -> None:
         """Keep what was learned in the run's record, so `show` after the end tells the same files apart."""
