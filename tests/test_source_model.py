@@ -262,3 +262,29 @@ def test_the_local_backend_names_the_process_group_of_each_live_job(tmp_path: Pa
         (scheduler.root / job_id / "job.json").write_text(json.dumps(status))
     (scheduler.root / "notes").mkdir()
     assert scheduler.job_process_groups() == {"1": 4101, "4": 4104}
+
+
+def test_the_local_backend_follows_jobs_that_start_and_end_between_calls(tmp_path: Path) -> None:
+    """The scan starts from the oldest job live at the last call: jobs that ended leave, later ones are seen."""
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    scheduler = LocalScheduler(tmp_path / "local-jobs")
+
+    def write(job_id: str, status: dict[str, object]) -> None:
+        (scheduler.root / job_id).mkdir(parents=True, exist_ok=True)
+        (scheduler.root / job_id / "job.json").write_text(json.dumps(status))
+
+    for job_id in ("1", "2"):
+        write(job_id, {"state": "COMPLETED", "pgid": 4000 + int(job_id)})
+    write("3", {"state": "RUNNING", "pgid": 4003})
+    (scheduler.root / "4").mkdir()  # just submitted: no job.json yet
+    assert scheduler.job_process_groups() == {"3": 4003}
+    write("4", {"state": "RUNNING", "pgid": 4004})
+    write("3", {"state": "CANCELLED", "pgid": 4003})
+    write("5", {"state": "RUNNING", "pgid": 4005})
+    assert scheduler.job_process_groups() == {"4": 4004, "5": 4005}
+    write("4", {"state": "COMPLETED", "pgid": 4004})
+    write("5", {"state": "COMPLETED", "pgid": 4005})
+    assert scheduler.job_process_groups() == {}
+    write("6", {"state": "RUNNING", "pgid": 4006})
+    assert scheduler.job_process_groups() == {"6": 4006}

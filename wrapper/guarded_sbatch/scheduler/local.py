@@ -126,6 +126,7 @@ class LocalScheduler:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir() / "local-jobs"
+        self._live_from = 0  # job_process_groups: every lower id had ended at its last call
 
     def job_dir(self, job_id: str) -> Path:
         if not job_id.isdigit():
@@ -316,14 +317,26 @@ class LocalScheduler:
         return names
 
     def job_process_groups(self) -> dict[str, int]:
-        groups: dict[str, int] = {}
-        if not self.root.is_dir():
-            return groups
-        for folder in self.root.iterdir():
-            status = read_json(folder / "job.json") if folder.name.isdigit() else None
-            if status and status.get("pgid") and not JobState(status.get("state", "UNKNOWN")).is_terminal:
-                groups[folder.name] = int(status["pgid"])
-        return groups
+        """Asked at every sidecar poll: ids are handed out in order and an ended local job stays ended, so the
+        jobs below the oldest one live at the last call are not read again (not every job the user ever ran)."""
+        try:
+            ids = sorted(int(name) for name in os.listdir(self.root) if name.isdigit())
+        except OSError:
+            return {}
+        live = {job: pgid for job in ids if job >= self._live_from and (pgid := self._live_group(job)) is not None}
+        self._live_from = min(live, default=ids[-1] + 1 if ids else 0)
+        return {str(job): pgid for job, pgid in live.items() if pgid}
+
+    def _live_group(self, job: int) -> int | None:
+        """None once the job has ended; else its process group (0 while it is not known yet)."""
+        status = read_json(self.root / str(job) / "job.json")
+        status = status if isinstance(status, dict) else {}  # none yet: just submitted
+        try:
+            if JobState(status.get("state", JobState.PENDING.value)).is_terminal:
+                return None
+            return int(status.get("pgid") or 0)
+        except (TypeError, ValueError):
+            return 0  # a record being rewritten: read again next time
 
 
 _: type[Scheduler] = LocalScheduler

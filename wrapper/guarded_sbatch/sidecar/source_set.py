@@ -98,7 +98,7 @@ class SourceSet:
         if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
             since = self._job_start  # a job's own files are those written since it started
         local = self.scheduler.name == "local"
-        groups = frozenset(self._other_job_groups()) if local else frozenset()
+        groups = frozenset(self._other_job_groups()) if local and self._pgid is not None else frozenset()
         own, others, nodes, table = job_processes(self.settings.job_id, backend=self.scheduler.name,
                                                   pgid=self._pgid, other_groups=groups)
         # the job's processes seen here run on these nodes: a file another node wrote is not theirs; a pid in a
