@@ -124,11 +124,12 @@ def test_quiet_hours_windows() -> None:
 
 
 def test_the_example_site_config_is_the_schema_written_out(tmp_path: Path) -> None:
-    from guarded_sbatch.core.config_schema import SCHEMA, render_example_site
+    from guarded_sbatch.core.config_example import render_example_site
+    from guarded_sbatch.core.config_schema import SCHEMA
 
     assert EXAMPLE_SITE.read_text(encoding="utf-8") == render_example_site(), (
         "site_configs/example-site.toml differs from the schema: regenerate it with "
-        "python -c 'from guarded_sbatch.core.config_schema import render_example_site as r; print(r(), end=\"\")'")
+        "python -m guarded_sbatch.core.config_example > site_configs/example-site.toml")
     loaded = load_config(site_path=EXAMPLE_SITE, env=env_for(tmp_path))
     assert loaded.sidecar.partition == "cpu"
     documented = [key for key in SCHEMA if key.doc or key.note]

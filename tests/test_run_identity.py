@@ -24,7 +24,7 @@ from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.results import CheckStatus
-from guarded_sbatch.sidecar.loop import check_once
+from guarded_sbatch.sidecar.one_shot import check_once
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover_owned

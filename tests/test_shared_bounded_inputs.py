@@ -18,7 +18,7 @@ from shared_cluster import SharedCluster, shared_cluster_fixture  # noqa: F401 -
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.judge_policy import RunContext
 from guarded_sbatch.judge.verdict import Decision
-from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet

@@ -31,7 +31,7 @@ from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdenti
 from guarded_sbatch.core.judge_policy import RunContext
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
-from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.kinds import run_files

@@ -274,7 +274,8 @@ def run_monitor(argv: list[str]) -> int:
     _intervals(parser, from_config=True)
     args = parser.parse_args(argv)
     watched = _watched(args)
-    from guarded_sbatch.sidecar.loop import Sidecar, check_once
+    from guarded_sbatch.sidecar.loop import Sidecar
+    from guarded_sbatch.sidecar.one_shot import check_once
     from guarded_sbatch.sidecar.report import one_line
 
     if args.once:

@@ -28,8 +28,7 @@ from guarded_sbatch.core.registry import RunRecord, find_run
 from guarded_sbatch.core.run_sources import flagged_specs, recorded_sources
 from guarded_sbatch.core.judge_policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
-from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
-from guarded_sbatch.sidecar.loop import judge_sources
+from guarded_sbatch.sidecar.one_shot import judge_sources, read_whole_run, with_note
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 

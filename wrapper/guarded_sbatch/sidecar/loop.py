@@ -19,11 +19,10 @@ from typing import TextIO
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.logs import stream_logger
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.core.judge_policy import RunContext
 from guarded_sbatch.core.judge_table import policy_table
-from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
-from guarded_sbatch.sidecar.catch_up import read_whole_run, with_note
+from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
@@ -40,8 +39,7 @@ from guarded_sbatch.sources.kinds import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import update_record
-from guarded_sbatch.actions.evidence import write_evidence
-from guarded_sbatch.actions.notes import append_project_note
+from guarded_sbatch.sidecar.stop_record import append_stop_note, save_evidence
 from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
@@ -311,7 +309,6 @@ class Sidecar:
         self.emit("\n" + report.render())
 
     def _remember(self, verdict: Verdict) -> None:
-        previous_step = self.state.last_step
         self.state.last_decision = verdict.decision.value
         self.state.last_reason = verdict.reason.value
         self.state.last_message = verdict.message
@@ -322,7 +319,6 @@ class Sidecar:
                 self.state.reported_anomalies.append(ident)
         self.state.reported_anomalies = self.state.reported_anomalies[-200:]
         self._observe_step_rate(verdict.last_step)
-        del previous_step
 
     def _record_resources(self) -> None:
         """Peak RSS, CPU time per poll and scheduler calls of this sidecar process, in its state and output."""
@@ -376,29 +372,11 @@ class Sidecar:
         self._diag(f"stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         evidence_path, plot_path = None, None
         try:
-            history = self.sources.history()
-            series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
-            bundle = write_evidence(
-                self.settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
-                run={"name": self.settings.run_name, "job_id": self.settings.job_id,
-                     "data_source": self.state.data_source, "source": self.sources.describe()},
-                files_inspected=self.sources.files_inspected(), log_path=self.sources.stdout_path(),
-                stop_detail=outcome.detail,
-            )
-            evidence_path, plot_path = str(bundle.json_path), bundle.plot_path
+            evidence_path, plot_path = save_evidence(self.settings, self.sources, verdict,
+                                                     data_source=self.state.data_source, stop_detail=outcome.detail)
         except Exception as exc:  # noqa: BLE001 - the run is stopped already; say what went wrong
             self._diag(f"could not write evidence to {self.settings.evidence_dir}: {exc}\n", logging.WARNING)
-        note_detail = "not configured"
-        if self.settings.notes_path is not None:
-            note = (
-                f"### {self.settings.run_name}: STOP ({verdict.reason.value})\n"
-                f"- {verdict.message}\n- step {verdict.last_step}; {outcome.detail}\n- evidence: {evidence_path}"
-            )
-            try:
-                append_project_note(self.settings.notes_path, note)
-                note_detail = f"appended to {self.settings.notes_path}"
-            except GuardedError as exc:
-                note_detail = f"FAILED: {exc}"
+        note_detail = append_stop_note(self.settings, verdict, stop_detail=outcome.detail, evidence_path=evidence_path)
         alert_detail = self._alert("stop", verdict, evidence=evidence_path,
                                    plot=plot_path)  # after the stop, never before
         summary = render_final_summary(
@@ -438,18 +416,3 @@ class Sidecar:
     def _alert(self, event: str, verdict: Verdict, *, evidence: str | None = None, plot: Path | None = None) -> str:
         return alert(self, event, verdict, evidence=evidence, plot=plot)
 
-
-def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunContext) -> Verdict:
-    return judge(sources.history(), policy, context, SourceReadState(sources.read_error, sources.active_error or ""))
-
-
-def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
-    """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
-    sources = SourceSet(settings, None, live=False)
-    try:
-        unread = read_whole_run(sources)
-        verdict = with_note(judge_sources(sources, settings.policy, RunContext(job_live=False)), unread)
-    except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
-        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")
-    return verdict, source_label(sources.active_kind)

@@ -1,0 +1,42 @@
+"""What a STOP leaves behind once the run is stopped: the evidence bundle (the verdict, every series, the files read,
+the job's log) and the project note. A failure of either is named and never prevents the other or the
+FINAL_SUMMARY."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from guarded_sbatch.actions.evidence import write_evidence
+from guarded_sbatch.actions.notes import append_project_note
+from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.judge.verdict import Verdict
+from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.source_set import SourceSet
+
+
+def save_evidence(settings: SidecarSettings, sources: SourceSet, verdict: Verdict, *, data_source: str,
+                  stop_detail: str) -> tuple[str | None, Path | None]:
+    """Write the evidence bundle; (its JSON path, its plot) — raises what went wrong, for the caller to name."""
+    history = sources.history()
+    series = {key: tuple(map(list, history.series(key))) for key in history.keys()}
+    bundle = write_evidence(
+        settings.evidence_dir, verdict, series,  # type: ignore[arg-type]
+        run={"name": settings.run_name, "job_id": settings.job_id, "data_source": data_source,
+             "source": sources.describe()},
+        files_inspected=sources.files_inspected(), log_path=sources.stdout_path(), stop_detail=stop_detail,
+    )
+    return str(bundle.json_path), bundle.plot_path
+
+
+def append_stop_note(settings: SidecarSettings, verdict: Verdict, *, stop_detail: str,
+                     evidence_path: str | None) -> str:
+    """Append the STOP to the project's notes file; what became of it, for the FINAL_SUMMARY."""
+    if settings.notes_path is None:
+        return "not configured"
+    note = (f"### {settings.run_name}: STOP ({verdict.reason.value})\n"
+            f"- {verdict.message}\n- step {verdict.last_step}; {stop_detail}\n- evidence: {evidence_path}")
+    try:
+        append_project_note(settings.notes_path, note)
+    except GuardedError as exc:
+        return f"FAILED: {exc}"
+    return f"appended to {settings.notes_path}"
