@@ -33,19 +33,16 @@ def _slurm_up() -> tuple[bool, str]:
 # its workers in collection order (--no-loadscope-reorder), so these start at once and the quick files fill in
 # around them; left to xdist's default (most tests first), they came last and the run ended on one of them.
 SLOWEST_FILES = (
-    "test_e2e_frameworks_local.py", "test_e2e_identity_slurm.py", "test_e2e_identity_local.py",
-    "test_sidecar_faults_slurm.py", "test_launcher_slurm.py", "test_e2e_frameworks_slurm.py",
-    "test_one_config_twice.py", "test_executor.py", "test_notify.py", "test_shared_bounded_inputs.py",
-    "test_lifecycle.py", "test_anywhere_watch.py", "test_judge_final.py",
+    "test_e2e_identity_slurm.py", "test_e2e_frameworks_local.py", "test_e2e_identity_local.py",
+    "test_sidecar_faults_slurm.py", "test_one_config_twice.py", "test_e2e_frameworks_slurm.py", "test_executor.py",
+    "test_e2e_slurm.py", "test_multinode_training.py", "test_anywhere_watch.py", "test_judge_final.py",
+    "test_notify.py", "test_lifecycle.py", "test_demo.py", "test_judge_incremental.py", "test_series_cap.py",
+    "test_sbatch_habits.py", "test_corpus_dense.py", "test_corpus_sources.py", "test_shared_bounded_inputs.py",
 )
-# Last, once the trainers of the slowest files are done: a 2-node run whose requeued half must finish within its
-# 2-minute limit (on a machine loaded by those trainers it ran out of time).
-LAST_FILES = ("test_multinode_training.py",)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
-    rank.update({name: len(SLOWEST_FILES) + 1 for name in LAST_FILES})
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FILES)))  # stable: the rest keep their order
 
 

@@ -47,9 +47,7 @@ def test_a_second_run_of_the_project_is_judged_on_its_own_new_folder(tmp_path: P
     assert_outcome(broken, example, scheduler)
     again = launch(tmp_path, example, "healthy", backend="local", project=broken.project)
     wait_until_ended([again], lambda run: scheduler, timeout=240)
-    # `show` still rediscovers instead of reading the run's recorded sources (issue 23, the sources side): with two
-    # runs' folders in the project it finds no metrics yet, so only the sidecar's reports are checked here
-    assert_outcome(again, example, scheduler, show=False)
+    assert_outcome(again, example, scheduler)  # `show` reads the run's recorded folder too, beside the stopped one
     folders = {"lightning_tiny": "lightning_logs/version_*", "summarywriter_loop": "runs/*_*"}[example.folder]
     assert len(list(broken.project.root.glob(f"**/{folders}"))) == 2  # the trainer's new folder per run
     judged = metric_lines(again.project.sidecar_output(again.job_id))

@@ -25,6 +25,7 @@ def test_two_concurrent_runs_in_one_project_stay_apart_and_kill_deletes_only_its
     scenarios.concurrent_runs_stay_apart(tmp_path, "slurm", slurm)
 
 
+@pytest.mark.long  # a run that outlives a requeue
 def test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run(slurm: SlurmScheduler, tmp_path: Path) -> None:
     scenarios.requeued_run_keeps_its_own(tmp_path, slurm)
 

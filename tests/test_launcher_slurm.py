@@ -78,6 +78,7 @@ def test_two_process_torchrun_job_from_one_command_trains_and_is_submitted_as_pr
     assert (project.root / "checkpoints" / "synthetic-regression-linear-ddp" / "checkpoint.pt").is_file()
 
 
+@pytest.mark.serial  # a run under a 2-minute limit whose requeued half must finish in time: alone on the side cluster
 def test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows(
     slurm: SlurmScheduler, tmp_path: Path
 ) -> None:

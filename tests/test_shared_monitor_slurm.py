@@ -19,7 +19,7 @@ from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = [pytest.mark.slurm, pytest.mark.long]
 
-STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's requeue
+STEPS = 2400  # 120 s at 0.05 s per step: the runs outlive the monitor's requeue
 BREAKS = {1: ["--nan-at", "150"], 3: ["--drift-at", "1500"]}
 RUNS = 5
 
