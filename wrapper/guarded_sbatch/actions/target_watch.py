@@ -5,14 +5,10 @@ notices a Slurm job ending. It cannot tell an exit code: a run that ended is COM
 from __future__ import annotations
 
 import getpass
-from typing import TYPE_CHECKING
 
 from guarded_sbatch.actions.stop_targets import StopTarget, stop_target, target_alive
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue
-
-if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue
 
 
 class TargetWatch:

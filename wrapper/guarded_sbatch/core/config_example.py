@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from guarded_sbatch.core.config_schema import SCHEMA
@@ -50,4 +51,4 @@ def _toml(value: Any) -> str:
 
 
 if __name__ == "__main__":  # python -m guarded_sbatch.core.config_example > site_configs/example-site.toml
-    print(render_example_site(), end="")
+    sys.stdout.write(render_example_site())

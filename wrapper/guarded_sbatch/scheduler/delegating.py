@@ -6,12 +6,8 @@ anything the protocol gains is added here once, and mypy checks the wrapper agai
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest
-
-if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest
 
 
 class DelegatingScheduler:

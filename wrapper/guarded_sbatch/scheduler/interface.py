@@ -7,12 +7,9 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
-
-if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 
 class SchedulerUnreachableError(SchedulerError):
@@ -124,6 +121,20 @@ class JobWatch(Protocol):
     def ended(self) -> bool: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class NodeLoss:
+    """One run of a job (1 = the first) that ended NODE_FAIL: a node died under it (scheduler/slurm_nodes.py)."""
+
+    run: int
+    nodes: str  # the job's nodes in that run, as Slurm writes them (mnode[1-2])
+    ended_at: float | None
+    down: tuple[str, ...]  # those nodes Slurm holds down or failed now, each "NAME (reason)"
+
+    def describe(self, job_id: str) -> str:
+        dead = ", ".join(self.down) if self.down else "none of them down any more"
+        return f"job {job_id} lost a node: run {self.run} ended NODE_FAIL on {self.nodes} (down: {dead})"
 
 
 class Scheduler(Protocol):

@@ -6,7 +6,6 @@ marker. States follow Slurm's names so the sidecar and status code never branch 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import getpass
 import json
@@ -23,15 +22,14 @@ from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.runner import start_process
 from guarded_sbatch.core.run_sources import expand_filename_pattern
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue, signal_named
+from guarded_sbatch.scheduler.interface import (
+    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue, signal_named,
+)
 from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script
 import fcntl
-
-if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 
 @dataclass(frozen=True)

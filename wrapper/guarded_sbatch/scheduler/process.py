@@ -8,7 +8,6 @@ against the process's start time recorded at adoption, so a reused pid is never 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import getpass
 import os
@@ -17,10 +16,9 @@ import time
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue, signal_named
-
-if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
+from guarded_sbatch.scheduler.interface import (
+    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue, signal_named,
+)
 
 GRACE_S = 10.0
 

@@ -6,7 +6,6 @@ as SlurmUnreachableError (a SchedulerError), or as JobState.UNKNOWN by state(): 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import pwd
@@ -17,20 +16,20 @@ from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.runner import CommandResult, StartedProcess, run_command, start_process
-from guarded_sbatch.scheduler.interface import SchedulerUnreachableError, JobInfo, JobState, Scheduler, SubmitRequest
-from guarded_sbatch.scheduler.slurm_cache import FinalStateCache
-from guarded_sbatch.scheduler.slurm_nodes import NodeLoss, node_losses
+from guarded_sbatch.scheduler.interface import (
+    JobInfo, JobState, NodeLoss, Scheduler, SchedulerUnreachableError, SubmitRequest,
+)
+from guarded_sbatch.scheduler.slurm_cache import FinalStateCache, info_from_fields, info_to_fields
+from guarded_sbatch.scheduler.slurm_nodes import node_losses
 from guarded_sbatch.scheduler.slurm_parse import (
     error_lines,
     is_unknown_job,
     is_unreachable,
-    parse_exit_code,
+    job_info_from_sacct,
+    job_info_from_scontrol,
     parse_key_values,
     parse_parsable_job_id,
     parse_test_only_start,
-    parse_time_limit,
-    parse_timestamp,
-    parse_user_name,
 )
 
 # Every state a job can be in while it still holds (or waits for) its place in the queue.
@@ -126,22 +125,22 @@ class SlurmScheduler:
         if result.returncode == 0:
             for line in result.stdout.splitlines():
                 if line.startswith("JobId="):
-                    info = _job_info_from_scontrol(parse_key_values(line))
+                    info = job_info_from_scontrol(parse_key_values(line))
                     if info.state.is_terminal:
-                        self._remember(job_id, _info_to_fields(info))
+                        self._remember(job_id, info_to_fields(info))
                     return info
         self._raise_if_unreachable(result)
         if result.returncode != 0 and not is_unknown_job(result.stderr):
             raise SchedulerError(f"scontrol could not show job {job_id}: {error_lines(result.stderr, 'scontrol')}")
         remembered = self._remembered(job_id)
         if remembered is not None and "work_dir" in remembered:
-            return _info_from_fields(remembered)
+            return info_from_fields(remembered)
         if self.accounting_enabled():
             row = self._sacct_row(job_id)
             if row is not None:
-                return _job_info_from_sacct(row)
+                return job_info_from_sacct(row)
         if remembered is not None:
-            return _info_from_fields(remembered)
+            return info_from_fields(remembered)
         raise SchedulerError(
             f"Slurm no longer knows job {job_id} (it ended more than MinJobAge ago and accounting is off); "
             "check the job's output file"
@@ -260,7 +259,7 @@ class SlurmScheduler:
             if row is not None:
                 state = JobState.from_slurm(row["State"])
                 if state.is_terminal:
-                    self._remember(job_id, _info_to_fields(_job_info_from_sacct(row)))
+                    self._remember(job_id, info_to_fields(job_info_from_sacct(row)))
                 return state
         return JobState.UNKNOWN
 
@@ -339,51 +338,6 @@ class SlurmScheduler:
                 f"slurmctld is not answering: {error_lines(result.stderr, result.argv[0])}; "
                 "check `sinfo` or ask your admin"
             )
-
-
-def _job_info_from_scontrol(fields: dict[str, str]) -> JobInfo:
-    reason = fields.get("Reason", "")
-    return JobInfo(
-        job_id=fields.get("JobId", ""),
-        state=JobState.from_slurm(fields.get("JobState", "")),
-        name=fields.get("JobName", ""),
-        owner=parse_user_name(fields.get("UserId", "")),
-        work_dir=fields.get("WorkDir", ""),
-        stdout_path=fields.get("StdOut", ""),
-        time_limit_s=parse_time_limit(fields.get("TimeLimit", "")),
-        start_time=parse_timestamp(fields.get("StartTime", "")),
-        end_time=parse_timestamp(fields.get("EndTime", "")),
-        exit_code=parse_exit_code(fields.get("ExitCode", "")),
-        reason="" if reason in ("None", "(null)") else reason,
-    )
-
-
-def _job_info_from_sacct(row: dict[str, str]) -> JobInfo:
-    return JobInfo(
-        job_id=row["JobID"],
-        state=JobState.from_slurm(row["State"]),
-        name=row["JobName"],
-        owner=row["User"],
-        work_dir=row["WorkDir"],
-        time_limit_s=parse_time_limit(row["Timelimit"]),
-        start_time=parse_timestamp(row["Start"]),
-        end_time=parse_timestamp(row["End"]),
-        exit_code=parse_exit_code(row["ExitCode"]),
-    )
-
-
-def _info_to_fields(info: JobInfo) -> dict[str, Any]:
-    fields = dataclasses.asdict(info)
-    fields["state"] = info.state.value
-    return fields
-
-
-def _info_from_fields(fields: dict[str, Any]) -> JobInfo:
-    known = {f.name for f in dataclasses.fields(JobInfo)}
-    values = {key: value for key, value in fields.items() if key in known}
-    values["state"] = JobState.from_slurm(str(values.get("state", "")))
-    values.setdefault("job_id", "")
-    return JobInfo(**values)
 
 
 def sbatch_answers(timeout_s: float = 10.0) -> bool:

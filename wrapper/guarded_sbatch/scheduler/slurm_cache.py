@@ -7,6 +7,7 @@ question about that job still gets its final answer.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.fsutil import make_private_dirs
+from guarded_sbatch.scheduler.interface import JobInfo, JobState
 
 CACHE_FILE_NAME = "slurm-final-states.json"
 MAX_ENTRIES = 5000  # oldest entries are dropped beyond this; a final state matters for days, not years
@@ -85,6 +87,21 @@ class FinalStateCache:
             yield
         finally:
             os.close(fd)  # closing releases the lock
+
+
+def info_to_fields(info: JobInfo) -> dict[str, Any]:
+    """A job as the cache stores it (JSON: its state by name)."""
+    fields = dataclasses.asdict(info)
+    fields["state"] = info.state.value
+    return fields
+
+
+def info_from_fields(fields: dict[str, Any]) -> JobInfo:
+    known = {f.name for f in dataclasses.fields(JobInfo)}
+    values = {key: value for key, value in fields.items() if key in known}
+    values["state"] = JobState.from_slurm(str(values.get("state", "")))
+    values.setdefault("job_id", "")
+    return JobInfo(**values)
 
 
 def _key(cluster: str, job_id: str) -> str:

@@ -7,10 +7,10 @@ sacct's duplicates (`-D`) keep the run that ended NODE_FAIL. Needs accounting; w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 from guarded_sbatch.core.runner import CommandResult
+from guarded_sbatch.scheduler.interface import NodeLoss
 from guarded_sbatch.scheduler.slurm_parse import parse_timestamp
 
 
@@ -18,20 +18,6 @@ class _Runs(Protocol):
     query_timeout_s: float
 
     def _run(self, argv: list[str], *, timeout: float) -> CommandResult: ...
-
-
-@dataclass(frozen=True)
-class NodeLoss:
-    """One run of the job (1 = the first) that ended NODE_FAIL."""
-
-    run: int
-    nodes: str  # the job's nodes in that run, as Slurm writes them (mnode[1-2])
-    ended_at: float | None
-    down: tuple[str, ...]  # those nodes Slurm holds down or failed now, each "NAME (reason)"
-
-    def describe(self, job_id: str) -> str:
-        dead = ", ".join(self.down) if self.down else "none of them down any more"
-        return f"job {job_id} lost a node: run {self.run} ended NODE_FAIL on {self.nodes} (down: {dead})"
 
 
 def node_losses(slurm: _Runs, job_id: str) -> list[NodeLoss]:

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.options import parse_time_limit as sbatch_time_limit
+from guarded_sbatch.scheduler.interface import JobInfo, JobState
 
 # `scontrol -o show job` prints `Key=value` pairs separated by single spaces, but values may themselves hold
 # spaces (JobName, StdOut, Comment). A new pair starts at a space followed by a CamelCase key and `=`;
@@ -116,3 +117,36 @@ def error_lines(stderr: str, program: str) -> str:
         if line not in unique:
             unique.append(line)
     return "; ".join(unique) or f"{program} printed no message"
+
+
+def job_info_from_scontrol(fields: dict[str, str]) -> JobInfo:
+    """A job from the fields of one `scontrol -o show job` line."""
+    reason = fields.get("Reason", "")
+    return JobInfo(
+        job_id=fields.get("JobId", ""),
+        state=JobState.from_slurm(fields.get("JobState", "")),
+        name=fields.get("JobName", ""),
+        owner=parse_user_name(fields.get("UserId", "")),
+        work_dir=fields.get("WorkDir", ""),
+        stdout_path=fields.get("StdOut", ""),
+        time_limit_s=parse_time_limit(fields.get("TimeLimit", "")),
+        start_time=parse_timestamp(fields.get("StartTime", "")),
+        end_time=parse_timestamp(fields.get("EndTime", "")),
+        exit_code=parse_exit_code(fields.get("ExitCode", "")),
+        reason="" if reason in ("None", "(null)") else reason,
+    )
+
+
+def job_info_from_sacct(row: dict[str, str]) -> JobInfo:
+    """A job from one `sacct -P` row (the fields of _SACCT_FIELDS in the Slurm backend)."""
+    return JobInfo(
+        job_id=row["JobID"],
+        state=JobState.from_slurm(row["State"]),
+        name=row["JobName"],
+        owner=row["User"],
+        work_dir=row["WorkDir"],
+        time_limit_s=parse_time_limit(row["Timelimit"]),
+        start_time=parse_timestamp(row["Start"]),
+        end_time=parse_timestamp(row["End"]),
+        exit_code=parse_exit_code(row["ExitCode"]),
+    )

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.redact import remember_fingerprints
@@ -29,13 +29,10 @@ from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.core.judge_table import recorded_policy
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest, cannot_requeue
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.settings import SidecarSettings
-
-if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.slurm_nodes import NodeLoss
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "sidecar-monitor.out"
