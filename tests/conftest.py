@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A suite started where SIGINT is ignored (scripts/test's side streams run in the background of a script, so do
+# nohup'd and some CI runs) would hand that to every process a test starts; the tests that interrupt their own
+# processes (a Ctrl-C'd launch, a stop's SIGINT) need it to act as at a terminal. A handled signal is reset to
+# its default in each child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _slurm_up() -> tuple[bool, str]:

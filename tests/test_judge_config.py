@@ -3,6 +3,7 @@ line with the valid range, the launch's table recorded with the run and used by 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.cli.monitor import _policy
+from guarded_sbatch.cli.watch_args import policy_for
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.registry import RunRecord
@@ -94,14 +95,14 @@ def test_a_sidecar_judges_with_its_runs_record_not_the_config_of_today(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GUARDED_SBATCH_USER_CONFIG", str(_config(tmp_path, "[judge]\nspike_z = 9.0\n")))
     monkeypatch.delenv("GUARDED_SBATCH_SITE_CONFIG", raising=False)
-    args = type("Args", (), {"train_loss_key": "train/loss"})()
+    args = argparse.Namespace(train_loss_key="train/loss", eval_key=None, baseline=None, target_value=None)
     record = RunRecord(run_id="r1", run_name="mnist-mlp-bs64-lr1e-3", backend="local", job_id="7",
                        judge={"spike_z": 7.0, "nonfinite_loss_points": 3})
-    policy = _policy(args, record)
+    policy = policy_for(args, record)
     assert (policy.spike_z, policy.nonfinite_loss_points, policy.train_loss_key) == (7.0, 3, "train/loss")
-    assert _policy(args).spike_z == 9.0  # no record: today's config
+    assert policy_for(args).spike_z == 9.0  # no record: today's config
     broken = dataclasses.replace(record, judge={"spike_z": -1})
-    assert _policy(args, broken, strict=False) == JudgePolicy(train_loss_key="train/loss")  # never unguarded
+    assert policy_for(args, broken, strict=False) == JudgePolicy(train_loss_key="train/loss")  # never unguarded
 
 
 def test_every_watcher_judges_a_run_with_its_records_thresholds() -> None:

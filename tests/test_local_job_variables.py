@@ -4,6 +4,7 @@ recorded folders fill in $SLURM_JOB_ID / $SLURM_JOB_NAME the same way on both ba
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -42,6 +43,23 @@ def test_a_local_job_reads_the_slurm_variables_of_what_it_runs(tmp_path: Path, m
         "SLURM_NODEID": "0", "SLURM_JOB_USER": scheduler.current_user(), "SLURM_CLUSTER_NAME": "local",
         "SLURM_JOB_PARTITION": "debug", "SLURM_ARRAY_TASK_ID": "<unset>", "SLURM_CONF": "/etc/slurm/slurm.conf",
     }
+
+
+def test_a_local_job_takes_sigint_even_when_its_launch_ignored_it(tmp_path: Path) -> None:
+    """Launched from where SIGINT is ignored (nohup, a script's background `&`), the job would inherit that and a
+    stop's SIGINT would do nothing until the grace ran out: the job starts with SIGINT's default action."""
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\ngrep -E '^SigIgn:' /proc/self/status\n")
+    scheduler = LocalScheduler(tmp_path / "jobs")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        job_id = scheduler.submit(SubmitRequest(script=script, sbatch_options=("--output=out-%j.txt",),
+                                                workdir=tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert wait_for(lambda: scheduler.state(job_id).is_terminal, 30, 0.2, "the probe job")
+    ignored = int((tmp_path / f"out-{job_id}.txt").read_text().split()[1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)), hex(ignored)
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])

@@ -87,7 +87,7 @@ The pre-flight alone: the report on stderr, nothing submitted; exit 3 when it wo
 """),
     "monitor": Command("guarded_sbatch.cli.monitor", "run_monitor"),
     "show": Command("guarded_sbatch.cli.show", "run_show"),
-    "sidecar": Command("guarded_sbatch.cli.monitor", "run_sidecar_command"),
+    "sidecar": Command("guarded_sbatch.cli.sidecar_job", "run_sidecar_command"),
     "status": Command("guarded_sbatch.cli.lifecycle", "run_status", color_stream="stdout"),
     "kill": Command("guarded_sbatch.cli.lifecycle", "run_kill", help="""\
 usage: guarded-sbatch kill RUN [--yes]

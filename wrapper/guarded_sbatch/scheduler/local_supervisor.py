@@ -59,9 +59,16 @@ def _kill_group(pgid: int, sig: int) -> None:
         pass
 
 
+def _not_for_the_supervisor(signum: int, frame: object) -> None:
+    """The supervisor lives in its own session; a SIGINT that reaches it anyway leaves the job supervised."""
+
+
 def main(folder: Path) -> int:
-    # started while the launch blocked SIGINT (launch/submit.py); the job must be interruptible again
+    # started while the launch blocked SIGINT (launch/submit.py); the job must be interruptible again, also where
+    # the launch ignored SIGINT (nohup, a script's background `&`): an ignored signal is inherited across exec, a
+    # caught one is reset to its default action, so the supervisor catches it (and does nothing with it)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, _not_for_the_supervisor)
     spec = read_json(folder / "spec.json")
     if spec is None:
         return 2

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.points import sanitize_points
 from guarded_sbatch.core.registry import list_runs, update_record
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
@@ -27,9 +26,9 @@ from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.discovery import claims_below
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
 from guarded_sbatch.sources.writers import this_host
+from guarded_sbatch.sidecar.source_read import one_line, out_of_memory, read_into, unreachable_path
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from guarded_sbatch.scheduler.interface import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -160,7 +159,7 @@ class SourceSet:
             try:
                 self._open(spec, given=True)
             except GuardedError as exc:
-                errors.append(_one_line(exc))
+                errors.append(one_line(exc))
         for index, command in enumerate(self.settings.log_commands):
             if ("command", command) not in self._opened:
                 spool = self.settings.state_file.parent / f"command-log-{index}.log"
@@ -238,22 +237,25 @@ class SourceSet:
         try:
             self._ensure_sources()
         except Exception as exc:  # noqa: BLE001 - discovery failing must leave the sidecar running
-            self.read_error = _one_line(exc)
+            self.read_error = one_line(exc)
         before = self._active()
         added: dict[int, int] = {}
         for source in self.sources:
             history = self.histories.setdefault(id(source), MetricHistory())
             had_data = bool(len(history))
             failures: list[Exception] = []
-            added[id(source)] = _read_into(history, source, failures, self)
+            notes: list[str] = []
+            added[id(source)] = read_into(history, source, failures, notes)
+            if notes:
+                self.notes = [*self.notes, *notes][-20:]
             if failures:
-                self.read_error = self.errors[id(source)] = _one_line(failures[0], source.describe)
+                self.read_error = self.errors[id(source)] = one_line(failures[0], source.describe)
                 if not (isinstance(failures[0], SourceError) and failures[0].missing):
                     self.hard_error = self.read_error
-                if _out_of_memory(failures[0]):
+                if out_of_memory(failures[0]):
                     self._abandon(source, self.read_error)
                 continue
-            missing = _unreachable_path(source, had_data=had_data)
+            missing = unreachable_path(source, had_data=had_data)
             if missing:  # readers skip a vanished folder silently; the judge must know it is blind
                 self.read_error = self.errors[id(source)] = f"{source.describe()}: {missing}"
         if self._abandoned:  # said at every poll, first: what the watcher no longer reads
@@ -349,75 +351,3 @@ class SourceSet:
         source = self._active()
         run = source.tracker_run() if source is not None else None
         return {"run_path": run.run_path, "run_dir": run.run_dir} if run is not None else None
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryError) or OUT_OF_MEMORY in str(exc)
-
-
-def _one_line(exc: BaseException, describe: object = None) -> str:
-    """`source: error` in one line, whatever the error (a message with newlines is folded)."""
-    where = ""
-    if callable(describe):
-        try:
-            where = f"{describe()}: "
-        except Exception:  # noqa: BLE001
-            where = ""
-    text = " ".join((str(exc) if isinstance(exc, GuardedError) else f"{type(exc).__name__}: {exc}").split())
-    if where and text.startswith(where):
-        where = ""  # the reader named itself already
-    return (where + text)[:500]
-
-
-_BATCH_POINTS = 100_000
-
-
-def _read_into(history: MetricHistory, source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> int:
-    """The source's new points into its history (a backlog, from a restarted watcher or a long run, in bounded
-    batches kept as arrays), then the crashes the job printed, as events beside them; how many points came."""
-    try:
-        added = history.add_batches(_batches(source, failures, owner), newest_by_wall_time=source.batched)
-    except Exception as exc:  # noqa: BLE001 - a value the history cannot hold: name it, go on
-        failures.append(exc)
-        added = 0
-    for event in source.take_crashes():
-        history.note_crash(event)
-    return added
-
-
-def _batches(source: "MetricSource", failures: list[Exception], owner: "SourceSet") -> "Iterator[Any]":
-    """The source's new points, in batches where the reader can stop early (TensorBoard); a read
-    error ends the batches and is put in failures (what was read before it is kept). Point lists are
-    sanitised on the way in (steps outside ±2**53 dropped, values beyond float range made ±inf)."""
-    batched = source.batched
-    while True:
-        try:
-            points = source.read_batch(_BATCH_POINTS)  # TensorBoard: numpy columns, no object per point
-            notes: list[str] = []
-            if not batched and not source.points_sanitized:
-                points, notes = sanitize_points(points)
-        except Exception as exc:  # noqa: BLE001 - one source's failure is a WAIT, never a crash
-            failures.append(exc)
-            return
-        notes = [*source.take_notes(), *notes]  # the reader's own sanitising, then ours
-        if notes:
-            owner.notes = [*owner.notes, *notes][-20:]
-        if not points:
-            return
-        yield points
-        if not batched:
-            return
-
-
-def _unreachable_path(source: "MetricSource", *, had_data: bool) -> str:
-    """Why a file-based source's path cannot be read now ("" when it can, or it has no path).
-    A path not there yet is normal before the trainer's first write; gone after data came, it is not."""
-    path = source.path
-    if path is None:
-        return ""
-    if not os.path.lexists(path):
-        return "path not found (moved or deleted?)" if had_data else ""
-    mode = os.R_OK | (os.X_OK if path.is_dir() else 0)
-    if not os.access(path, mode):
-        return "permission denied"
-    return ""
