@@ -37,6 +37,15 @@ def _slurm_up() -> tuple[bool, str]:
     return True, ""
 
 
+# scripts/test's side stream: its worker N (gwN) runs its tests on the Nth side cluster; the environment that
+# addresses it (SLURM_CONF, DEV_SLURM_*) is set before any test module is imported, so every Slurm command and
+# scripts/dev-slurm call of those tests goes there.
+_SIDE_CLUSTERS = os.environ.get("GUARDED_TEST_SIDE_CLUSTERS", "")
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _SIDE_CLUSTERS and _WORKER.startswith("gw"):
+    _cluster = _SIDE_CLUSTERS.split(";")[int(_WORKER[2:])]
+    os.environ.update(pair.split("=", 1) for pair in _cluster.split())
+
 # The files that take longest (minutes of waiting on Slurm and trainers), longest first. scripts/test hands files to
 # its workers in collection order (--no-loadscope-reorder), so these start at once and the quick files fill in
 # around them; left to xdist's default (most tests first), they came last and the run ended on one of them.
@@ -47,11 +56,25 @@ SLOWEST_FILES = (
     "test_notify.py", "test_lifecycle.py", "test_demo.py", "test_judge_incremental.py", "test_series_cap.py",
     "test_sbatch_habits.py", "test_corpus_dense.py", "test_corpus_sources.py", "test_shared_bounded_inputs.py",
 )
+# The side stream's longest tests (serial and long, minutes each), longest first: its workers take tests one at a
+# time in collection order, so these start first and the short ones fill in.
+SLOWEST_SIDE_TESTS = (
+    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
+    "test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes",
+    "test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_requeue",
+    "test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed",
+    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FILES)))  # stable: the rest keep their order
+    files = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    tests = {name: i for i, name in enumerate(SLOWEST_SIDE_TESTS)}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        return tests.get(item.name.split("[")[0], len(tests)), files.get(item.path.name, len(files))
+
+    items.sort(key=rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
