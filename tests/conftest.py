@@ -56,14 +56,19 @@ SLOWEST_FILES = (
     "test_notify.py", "test_lifecycle.py", "test_demo.py", "test_judge_incremental.py", "test_series_cap.py",
     "test_sbatch_habits.py", "test_corpus_dense.py", "test_corpus_sources.py", "test_shared_bounded_inputs.py",
 )
-# The side stream's longest tests (serial and long, minutes each), longest first: its workers take tests one at a
-# time in collection order, so these start first and the short ones fill in.
+# The side stream's longest tests (serial and long, minutes each). Its scheduler (--dist load) first hands each of
+# its three workers two consecutive tests, then one at a time to whichever is free: so these go in pairs, the pairs
+# about equal, and the short tests fill in after them.
 SLOWEST_SIDE_TESTS = (
-    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
     "test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes",
+    "test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run",
+    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
+    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
     "test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_requeue",
     "test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed",
-    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
+    "test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan",
+    "test_final_state_with_accounting_on_and_off_and_after_purge",
+    "test_controller_restart_is_ridden_out_and_the_sidecar_still_ends_with_the_job",
 )
 
 

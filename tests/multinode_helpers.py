@@ -9,12 +9,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from conftest import require
-from e2e_helpers import Project
+from e2e_helpers import Project, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 DEV_SLURM = REPO / "scripts" / "dev-slurm"
@@ -120,6 +122,22 @@ def requeued(job_id: str, restarts: int = 1) -> bool:
     return job.get("Restarts") == str(restarts) and job.get("JobState") in ("PENDING", "REQUEUED")
 
 
-def release(job_id: str) -> None:
-    """Slurm holds a requeued batch job for ~2 minutes (EligibleTime); start it now so the test stays short."""
-    subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], capture_output=True, timeout=30)
+def release(job_id: str, within_s: float = 60) -> None:
+    """Slurm holds a requeued batch job for ~2 minutes (EligibleTime); start it now so the test stays short. The
+    update can be refused or undone while the requeue is still being completed, so it is made again until the job
+    runs or is due to start within seconds (a release that silently failed cost a test its 2 minutes)."""
+
+    def released() -> bool:
+        job = scontrol_job(job_id)
+        state = job.get("JobState", "")
+        if state in ("RUNNING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL"):
+            return True  # started (or over already): nothing to release
+        if state not in ("PENDING", "REQUEUED"):
+            return False  # the requeue is still being completed
+        start = job.get("StartTime", "")
+        if start[:4].isdigit() and datetime.fromisoformat(start).timestamp() <= time.time() + 10:
+            return True
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+2"], capture_output=True, timeout=30)
+        return False
+
+    wait_for(released, within_s, 1, f"the requeued job {job_id} to be released")

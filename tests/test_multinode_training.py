@@ -85,28 +85,31 @@ def test_accelerate_launch_on_two_nodes_trains_as_one_world(layout: Layout, tmp_
 def test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes(layout: Layout, tmp_path: Path) -> None:
     project = ddp_project(tmp_path)
     slurm = SlurmScheduler(state_dir=tmp_path / "cache")
-    # USR1 60 s before a 2-minute limit (slurmctld checks limits every 30 s): it comes while the ~90 s of training run
+    # USR1 60 s before a 3-minute limit: slurmctld checks limits every 30 s, so it comes 120-150 s in, while the
+    # 150 s of training run. Starting torchrun on 2 nodes takes 5-45 s here (more under load), so whatever the first
+    # run got done, the resumed run (at most 75 s of training left, and its start) ends well within its 3 minutes; with
+    # a 2-minute limit a slow first start left the second run more than it could finish.
     result = project.cli("--guard-backend", "slurm", "--guard-signal-margin", "60", "--guard-max-requeues", "1",
-                         "--guard-waive", "eta=the run spans two allocations by design", *TWO_NODES, "--time", "2",
+                         "--guard-waive", "eta=the run spans two allocations by design", *TWO_NODES, "--time", "3",
                          "--job-name", unique_name("requeue"), "torchrun", "--nproc-per-node", "1", "train.py",
-                         "--config", CONFIG, "--steps", "900", "--step-seconds", "0.1")
+                         "--config", CONFIG, "--steps", "1500", "--step-seconds", "0.1")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     sidecar_id = project.run_record(job_id)["sidecar_id"]
 
-    assert wait_for(lambda: requeued(job_id), 150, 1, "the 2-node job to requeue itself")
+    assert wait_for(lambda: requeued(job_id), 210, 1, "the 2-node job to requeue itself")
     assert slurm.state(sidecar_id) is JobState.RUNNING  # the sidecar keeps watching the pending job
     release(job_id)
     resumed = wait_for(lambda: each_node_trains(layout, project.root), 120, 0.5, "the resumed run on 2 nodes")
     assert len(resumed) == 2
-    assert wait_for(lambda: slurm.state(job_id).is_terminal, 200, 1, "the requeued run to end")
+    assert wait_for(lambda: slurm.state(job_id).is_terminal, 240, 1, "the requeued run to end")
     info = slurm.info(job_id)
     output = (project.root / f"slurm-{job_id}.out").read_text(errors="replace")
     assert info.state is JobState.COMPLETED and info.exit_code == 0, output[-3000:]
     saved = re.search(r"checkpointed at step (\d+) on SIGUSR1", output)
     assert saved, output[-3000:]
     assert f"requeueing job {job_id} (restart 1 of 1)" in output
-    assert f"resumed from step {saved.group(1)}" in output and "training finished after 900 steps" in output
+    assert f"resumed from step {saved.group(1)}" in output and "training finished after 1500 steps" in output
     runs = sacct_runs(job_id)
     assert [run["state"] for run in runs][-1] == "COMPLETED" and len(runs) == 2, runs
     assert all(run["nodes"].count("[") or "," in run["nodes"] for run in runs), runs  # each run held 2 nodes

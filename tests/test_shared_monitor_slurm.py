@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
+from multinode_helpers import release
 from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = [pytest.mark.slurm, pytest.mark.long]
 
-STEPS = 2400  # 120 s at 0.05 s per step: the runs outlive the monitor's requeue
+STEPS = 3000  # 150 s at 0.05 s per step: the runs outlive the monitor's requeue
 BREAKS = {1: ["--nan-at", "150"], 3: ["--drift-at", "1500"]}
 RUNS = 5
 
@@ -60,9 +61,8 @@ def test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_reque
         # requeued only once its first attempt watches every run (on a loaded machine it may still be starting)
         wait_for(lambda: f"shared-r{RUNS - 1} (job" in monitor_output(), 120, 1, "the monitor to watch every run")
         subprocess.run(["scontrol", "requeue", monitor], check=True, capture_output=True, timeout=30)
-        # Slurm holds a requeued batch job for ~2 minutes (EligibleTime); release it so the test stays short
         wait_for(lambda: "Restarts=1" in _scontrol(monitor), 60, 1, "the monitor to be requeued")
-        subprocess.run(["scontrol", "update", f"JobId={monitor}", "StartTime=now+2"], capture_output=True, timeout=30)
+        release(monitor)
 
         def all_ended() -> bool:
             seen_monitors.append(_monitor_jobs(project.state_dir))

@@ -85,6 +85,7 @@ def test_controller_restart_is_ridden_out_and_the_sidecar_still_ends_with_the_jo
     assert "FINAL_SUMMARY" not in output and f"training job {job_id} ended COMPLETED" in output
 
 
+@pytest.mark.long  # a run that outlives its sidecar's requeue
 def test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan(
     slurm: SlurmScheduler, tmp_path: Path
 ) -> None:

@@ -28,14 +28,12 @@ ensure_venv() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
   fi
   if [[ ! -x "$repo/.venv/bin/python" ]]; then
-    echo "guarded-sbatch: [setup 1/3] creating $repo/.venv" >&2
+    echo "guarded-sbatch: [setup 1/2] creating $repo/.venv" >&2
     "$python" -m venv "$repo/.venv"
   fi
   stamp="$repo/.venv/.installed-${extra:-main}"
   if [[ ! -f "$stamp" || "$repo/pyproject.toml" -nt "$stamp" ]]; then
-    echo "guarded-sbatch: [setup 2/3] updating pip" >&2
-    "$repo/.venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-    echo "guarded-sbatch: [setup 3/3] installing guarded-sbatch${extra:+[$extra]} and its dependencies" >&2
+    echo "guarded-sbatch: [setup 2/2] installing guarded-sbatch${extra:+[$extra]} and its dependencies" >&2
     local log="$repo/.venv/install.log" pid
     install_project "$repo" "$repo${extra:+[$extra]}" >"$log" 2>&1 &
     pid=$!
