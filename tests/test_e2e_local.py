@@ -110,14 +110,14 @@ def test_status_shows_a_live_eta_from_the_observed_step_rate(tmp_path: Path) -> 
     job_id = submitted_job_id(result.stdout)
 
     def live_row() -> dict | None:
-        status = project.cli("status", "--json", check=True)
+        status = project.cli_here("status", "--json", check=True)
         rows = [r for r in json.loads(status.stdout)["runs"] if r["job_id"] == job_id]
         return rows[0] if rows and rows[0]["eta_kind"] == "live" else None
 
     row = wait_for(live_row, 60, 1, "a live ETA")
     assert row["state"] == "RUNNING" and row["total_steps"] == 600 and row["steps_per_s"] > 0
     assert row["decision"] in {"CONTINUE", "WAIT"} and isinstance(row["last_step"], int)
-    table = project.cli("status", check=True).stdout
+    table = project.cli_here("status", check=True).stdout
     after = live_row() or row  # the live ETA moves with the step rate: the table's is one of those around it
     assert job_id in table and (row["eta"] in table or after["eta"] in table), (row["eta"], after["eta"], table)
     _scheduler(project).cancel(job_id)

@@ -34,7 +34,7 @@ def _step_based(project: Project) -> None:
 
 
 def _eta(project: Project) -> dict:
-    result = project.cli("check", "--json", "--guard-backend", "local", "train.sh")
+    result = project.cli_here("check", "--json", "--guard-backend", "local", "train.sh")
     report = json.loads(result.stdout)
     return next(check for check in report["checks"] if check["name"] == "eta")
 

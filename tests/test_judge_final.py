@@ -39,7 +39,7 @@ def test_a_completed_local_job_shows_its_final_decision_from_all_its_steps(tmp_p
     assert record["judge"] == {"nonfinite_loss_points": 3}
     wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 180, what="sidecar to exit")
     assert scheduler.info(job_id).state is JobState.COMPLETED
-    status = project.cli("status", "--json", check=True)
+    status = project.cli_here("status", "--json", check=True)
     (row,) = [r for r in json.loads(status.stdout)["runs"] if r["job_id"] == job_id]
     assert row["last_step"] >= 290, row  # the final decision is judged on all 300 steps, not the first poll's
     assert (row["decision"], row["reason"]) == ("CONTINUE", "healthy"), row

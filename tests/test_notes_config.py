@@ -13,7 +13,7 @@ TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 
 def test_notes_from_the_config_get_the_stop(tmp_path: Path) -> None:
     project = make_project(tmp_path, fast_interval=1.0)
-    unset = project.cli("check", "--guard-backend", "local", "train.sh")
+    unset = project.cli_here("check", "--guard-backend", "local", "train.sh")
     assert "note: no project notes file: a STOP will be in the sidecar's output" in unset.stderr
     config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
     config.write_text('notes = "NOTES.md"\n' + config.read_text())
@@ -34,6 +34,6 @@ def test_a_bad_notes_value_is_one_line(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
     config.write_text("notes = 3\n" + config.read_text())
-    bad = project.cli("check", "train.sh")
+    bad = project.cli_here("check", "train.sh")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and 'notes = \\"NOTES.md\\"' not in bad.stderr
     assert 'e.g. notes = "NOTES.md"' in bad.stderr

@@ -181,7 +181,7 @@ def test_the_everyday_default_config_script_is_checked_with_its_real_arguments(t
     other.write_text((project.root / "configs" / "synthetic-tanh-mlp.yaml").read_text().replace("hidden: 32", "hidden: 64"))
     for args, config in (([], "synthetic-tanh-mlp.yaml"), ([str(other.relative_to(project.root)), "--steps", "10"],
                                                              "synthetic-tanh-mlp-wide.yaml")):
-        checked = project.cli("check", "--json", "--guard-backend", "local", "train.sh", *args)
+        checked = project.cli_here("check", "--json", "--guard-backend", "local", "train.sh", *args)
         report = json.loads(checked.stdout)
         config_diff = next(c for c in report["checks"] if c["name"] == "config-diff")
         assert "needs a shell" not in config_diff["finding"], config_diff

@@ -85,9 +85,9 @@ def test_the_png_has_the_panels_the_run_name_and_the_anomalies(stopped_run: tupl
 
     project, job_id = stopped_run
     png = tmp_path / "run.png"
-    assert project.cli("show", job_id, "--png", str(png), check=True).returncode == 0
+    assert project.cli_here("show", job_id, "--png", str(png), check=True).returncode == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    shown = json.loads(project.cli("show", job_id, "--json", check=True).stdout)
+    shown = json.loads(project.cli_here("show", job_id, "--json", check=True).stdout)
     assert set(shown["plotted"]) == {"train_loss", "key_metric", "lr", "grad_norm"}
     evidence = json.loads(Path(next(p for p in shown["evidence"] if p.endswith("evidence.json"))).read_text())
     series = {k: (v["steps"], v["values"]) for k, v in evidence["recent_metrics"].items()}
