@@ -1,6 +1,6 @@
 """Every configuration key, declared once: its TOML path, kind, default, bounds, the site's example value and its
 documentation. From this table follow the defaults, the known keys, each value's check and its one-line error, the
-site-only keys, and site_configs/example-site.toml (written by render_example_site; a test keeps the two equal).
+site-only keys, and site_configs/example-site.toml (written by core/config_example.py; a test keeps the two equal).
 core/config.py turns checked values into the immutable settings the rest of the code reads.
 """
 
