@@ -69,6 +69,8 @@ SLOWEST_SIDE_TESTS = (
     "test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan",
     "test_final_state_with_accounting_on_and_off_and_after_purge",
     "test_controller_restart_is_ridden_out_and_the_sidecar_still_ends_with_the_job",
+    "test_vanished_metrics_wait_then_a_nan_is_stopped_at_the_next_fast_poll_even_without_notes",
+    "test_one_config_launched_twice_each_run_is_judged_on_its_own_files",
 )
 
 

@@ -17,6 +17,7 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 LOGDIR = "runs/synthetic-tanh-mlp-bs64-lr5e-2"  # the config's logdir, shared by both launches
 
 
+@pytest.mark.waits  # two runs to their end and their sidecars to theirs
 @pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
 def test_one_config_launched_twice_each_run_is_judged_on_its_own_files(
         tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> None:

@@ -113,6 +113,7 @@ def test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan(
     assert Path(after.evidence).is_relative_to(run_dir)
 
 
+@pytest.mark.waits  # a run to its NaN, a source away and back, at the sidecar's cadence
 def test_vanished_metrics_wait_then_a_nan_is_stopped_at_the_next_fast_poll_even_without_notes(
     slurm: SlurmScheduler, tmp_path: Path
 ) -> None:
