@@ -43,8 +43,11 @@ def _slurm_up() -> tuple[bool, str]:
 _SIDE_CLUSTERS = os.environ.get("GUARDED_TEST_SIDE_CLUSTERS", "")
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _SIDE_CLUSTERS and _WORKER.startswith("gw"):
-    _cluster = _SIDE_CLUSTERS.split(";")[int(_WORKER[2:])]
-    os.environ.update(pair.split("=", 1) for pair in _cluster.split())
+    _clusters = _SIDE_CLUSTERS.split(";")
+    if int(_WORKER[2:]) >= len(_clusters):
+        raise pytest.UsageError(f"GUARDED_TEST_SIDE_CLUSTERS names {len(_clusters)} clusters, one per side worker: "
+                                f"run with -n {len(_clusters)}")
+    os.environ.update(pair.split("=", 1) for pair in _clusters[int(_WORKER[2:])].split())
 
 # The files that take longest (minutes of waiting on Slurm and trainers), longest first. scripts/test hands files to
 # its workers in collection order (--no-loadscope-reorder), so these start at once and the quick files fill in
