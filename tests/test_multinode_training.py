@@ -85,19 +85,19 @@ def test_accelerate_launch_on_two_nodes_trains_as_one_world(layout: Layout, tmp_
 def test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes(layout: Layout, tmp_path: Path) -> None:
     project = ddp_project(tmp_path)
     slurm = SlurmScheduler(state_dir=tmp_path / "cache")
-    # USR1 60 s before a 3-minute limit: slurmctld checks limits every 30 s, so it comes 120-150 s in, while the
-    # 150 s of training run. Starting torchrun on 2 nodes takes 5-45 s here (more under load), so whatever the first
-    # run got done, the resumed run (at most 75 s of training left, and its start) ends well within its 3 minutes; with
-    # a 2-minute limit a slow first start left the second run more than it could finish.
-    result = project.cli("--guard-backend", "slurm", "--guard-signal-margin", "60", "--guard-max-requeues", "1",
+    # USR1 150 s before a 3-minute limit: slurmctld checks limits every 30 s, so it comes 30-60 s in, while the 700
+    # steps train (70 s at 0.1 s a step; torchrun's start on 2 nodes takes 5-45 s here, steps up to twice as long
+    # under load). Whatever the first run got done, the resumed one has its 3 minutes for at most 700 steps and its
+    # start. (USR1 near a 2-minute limit left a slow first run's resumed half more than it could finish.)
+    result = project.cli("--guard-backend", "slurm", "--guard-signal-margin", "150", "--guard-max-requeues", "1",
                          "--guard-waive", "eta=the run spans two allocations by design", *TWO_NODES, "--time", "3",
                          "--job-name", unique_name("requeue"), "torchrun", "--nproc-per-node", "1", "train.py",
-                         "--config", CONFIG, "--steps", "1500", "--step-seconds", "0.1")
+                         "--config", CONFIG, "--steps", "700", "--step-seconds", "0.1")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     sidecar_id = project.run_record(job_id)["sidecar_id"]
 
-    assert wait_for(lambda: requeued(job_id), 210, 1, "the 2-node job to requeue itself")
+    assert wait_for(lambda: requeued(job_id), 150, 1, "the 2-node job to requeue itself")
     assert slurm.state(sidecar_id) is JobState.RUNNING  # the sidecar keeps watching the pending job
     release(job_id)
     resumed = wait_for(lambda: each_node_trains(layout, project.root), 120, 0.5, "the resumed run on 2 nodes")
@@ -109,7 +109,7 @@ def test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes(lay
     saved = re.search(r"checkpointed at step (\d+) on SIGUSR1", output)
     assert saved, output[-3000:]
     assert f"requeueing job {job_id} (restart 1 of 1)" in output
-    assert f"resumed from step {saved.group(1)}" in output and "training finished after 1500 steps" in output
+    assert f"resumed from step {saved.group(1)}" in output and "training finished after 700 steps" in output
     runs = sacct_runs(job_id)
     assert [run["state"] for run in runs][-1] == "COMPLETED" and len(runs) == 2, runs
     assert all(run["nodes"].count("[") or "," in run["nodes"] for run in runs), runs  # each run held 2 nodes

@@ -136,8 +136,10 @@ def test_vanished_metrics_wait_then_a_nan_is_stopped_at_the_next_fast_poll_even_
         wait_for(lambda: "source_unreadable" in project.sidecar_output(job_id), 30, 0.5, "WAIT (unreadable)")
     finally:
         link.symlink_to(project.root / TB, target_is_directory=True)
-    wait_for(lambda: reports_in(project, job_id)[-1] == "CONTINUE", 30, 0.5, "CONTINUE once readable again")
-    assert reports_in(project, job_id)[-2:] == ["WAIT", "CONTINUE"]
+    # the reports as they stood when CONTINUE came back (a later report may already be the next WAIT)
+    seen = wait_for(lambda: (r := reports_in(project, job_id))[-1] == "CONTINUE" and r, 30, 0.5,
+                    "CONTINUE once readable again")
+    assert seen[-2:] == ["WAIT", "CONTINUE"], seen
     assert wait_for(lambda: slurm.state(job_id).is_terminal, 150, 1, "training job to end")
     training = slurm.info(job_id)
     assert training.state is JobState.CANCELLED

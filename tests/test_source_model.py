@@ -288,3 +288,31 @@ def test_the_local_backend_follows_jobs_that_start_and_end_between_calls(tmp_pat
     assert scheduler.job_process_groups() == {}
     write("6", {"state": "RUNNING", "pgid": 4006})
     assert scheduler.job_process_groups() == {"6": 4006}
+
+
+def test_a_named_link_and_the_recorded_folder_it_points_to_are_one_source_the_named_one(tmp_path: Path) -> None:
+    """`--guard-tb LINK` and the config's logdir that LINK points to: one source, read through the user's path; when
+    that path goes away the watcher is blind and says so (it no longer depended on which was found first)."""
+    import math
+    import time as clock
+
+    from source_writers import tb_event, write_tb_events
+
+    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.source_set import SourceSet
+
+    real = tmp_path / "project" / "runs" / "exp"
+    write_tb_events(real, [tb_event(step, "train/loss", 2.0 * math.exp(-step / 40) + 0.1, wall_time=clock.time() + step)
+                           for step in range(30)])
+    link = tmp_path / "events-link"
+    link.symlink_to(real, target_is_directory=True)
+    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
+                               sources=[SourceSpec("tensorboard", str(link), "--guard-tb")],
+                               identity=RunSources(tb_paths=[str(real)], workdir=str(tmp_path / "project")))
+    sources = SourceSet(settings, None, live=False)
+    assert sources.read() == 30
+    tensorboard = [s for s in sources.sources if s.kind == "tensorboard"]
+    assert len(tensorboard) == 1 and str(link) in tensorboard[0].describe(), [s.describe() for s in tensorboard]
+    link.unlink()
+    sources.read()
+    assert str(link) in sources.read_error and "not found" in sources.read_error, sources.read_error

@@ -64,6 +64,10 @@ class SourceSet:
         if self._writer.uid is None:
             self._writer = replace(self._writer, uid=os.geteuid())
         self._saved_writer = self._writer
+        # where the sources named outright are, as the file system resolves them now: a recorded or found spec of
+        # the same kind and place (the user's link and the folder it points to) is that source again, not a second
+        # one; read twice, which one was judged depended on which came first, and the user's own path lost
+        self._given_places = {(spec.kind, os.path.realpath(spec.locator)) for spec in settings.sources}
 
     def job_writer(self) -> WriterIdentity:
         """Who writes this run's files, as known now."""
@@ -145,6 +149,9 @@ class SourceSet:
         """Open a spec once it has something to read; a spec whose files are not written yet is tried again."""
         key = ("spec", f"{spec.kind}:{spec.locator}:{spec.writer.run_id}:{spec.writer.tag}")
         if key in self._opened:
+            return
+        if not given and (spec.kind, os.path.realpath(spec.locator)) in self._given_places:
+            self._opened.add(key)
             return
         opened = kinds.open_given(spec, self.job_writer) if given else kinds.open_spec(spec, self.job_writer)
         for source in opened:
