@@ -133,3 +133,21 @@ def test_a_hugging_face_run_is_plotted_by_role(tmp_path: Path) -> None:
     assert {"eval/runtime", "eval/samples_per_second", "train/loss", "eval/loss"} <= keys, keys
     assert plotted_keys(keys) == {"train_loss": "train/loss", "key_metric": "eval/loss",
                                   "lr": "train/learning_rate", "grad_norm": "train/grad_norm"}
+
+
+def test_a_loss_that_grows_to_near_the_float_limit_is_still_plotted(tmp_path: Path) -> None:
+    """A diverging loss reaches 1e289 before its NaN; matplotlib's log axis overflowed on it and the evidence had no
+    plot. Larger magnitudes are drawn at the plot's bound, and the panel says so."""
+    from guarded_sbatch.actions.evidence_plot import build_figure, plot_metrics
+    from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
+
+    steps = list(range(10, 160, 10))
+    loss = [0.93, 0.30, 0.28, 0.29, 0.21, 0.22, 4.6e39, 1.7e82, 4.5e124, 3.0e165, 2.8e207, 3.3e248, 8.0e289,
+            float("nan"), float("nan")]
+    series = {"loss": (steps, loss), "grad_norm": (steps, [2.4, 0.75, 1.1, 1.0, 0.7, 0.6, 3e20, 6e41, 8e62, 2e83,
+                                                           2e104, 7e124, 3.9e145, float("nan"), float("nan")])}
+    verdict = Verdict(Decision.STOP, Reason.NON_FINITE_LOSS, "training loss is nan", (Anomaly("nan", "loss", 140),), 150)
+    plot_metrics(tmp_path / "metrics.png", series, verdict, "diverged")
+    assert (tmp_path / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    titles = [ax.get_title() for ax in build_figure(series, verdict, "diverged").axes if ax.get_visible()]
+    assert any("loss" in t and "log scale" in t and "drawn at it" in t for t in titles), titles

@@ -22,6 +22,9 @@ PANELS = (("train_loss", "training loss", Role.TRAIN_LOSS), ("key_metric", "eval
           ("lr", "learning rate", Role.LEARNING_RATE), ("grad_norm", "grad norm", Role.GRAD_NORM))
 TITLES = {label: title for label, title, _ in PANELS}
 LOG_SPAN = 100.0  # a positive series whose max/min exceeds this (two decades) is drawn on a log scale
+# matplotlib's axes overflow (OverflowError in the log ticker) on values near the float limit, which a diverging
+# loss reaches (1e289 before its NaN): larger magnitudes are drawn at this bound and the panel's title says so
+PLOT_BOUND = 1e100
 
 
 def plotted_keys(keys: Iterable[str], chosen: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -105,9 +108,10 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
     for ax, (label, key) in zip(axes.flat, panels):
         steps, values = series[key]
         finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
+        bounded = [max(-PLOT_BOUND, min(PLOT_BOUND, v)) for _, v in finite]
         if finite:
-            ax.plot([s for s, _ in finite], [v for _, v in finite], lw=1)
-            if log_scale(values):
+            ax.plot([s for s, _ in finite], bounded, lw=1)
+            if log_scale(bounded):
                 ax.set_yscale("log")
         bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
         if bad:
@@ -120,6 +124,8 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
                 ax.annotate(anomaly.kind, (anomaly.step, 0.95), xycoords=("data", "axes fraction"),
                             color="red", fontsize=8, ha="right")
         scale = ", log scale" if ax.get_yscale() == "log" else ""
+        if any(abs(v) > PLOT_BOUND for _, v in finite):
+            scale += f", values beyond {PLOT_BOUND:.0e} drawn at it"
         ax.set_title(f"{TITLES.get(label, label)}: {key}{scale}", fontsize=9)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
