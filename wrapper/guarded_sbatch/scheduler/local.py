@@ -6,7 +6,6 @@ marker. States follow Slurm's names so the sidecar and status code never branch 
 
 from __future__ import annotations
 
-
 import getpass
 import json
 import os

@@ -29,7 +29,6 @@ from guarded_sbatch.sources.writers import this_host
 from guarded_sbatch.sidecar.source_read import one_line, out_of_memory, read_into, unreachable_path
 
 if TYPE_CHECKING:
-
     from guarded_sbatch.scheduler.interface import Scheduler
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sources.base import MetricSource
@@ -150,7 +149,7 @@ class SourceSet:
         key = ("spec", f"{spec.kind}:{spec.locator}:{spec.writer.run_id}:{spec.writer.tag}")
         if key in self._opened:
             return
-        if not given and (spec.kind, os.path.realpath(spec.locator)) in self._given_places:
+        if not given and self._given_places and (spec.kind, os.path.realpath(spec.locator)) in self._given_places:
             self._opened.add(key)
             return
         opened = kinds.open_given(spec, self.job_writer) if given else kinds.open_spec(spec, self.job_writer)
