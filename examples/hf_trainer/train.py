@@ -6,6 +6,7 @@ beside the script when `report_to` names it, tqdm bars on stdout.
     python train.py --config configs/tiny-gpt2.yaml                 # healthy
     python train.py --config configs/tiny-gpt2.yaml --nan-at 40     # the loss becomes NaN from step 40
     python train.py --config configs/tiny-gpt2.yaml --diverge-at 60 # the learning rate x1000 from step 60
+    python train.py --config configs/tiny-gpt2.yaml --precision fp16 # mixed precision (on a GPU when there is one)
 """
 
 from __future__ import annotations
@@ -43,10 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, help="pace of the run (a sleep after each step)")
     parser.add_argument("--nan-at", type=int, help="a corrupted batch: the loss is NaN from this step on")
     parser.add_argument("--diverge-at", type=int, help="multiply the learning rate by 1000 from this step")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="mixed precision (fp16 needs a GPU)")
     args = parser.parse_args(argv)
     with open(args.config, encoding="utf-8") as handle:
         config = yaml.safe_load(handle) or {}
-    for key in ("max_steps", "step_seconds", "nan_at", "diverge_at"):
+    for key in ("max_steps", "step_seconds", "nan_at", "diverge_at", "precision"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
 
@@ -99,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         save_strategy="no",
         seed=int(config.get("seed", 0)),
         dataloader_num_workers=int(config.get("num_workers", 0)),
-        use_cpu=True,
+        fp16=config.get("precision") == "fp16", bf16=config.get("precision") == "bf16",
+        use_cpu=not torch.cuda.is_available(),  # the GPU when there is one, as a user's run would
     )
     trainer = FaultyTrainer(
         model=model, args=training_args, callbacks=[Faults()],

@@ -5,6 +5,7 @@ with Lightning's own layout: TensorBoardLogger writes `default_root_dir/lightnin
     python train.py --config configs/synthetic-tanh-lightning-csv.yaml                 # healthy, CSVLogger only
     python train.py --config configs/synthetic-tanh-lightning-tb.yaml --nan-at 60      # the loss is NaN from step 60
     python train.py --config configs/synthetic-tanh-lightning-tb.yaml --diverge-at 60  # the learning rate x300 from step 60
+    python train.py --config configs/synthetic-tanh-lightning-tb.yaml --precision bf16 # bf16-mixed (GPU or CPU)
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, help="pace of the run (a sleep after each batch)")
     parser.add_argument("--nan-at", type=int, help="a corrupted batch: the loss is NaN from this step on")
     parser.add_argument("--diverge-at", type=int, help="multiply the learning rate by 300 from this step")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="mixed precision (fp16 needs a GPU)")
     args = parser.parse_args(argv)
     with open(args.config, encoding="utf-8") as handle:
         config = yaml.safe_load(handle) or {}
-    for key in ("max_steps", "step_seconds", "nan_at", "diverge_at"):
+    for key in ("max_steps", "step_seconds", "nan_at", "diverge_at", "precision"):
         if getattr(args, key) is not None:
             config[key] = getattr(args, key)
 
@@ -83,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         logger = TensorBoardLogger(save_dir=root)  # what Trainer(default_root_dir=...) makes by default
     batch_size = int(config.get("batch_size", 64))
     trainer = L.Trainer(
-        default_root_dir=root, logger=logger, max_steps=int(config.get("max_steps", 600)), accelerator="cpu",
+        default_root_dir=root, logger=logger, max_steps=int(config.get("max_steps", 600)),
+        accelerator="gpu" if torch.cuda.is_available() else "cpu",  # the GPU when there is one, as a user's run would
+        precision={"fp16": "16-mixed", "bf16": "bf16-mixed"}.get(str(config.get("precision")), "32-true"),
         devices=1, log_every_n_steps=int(config.get("log_every_n_steps", 10)),
         val_check_interval=int(config.get("val_check_interval", 50)), enable_checkpointing=False,
     )
