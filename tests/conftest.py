@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,12 @@ REPO = Path(__file__).resolve().parents[1]
 # its default in each child.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The suite's environment is the users' environment of its runs (scripts/test puts it first on PATH, as an activated
+# venv is): `.venv/bin/python -m pytest` alone gets the same, so the pre-flight's interpreter check finds the
+# `python`/`torchrun` the test jobs run.
+if os.environ.get("PATH", "").split(":")[0] != str(Path(sys.executable).parent):
+    os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
 
 
 def _slurm_up() -> tuple[bool, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import textwrap
 from dataclasses import dataclass
 from datetime import datetime
@@ -79,7 +80,7 @@ class Tree:
             config or Config(),
             scheduler,  # type: ignore[arg-type]
             cwd=self.root,
-            env=env or {},
+            env={"PATH": os.environ.get("PATH", os.defpath), **(env or {})},  # the job's python/torchrun
             mounts=mounts or LOCAL_DISK,
             now=now,
             restart=restart,

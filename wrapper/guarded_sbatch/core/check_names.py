@@ -9,6 +9,7 @@ class CheckName(str, enum.Enum):
     CONFIG_DIFF = "config-diff"
     RUN_NAME = "run-name"
     PATHS = "paths"
+    INTERPRETER = "interpreter"  # the job's python can import what the training script imports
     MONITORING = "monitoring"
     ETA = "eta"
     OWN_FOLDER = "own-folder"  # no live guarded run writes this run's folders

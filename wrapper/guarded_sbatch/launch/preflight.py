@@ -16,6 +16,7 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, Waiver
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
+from guarded_sbatch.launch.checks.interpreter import check_interpreter
 from guarded_sbatch.launch.checks.monitoring import check_monitoring
 from guarded_sbatch.launch.checks.own_folder import check_own_folder
 from guarded_sbatch.launch.checks.paths import check_paths
@@ -31,7 +32,7 @@ from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
 from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
-    check_config_diff, check_run_name, check_paths, check_monitoring, check_eta, check_own_folder,
+    check_config_diff, check_run_name, check_paths, check_interpreter, check_monitoring, check_eta, check_own_folder,
 )
 
 

@@ -1,0 +1,203 @@
+"""Check: the interpreter the job will run, resolved as the job will resolve it, can import what the training
+script imports at its top — so a job does not die at once on `ModuleNotFoundError: No module named 'torch'`
+because the wrong environment came first on PATH (guarded-sbatch's own, say).
+
+The job's PATH is the submitting one (sbatch exports it) changed by the script's lines before its launcher line:
+`source DIR/bin/activate`, `conda activate NAME` and plain `PATH=` assignments are followed; `module load`,
+`eval "$(conda shell …)"` and anything else that only a running shell knows make the answer a warning, never a
+block. The imports are asked of that interpreter with `importlib.util.find_spec` (nothing is imported), under a
+deadline."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from guarded_sbatch.core.errors import CommandError
+from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+
+NAME = CheckName.INTERPRETER.value
+PROGRAM_BYTES = 1 << 20  # a training script larger than this is not parsed for its imports
+ASK_TIMEOUT_S = 15.0
+ACTIVATE = re.compile(r"^\s*(?:source|\.)\s+(\S+)/bin/activate\b")
+CONDA = re.compile(r"^\s*(?:conda|mamba|micromamba)\s+activate\s+(\S+)")
+UNFOLLOWED = re.compile(r"^\s*(?:module\s+(?:load|add|swap)|ml\s+\w|eval\s|spack\s+load|pyenv\s|source\s+\S*conda\S*)")
+FIND = ("import importlib.util, json, sys\nmissing = []\nfor name in sys.argv[1:]:\n"
+        "    try:\n        found = importlib.util.find_spec(name) is not None\n"
+        "    except (ImportError, ValueError):\n        found = False\n"
+        "    missing += [] if found else [name]\n"
+        "print(json.dumps({'python': sys.executable, 'prefix': sys.prefix, 'version': sys.version.split()[0], "
+        "'missing': missing}))\n")
+
+
+@dataclass(frozen=True)
+class JobPath:
+    path: str  # the job's PATH as far as the script's lines can be followed
+    changed_by: tuple[str, ...]  # "line 7: source ~/env/bin/activate"
+    unfollowed: tuple[str, ...]  # "line 5: module load cuda": lines only a running shell knows the effect of
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    text = os.path.expanduser(text.strip("'\""))
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def job_path(context: PreflightContext) -> JobPath:
+    env = dict(context.env)
+    path = env.get("PATH", os.defpath)
+    changed: list[str] = []
+    unfollowed: list[str] = []
+    last = context.launcher.line_number if context.launcher else 0
+    for number, line in enumerate(context.script.text.splitlines()[: max(last - 1, 0)], start=1):
+        if line.lstrip().startswith("#"):
+            continue
+        venv, conda = ACTIVATE.match(line), CONDA.match(line)
+        if venv:
+            path = f"{_expand(venv.group(1), env)}/bin:{path}"
+            changed.append(f"line {number}: {line.strip()}")
+        elif conda:
+            prefix = _conda_prefix(_expand(conda.group(1), env), env)
+            if prefix is None:
+                unfollowed.append(f"line {number}: {line.strip()} (no such conda environment found)")
+            else:
+                path = f"{prefix}/bin:{path}"
+                changed.append(f"line {number}: {line.strip()}")
+        elif UNFOLLOWED.match(line):
+            unfollowed.append(f"line {number}: {line.strip()}")
+    return JobPath(path, tuple(changed), tuple(unfollowed))
+
+
+def _conda_prefix(name: str, env: dict[str, str]) -> str | None:
+    if "/" in name:
+        return name if Path(name, "bin").is_dir() else None
+    roots = [Path(env[v]).parents[1] for v in ("CONDA_EXE", "MAMBA_EXE") if env.get(v)]
+    roots += [Path(env["CONDA_PREFIX"]).parent.parent] if "/envs/" in env.get("CONDA_PREFIX", "") else []
+    roots += [Path(env["CONDA_PREFIX"])] if env.get("CONDA_PREFIX") else []
+    for root in roots:
+        if name == "base" and (root / "bin").is_dir():
+            return str(root)
+        if (root / "envs" / name / "bin").is_dir():
+            return str(root / "envs" / name)
+    return None
+
+
+def _which(command: str, path: str) -> Path | None:
+    if "/" in command:
+        return Path(command) if os.access(command, os.X_OK) else None
+    for folder in path.split(":"):
+        candidate = Path(folder or ".") / command
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _interpreter_of(executable: Path) -> Path:
+    """torchrun, accelerate, deepspeed: the Python their `#!` line names (a console script's)."""
+    try:
+        with executable.open("rb") as handle:
+            first = handle.readline(512).decode("utf-8", "replace")
+    except OSError:
+        return executable
+    words = first[2:].split() if first.startswith("#!") else []
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        return Path(words[1])
+    return Path(words[0]) if words else executable
+
+
+def top_imports(program: Path) -> list[tuple[str, int]]:
+    """The packages the script needs: imported at module level or directly in its `main()` (outside `try`
+    blocks and helper functions: an optional import may well be missing)."""
+    try:
+        with program.open("rb") as handle:
+            tree = ast.parse(handle.read(PROGRAM_BYTES))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    names: dict[str, int] = {}
+    for node in _needed_statements(tree.body):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                names.setdefault(alias.name.split(".")[0], node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.setdefault(node.module.split(".")[0], node.lineno)
+    local = {p.stem for p in program.parent.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} \
+        if program.parent.is_dir() else set()
+    return [(name, line) for name, line in names.items()
+            if name not in sys.stdlib_module_names and name not in local and name != "__future__"]
+
+
+def _needed_statements(body: list[ast.stmt], *, in_main: bool = False) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.append(node)
+        elif isinstance(node, ast.If) and not in_main:  # `if __name__ == "__main__":` and the like
+            out += _needed_statements(node.body)
+        elif isinstance(node, ast.With):
+            out += _needed_statements(node.body, in_main=in_main)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "main" and not in_main:
+            out += _needed_statements(node.body, in_main=True)
+    return out
+
+
+def check_interpreter(context: PreflightContext) -> CheckResult:
+    launcher = context.launcher
+    if launcher is None:
+        return CheckResult(NAME, CheckStatus.PASSED, "no python launcher line: no interpreter to check")
+    where = job_path(context)
+    command = _launcher_command(launcher.text, launcher.kind)
+    executable = _which(command, where.path)
+    evidence = [f"launcher line {launcher.line_number}: {command}", *where.changed_by]
+    evidence += [f"not followed (only a running shell knows): {line}" for line in where.unfollowed]
+    if executable is None:
+        status = CheckStatus.WARNED if where.unfollowed else CheckStatus.FAILED
+        return CheckResult(NAME, status, f"`{command}` is not on the job's PATH: the job would fail to start it; "
+                           "activate its environment in the script or put it first on PATH before submitting",
+                           tuple(evidence))
+    python = executable if launcher.kind == "python" else _interpreter_of(executable)
+    program = context.program_path()
+    imports = top_imports(program) if program is not None and program.is_file() else []
+    try:
+        # from "/": the current folder is on sys.path of `-c`, and nothing planted in the project may run as you
+        answer = json.loads(run_command([str(python), "-c", FIND, *(n for n, _ in imports)],
+                                        timeout=ASK_TIMEOUT_S, cwd="/").stdout.strip().splitlines()[-1])
+    except (CommandError, OSError, ValueError, IndexError) as exc:
+        return CheckResult(NAME, CheckStatus.WARNED, f"could not ask the job's interpreter {python} what it can "
+                           f"import ({str(exc)[:120]})", tuple(evidence))
+    evidence.insert(1, f"the job runs {answer['python']} (Python {answer['version']})")
+    missing = [(n, line) for n, line in imports if n in set(answer["missing"])]
+    own = _is_own(str(answer.get("prefix", "")))
+    if not missing:
+        found = ", ".join(n for n, _ in imports) or "no third-party package"
+        return CheckResult(NAME, CheckStatus.PASSED, f"{answer['python']} imports what "
+                           f"{program.name if program else 'the program'} imports: {found}", tuple(evidence))
+    names = ", ".join(n for n, _ in missing) + f" ({program.name if program else 'the program'} line" + \
+        ("s " if len(missing) > 1 else " ") + ", ".join(str(line) for _, line in missing) + ")"
+    fix = ("that is guarded-sbatch's own environment, first on PATH: put only `guarded-sbatch` on PATH (README), "
+           "or activate your environment in the script" if own else
+           "activate the environment that has them in the script (`source ENV/bin/activate` before the launcher "
+           "line) or submit from a shell where it is active")
+    status = CheckStatus.WARNED if where.unfollowed else CheckStatus.FAILED
+    return CheckResult(NAME, status, f"the job's {answer['python']} cannot import {names}: the job would die at "
+                       f"once; {fix}", tuple(evidence), {"python": answer["python"], "missing": [n for n, _ in missing]})
+
+
+def _launcher_command(text: str, kind: str) -> str:
+    words = text.split()
+    for word in words:
+        if kind == "python" and re.match(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$", word):
+            return word
+        if kind != "python" and Path(word).name in {kind, "torchrun", "accelerate", "deepspeed"}:
+            return word
+    return "python"
+
+
+def _is_own(prefix: str) -> bool:
+    """The job's Python is guarded-sbatch's own environment (a venv's prefix, not the interpreter it links to)."""
+    return bool(prefix) and os.path.realpath(prefix) == os.path.realpath(sys.prefix)
