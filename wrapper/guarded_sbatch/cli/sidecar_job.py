@@ -76,6 +76,7 @@ def run_shared_monitor(argv: list[str]) -> int:
     load_watcher()
     from guarded_sbatch.core.monitor_registry import monitor_folder
     from guarded_sbatch.scheduler import get_scheduler
+    from guarded_sbatch.sidecar.array_watch import ArrayWatcher
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, install_signal_handlers
 
     parser = ArgumentParser(prog="guarded-sbatch sidecar --shared", description="watch every registered run of this user")
@@ -85,11 +86,13 @@ def run_shared_monitor(argv: list[str]) -> int:
     parser.add_argument("--max-runs", type=int, default=200)
     parser.add_argument("--fast-interval", type=positive_float, default=60.0, help="seconds between reads")
     parser.add_argument("--job-poll", type=positive_float, default=300.0, help="seconds between scheduler calls")
+    parser.add_argument("--array-job", help="watch the tasks of this job array (sidecar/array_watch.py)")
     args = parser.parse_args(argv)
     folder = args.monitor_dir or monitor_folder(args.cluster)
     settings = MonitorSettings(folder=folder, job_id=os.environ.get("SLURM_JOB_ID"),
                                fast_interval_s=args.fast_interval, job_poll_s=args.job_poll, max_runs=args.max_runs)
-    monitor = SharedMonitor(settings, get_scheduler(args.backend), sys.stdout)
+    watcher = ArrayWatcher if args.array_job else SharedMonitor
+    monitor = watcher(settings, get_scheduler(args.backend), sys.stdout)
     install_signal_handlers(monitor)
     return monitor.run()
 

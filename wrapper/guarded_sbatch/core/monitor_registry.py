@@ -5,6 +5,7 @@ Layout under <state dir>/shared-monitor/<cluster>/ (the user's own state folder,
   monitor.json      {"job_id": ..., "submitted_at": ...} while a monitor job exists
   runs/<job>.json   one registration per watched run (what a sidecar's command line would say)
   done/<job>.json   registrations of runs the monitor has finished with
+  array-<J>/        the same layout for the watcher of one job array (sidecar/array_watch.py), a run per task
 
 A launch writes its registration and, under the lock, submits a monitor job unless one is queued or
 running. The monitor retires finished runs and, under the same lock, leaves (and removes
@@ -27,6 +28,18 @@ from guarded_sbatch.core.fsutil import make_private_dirs, owned_by_me, read_json
 def monitor_folder(cluster: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in (cluster or "default"))
     return state_dir() / "shared-monitor" / safe
+
+
+def array_folder(cluster: str, array_job: str) -> Path:
+    """The registration folder of one job array's own watcher (one run per task, `J_T`)."""
+    safe = "".join(c for c in array_job if c.isdigit() or c == ".") or "_"
+    return monitor_folder(cluster) / f"array-{safe}"
+
+
+def array_of(job_id: str) -> str | None:
+    """The array job of a task id `J_T` (on every backend); None for a job that is no array task."""
+    job, sep, task = job_id.partition("_")
+    return job if sep and job.isdigit() and task.isdigit() else None
 
 
 @contextmanager

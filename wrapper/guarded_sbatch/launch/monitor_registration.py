@@ -1,5 +1,8 @@
-"""Per-user monitor mode at launch: register the run with the user's monitor job, submitting that
-job only when none is queued or running (see core.monitor_registry for the folder's contract)."""
+"""Shared watchers at launch: register the run with the user's monitor job (per-user mode), submitting that
+job only when none is queued or running (see core.monitor_registry for the folder's contract); or, for a task of a
+job array (`J_T`), with its array's own watcher (sidecar/array_watch.py): one job for every task of the array,
+submitted at the first task's registration with `--dependency=after:J_T` (the first task's start, never the last's:
+`after:J` waits for every task of a throttled array to start)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.redact import secret_fingerprints
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.launch.templates import load_template, render_template
@@ -27,6 +31,22 @@ class SharedMonitorOptions:
     fast_interval_s: float = 60.0
     job_poll_s: float = 300.0
     template_dirs: tuple[Path, ...] = ()
+    job_name: str = "guarded-sbatch-monitor"
+
+
+ARRAY_JOB_POLL_S = 30.0  # an array's watcher asks about all its tasks at once this often (<= 120 calls an hour)
+
+
+def array_watch_options(config: Config, run_name: str) -> SharedMonitorOptions:
+    """The watcher of one job array: the sidecar's resources and cadence, the scheduler asked about every task at
+    once at most every ARRAY_JOB_POLL_S (so it leaves within a minute of the last task's end)."""
+    job = config.sidecar
+    return SharedMonitorOptions(
+        max_runs=max(job.max_runs_per_monitor, 1), time_limit=job.time, partition=job.partition, qos=job.qos,
+        account=job.account, mem=job.mem, fast_interval_s=job.fast_interval_s,
+        job_poll_s=min(job.job_poll_s, ARRAY_JOB_POLL_S), template_dirs=tuple(config.template_dirs),
+        job_name=f"sidecar-{run_name}"[:128],
+    )
 
 
 def register_with_monitor(
@@ -34,7 +54,10 @@ def register_with_monitor(
     *, cluster: str = "", folder: Path | None = None, python: str = sys.executable,
 ) -> str | None:
     """Register the run; return the monitor's job id, or None when the monitor is full (the caller
-    submits a per-job sidecar then)."""
+    submits a per-job sidecar then). A task of a job array goes to its array's own watcher."""
+    array = registry.array_of(record.job_id)
+    if array is not None and folder is None:
+        return _register_task(scheduler, record, entry, options, registry.array_folder(cluster, array), python)
     folder = folder or registry.monitor_folder(cluster)
     with registry.locked(folder):
         if registry.live_count(folder) >= options.max_runs:
@@ -50,24 +73,45 @@ def register_with_monitor(
         return monitor_id
 
 
+def _register_task(scheduler: Scheduler, record: RunRecord, entry: dict[str, Any], options: SharedMonitorOptions,
+                   folder: Path, python: str) -> str:
+    """One task of an array: registered with the array's watcher, which the first task's registration submits (the
+    later ones, in the same launch, find it in monitor.json: no scheduler call per task)."""
+    with registry.locked(folder):
+        registry.register_run(folder, record.job_id, {**entry, "run_dir": str(record.folder),
+                                                      "run_name": record.run_name,
+                                                      "secret_fingerprints": secret_fingerprints()})
+        current = registry.read_monitor(folder)
+        if current is not None:
+            return str(current["job_id"])
+        after = ("--dependency=after:" + record.job_id, "--kill-on-invalid-dep=yes")
+        watcher = _submit_monitor(scheduler, folder, options, python, array_job=registry.array_of(record.job_id),
+                                  sbatch_options=after)
+        registry.write_monitor(folder, watcher)
+        return watcher
+
+
 def _alive(scheduler: Scheduler, job_id: str) -> bool:
     state = scheduler.state(job_id)
     return not state.is_terminal  # UNKNOWN (no answer) counts as alive: never two monitors for a hiccup
 
 
-def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOptions, python: str) -> str:
+def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOptions, python: str, *,
+                    array_job: str | None = None, sbatch_options: tuple[str, ...] = ()) -> str:
     template_text, _ = load_template("monitor.sbatch", list(options.template_dirs))
     extra = [f"#SBATCH --{flag}={value}" for flag, value in (
         ("partition", options.partition), ("account", options.account), ("qos", options.qos),
         ("time", options.time_limit)) if value]
     args = ["--backend", scheduler.name, "--monitor-dir", str(folder), "--max-runs", str(options.max_runs),
             "--fast-interval", str(options.fast_interval_s), "--job-poll", str(options.job_poll_s)]
+    if array_job is not None:
+        args += ["--array-job", array_job]
     script = render_template(template_text, {
-        "MONITOR_DIR": str(folder), "MONITOR_JOB_NAME": "guarded-sbatch-monitor",
+        "MONITOR_DIR": str(folder), "MONITOR_JOB_NAME": options.job_name,
         "MONITOR_OUTPUT": str(folder / "monitor-%j.out"), "SIDECAR_CPUS": "1", "SIDECAR_MEM": options.mem,
         "SIDECAR_EXTRA_SBATCH": "\n".join(extra), "PYTHON": shlex.quote(python),
         "MONITOR_ARGS": " ".join(shlex.quote(a) for a in args),
     }, template_name="monitor.sbatch")
     path = folder / "monitor.sbatch"
     path.write_text(script, encoding="utf-8")
-    return scheduler.submit(SubmitRequest(script=path, sbatch_options=(), workdir=folder))
+    return scheduler.submit(SubmitRequest(script=path, sbatch_options=sbatch_options, workdir=folder))

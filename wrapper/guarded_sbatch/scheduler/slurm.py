@@ -147,12 +147,13 @@ class SlurmScheduler:
         )
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        """The states of many jobs with one `squeue --me` (all states, so a job that ended within
-        MinJobAge is seen with its final state); a job no longer listed gets its remembered final
-        state, else one batched sacct when accounting is on, else UNKNOWN. On no answer: all UNKNOWN."""
+        """The states of many jobs with one `squeue --me -r` (all states, so a job that ended within
+        MinJobAge is seen with its final state; `-r` lists an array's pending tasks one per line, `J_T`, as
+        its running ones are); a job no longer listed gets its remembered final state, else one batched sacct
+        (`-X`: a line per task) when accounting is on, else UNKNOWN. On no answer: all UNKNOWN."""
         wanted = [str(j) for j in job_ids]
         try:
-            result = self._run(["squeue", "--me", "-h", "-t", "all", "-o", "%i|%T"], timeout=self.query_timeout_s)
+            result = self._run(["squeue", "--me", "-r", "-h", "-t", "all", "-o", "%i|%T"], timeout=self.query_timeout_s)
         except SchedulerError:
             return {j: JobState.UNKNOWN for j in wanted}
         if result.returncode != 0:
@@ -164,13 +165,14 @@ class SlurmScheduler:
                 listed[job] = JobState.from_slurm(state_text)
         states: dict[str, JobState] = {}
         gone: list[str] = []
+        known = self._remembered_many(wanted)  # one read of the cache for the whole list (an array's 256 tasks)
         for job in wanted:
             if job in listed:
                 states[job] = listed[job]
-                if listed[job].is_terminal and self._remembered(job) is None:
+                if listed[job].is_terminal and job not in known:
                     self._remember(job, {"job_id": job, "state": listed[job].value})
             else:
-                remembered = self._remembered(job)
+                remembered = known.get(job)
                 if remembered is not None:
                     states[job] = JobState.from_slurm(str(remembered.get("state", "")))
                 else:
@@ -297,6 +299,12 @@ class SlurmScheduler:
 
     def _remembered(self, job_id: str) -> dict[str, Any] | None:
         return self.final_states.get(self.cluster_name(), job_id)
+
+    def _remembered_many(self, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+        try:
+            return self.final_states.get_many(self.cluster_name(), job_ids)
+        except SchedulerError:
+            return {}
 
     def _checked_workdir(self, request: SubmitRequest) -> Path:
         workdir = Path(request.workdir) if request.workdir is not None else Path.cwd()

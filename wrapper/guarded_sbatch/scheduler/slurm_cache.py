@@ -46,6 +46,12 @@ class FinalStateCache:
         entry = self._read().get(_key(cluster, job_id))
         return entry if isinstance(entry, dict) else None
 
+    def get_many(self, cluster: str, job_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """The remembered jobs among job_ids, with one read of the file."""
+        entries = self._read()
+        found = {job_id: entries.get(_key(cluster, job_id)) for job_id in job_ids}
+        return {job_id: entry for job_id, entry in found.items() if isinstance(entry, dict)}
+
     def put(self, cluster: str, job_id: str, fields: dict[str, Any]) -> None:
         """Record (merge) fields for a job; unknown fields already stored are kept."""
         make_private_dirs(self.path.parent)

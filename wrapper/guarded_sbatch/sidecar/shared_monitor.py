@@ -56,10 +56,13 @@ class _SharedView:
     free_state_queries = False
     supports_requeue = False
 
-    def __init__(self, monitor: "SharedMonitor", job_id: str) -> None:
+    def __init__(self, monitor: "SharedMonitor", job_id: str, *, free: bool = False) -> None:
         self.monitor = monitor
         self.job_id = job_id
         self.stopping = False
+        # free: the monitor asks about every run at each of its own queries, so a run's loop may read the
+        # answer at every poll (an array's watcher); else the loop asks at its own job_poll_s
+        self.free_state_queries = free
 
     def state(self, job_id: str) -> JobState:
         if self.stopping:
@@ -158,31 +161,39 @@ class SharedMonitor:
             job_id = str(entry["job_id"])
             if job_id in self.runs or len(self.runs) >= self.settings.max_runs:
                 continue
-            run_dir = Path(entry["run_dir"])
-            remember_fingerprints(entry.get("secret_fingerprints") or [])  # this launch's secrets, masked too
-            out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
-                            "a", encoding="utf-8")
-            record = _record(run_dir)
-            policy = recorded_policy(record.judge, record.run_name) if record is not None else JudgePolicy()
-            sidecar_settings = SidecarSettings(  # the run's sources as its record has them, as a per-job sidecar reads
-                run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
-                state_file=run_dir / "sidecar-state.json", evidence_dir=run_dir / "evidence",
-                notes_path=Path(entry["notes"]) if entry.get("notes") else None,
-                stop_command=entry.get("stop_command") or None,
-                sources=_named_sources(entry, record),
-                fast_interval_s=self.settings.fast_interval_s,
-                full_interval_s=float(entry.get("full_interval_s") or 1800.0),
-                job_poll_s=self.settings.job_poll_s, policy=policy,
-                identity=RunSources.from_json(record.sources) if record is not None else None,
-            )
-            sidecar = Sidecar(sidecar_settings, _SharedView(self, job_id), out, clock=self.clock, sleep=self.sleep)
-            sidecar.emit(f"monitor: watched by shared monitor job {self.settings.job_id or '(by hand)'}\n")
-            run = _Run(job_id, sidecar, out, float(entry.get("registered_at", 0.0)))
-            self.runs[job_id] = run
-            if not sidecar.begin():
-                self._retire(run)
-                continue
-            self.emit(f"monitor: watching run {sidecar_settings.run_name} (job {job_id}), {len(self.runs)} runs\n")
+            self.adopt_entry(entry)
+
+    def adopt_entry(self, entry: dict[str, Any], *, free_states: bool = False) -> _Run | None:
+        """Start watching one registered run: its own Sidecar, report file, state and evidence, the sources as its
+        record has them (what a per-job sidecar reads). None when it was finished already (then retired)."""
+        job_id = str(entry["job_id"])
+        run_dir = Path(entry["run_dir"])
+        remember_fingerprints(entry.get("secret_fingerprints") or [])  # this launch's secrets, masked too
+        out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
+                        "a", encoding="utf-8")
+        record = _record(run_dir)
+        policy = recorded_policy(record.judge, record.run_name) if record is not None else JudgePolicy()
+        sidecar_settings = SidecarSettings(
+            run_name=str(entry.get("run_name") or f"job-{job_id}"), job_id=job_id,
+            state_file=run_dir / "sidecar-state.json", evidence_dir=run_dir / "evidence",
+            notes_path=Path(entry["notes"]) if entry.get("notes") else None,
+            stop_command=entry.get("stop_command") or None,
+            sources=_named_sources(entry, record),
+            fast_interval_s=self.settings.fast_interval_s,
+            full_interval_s=float(entry.get("full_interval_s") or 1800.0),
+            job_poll_s=self.settings.job_poll_s, policy=policy,
+            identity=RunSources.from_json(record.sources) if record is not None else None,
+        )
+        view = _SharedView(self, job_id, free=free_states)
+        sidecar = Sidecar(sidecar_settings, view, out, clock=self.clock, sleep=self.sleep)
+        sidecar.emit(f"monitor: watched by shared monitor job {self.settings.job_id or '(by hand)'}\n")
+        run = _Run(job_id, sidecar, out, float(entry.get("registered_at", 0.0)))
+        self.runs[job_id] = run
+        if not sidecar.begin():
+            self._retire(run)
+            return None
+        self.emit(f"monitor: watching run {sidecar_settings.run_name} (job {job_id}), {len(self.runs)} runs\n")
+        return run
 
     def _retire(self, run: _Run) -> None:
         registry.retire(self.settings.folder, run.job_id)
@@ -197,18 +208,22 @@ class SharedMonitor:
         for run in list(self.runs.values()):
             if self._leave_reason:
                 return
-            try:
-                code = run.sidecar.poll_once()
-            except (GuardedError, OSError) as exc:  # one run's trouble never stops the others
-                run.sidecar.emit(f"monitor: this poll failed: {exc}\n")
-                continue
-            run.sidecar.state.save(run.sidecar.settings.state_file)
-            if code is not None:
-                if run.sidecar.state.evidence:
-                    self.stops += 1
-                self.emit(f"monitor: run {run.sidecar.settings.run_name} (job {run.job_id}) done: "
-                          f"{run.sidecar.state.last_decision} {run.sidecar.state.last_reason}\n")
-                self._retire(run)
+            self.poll_run(run)
+
+    def poll_run(self, run: _Run) -> None:
+        """One poll of one run; a run that is done is retired."""
+        try:
+            code = run.sidecar.poll_once()
+        except (GuardedError, OSError) as exc:  # one run's trouble never stops the others
+            run.sidecar.emit(f"monitor: this poll failed: {exc}\n")
+            return
+        run.sidecar.state.save(run.sidecar.settings.state_file)
+        if code is not None:
+            if run.sidecar.state.evidence:
+                self.stops += 1
+            self.emit(f"monitor: run {run.sidecar.settings.run_name} (job {run.job_id}) done: "
+                      f"{run.sidecar.state.last_decision} {run.sidecar.state.last_reason}\n")
+            self._retire(run)
 
     # --- the loop -----------------------------------------------------------------------------------
 
@@ -230,7 +245,7 @@ class SharedMonitor:
                                 registry.clear_monitor(self.settings.folder, self.settings.job_id)
                             self.emit("monitor: no live runs left; leaving\n")
                             return 0
-                self._sleep_unless_leaving(self.settings.fast_interval_s)
+                self._sleep_unless_leaving(self.pause(self.clock()))
         finally:
             for run in list(self.runs.values()):
                 run.sidecar.state.save(run.sidecar.settings.state_file)
@@ -238,6 +253,10 @@ class SharedMonitor:
             cpu = _cpu_seconds() - cpu_start
             self.emit(f"monitor: resources: peak RSS {_peak_rss_mb():.1f} MB, CPU {cpu:.2f} s over {self.polls} polls, "
                       f"{self.calls.count} scheduler calls, {self.stops} runs stopped\n")
+
+    def pause(self, now: float) -> float:
+        """Seconds until the next poll."""
+        return self.settings.fast_interval_s
 
     def _sleep_unless_leaving(self, seconds: float) -> None:
         end = self.clock() + seconds
