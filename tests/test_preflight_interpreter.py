@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import sysconfig
 import venv
@@ -95,21 +94,3 @@ def test_imports_in_helpers_or_try_blocks_are_optional(tmp_path: Path) -> None:
     code, found, _ = check(project(tmp_path, body=body), bare / "bin", tmp_path)
     assert found["status"] == "failed" and "yaml_is_not_here_either" in found["finding"], found
     assert "wandb" not in found["finding"] and "matplotlib" not in found["finding"]
-
-
-def test_the_job_runs_with_the_users_environment_on_the_local_backend(tmp_path: Path) -> None:
-    mine = user_env(tmp_path / "myenv", with_torch=True)
-    root = project(tmp_path)
-    env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_BACKEND": "local",
-           "PATH": f"{mine / 'bin'}:{os.environ['PATH']}"}
-    argv = [sys.executable, "-m", "guarded_sbatch", "--parsable", "--guard-waive",
-            "config-diff=the first run of this project", "train.sh"]
-    done = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().splitlines()[-1]
-    out = root / f"slurm-{job}.out"
-    for _ in range(300):
-        if out.exists() and "trained" in out.read_text():
-            break
-        subprocess.run(["sleep", "0.2"], check=False, timeout=5)
-    assert f"trained {mine}" in out.read_text(), out.read_text()
