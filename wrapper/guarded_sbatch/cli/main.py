@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guarded_sbatch import __version__
+from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 
 USAGE = f"""\
@@ -23,11 +24,11 @@ usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch check [--json] [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch monitor [--once [--json]] [--tb PATH] [--wandb PATH] [--log PATH] [--job ID] [PATH]
                               [--log-command CMD] [--stop tmux:S|pid:P|ssh:HOST[:PORT]:P|slurm:J]
-       guarded-sbatch show RUN [--png FILE] [--json]
+       guarded-sbatch show RUN [--png FILE] [--plain] [--json]
        guarded-sbatch run [guard options] [--guard-tmux NAME] -- COMMAND...   (workstation: no Slurm)
        guarded-sbatch check-sweep [guard options] sweep.yaml [--json]
        guarded-sbatch stop tmux:SESSION|pid:PID|ssh:HOST[:PORT]:PID [--grace S]
-       guarded-sbatch status [--all] [--project DIR] [--json]
+       guarded-sbatch status [--all] [--project DIR] [--state S,S] [--name GLOB] [--json]
        guarded-sbatch kill RUN [--yes]
        guarded-sbatch restart RUN [--yes] [guard options]
        guarded-sbatch reference RUN
@@ -38,7 +39,7 @@ blocks on a failed check unless you waive it, then submits the job unchanged plu
 that watches its metrics and stops it when it breaks.
 
 guard options (before the script; sbatch has none of these):
-  --guard-waive CHECK=REASON    waive a failed check (config-diff, run-name, paths, monitoring, eta, own-folder)
+  --guard-waive CHECK=REASON    waive a failed check ({", ".join(CHECK_NAMES)})
   --guard-reference PATH        the reference run's config to diff against
   --guard-config PATH           the intended run's config, when the launcher line does not name it
   --guard-run-name NAME         the run name, when --job-name does not give it
