@@ -1,0 +1,151 @@
+"""The judge on real training logs pasted in public issue threads (tests/data/public_logs, MANIFEST.toml).
+
+Each log is judged as a user first types it: `guarded-sbatch monitor --once --json --log FILE`, run in-process
+(tests/cli_runner.py). A log's label comes from its thread: "stop" (broken), "continue" (healthy), "either".
+Strict: the decision is the label ("either" takes any). Lenient (acceptable): a broken run held at WAIT is
+acceptable but counted apart; a healthy run may be CONTINUE or WAIT, never STOP.
+
+The issue's targets (issue 37) are the tests named `test_target_...`; run them alone with
+`.venv/bin/python -m pytest -q tests/test_public_corpus.py -k target -s` (-s shows the table).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run_cli
+
+CORPUS = Path(__file__).resolve().parent / "data" / "public_logs"
+MANIFEST = CORPUS / "MANIFEST.toml"
+LABELS = {"stop", "continue", "either"}
+EXIT = {"CONTINUE": 0, "WAIT": 10, "STOP": 11}
+FIELDS = {"file", "tool", "repository", "issue", "url", "thread_words", "label"}
+
+
+@dataclass(frozen=True)
+class Judged:
+    entry: dict
+    decision: str
+    reason: str
+    message: str
+
+    @property
+    def strict(self) -> bool:
+        wanted = {"stop": "STOP", "continue": "CONTINUE"}.get(self.entry["label"])
+        return wanted is None or self.decision == wanted
+
+    @property
+    def acceptable(self) -> bool:
+        label = self.entry["label"]
+        if label == "stop":
+            return self.decision in {"STOP", "WAIT"}
+        return label == "either" or self.decision != "STOP"
+
+
+def _entries() -> list[dict]:
+    with open(MANIFEST, "rb") as handle:
+        return list(tomllib.load(handle)["log"])
+
+
+ENTRIES = _entries()
+
+
+def _tool_family(tool: str) -> str:
+    """The tool a log counts for: 'deepspeed (HF Trainer)' -> 'deepspeed'."""
+    return tool.split(" (")[0].strip().lower()
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory) -> list[Judged]:
+    state = tmp_path_factory.mktemp("state")
+    where = tmp_path_factory.mktemp("cwd")
+    env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(state)}
+    out = []
+    for entry in ENTRIES:
+        result = run_cli(["monitor", "--once", "--json", "--log", str(CORPUS / entry["file"])], env=env, cwd=where)
+        payload = json.loads(result.stdout)
+        assert result.returncode == EXIT[payload["decision"]], (entry["file"], result.stderr)
+        out.append(Judged(entry, payload["decision"], payload.get("reason", ""), payload.get("message", "")))
+    return out
+
+
+def _table(rows: list[Judged]) -> str:
+    lines = [f"{'file':44s} {'tool':22s} {'label':8s} {'decision':8s} {'ok':4s} reason"]
+    for row in rows:
+        mark = "=" if row.strict else ("~" if row.acceptable else "X")
+        lines.append(f"{row.entry['file'][:44]:44s} {_tool_family(row.entry['tool'])[:22]:22s} {row.entry['label']:8s} "
+                     f"{row.decision:8s} {mark:4s} {row.message[:60]}")
+    return "\n".join(lines)
+
+
+def _totals(rows: list[Judged]) -> dict[str, int]:
+    broken = [r for r in rows if r.entry["label"] == "stop"]
+    healthy = [r for r in rows if r.entry["label"] == "continue"]
+    return {
+        "logs": len(rows), "broken": len(broken), "healthy": len(healthy),
+        "either": sum(r.entry["label"] == "either" for r in rows),
+        "strict": sum(r.strict for r in rows), "acceptable": sum(r.acceptable for r in rows),
+        "broken_stopped": sum(r.decision == "STOP" for r in broken),
+        "broken_wait": sum(r.decision == "WAIT" for r in broken),
+        "broken_continue": sum(r.decision == "CONTINUE" for r in broken),
+        "healthy_continue": sum(r.decision == "CONTINUE" for r in healthy),
+        "healthy_wait": sum(r.decision == "WAIT" for r in healthy),
+        "false_stop": sum(r.decision == "STOP" for r in healthy),
+    }
+
+
+def test_the_manifest_names_every_log_with_its_source() -> None:
+    files = sorted(p.name for p in CORPUS.glob("*.log"))
+    listed = [entry["file"] for entry in ENTRIES]
+    assert sorted(listed) == files, "every .log is in MANIFEST.toml once, and every entry has its file"
+    assert len(set(listed)) == len(listed)
+    for entry in ENTRIES:
+        assert FIELDS <= set(entry), (entry["file"], FIELDS - set(entry))
+        assert entry["label"] in LABELS, entry["file"]
+        assert entry["url"] == f"https://github.com/{entry['repository']}/issues/{entry['issue']}", entry["file"]
+        assert entry["thread_words"].strip(), entry["file"]
+        if entry["label"] == "stop":
+            assert entry.get("stop_by"), f"{entry['file']}: a broken log says where an expert would stop"
+        assert re.fullmatch(r"[a-z0-9]+_[a-z0-9_]+\.log", entry["file"]), "<tool>_<shortname>.log"
+        assert (CORPUS / entry["file"]).read_text(encoding="utf-8").strip(), entry["file"]
+
+
+def test_every_log_is_judged_and_the_table_printed(judged: list[Judged], capsys: pytest.CaptureFixture[str]) -> None:
+    """The table of decisions and the totals (always printed; the targets are asserted below)."""
+    totals = _totals(judged)
+    with capsys.disabled():
+        print("\n" + _table(judged))
+        print("totals: " + ", ".join(f"{key} {value}" for key, value in totals.items()))
+    assert totals["logs"] == len(ENTRIES)
+    assert {r.decision for r in judged} <= set(EXIT)
+
+
+def test_target_the_corpus_is_60_real_logs_from_10_tools_healthy_and_broken() -> None:
+    tools = Counter(_tool_family(entry["tool"]) for entry in ENTRIES)
+    labels = Counter(entry["label"] for entry in ENTRIES)
+    assert len(ENTRIES) >= 60, f"{len(ENTRIES)} logs"
+    assert len(tools) >= 10, sorted(tools)
+    assert labels["stop"] >= 15 and labels["continue"] >= 15, dict(labels)
+
+
+def test_target_every_log_is_acceptable(judged: list[Judged]) -> None:
+    wrong = [r for r in judged if not r.acceptable]
+    assert not wrong, "not acceptable:\n" + _table(wrong)
+
+
+def test_target_never_a_stop_on_a_healthy_log(judged: list[Judged]) -> None:
+    false_stops = [r for r in judged if r.entry["label"] == "continue" and r.decision == "STOP"]
+    assert not false_stops, "STOP on a healthy log:\n" + _table(false_stops)
+
+
+def test_target_at_most_10_percent_away_from_the_threads_call(judged: list[Judged]) -> None:
+    away = [r for r in judged if not r.strict]
+    assert len(away) <= 0.10 * len(judged), f"{len(away)} of {len(judged)} away from the thread's call:\n" + _table(away)
