@@ -1,4 +1,4 @@
-"""The README's admin recipes, run as written on the dev Slurm: guarded jobs in the queue (marker in the
+"""The admin guide's recipes, run as written on the dev Slurm: guarded jobs in the queue (marker in the
 comment), tagged unguarded jobs in sacct (AdminComment), slurmctld's log, and the audit log's waivers and
 per-user history for a real guarded launch."""
 
@@ -19,7 +19,7 @@ TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 
 
 def recipes() -> dict[str, str]:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "admin-guide.md").read_text(encoding="utf-8")
     section = text[text.index("### Admin recipes"):]
     block = section[section.index("```bash") + len("```bash"):]
     block = block[:block.index("```")]
