@@ -7,11 +7,16 @@ from the run's submit folder and links the new run to the old one.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from pathlib import Path
+from typing import Any, TextIO
+
+from guarded_sbatch.cli.array_lifecycle import cancel_array, link_restarted, siblings, task_of, without_shared
+from guarded_sbatch.cli.lifecycle import array_tasks
 
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
@@ -85,6 +90,9 @@ def confirm(question: str, *, assume_yes: bool, stdin: TextIO | None = None, err
 def kill_command(argv: list[str]) -> int:
     """Stop the run, clean up in order, record who stopped it; exit 1 when it had already ended."""
     args = parse_lifecycle_args(argv, command="kill", allow_guard_options=False)
+    tasks = array_tasks(args.run)
+    if tasks:
+        return _kill_array(args.run, tasks, yes=args.yes)
     record = find_run(args.run)
     was_live = _job_live(record)
     failed = _clean_up(record, yes=args.yes, verb="kill")
@@ -118,7 +126,8 @@ def _state_of(record: RunRecord) -> str:
 def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None) -> int:
     """The pre-flight of the relaunch first, then stop and clean up as kill does, then relaunch."""
     args = parse_lifecycle_args(argv, command="restart", allow_guard_options=True)
-    record = find_run(args.run)
+    tasks = array_tasks(args.run)
+    record = tasks[0] if tasks else find_run(args.run)
     if record.ended == "restarted":
         newer = [r.run_id for r in list_runs() if r.restarted_from == record.run_id]
         hint = f"; restart the newer run {newer[-1]} instead" if newer else ""
@@ -126,7 +135,7 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     if record.launched_by == "submitit":
         raise UsageError(f"run {record.run_id} was submitted from Python (GuardedExecutor): kill it here, then "
                          "submit the function again from Python")
-    launch_argv = restart_launch_argv(record, args.guard_options)
+    launch_argv = restart_launch_argv(record, args.guard_options, whole_array=bool(tasks))
     run_launch = launch or (_run_under_guard if record.launched_by == "run" else _run_launch)
     # The pre-flight runs first, so a blocked relaunch deletes nothing.
     print("guarded-sbatch: pre-flight for the restart (nothing deleted yet):", file=sys.stderr)
@@ -135,9 +144,12 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
                                                         clear_line=clear)) != 0:
         raise BlockedError("restart blocked by the pre-flight: nothing was stopped or deleted; fix the failed "
                            "checks above or waive one with --guard-waive CHECK=\"REASON\"")
-    was_live = _job_live(record)
-    failed = _clean_up(record, yes=args.yes, verb="restart")
-    _note_stopped_by(record, was_live, "user (restart)")
+    if tasks:
+        failed = _clean_up_array(args.run, tasks, yes=args.yes, verb="restart")
+    else:
+        was_live = _job_live(record)
+        failed = _clean_up(record, yes=args.yes, verb="restart")
+        _note_stopped_by(record, was_live, "user (restart)")
     if failed:
         raise UsageError(f"run stopped but not relaunched: {len(failed)} cleanup step(s) not done (see above), "
                          f"first: {failed[0]}; fix that and run the restart again")
@@ -146,11 +158,17 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False,
                                                             show_report=False))
     new_runs = [r for r in list_runs() if r.run_id not in before]
+    if tasks:
+        link_restarted(tasks, new_runs)
     record.ended = "restarted"
     record.save()
     if code != 0 or not new_runs:
         raise SchedulerError(f"run {record.run_id} was cleaned up but the relaunch did not submit (exit {code}); "
                              f"launch it again with `guarded-sbatch {' '.join(launch_argv)}`")
+    if tasks:
+        print(f"guarded-sbatch: job array {args.run} ({len(tasks)} tasks) restarted as job "
+              f"{new_runs[0].job_id.partition('_')[0]}", file=sys.stderr)
+        return int(ExitCode.OK)
     new_record = new_runs[-1]
     new_record.restarted_from = record.run_id
     new_record.save()
@@ -161,10 +179,11 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     return int(ExitCode.OK)
 
 
-def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> list[str]:
+def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...], *, whole_array: bool = False) -> list[str]:
     """The launch words of a restart: the run's recorded guard settings, then the user's, then the original
     sbatch options, script and args. Later single-valued guard options win; a re-given waiver replaces the
-    recorded one for that check."""
+    recorded one for that check. One task of an array is relaunched as an array of that task alone (`--array=T`,
+    so it picks the same settings from SLURM_ARRAY_TASK_ID); `whole_array`: the array as it was launched."""
     if any("[redacted]" in word for word in [*record.sbatch_options, record.script, *record.script_args]):
         raise UsageError(f"run {record.run_id} was launched with a secret on its command line, which was not recorded: "
                          "relaunch it by hand, with the secret in an environment variable")
@@ -186,7 +205,10 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...]) -> li
             recorded.append(f"--guard-waive={waiver['check']}={waiver.get('reason', '')}")
     needs_dashes = record.launched_by == "run" and record.script != "--"  # older records kept "--" as the script
     command = ["--", record.script] if needs_dashes else [record.script]  # `run [options] -- COMMAND`
-    return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, *command, *record.script_args]
+    task = None if whole_array else task_of(record)
+    one_task = [f"--array={task}"] if task is not None else []  # after the recorded options: the last --array wins
+    return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, *one_task, *command,
+            *record.script_args]
 
 
 def _job_live(record: RunRecord) -> bool:
@@ -249,32 +271,91 @@ def _in_folder(folder: str, action: Callable[[], int]) -> int:
         os.chdir(previous)
 
 
+def _show_outcome(outcome: Any) -> None:
+    mark = "done" if outcome.ok else "NOT DONE"
+    print(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}", file=sys.stderr)
+
+
 def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     """Show the plan, confirm, stop the run and clean up; return the details of the steps not done."""
-    from guarded_sbatch.actions.cleanup import ActionOutcome, execute_cleanup, plan_cleanup
-    from guarded_sbatch.core.config import load_config
+    from guarded_sbatch.actions.cleanup import execute_cleanup
     from guarded_sbatch.scheduler import get_scheduler
 
     config = load_config()
-    plan = plan_cleanup(record, config.run_roots, source_files=_own_source_files(record))
-    print(f"guarded-sbatch: {verb} {plan.render()}", file=sys.stderr)
-    for refusal in plan.refusals:
-        print(f"guarded-sbatch: path guard: {refusal.refused}", file=sys.stderr)
+    planning, plan = _task_plan(record, config.run_roots, verb)
     confirm(f"Stop run {record.run_name} and delete the above?", assume_yes=yes)
+    record = planning
     scheduler = get_scheduler(record.backend)
-
-    def show(outcome: ActionOutcome) -> None:
-        mark = "done" if outcome.ok else "NOT DONE"
-        print(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}", file=sys.stderr)
 
     if _job_live(record):
         print(f"guarded-sbatch: stopping job {record.job_id} and its sidecar; waiting until both have ended "
               "(seconds usually, at most 90 s)", file=sys.stderr, flush=True)
     try:
-        outcomes = execute_cleanup(plan, record, scheduler, on_outcome=show)
+        outcomes = execute_cleanup(plan, record, scheduler, on_outcome=_show_outcome)
     except GuardedError as exc:
         raise type(exc)(f"{verb} stopped before deleting anything: {exc.message}", exit_code=exc.exit_code) from None
     return [o.detail for o in outcomes if not o.ok]
+
+
+def _task_plan(record: RunRecord, run_roots: Sequence[Path], verb: str, *,
+               stop: bool = True) -> tuple[RunRecord, Any]:
+    """A run's cleanup plan, shown; an array task's leaves what a sibling task names too (cli/array_lifecycle.py).
+    `stop=False`: without the stop and scheduler steps (the array was cancelled as a whole)."""
+    from guarded_sbatch.actions.cleanup import plan_cleanup
+
+    files, kept = _own_source_files(record), list[str]()
+    if task_of(record) is not None:
+        others = siblings(record)
+        theirs = [f for other in others for f in _own_source_files(other)]
+        record, files, kept = without_shared(record, others, files, theirs)
+    plan = plan_cleanup(record, run_roots, source_files=files)
+    if not stop:
+        plan = dataclasses.replace(plan, steps=tuple(s for s in plan.steps if s.name not in ("stop", "scheduler")))
+    print(f"guarded-sbatch: {verb} {plan.render()}", file=sys.stderr)
+    for path in kept:
+        print(f"guarded-sbatch: kept {path}: another task of the array names it too", file=sys.stderr)
+    for refusal in plan.refusals:
+        print(f"guarded-sbatch: path guard: {refusal.refused}", file=sys.stderr)
+    return record, plan
+
+
+def _kill_array(array: str, tasks: list[RunRecord], *, yes: bool) -> int:
+    """`kill J`: every task of the array cancelled at once, each cleaned up as a run of its own."""
+    failed = _clean_up_array(array, tasks, yes=yes, verb="kill")
+    for task in tasks:
+        task.ended = "killed"
+        task.save()
+        _audit("kill", task, reason="cleanup incomplete" if failed else "killed and cleaned up (whole array)")
+    if failed:
+        raise UsageError(f"array {array} stopped but the cleanup is incomplete: {len(failed)} step(s) not done "
+                         f"(see above), first: {failed[0]}")
+    print(f"guarded-sbatch: job array {array} ({len(tasks)} tasks) killed and cleaned up", file=sys.stderr)
+    return int(ExitCode.OK)
+
+
+def _clean_up_array(array: str, tasks: list[RunRecord], *, yes: bool, verb: str) -> list[str]:
+    """Show every task's plan, confirm once, cancel the array with one call, then clean up each task."""
+    from guarded_sbatch.actions.cleanup import execute_cleanup
+    from guarded_sbatch.scheduler import get_scheduler
+
+    config = load_config()
+    print(f"guarded-sbatch: {verb} job array {array}: `scancel {array}` (all {len(tasks)} tasks), then each task's "
+          "cleanup:", file=sys.stderr)
+    plans = [_task_plan(task, config.run_roots, verb, stop=False) for task in tasks]
+    confirm(f"Stop all {len(tasks)} tasks of array {array} and delete the above?", assume_yes=yes)
+    scheduler = get_scheduler(tasks[0].backend)
+    try:
+        before, after = cancel_array(scheduler, array, [t.job_id for t in tasks])
+    except GuardedError as exc:
+        raise type(exc)(f"{verb} stopped before deleting anything: {exc.message}", exit_code=exc.exit_code) from None
+    failed: list[str] = []
+    for task, (planning, plan) in zip(tasks, plans):
+        if not before[task.job_id].is_terminal and after[task.job_id] is JobState.CANCELLED and not task.stopped_by:
+            task.stopped_by = f"user ({verb})"
+            task.save()
+        outcomes = execute_cleanup(plan, planning, scheduler, on_outcome=_show_outcome)
+        failed += [o.detail for o in outcomes if not o.ok]
+    return failed
 
 
 def _own_source_files(record: RunRecord) -> list[str]:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.cli.status_table import render_table, render_terminal
+from guarded_sbatch.cli.status_table import collapse_arrays, render_table, render_terminal
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
@@ -36,6 +36,8 @@ def run_status(argv: list[str], *, color: bool) -> int:
                         help=f"only runs in these states (as squeue -t: {', '.join(STATES)}; any case)")
     parser.add_argument("--name", metavar="NAME",
                         help="only runs of this name (shell wildcards allowed, e.g. --name 'coco-*')")
+    parser.add_argument("--collapse", action="store_true",
+                        help="one row per job array (its tasks' states and decisions counted) instead of one per task")
     args = parser.parse_args(argv)
     wanted = parse_states(args.state) if args.state else None
     project = args.project.resolve() if args.project else None
@@ -44,6 +46,8 @@ def run_status(argv: list[str], *, color: bool) -> int:
             and (args.name is None or fnmatch.fnmatchcase(r.run_name, args.name))]
     if wanted is not None:
         rows = [row for row in rows if row["state"] in wanted]
+    if args.collapse:
+        rows = collapse_arrays(rows)
     if args.json:
         print(json_dumps({"runs": rows}))
         return int(ExitCode.OK)
@@ -56,6 +60,18 @@ def run_status(argv: list[str], *, color: bool) -> int:
     else:
         print(render_table(rows))
     return int(ExitCode.OK)
+
+
+def array_tasks(key: str) -> list[RunRecord]:
+    """The run records of the tasks of job array `key` (`J`: their job ids are `J_T`), task order; [] when `key`
+    is no array's id (or a run of its own has that job id)."""
+    if not key.isdigit():
+        return []
+    runs = list_runs()
+    if any(record.job_id == key for record in runs):
+        return []
+    tasks = [r for r in runs if r.job_id.partition("_")[0] == key and r.job_id.partition("_")[2].isdigit()]
+    return sorted(tasks, key=lambda r: int(r.job_id.partition("_")[2]))
 
 
 def parse_states(text: str) -> set[str]:

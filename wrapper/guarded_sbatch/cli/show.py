@@ -20,7 +20,8 @@ from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.actions.evidence_plot import plotted_keys
 from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.core.judge_table import recorded_policy
-from guarded_sbatch.cli.lifecycle import run_status_row
+from guarded_sbatch.cli.lifecycle import array_tasks, run_status_row
+from guarded_sbatch.cli.status_table import render_table
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
@@ -39,12 +40,22 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
     """`guarded-sbatch show RUN`: one run on the terminal (or as JSON, or with a PNG of its curves)."""
     parser = ArgumentParser(prog="guarded-sbatch show",
                             description="one run: latest report, curves, anomalies, evidence")
-    parser.add_argument("run", help="run id, job id or run name (see `guarded-sbatch status`)")
+    parser.add_argument("run", help="run id, job id (an array task: J_T; an array: J lists its tasks) or run name "
+                                    "(see `guarded-sbatch status`)")
     parser.add_argument("--png", type=Path, metavar="FILE", help="also write the curves as a PNG to FILE")
     parser.add_argument("--json", action="store_true", help="the same as one JSON object on stdout (no plot)")
     parser.add_argument("--plain", action="store_true", help="numbers instead of a terminal plot")
     args = parser.parse_args(argv)
     out = out or sys.stdout
+    tasks = array_tasks(args.run)
+    if tasks:  # a job array: its tasks, one row each (each task is a run of its own: show J_T shows it)
+        rows = [run_status_row(task) for task in tasks]
+        if args.json:
+            out.write(json_dumps({"array": args.run, "tasks": rows}, indent=2) + "\n")
+        else:
+            out.write(render_table(rows) + f"\n\nJob {args.run} is a job array of {len(tasks)} guarded tasks; show "
+                      f"one with `guarded-sbatch show {tasks[0].job_id}`.\n")
+        return int(ExitCode.OK)
     record = find_run(args.run)
     view = gather(record)
     if args.png:

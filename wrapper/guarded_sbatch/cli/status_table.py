@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections import Counter
 from typing import Any
 
 # (title, row key), left to right
@@ -86,3 +87,42 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
         note = f"(not shown at {width} columns: {', '.join(dropped)}; status --json has every field)"
         text += (note if len(note) <= width else "(more in: guarded-sbatch status --json)") + "\n"
     return text
+
+
+def collapse_arrays(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per job array (its tasks' rows `J_T` folded into it, where the first task's row stood), every other
+    row as it is. The array's row counts its tasks' states, decisions and who stopped them (`COMPLETED:3,
+    CANCELLED:1`), names the reasons of its tasks that were not CONTINUE, and keeps the task rows under `tasks`."""
+    arrays: dict[str, list[dict[str, Any]]] = {}
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        job, sep, task = str(row.get("job_id") or "").partition("_")
+        if not (sep and job.isdigit() and task.isdigit()):
+            out.append(row)
+            continue
+        if job not in arrays:
+            arrays[job] = []
+            out.append({"job_id": job, "_array": True})
+        arrays[job].append(row)
+    return [_array_row(arrays[row["job_id"]], row["job_id"]) if row.get("_array") else row for row in out]
+
+
+def _counted(rows: list[dict[str, Any]], key: str) -> str | None:
+    counts = Counter(str(row[key]) for row in rows if row.get(key) not in (None, "-"))
+    return ",".join(f"{value}:{n}" for value, n in counts.most_common()) or None
+
+
+def _array_row(tasks: list[dict[str, Any]], job: str) -> dict[str, Any]:
+    first = tasks[0]
+    unusual = [f"{row['job_id']} {row['reason']}" for row in tasks
+               if row.get("decision") not in ("CONTINUE", "-", None) and row.get("reason") not in (None, "-")]
+    ended = [str(row["ended_at"]) for row in tasks if row.get("ended_at")]
+    return {
+        "run": first.get("run"), "run_id": None, "backend": first.get("backend"), "job_id": job,
+        "state": _counted(tasks, "state"), "decision": _counted(tasks, "decision") or "-",
+        "reason": "; ".join(unusual) or "-", "stopped_by": _counted(tasks, "stopped_by"), "exit": _counted(tasks, "exit"),
+        "age": first.get("age"), "elapsed": None,
+        "ended_at": max(ended) if len(ended) == len(tasks) else None, "last_step": None, "eta": None,
+        "evidence": ",".join(str(r["evidence"]) for r in tasks if r.get("evidence")) or None,
+        "task_count": len(tasks), "tasks": tasks,
+    }
