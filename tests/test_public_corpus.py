@@ -110,7 +110,8 @@ def test_the_manifest_names_every_log_with_its_source() -> None:
     for entry in ENTRIES:
         assert FIELDS <= set(entry), (entry["file"], FIELDS - set(entry))
         assert entry["label"] in LABELS, entry["file"]
-        assert entry["url"] == f"https://github.com/{entry['repository']}/issues/{entry['issue']}", entry["file"]
+        assert re.fullmatch(rf"https://github\.com/{re.escape(entry['repository'])}/(issues|pull)/{entry['issue']}",
+                            entry["url"]), entry["file"]
         assert entry["thread_words"].strip(), entry["file"]
         if entry["label"] == "stop":
             assert entry.get("stop_by"), f"{entry['file']}: a broken log says where an expert would stop"
