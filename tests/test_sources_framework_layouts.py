@@ -166,7 +166,8 @@ def test_each_example_passes_the_preflight_as_a_new_project(tmp_path: Path, fold
 @pytest.mark.parametrize("key, role", [
     ("default_root_dir", "output"), ("trainer.default_root_dir", "output"), ("log_root", "output"),
     ("exp_root", "output"), ("tensorboard_dir", "output"), ("logging_dir", "output"), ("save_dir", "output"),
-    ("root_dir", "data"), ("data_root", "data"), ("dataset.root", "data"),
+    ("root_dir", "output"), ("trainer.root_dir", "output"), ("data.root_dir", "data"), ("data_root", "data"),
+    ("dataset.root", "data"),
 ])
 def test_a_frameworks_output_folder_key_is_an_output_not_a_data_set(key: str, role: str) -> None:
     from guarded_sbatch.launch.checks.paths import _role

@@ -5,6 +5,9 @@ an output or checkpoint folder already holds it, and the path check asks that ea
 
 from __future__ import annotations
 
+# a key the trainer creates its folder from (Lightning's `default_root_dir`, a project's own `root_dir`): written,
+# never a data path that must exist before the run
 OUTPUT_KEYS = ("output_dir", "out_dir", "outdir", "save_dir", "run_dir", "exp_dir", "work_dir", "results_dir",
-               "default_root_dir")
+               "default_root_dir", "root_dir", "logging_dir", "logs_dir", "log_root", "exp_root", "experiment_dir",
+               "output_root", "save_root")
 CHECKPOINT_DIR_KEYS = ("checkpoint_dir", "ckpt_dir", "checkpoints_dir", "save_path")

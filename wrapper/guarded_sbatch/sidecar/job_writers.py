@@ -1,7 +1,9 @@
-"""What the sidecar learns, while the job runs, of who writes the run's files: the job's processes on this
+"""What the sidecar learns, while the job runs, of who writes the run's files: the job's process tree on this
 host (the local backend's process group; on Slurm the processes whose environment carries the job's
-SLURM_JOB_ID) and the processes of other jobs beside it (other local jobs' process groups; on Slurm the
-processes carrying another SLURM_JOB_ID).
+SLURM_JOB_ID; with every descendant of either, such as a tracker's service process that left the group) and
+the processes of other jobs beside it (other local jobs' process groups; on Slurm the processes carrying
+another SLURM_JOB_ID), and the files the job's processes hold open for writing (`held_files`, read with psutil):
+those are the run's own wherever they lie, whatever key named them.
 A TensorBoard event file names its writer's host and pid, so a file of another run in the same folder is
 told apart (sources/writers.py decides).
 
@@ -16,6 +18,8 @@ import time
 from dataclasses import dataclass
 
 _MAX_PROCESSES = 20_000
+_MAX_HELD_PROCESSES = 256  # processes of one job whose open files are listed at one poll
+_MAX_HELD_FILES = 4096
 _CACHE_S = 1.0  # one shared-monitor poll of many runs scans once; a new process is seen a second later
 
 
@@ -23,7 +27,8 @@ _CACHE_S = 1.0  # one shared-monitor poll of many runs scans once; a new process
 class _Process:
     pid: int
     pgid: int
-    slurm_job: str
+    ppid: int
+    slurm_job: str  # SLURM_JOB_ID, or "<array job>_<task>" for an array task
     node: str = ""  # SLURMD_NODENAME: the node a job's process runs on (its event files carry that host)
 
 
@@ -47,19 +52,28 @@ def _own_processes(now: float) -> list[_Process]:
                 continue
             with open(f"{base}/stat", "rb") as handle:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
-            pgid = int(fields[2])
-            job = node = ""
+            ppid, pgid = int(fields[1]), int(fields[2])
             with open(f"{base}/environ", "rb") as handle:
-                for item in handle.read(256 * 1024).split(b"\0"):
-                    if item.startswith(b"SLURM_JOB_ID="):
-                        job = item[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
-                    elif item.startswith(b"SLURMD_NODENAME="):
-                        node = item[len(b"SLURMD_NODENAME="):].decode("ascii", "replace")
+                job, node = _job_of(handle.read(256 * 1024))
         except (OSError, ValueError, IndexError):
             continue
-        found.append(_Process(int(name), pgid, job, node))
+        found.append(_Process(int(name), pgid, ppid, job, node))
     _cache = (now, found)
     return found
+
+
+def _job_of(environ: bytes) -> tuple[str, str]:
+    """(the job a process belongs to, its node) from its environment: an array task's processes are the task's
+    "<array job>_<task>" (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID), as the guard names the task's run; any other
+    job's, SLURM_JOB_ID."""
+    values: dict[bytes, str] = {}
+    for item in environ.split(b"\0"):
+        key, _, value = item.partition(b"=")
+        if key in (b"SLURM_JOB_ID", b"SLURMD_NODENAME", b"SLURM_ARRAY_JOB_ID", b"SLURM_ARRAY_TASK_ID"):
+            values[key] = value.decode("ascii", "replace")
+    array, task = values.get(b"SLURM_ARRAY_JOB_ID", ""), values.get(b"SLURM_ARRAY_TASK_ID", "")
+    job = f"{array}_{task}" if array and task else values.get(b"SLURM_JOB_ID", "")
+    return job, values.get(b"SLURMD_NODENAME", "")
 
 
 def job_processes(job_id: str, *, backend: str, pgid: int | None, other_groups: frozenset[int] = frozenset(),
@@ -74,8 +88,43 @@ def job_processes(job_id: str, *, backend: str, pgid: int | None, other_groups: 
         # repeat across state folders, and a tmux server hands its first client's variables to later sessions.
         if pgid is None:
             return set(), set(), set(), set()
-        own = {p.pid for p in processes if p.pgid == pgid}
-        return own, {p.pid for p in processes if p.pgid in other_groups and p.pgid != pgid}, set(), set()
+        own = _with_descendants({p.pid for p in processes if p.pgid == pgid}, processes)
+        others = _with_descendants({p.pid for p in processes if p.pgid in other_groups and p.pgid != pgid}, processes)
+        return own, others - own, set(), set()
     mine = [p for p in processes if p.slurm_job == job_id]
-    foreign = {p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}
-    return {p.pid for p in mine}, foreign, {p.node for p in mine if p.node}, {p.node for p in processes if p.node}
+    own = _with_descendants({p.pid for p in mine}, processes)
+    foreign = _with_descendants({p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}, processes) - own
+    return own, foreign, {p.node for p in mine if p.node}, {p.node for p in processes if p.node}
+
+
+def _with_descendants(pids: set[int], processes: list[_Process]) -> set[int]:
+    """The processes and all their descendants (a child that started a session of its own is still the job's)."""
+    children: dict[int, list[int]] = {}
+    for process in processes:
+        children.setdefault(process.ppid, []).append(process.pid)
+    tree, todo = set(pids), list(pids)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                todo.append(child)
+    return tree
+
+
+def held_files(pids: set[int]) -> dict[str, int]:
+    """The regular files the processes hold open for writing (path -> the pid holding it), read with psutil;
+    bounded, and silent about processes that ended or cannot be read."""
+    import psutil  # noqa: PLC0415  the sidecar's, never the login node's
+
+    held: dict[str, int] = {}
+    for pid in sorted(pids)[:_MAX_HELD_PROCESSES]:
+        try:
+            files = psutil.Process(pid).open_files()
+        except (psutil.Error, OSError):
+            continue
+        for item in files:
+            if item.mode != "r" and item.path.startswith("/"):
+                held.setdefault(item.path, pid)
+            if len(held) >= _MAX_HELD_FILES:
+                return held
+    return held

@@ -18,7 +18,7 @@ from guarded_sbatch.core.registry import list_runs, update_record
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
-from guarded_sbatch.sidecar.job_writers import job_processes
+from guarded_sbatch.sidecar.job_writers import held_files, job_processes
 from guarded_sbatch.sources import kinds
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
@@ -58,6 +58,7 @@ class SourceSet:
         self._pgid: int | None = None
         self.ownership_note = ""  # candidates seen but not attributable to this run
         self._found_notes: list[str] = []
+        self._held: dict[str, int] = {}  # files the job's processes hold open for writing -> the pid holding each
         identity = settings.identity
         self._writer = identity.writer() if identity is not None else WriterIdentity(uid=os.geteuid())
         if self._writer.uid is None:
@@ -109,6 +110,7 @@ class SourceSet:
         writer = self._writer.knowing(hosts=hosts, pids=tuple(sorted(own)), others=tuple(sorted(others)),
                                       pid_hosts=(this_host(), *sorted(table)))
         self._writer = replace(writer, since=since)
+        self._held = held_files(own) if own else {}
         if self._writer != self._saved_writer and self.settings.identity is not None:
             self._record_seen()
 
@@ -179,8 +181,11 @@ class SourceSet:
             self._load_job_info()
             roots = list(self.settings.search_dirs) or ([self._work_dir] if self._work_dir else [])
             since = self._writer.since or None
+            for spec in discovery.held_specs(self._held, []):
+                self._open(spec, given=False)
             for root in roots:
-                specs, note = discovery.discover(root, since=since, claimed=self._claimed_by_others() if since else ())
+                specs, note = discovery.discover(root, since=since, claimed=self._claimed_by_others() if since else (),
+                                                 job=self._known_job())
                 for spec in specs:
                     self._open(spec, given=False)
                 notes.append(note)
@@ -200,8 +205,12 @@ class SourceSet:
         specs = self.specs()
         for spec in specs[len(self.settings.sources):]:
             self._open(spec, given=False)
+        held = discovery.held_specs(self._held, specs)  # what the job's processes write, wherever it lies
+        for spec in held:
+            self._open(spec, given=False)
+        specs = [*specs, *held]
         found, note = discovery.discover_unnamed(Path(identity.workdir), specs, since=identity.since,
-                                                claimed=self._claimed_by_others())
+                                                claimed=self._claimed_by_others(), job=self._known_job())
         for spec in found:
             self._open(spec, given=False)
         notes.append(note)
@@ -220,6 +229,10 @@ class SourceSet:
             for spec in found:
                 self._open(spec, given=False)
             notes.append(note)
+
+    def _known_job(self) -> WriterIdentity | None:
+        """The job's writer once any of its processes is known (a folder read by hand has none)."""
+        return self._writer if self._writer.pids or self._writer.others else None
 
     def _claimed_by_others(self) -> list[str]:
         """Folders other guarded runs call their own (theirs even when written since this run started)."""
@@ -298,6 +311,14 @@ class SourceSet:
             if history is not None and len(history):
                 return source
         return None
+
+    def judged_files(self) -> list[str]:
+        """The judged source's files: who else can write them and their holes bear on the verdict (core/file_trust.py)."""
+        active = self._active()
+        try:
+            return active.files_inspected() if active is not None else []
+        except (GuardedError, OSError):
+            return []
 
     @property
     def active_error(self) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.core.run_sources import SourceSpec, WriterIdentity
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Picking, SourceKind
 from guarded_sbatch.sources.kinds import KINDS, names_run_folder
@@ -118,9 +118,11 @@ class Discovery:
 
 def picked(folder: str | os.PathLike[str], *, since: float | None = None, claimed: Collection[str] = (),
            skip: Collection[str] = (), kinds: Collection[str] | None = None, max_depth: int = MAX_DEPTH,
-           time_budget_s: float = TIME_BUDGET_S) -> tuple[list[tuple[SourceKind, Path]], list[str]]:
+           time_budget_s: float = TIME_BUDGET_S, job: WriterIdentity | None = None,
+           ) -> tuple[list[tuple[SourceKind, Path]], list[str]]:
     """Each kind's pick under `folder`, in priority order, and the notes naming what was seen but not taken; the
-    kinds in `skip` (those a run's record names already) are not looked for."""
+    kinds in `skip` (those a run's record names already) are not looked for; `job`: what is known of the job's
+    processes, so a kind whose files name their writer picks the job's own among several runs'."""
     root = Path(folder)
     if not root.is_dir():
         return [], []
@@ -131,7 +133,7 @@ def picked(folder: str | os.PathLike[str], *, since: float | None = None, claime
     for kind in sorted(_finders(), key=lambda k: k.priority):
         if kind.finds is None or kind.name in skip or (kinds is not None and kind.name not in kinds):
             continue
-        picking = Picking(root, since, taken, kind.finds.label)
+        picking = Picking(root, since, taken, kind.finds.label, job=job)
         chosen.extend((kind, path) for path in kind.finds.pick(found.by_kind.get(kind.name, []), picking))
         notes.extend(picking.notes)
     return chosen, notes
@@ -155,23 +157,55 @@ def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None
 
 
 def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
-             skip: Collection[str] = (), kinds: Collection[str] | None = None) -> tuple[list[SourceSpec], str]:
+             skip: Collection[str] = (), kinds: Collection[str] | None = None,
+             job: WriterIdentity | None = None) -> tuple[list[SourceSpec], str]:
     """Specs of the sources under `root` that clearly belong to one run, and a note naming what was seen but not
     attributable. A store of many runs (MLflow) is taken only when reading a folder by hand (no `since`)."""
-    chosen, notes = picked(root, since=since, claimed=claimed, skip=skip, kinds=kinds)
+    chosen, notes = picked(root, since=since, claimed=claimed, skip=skip, kinds=kinds, job=job)
     origin = f"found under {root}"
     return [SourceSpec(kind.name, str(path), origin) for kind, path in chosen], "; ".join(notes)
 
 
-def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float,
-                     claimed: Collection[str] = ()) -> tuple[list[SourceSpec], str]:
+def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float, claimed: Collection[str] = (),
+                     job: WriterIdentity | None = None) -> tuple[list[SourceSpec], str]:
     """For a guarded run: what its record leaves open, found in the job's folder (nothing when a recorded spec
     names the run's folder; never a kind the record names already, such as the W&B run of its id or the MLflow
     run of its tag)."""
     named = {spec.kind for spec in recorded}
     if any(names_run_folder(kind) for kind in named):
         return [], ""
-    return discover(root, since=since, claimed=claimed, skip=named)
+    return discover(root, since=since, claimed=claimed, skip=named, job=job)
+
+
+def held_specs(held: dict[str, int], known: list[SourceSpec]) -> list[SourceSpec]:
+    """Specs of the metric files the job's processes hold open for writing (path -> pid): what the run really
+    writes, wherever it lies and whatever key named it. A file is taken for the first kind that claims its name
+    (a holder kind: its folder), unless a known spec of that kind covers it already."""
+    specs: list[SourceSpec] = []
+    for path_text, pid in sorted(held.items()):
+        path = Path(path_text)
+        for kind in _finders():
+            finds = kind.finds
+            if finds is None or finds.file is None or not finds.file(path.name):
+                continue
+            place = path.parent if finds.holder else path
+            if not any(spec.kind == kind.name and (_covers(spec.locator, place) or _names_run(spec, path.name))
+                       for spec in [*known, *specs]):
+                specs.append(SourceSpec(kind.name, str(place), f"held open by the job's process {pid}"))
+            break
+    return specs
+
+
+def _names_run(spec: SourceSpec, name: str) -> bool:
+    """A known spec of a tracker run id whose file this is (W&B's run-<id>.wandb)."""
+    return bool(spec.writer.run_id) and spec.writer.run_id in name
+
+
+def _covers(locator: str, place: Path) -> bool:
+    if not locator.startswith("/"):
+        return False
+    base = Path(locator)
+    return place == base or base in place.parents
 
 
 def claims_below(folder: str | os.PathLike[str], claimed: Collection[str]) -> list[str]:

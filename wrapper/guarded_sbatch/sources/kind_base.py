@@ -47,6 +47,9 @@ class Picking:
     taken: frozenset[str]  # resolved places other guarded runs call their own
     label: str  # the kind as notes name it ("TensorBoard")
     notes: list[str] = field(default_factory=list)
+    # what is known of the job now (its user, processes, node): a kind whose files name their writer (TensorBoard's
+    # <host>.<pid>) picks the job's own among several runs' candidates; None: a folder read by hand
+    job: WriterIdentity | None = None
 
     def own(self, path: Path) -> bool:
         """Not another run's place, and written since the run started."""

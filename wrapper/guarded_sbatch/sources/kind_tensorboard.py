@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.core.run_sources import SourceSpec, WriterIdentity
 from guarded_sbatch.core.source_kinds import LaunchKind, Uses
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, Picking, SourceKind, claimed, modified_at
@@ -66,16 +66,37 @@ def _event_files(folder: Path) -> list[Path]:
 
 
 def _pick(event_folders: list[Path], picking: Picking) -> list[Path]:
-    """The one TensorBoard run no other run claims with an event file written since the job started."""
+    """The TensorBoard runs no other run claims with an event file written since the job started: those holding a
+    file of the job's own processes (the pid in its name), every one of them; else, of those not written by
+    another job's processes alone, the one."""
     accept = fresh_files(picking.since)
-    roots = []
+    roots: dict[Path, list[Path]] = {}
     for run_root, folders in run_roots(event_folders, picking.root).items():
         if claimed(run_root, picking.taken):
             continue
-        if accept is not None and not any(accept(f) for folder in folders for f in _event_files(folder)):
+        files = [f for folder in folders for f in _event_files(folder) if accept is None or accept(f)]
+        if accept is not None and not files:
             continue  # nothing in it was written since the job started: an older run's
-        roots.append(run_root)
-    return picking.one(roots)
+        roots[run_root] = files
+    if picking.job is None:
+        return picking.one(list(roots))
+    own, open_ = _by_writer(roots, picking.job)
+    return sorted(own) if own else picking.one(open_)
+
+
+def _by_writer(roots: dict[Path, list[Path]], job: WriterIdentity) -> tuple[list[Path], list[Path]]:
+    """(the run folders holding a file of the job's processes, those holding a file nobody is known to write)."""
+    from guarded_sbatch.core.run_sources import Attribution, attribute  # noqa: PLC0415
+    from guarded_sbatch.sources.writers import event_file_writer, owner_of  # noqa: PLC0415  lazy (see kind_base.py)
+
+    own, open_ = [], []
+    for root, files in roots.items():
+        seen = {attribute(job, event_file_writer(f, owner_of(f)))[0] for f in files}
+        if Attribution.OWN in seen:
+            own.append(root)
+        elif Attribution.UNKNOWN in seen or not files:
+            open_.append(root)
+    return own, open_
 
 
 def _open(path: Path) -> MetricSource:

@@ -90,9 +90,12 @@ def _guard_refs(context: PreflightContext) -> list[PathRef]:
 
 
 def _role(key: str, value: str) -> str | None:
-    name = key.lower().rsplit(".", 1)[-1]
+    section, _, name = key.lower().replace("-", "_").rpartition(".")
     looks_like_path = value.startswith(("/", "./", "../", "~", "$")) or value.endswith(FILE_SUFFIXES)
-    if name in WRITTEN_FOLDER_KEYS or any(part in name for part in OUTPUT_NAME_PARTS):
+    # a key the trainer writes (root_dir, default_root_dir, save_dir ...) is an output place, unless a data section
+    # holds it (`data.root_dir`: a dataset's folder)
+    in_data_section = any(word in section for word in DATA_WORDS if word != "root")
+    if not in_data_section and (name in WRITTEN_FOLDER_KEYS or any(part in name for part in OUTPUT_NAME_PARTS)):
         return "output"
     if any(word in name for word in CHECKPOINT_WORDS):
         return "checkpoint" if looks_like_path else None
