@@ -138,10 +138,10 @@ def test_a_job_does_not_inherit_the_submitting_process_wandb_service(
     assert (tmp_path / "seen.txt").read_text().strip() == "service=unset flavour=mint"
 
 
-@pytest.mark.parametrize("option", ["--array=0-3", "--hold", "--begin=now+1hour"])
+@pytest.mark.parametrize("option", ["--hold", "--begin=now+1hour"])
 def test_what_the_local_backend_cannot_run_is_refused_before_anything_is_submitted(tmp_path: Path, option: str) -> None:
-    """sbatch would run an array's tasks, hold a job or start it later; the local backend runs a job once, now, so
-    it refuses these instead of running something else than what was asked."""
+    """sbatch would hold a job or start it later; the local backend runs a job now, so it refuses these instead
+    of running something else than what was asked (an array it runs: tests/test_local_arrays.py)."""
     project = make_project(tmp_path)
     result = project.cli("--guard-backend", "local", option, "train.sh")
     assert result.returncode == 2 and "Submitted batch job" not in result.stdout, result.stderr

@@ -1,0 +1,99 @@
+"""A local job's output and error files, opened as sbatch would (truncated, or appended with
+--open-mode=append) but never through a link or into something that is not a file of the user's own.
+
+In a folder others can write (a shared project folder), a co-worker can plant `slurm-<next id>.out` as a
+link to the victim's `~/.bashrc`, a FIFO, or a file of their own they can read. The file is opened relative
+to a handle on its folder, without following a link, created exclusively when it is new, and an existing
+one is truncated only when it is a regular file of the user's with no other name (a hard link).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+
+
+class OutputRefused(Exception):
+    """The job's output path is not a file the job may write; the message is one line for the user."""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def refusal(path: str, info: os.stat_result) -> str | None:
+    """Why an existing path cannot be the job's output, or None when it can be written over."""
+    if not stat.S_ISREG(info.st_mode):
+        return f"{path} is {_kind(info.st_mode)}; the job writes its output only to a regular file of its own"
+    if info.st_uid != os.geteuid():
+        return f"{path} belongs to another user (uid {info.st_uid}); remove it or name another --output"
+    if info.st_nlink > 1:
+        return f"{path} has another name (a hard link); remove it or name another --output"
+    return None
+
+
+def check_output_path(path: str) -> str | None:
+    """At submission: why the path would be refused when the job starts (None: fine, or not there yet).
+    Only looked at, never opened, so a FIFO there cannot hold the submission."""
+    if os.path.abspath(path) == os.devnull:
+        return None
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        parent = os.path.dirname(path) or "."
+        return None if os.path.isdir(parent) else f"the output folder {parent} does not exist; create it first"
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    return refusal(path, info)
+
+
+def _open_existing(name: str, flags: int, folder: int, path: str, append: bool) -> int:
+    try:
+        fd = os.open(name, flags, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OutputRefused(f"{path} is a symbolic link; the job does not write through links") from None
+        if exc.errno == errno.ENXIO:
+            raise OutputRefused(f"{path} is a FIFO; the job writes its output only to a regular file") from None
+        raise
+    try:
+        why = refusal(path, os.fstat(fd))
+        if why:
+            raise OutputRefused(why)
+        if not append:
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_job_output(path: str, *, append: bool = False) -> int:
+    """A write descriptor on the job's output file (blocking, close-on-exec cleared by the child's dup2)."""
+    if os.path.abspath(path) == os.devnull:  # `--output=/dev/null`: the one device a job may write to
+        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    parent, name = os.path.split(path)
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_APPEND if append else 0)
+    try:
+        folder = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise OutputRefused(f"cannot open the output folder {parent or '.'}: {exc.strerror}") from None
+    try:
+        try:
+            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=folder)  # the umask applies, as in sbatch
+        except FileExistsError:
+            fd = _open_existing(name, flags, folder, path, append)
+    except OutputRefused:
+        raise
+    except OSError as exc:
+        raise OutputRefused(f"cannot open the output file {path}: {exc.strerror}") from None
+    finally:
+        os.close(folder)
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
