@@ -159,11 +159,15 @@ class LocalScheduler:
             log.close()
         write_json_atomic(folder / "supervisor.json", {"pid": proc.pid})
 
-    def _member_status(self, job_id: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        return [self.jobs.status(folder) for folder in self.jobs.members(job_id)]
+    def _member_status(self, job_id: str, jobs: JobFolders | None = None) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        jobs = jobs or self.jobs
+        return [jobs.status(folder) for folder in jobs.members(job_id)]
 
     def state(self, job_id: str) -> JobState:
-        members = self._member_status(job_id)
+        return self._state(job_id, self.jobs)
+
+    def _state(self, job_id: str, jobs: JobFolders) -> JobState:
+        members = self._member_status(job_id, jobs)
         states = [JobState(status.get("state", "UNKNOWN")) for _, status in members]
         return states[0] if len(states) == 1 and "array" not in members[0][0] else aggregate_state(states)
 
@@ -202,7 +206,9 @@ class LocalScheduler:
                     pass
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        return {job_id: self.state(job_id) for job_id in job_ids}
+        """Every task of an array asked at once (the array watcher's poll) reads the array's list once."""
+        jobs = self.jobs.memoized()
+        return {job_id: self._state(job_id, jobs) for job_id in job_ids}
 
     def requeue(self, job_id: str) -> None:
         raise cannot_requeue(self.name, job_id)

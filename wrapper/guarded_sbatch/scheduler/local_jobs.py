@@ -38,8 +38,15 @@ def aggregate_state(states: list[JobState]) -> JobState:
 class JobFolders:
     """Reads the job folders under one root; writes nothing."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, memo: bool = False) -> None:
         self.root = root
+        # one batch of questions (states of every task of an array) reads each array and supervisor once
+        self._arrays: dict[str, dict[str, str] | None] | None = {} if memo else None
+        self._alive: dict[str, bool] | None = {} if memo else None
+
+    def memoized(self) -> JobFolders:
+        """A reader for one batch of questions: each array's task list and supervisor read once."""
+        return JobFolders(self.root, memo=True)
 
     @staticmethod
     def parse(job_id: str) -> tuple[str, int | None]:
@@ -50,9 +57,14 @@ class JobFolders:
 
     def array_of(self, job: str) -> dict[str, str] | None:
         """An array's task id -> job id, when `job` is an array's id; else None."""
+        if self._arrays is not None and job in self._arrays:
+            return self._arrays[job]
         spec = read_json(self.root / job / "spec.json")
         array = spec.get("array") if isinstance(spec, dict) else None
-        return {str(k): str(v) for k, v in array["tasks"].items()} if isinstance(array, dict) else None
+        tasks = {str(k): str(v) for k, v in array["tasks"].items()} if isinstance(array, dict) else None
+        if self._arrays is not None:
+            self._arrays[job] = tasks
+        return tasks
 
     def folder(self, job_id: str) -> Path:
         """The folder of one job or array task (an array's id alone: the folder of its last task)."""
@@ -89,7 +101,15 @@ class JobFolders:
         return JobState(self.status(folder)[1].get("state", "UNKNOWN"))
 
     def supervisor_alive(self, spec: dict[str, Any]) -> bool:
-        info = read_json(self.root / str(spec.get("array_job_id") or spec.get("job_id")) / "supervisor.json")
+        home = str(spec.get("array_job_id") or spec.get("job_id"))
+        if self._alive is None:
+            return self._supervisor_alive(home)
+        if home not in self._alive:
+            self._alive[home] = self._supervisor_alive(home)
+        return self._alive[home]
+
+    def _supervisor_alive(self, home: str) -> bool:
+        info = read_json(self.root / home / "supervisor.json")
         if not info:
             return True  # just submitted
         try:
