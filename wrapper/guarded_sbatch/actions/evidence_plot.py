@@ -95,7 +95,9 @@ def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[flo
 
 
 def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict, run_name: str = "") -> Any:
-    """The evidence figure: a panel per role, the run's name and the verdict in the title."""
+    """The evidence figure: a panel per role on ONE step axis (every panel spans the run's steps), the step the
+    decision was taken at marked in each (the step FINAL_SUMMARY names), the first NaN and the first infinity of
+    a series told apart, the run's name and the verdict in the title."""
     import matplotlib  # noqa: PLC0415 - lazy, see plot_metrics
 
     matplotlib.use("Agg")
@@ -103,38 +105,56 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
 
     panels = list(plotted_keys(series, verdict.summary.get("keys")).items()) or [(k, k) for k in list(series)[:2]]
     rows = (len(panels) + 1) // 2
-    fig, axes = plt.subplots(rows, 2 if len(panels) > 1 else 1, figsize=(11, 3.0 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, 2 if len(panels) > 1 else 1, figsize=(11, 3.2 * rows), squeeze=False,
+                             sharex=True, layout="constrained")
     plotted_metrics = {key for _, key in panels}
     for ax, (label, key) in zip(axes.flat, panels):
-        steps, values = series[key]
-        finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
-        bounded = [max(-PLOT_BOUND, min(PLOT_BOUND, v)) for _, v in finite]
-        if finite:
-            ax.plot([s for s, _ in finite], bounded, lw=1)
-            if log_scale(bounded):
-                ax.set_yscale("log")
-        bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
-        if bad:
-            ax.axvline(bad[0], color="red", lw=1.5)
-            ax.annotate("not finite", (bad[0], 0.5), xycoords=("data", "axes fraction"), color="red", fontsize=8,
-                        ha="right", rotation=90)
-        for anomaly in verdict.anomalies:
-            if anomaly.metric == key or anomaly.metric not in plotted_metrics:
-                ax.axvline(anomaly.step, color="red", ls="--", lw=1)
-                ax.annotate(anomaly.kind, (anomaly.step, 0.95), xycoords=("data", "axes fraction"),
-                            color="red", fontsize=8, ha="right")
-        scale = ", log scale" if ax.get_yscale() == "log" else ""
-        if any(abs(v) > PLOT_BOUND for _, v in finite):
-            scale += f", values beyond {PLOT_BOUND:.0e} drawn at it"
-        ax.set_title(f"{TITLES.get(label, label)}: {key}{scale}", fontsize=9)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+        _draw_panel(ax, label, key, series[key], verdict, plotted_metrics)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
+    steps = [s for key in (k for _, k in panels) for s in series[key][0]] + \
+        ([verdict.last_step] if verdict.last_step is not None else [])
+    if steps:
+        low, high = min(steps), max(steps)
+        axes.flat[0].set_xlim(low, high + max(1, (high - low) // 50))  # shared: every panel the same range
+    for ax in axes[-1]:
+        ax.set_xlabel("step")
     head = f"{run_name}: " if run_name else ""
     fig.suptitle(f"{head}{verdict.decision.value} ({verdict.reason.value}) at step {verdict.last_step}", fontsize=11)
-    fig.tight_layout()
     return fig
+
+
+def _draw_panel(ax: Any, label: str, key: str, data: tuple[Sequence[int], Sequence[float]], verdict: Verdict,
+                plotted_metrics: set[str]) -> None:
+    steps, values = data
+    finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
+    bounded = [max(-PLOT_BOUND, min(PLOT_BOUND, v)) for _, v in finite]
+    if finite:
+        ax.plot([s for s, _ in finite], bounded, lw=1)
+        if log_scale(bounded):
+            ax.set_yscale("log")
+    label_box = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8}
+    for name, test, color, height in (("NaN", math.isnan, "red", 0.55), ("inf", math.isinf, "darkorange", 0.3)):
+        first = next((s for s, v in zip(steps, values) if test(v)), None)
+        if first is not None:
+            ax.axvline(first, color=color, lw=1.5)
+            ax.annotate(f"{name} from step {first}", (first, height), xycoords=("data", "axes fraction"), color=color,
+                        fontsize=8, ha="right", va="center", bbox=label_box)
+    for anomaly in verdict.anomalies:
+        if anomaly.metric == key or anomaly.metric not in plotted_metrics:
+            ax.axvline(anomaly.step, color="red", ls="--", lw=1)
+            ax.annotate(anomaly.kind, (anomaly.step, 0.92), xycoords=("data", "axes fraction"), color="red",
+                        fontsize=8, ha="right", va="top", bbox=label_box)
+    if verdict.last_step is not None and verdict.decision is Decision.STOP:
+        ax.axvline(verdict.last_step, color="black", lw=1.2, ls=":")
+        ax.annotate(f"STOP at {verdict.last_step}", (verdict.last_step, 0.08), xycoords=("data", "axes fraction"),
+                    fontsize=8, ha="right", va="bottom", bbox=label_box)
+    scale = ", log scale" if ax.get_yscale() == "log" else ""
+    if any(abs(v) > PLOT_BOUND for _, v in finite):
+        scale += f", beyond {PLOT_BOUND:.0e} drawn at it"
+    ax.set_title(f"{TITLES.get(label, label)}: {key}{scale}", fontsize=9)
+    ax.tick_params(labelsize=8)
+    ax.grid(alpha=0.3)
 
 
 def main(argv: list[str]) -> int:
