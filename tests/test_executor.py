@@ -73,8 +73,9 @@ def test_the_whole_preflight_runs_and_every_check_is_waivable_by_name(guarded_en
     from guarded_sbatch.launch.executor import GuardedExecutor
 
     executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb", cluster="debug")
-    with pytest.raises(BlockedError, match="config-diff: cannot diff: no config file .* --guard-config"):
+    with pytest.raises(BlockedError, match="config-diff: cannot diff: no config file .* config=") as blocked:
         executor.submit(diverging_training, "x", 1)
+    assert "--guard-" not in str(blocked.value)  # the executor's hints speak its API: config=, waivers=
     waived = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb", cluster="debug",
                              waivers=WAIVE_CONFIG)
     job = waived.submit(lambda: "ran")
@@ -246,11 +247,12 @@ def test_a_sidecar_that_cannot_be_submitted_cancels_the_local_training_job(guard
     executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir=guarded_env / "runs" / "c",
                                cluster="local", waivers=WAIVE_CONFIG)
     with pytest.raises(SchedulerError, match=r"training job (\d+) was cancelled: its sidecar could not be submitted "
-                                             r"\(.*deferred start"):
+                                             r"\(.*deferred start") as refused:
         executor.submit(diverging_training, str(guarded_env / "runs" / "c"), 400)
+    job_id = re.search(r"training job (\d+)", str(refused.value)).group(1)  # type: ignore[union-attr]
     local = LocalScheduler()
-    wait_for(lambda: local.state("1").is_terminal, 30, 0.2, what="the training job to be cancelled")
-    assert local.state("1").value == "CANCELLED"
+    wait_for(lambda: local.state(job_id).is_terminal, 30, 0.2, what="the training job to be cancelled")
+    assert local.state(job_id).value == "CANCELLED"
 
 
 @pytest.mark.slurm
@@ -291,7 +293,7 @@ exec {real} "$@"
 
 
 @pytest.mark.slurm
-def test_map_array_gives_each_array_task_its_own_sidecar(guarded_env: Path, slurm_cluster: None) -> None:
+def test_map_array_gives_each_array_task_its_own_run_and_one_watcher(guarded_env: Path, slurm_cluster: None) -> None:
     import cloudpickle
 
     from guarded_sbatch.core.marker import marker_in
@@ -311,7 +313,10 @@ def test_map_array_gives_each_array_task_its_own_sidecar(guarded_env: Path, slur
     try:
         assert len(jobs) == 3 and all("_" in job.job_id for job in jobs)  # one array, three tasks
         records = [find_run(job.job_id) for job in jobs]
-        assert len({r.sidecar_id for r in records}) == 3 and all(r.sidecar_id for r in records)
+        # a run record per task, all watched by one watcher job (never a sidecar per task)
+        assert len({r.run_id for r in records}) == 3 and len({r.monitor_id for r in records}) == 1
+        assert all(r.monitor_id and not r.sidecar_id for r in records)
+        assert executor.run_ids == [r.run_id for r in records]
         for job, record in zip(jobs, records):
             assert record.job_id == job.job_id
             line = run_command(["scontrol", "-o", "show", "job", job.job_id], timeout=20).stdout

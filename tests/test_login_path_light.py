@@ -61,7 +61,7 @@ def test_the_launch_checks_the_judge_thresholds_without_loading_the_judge() -> N
     """Every guarded launch checks the config's [judge] table (and records it): that must not pull in the
     decision core and numpy (~0.15 s per launch on a login node)."""
     run = """
-from guarded_sbatch.cli.launch import judge_table
+from guarded_sbatch.launch.pipeline import judge_table
 from guarded_sbatch.core.config import Config
 judge_table(Config())
 print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy' or m.startswith('guarded_sbatch.judge'))))

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from guarded_sbatch.core.audit import AuditLog
-from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, UsageError
+from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
-    from guarded_sbatch.core.registry import RunRecord
     from guarded_sbatch.core.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.launcher_job import LauncherJob
     from guarded_sbatch.launch.preflight import PreflightReport
-    from guarded_sbatch.launch.source_plan import SourcePlan
-    from guarded_sbatch.launch.runconfig import RunConfig
     from guarded_sbatch.scheduler.interface import Scheduler
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
@@ -47,6 +42,7 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     the launch is clear (restart: what happens next is the restart's, not a command to copy)."""
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.launch.pipeline import judge_table
     from guarded_sbatch.scheduler import get_scheduler
 
     launch = split_sbatch_argv(argv)
@@ -98,18 +94,15 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
 def _preflight(launch: LaunchArgs, config: Config, scheduler: Scheduler, launcher_job: LauncherJob | None,
                command_line: LaunchArgs, *, check_only: bool) -> PreflightReport:
     """The pre-flight's report on the launch (a rendered launcher script: checked, its command the user's)."""
-    from guarded_sbatch.launch.preflight import launch_command, run_preflight
+    from guarded_sbatch.launch.pipeline import check_launch
+    from guarded_sbatch.launch.preflight import launch_command
 
     try:
-        report = run_preflight(launch, config, scheduler, restart=command_line.guard_options.restart)
+        return check_launch(launch, config, scheduler, restart=command_line.guard_options.restart,
+                            command_line=launch_command(command_line) if launcher_job is not None else "")
     finally:
         if launcher_job is not None and check_only:
             _script(launch).unlink(missing_ok=True)
-    if launcher_job is not None:
-        report = dataclasses.replace(report, launch_command=launch_command(command_line))
-    if notes_path(command_line.guard_options.notes, config, Path.cwd()) is None:
-        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
-    return report
 
 
 def _print_report(report: PreflightReport, launch: LaunchArgs, *, check_only: bool, show_report: bool,
@@ -138,6 +131,7 @@ def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> 
 
 
 def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
+    from guarded_sbatch.launch.pipeline import without_options
     from guarded_sbatch.scheduler.interface import SubmitRequest
 
     words = [*launch.sbatch_options, str(launch.script), *launch.script_args]
@@ -178,107 +172,34 @@ def _script_text(script: Path) -> str:
 
 def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler, *,
             keep_script: bool = False) -> int:
-    from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
-    from guarded_sbatch.scheduler.interface import SubmitRequest
+    """The launch through the one pipeline (launch/pipeline.py); what is printed around it is sbatch's."""
+    from guarded_sbatch.launch.pipeline import carry_out, plan_launch
 
-    guard = launch.guard_options
     parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler.name)
     os.environ.pop("SBATCH_WAIT", None)  # sbatch itself must not block before the sidecar is submitted
-    sidecar_config = config.sidecar
-    resources = resources_from_config(config)
-    cwd = Path.cwd()
-    sidecar = SidecarOptions(
-        tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
-        log_paths=tuple(_absolute(p, cwd) for p in guard.log), stop_command=guard.stop_command,
-        notes_path=notes_path(guard.notes, config, cwd),
-        fast_interval_s=sidecar_config.fast_interval_s,
-        full_interval_s=config.check_interval_s,
-        job_poll_s=sidecar_config.job_poll_s,
-    )
-    plan = cast("SourcePlan | None", report.details.get("source_plan"))
-    shared = None
-    if (guard.monitor or sidecar_config.mode) == "per-user":
-        from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions
-
-        shared = SharedMonitorOptions(
-            max_runs=sidecar_config.max_runs_per_monitor, time_limit=sidecar_config.monitor_time,
-            partition=sidecar_config.partition, qos=sidecar_config.qos, account=sidecar_config.account,
-            mem=sidecar_config.monitor_mem, fast_interval_s=sidecar_config.fast_interval_s,
-            job_poll_s=sidecar_config.job_poll_s, template_dirs=tuple(config.template_dirs),
-        )
-    request = SubmitRequest(script=_script(launch), sbatch_options=without_options(launch, {"wait", "quiet"}),
-                            script_args=launch.script_args, workdir=cwd,
-                            env=dict(plan.env) if plan is not None else {})
-    since = _own_files_since(report.run_name, cwd, restart=guard.restart)
+    plan = plan_launch(launch, report, config, backend=scheduler.name, launched_by="cli", keep_script=keep_script)
 
     def announce(job_id: str) -> None:
         if not quiet:
             print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
 
-    try:
-        submission = submit_guarded(
-            scheduler, request, run_name=report.run_name or "", sidecar=sidecar, resources=resources,
-            waivers=[w.to_json() for w in report.waivers], on_training_submitted=announce,
-            record_fields={
-                **{key: str(_absolute(path, cwd)) for key, path in
-                   (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
-                "total_steps": report.details.get("total_steps"),
-                "planned_end": _planned_end(report),
-                "config_path": str(report.details.get("intended_config") or ""),
-                "judge": judge_table(config),
-            },
-            sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
-            shared=shared,
-        )
-    except GuardedError as exc:
-        if exc.message.startswith("training job "):
-            raise  # submit_guarded says what became of the training job
-        raise type(exc)(f"{exc.message} (if the training job was submitted above, it runs unguarded: "
-                        "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
-    from guarded_sbatch.launch.run_reference import save_config_snapshot
-
-    try:
-        save_config_snapshot(submission.record, cast("RunConfig | None", report.details.get("intended_run_config")))
-    except OSError as exc:
-        print(f"guarded-sbatch: could not keep the run's config with its record ({exc}); it cannot become a "
-              "reference", file=sys.stderr)
-    if keep_script:  # a script rendered from a launcher command: keep it with the run as job.sbatch
-        from guarded_sbatch.launch.launcher_job import keep_with_run
-
-        kept = keep_with_run(_script(launch), submission.record.folder,
-                             remove_original=submission.record.backend == "slurm")
-        submission.record.script, submission.record.script_args = str(kept), []
-        submission.record.save()
-    watcher = "shared monitor job" if submission.record.monitor_id else "sidecar job"
+    launched = carry_out(plan, scheduler, config, on_submitted=announce)
+    for warning in launched.warnings:
+        print(f"guarded-sbatch: {warning}", file=sys.stderr)
+    submission, record = launched.submission, launched.submission.record
+    watcher = "shared monitor job" if record.monitor_id else "sidecar job"
     if not quiet:
-        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}; "
-              f"run folder {submission.record.folder}", file=sys.stderr)
-    audit_launch(config, submission.record, report)
+        tasks = f" ({len(launched.records)} tasks, a run each)" if submission.tasks else ""
+        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}{tasks}; "
+              f"run folder {record.folder}", file=sys.stderr)
     if submission.interrupted:
         print(f"guarded-sbatch: interrupted while submitting; the interrupt was held until job {submission.job_id} "
-              f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {submission.record.run_id}` "
+              f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {record.run_id}` "
               "stops them)", file=sys.stderr)
         return 130
     if wait:
         return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
-
-
-def judge_table(config: Config) -> dict[str, object]:
-    """The config's [judge] thresholds, checked (names, ranges) and as the run's record keeps them."""
-    from guarded_sbatch.core.judge_table import policy_from_table, policy_table
-
-    where = ", ".join(map(str, config.sources)) or "config"
-    return policy_table(policy_from_table(config.judge, where=where))
-
-NO_NOTES = ("no project notes file: a STOP will be in the sidecar's output and evidence but noted nowhere else; "
-            "set notes = \"NOTES.md\" in ~/.config/guarded-sbatch/config.toml (or --guard-notes PATH)")
-
-
-def notes_path(given: Path | None, config: Config, cwd: Path) -> Path | None:
-    """The project notes file a STOP appends to: --guard-notes, else the config's `notes`; relative to cwd."""
-    chosen = given or config.notes_path
-    return _absolute(chosen, cwd) if chosen else None
 
 
 def _has(launch: LaunchArgs, name: str) -> bool:
@@ -297,21 +218,6 @@ def wants_wait(launch: LaunchArgs, backend: str) -> bool:
         raise UsageError(f"{launch.script} has #SBATCH --wait, which would make sbatch block before the job's sidecar "
                          "is submitted; remove that line and give --wait on the command line instead")
     return in_script or _has(launch, "wait") or os.environ.get("SBATCH_WAIT", "") not in ("", "0")
-
-
-def without_options(launch: LaunchArgs, names: set[str]) -> tuple[str, ...]:
-    """The option words for the scheduler without these options: --wait and --quiet are guarded-sbatch's to
-    honour (a quiet sbatch prints no job id, a waiting one blocks before the sidecar is submitted)."""
-    words = list(launch.sbatch_options)
-    for option in launch.parsed_options:
-        if option.name not in names:
-            continue
-        span = len(option.words)
-        for start in range(len(words) - span + 1):
-            if tuple(words[start:start + span]) == option.words:
-                del words[start:start + span]
-                break
-    return tuple(words)
 
 
 WAIT_POLL_S = {"local": 1.0, "slurm": 10.0}  # Slurm: one squeue per 10 s, as sbatch --wait's own backoff
@@ -341,50 +247,6 @@ def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
     if code is None:
         return 0 if state.value == "COMPLETED" else 1
     return 128 - code if code < 0 else code
-
-
-def audit_launch(config: Config, record: RunRecord, report: PreflightReport) -> None:
-    """The site's audit trail: the launch, and each waiver with its reason (core/audit.py)."""
-    audit = AuditLog.from_config(config)
-    job, run = record.job_id, record.run_name
-    problems = [audit.record("launch", job=job, run=run, sidecar=record.sidecar_id,
-                             backend=record.backend, script=record.script,
-                             submit_dir=record.submit_dir,
-                             waivers=len(report.waivers))]
-    problems += [audit.record("waiver", job=job, run=run, check=w.check, reason=w.reason)
-                 for w in report.waivers]
-    for problem in filter(None, problems):
-        print(f"guarded-sbatch: warning: the site's audit record was not written ({problem}); "
-              "your job runs anyway", file=sys.stderr)
-
-
-def _own_files_since(run_name: str | None, cwd: Path, *, restart: bool) -> float:
-    """Files created before this are not the run's own: its submission, or for a restart the start of the
-    run it continues (a restart keeps reading its own folder)."""
-    import time
-
-    from guarded_sbatch.core.registry import list_runs
-
-    now = time.time() - 1.0  # the compute node's clock may trail this one by a little
-    if not restart or not run_name:
-        return now
-    earlier = [r for r in list_runs() if r.run_name == run_name and r.submit_dir == str(cwd)]
-    if not earlier:
-        return now
-    previous = earlier[-1]
-    return float(previous.sources.get("since") or previous.submitted_at or now)
-
-
-def _planned_end(report: PreflightReport) -> float | None:
-    for result in report.results:
-        value = result.details.get("eta_epoch_s") if result.name == "eta" else None
-        if isinstance(value, (int, float)):
-            return float(value)
-    return None
-
-
-def _absolute(path: Path, cwd: Path) -> Path:
-    return path if path.is_absolute() else cwd / path
 
 
 def _pass_through_to_sbatch(options: tuple[str, ...]) -> int:

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.pychild import python_argv
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from guarded_sbatch.core.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.launch.source_plan import SourcePlan
-    from guarded_sbatch.launch.runconfig import RunConfig
     from guarded_sbatch.launch.results import CheckResult
     from guarded_sbatch.scheduler.interface import Scheduler
 
@@ -42,11 +41,11 @@ TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run'
 
 
 def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False, clear_line: str = "") -> int:
-    from guarded_sbatch.cli.launch import NO_NOTES, notes_path
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.fsutil import private_dir, state_dir
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-    from guarded_sbatch.launch.preflight import format_report, run_preflight
+    from guarded_sbatch.launch.pipeline import check_launch, judge_table
+    from guarded_sbatch.launch.preflight import format_report
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     if argv[:1] in (["-h"], ["--help"]):
@@ -72,13 +71,11 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     if launch.guard_options.backend not in (None, "local"):
         raise UsageError("`guarded-sbatch run` runs here (local backend); for Slurm use guarded-sbatch [options] COMMAND")
     config = load_config()
+    judge_table(config)  # a bad [judge] threshold is one line before anything runs
     scheduler = LocalScheduler()
-    report = run_preflight(launch, config, scheduler, restart=launch.guard_options.restart)
     words = ["guarded-sbatch", "run", *options, *(["--guard-tmux", tmux] if tmux else []), "--", *command]
-    report = dataclasses.replace(report, launch_command=shlex.join(words), results=tuple(
-        _run_wording(result) for result in report.results))
-    if notes_path(launch.guard_options.notes, config, Path.cwd()) is None:
-        report = dataclasses.replace(report, notes=(*report.notes, NO_NOTES))
+    report = check_launch(launch, config, scheduler, command_line=shlex.join(words))
+    report = dataclasses.replace(report, results=tuple(_run_wording(result) for result in report.results))
     text = format_report(report, color=color, launching=not check_only or bool(clear_line))
     if clear_line and not report.blocked:  # restart: what follows is the restart's, not a command to copy
         text = text.rsplit("\n", 1)[0] + "\n" + clear_line
@@ -89,15 +86,13 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
             raise BlockedError("launch blocked by the pre-flight: nothing was started; fix the failed checks above, "
                                "or waive one with --guard-waive CHECK=\"REASON\"")
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
-    job_script, stop_command = script, None
-    log_paths: tuple[Path, ...] = ()
-    plan = cast("SourcePlan | None", report.details.get("source_plan"))
+    job_script, stop_command, log = script, None, None
+    plan: SourcePlan | None = report.details.get("source_plan")  # type: ignore[assignment]
     if tmux:
         job_script, log = _tmux_job(staging, tmux, command, dict(plan.env) if plan is not None else {})
-        log_paths = (log,)
         stop_command = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{tmux}",
                                    "--grace", str(TMUX_STOP_GRACE_S)])
-    return _start(launch, report, config, scheduler, job_script, command, tmux, log_paths, stop_command)
+    return _start(launch, report, config, scheduler, job_script, command, tmux, log, stop_command)
 
 
 def _run_wording(result: CheckResult) -> CheckResult:
@@ -172,65 +167,27 @@ exit "$(cat {shlex.quote(str(status))} 2>/dev/null || echo 1)"
 
 
 def _start(launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler, job_script: Path,
-           command: list[str], tmux: str | None, log_paths: tuple[Path, ...], stop_command: str | None) -> int:
-    """Submit the command like the sbatch form: its sources pinned and recorded, the environment the pre-flight
-    promised (WANDB_RUN_ID, WANDB_RESUME, MLFLOW_RUN_CONTEXT) given to the job."""
-    from guarded_sbatch.cli.launch import _own_files_since, _planned_end, notes_path
-    from guarded_sbatch.launch.run_reference import save_config_snapshot
-    from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
-    from guarded_sbatch.scheduler.interface import SubmitRequest
+           command: list[str], tmux: str | None, log: Path | None, stop_command: str | None) -> int:
+    """Submit the command through the one launch pipeline (launch/pipeline.py), as the sbatch form is: named after
+    its program when it has no name, its output read from the tmux log when it runs in tmux."""
+    from guarded_sbatch.launch.pipeline import carry_out, plan_launch
 
-    guard = launch.guard_options
-    cwd = Path.cwd()
-
-    def absolute(path: Path) -> Path:
-        return path if path.is_absolute() else cwd / path
-
-    sidecar_config = config.sidecar
-    sidecar = SidecarOptions(
-        tb_paths=tuple(map(absolute, guard.tb)), wandb_paths=tuple(map(absolute, guard.wandb)),
-        log_paths=(*map(absolute, guard.log), *log_paths), stop_command=guard.stop_command or stop_command,
-        notes_path=notes_path(guard.notes, config, cwd), fast_interval_s=sidecar_config.fast_interval_s,
-        full_interval_s=config.check_interval_s, job_poll_s=sidecar_config.job_poll_s,
+    plan = plan_launch(
+        launch, report, config, backend=scheduler.name, launched_by="run", script=job_script,
+        run_name=_program_stem(command), name_job=True,
+        stop_command=stop_command,
+        output_log=log,
+        # what `restart` repeats: restart_launch_argv() gives [guard words] [options] -- COMMAND...
+        replay=(command[0], tuple(command[1:]), (*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else []))),
     )
-    run_name = report.run_name or _program_stem(command)
-    options = tuple(launch.sbatch_options)
-    if not any(o.name == "job-name" for o in launch.parsed_options):
-        options = (f"--job-name={run_name}", *options)
-    plan = cast("SourcePlan | None", report.details.get("source_plan"))
-    if plan is not None and not any(o.name == "job-name" for o in launch.parsed_options):
-        plan = dataclasses.replace(plan, job_name=run_name)  # the name the job gets above, for $SLURM_JOB_NAME
-    request = SubmitRequest(script=job_script, sbatch_options=options, workdir=cwd,
-                            env=dict(plan.env) if plan is not None else {})
-    since = _own_files_since(report.run_name, cwd, restart=guard.restart)
-    submission = submit_guarded(
-        scheduler, request, run_name=run_name, sidecar=sidecar, resources=resources_from_config(config),
-        waivers=[w.to_json() for w in report.waivers],
-        record_fields={
-            **{key: str(absolute(path)) for key, path in
-               (("checkpoint_dir", guard.checkpoint_dir), ("artifact_dir", guard.artifact_dir)) if path},
-            "total_steps": report.details.get("total_steps"),
-            "planned_end": _planned_end(report),
-            "config_path": str(report.details.get("intended_config") or ""),
-            "launched_by": "run",
-        },
-        sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan is not None else None,
-    )
-    record = submission.record
-    # what `restart` repeats: restart_launch_argv() gives [guard words] [options] -- COMMAND...
-    record.sbatch_options = [*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else [])]
-    record.script, record.script_args = command[0], list(command[1:])
-    record.log_paths = [str(absolute(p)) for p in guard.log]  # not the tmux log: a restart writes a new one
-    record.save()
-    try:
-        save_config_snapshot(record, cast("RunConfig | None", report.details.get("intended_run_config")))
-    except OSError as exc:
-        print(f"guarded-sbatch: could not keep the run's config with its record ({exc}); it cannot become a "
-              "reference", file=sys.stderr)
+    launched = carry_out(plan, scheduler, config)
+    for warning in launched.warnings:
+        print(f"guarded-sbatch: {warning}", file=sys.stderr)
+    submission = launched.submission
     print(submission.job_id)
     where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
     print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} as local job {submission.job_id}; "
-          f"its watcher is local job {submission.sidecar_id}; run folder {record.folder}", file=sys.stderr)
+          f"its watcher is local job {submission.sidecar_id}; run folder {submission.record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
 
 

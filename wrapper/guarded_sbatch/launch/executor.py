@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import time
 import typing as tp
 import uuid
+import warnings
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -43,16 +45,23 @@ from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, comment_with_marker
 from guarded_sbatch.core.registry import new_run_id, runs_root
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
+from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
+from guarded_sbatch.launch.pipeline import carry_out, check_launch, plan_launch
+from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import CheckResult
-from guarded_sbatch.launch.source_plan import SourcePlan
-from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
+# the executor's path keywords and the guard flags they stand for: one table for the launch's argv and for the
+# hints of the pre-flight, which speak the API here (`config=`, not --guard-config)
+PATH_KEYWORDS = {"tb_dir": "--guard-tb", "wandb_dir": "--guard-wandb", "log_path": "--guard-log",
+                 "config": "--guard-config", "reference": "--guard-reference",
+                 "checkpoint_dir": "--guard-checkpoint-dir", "artifact_dir": "--guard-artifact-dir",
+                 "notes_path": "--guard-notes"}
+OTHER_KEYWORDS = {"run_name": "--guard-run-name", "stop_command": "--guard-stop-command", "restart": "--guard-restart"}
+_WAIVE = re.compile(r"--guard-waive[ =]([A-Za-z_-]+|CHECK|NAME)=(\"[^\"]*\"|\S+)")
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
 
 
@@ -95,9 +104,10 @@ class GuardedExecutor(submitit.AutoExecutor):
             self._executor.update_parameters(use_srun=False)
         cwd = Path.cwd()
         self.submit_dir = cwd
-        self.guard_paths = {key: _absolute(value, cwd) for key, value in (
-            ("tb", tb_dir), ("wandb", wandb_dir), ("log", log_path), ("config", config), ("reference", reference),
-            ("checkpoint-dir", checkpoint_dir), ("artifact-dir", artifact_dir), ("notes", notes_path))}
+        given = {"tb_dir": tb_dir, "wandb_dir": wandb_dir, "log_path": log_path, "config": config,
+                 "reference": reference, "checkpoint_dir": checkpoint_dir, "artifact_dir": artifact_dir,
+                 "notes_path": notes_path}
+        self.guard_paths = {keyword: _absolute(given[keyword], cwd) for keyword in PATH_KEYWORDS}
         self.guard_run_name = run_name
         self.guard_waivers = dict(waivers or {})
         self.guard_stop_command = stop_command
@@ -149,9 +159,9 @@ class GuardedExecutor(submitit.AutoExecutor):
         words = [f"--guard-run-name={self.run_name()}"]
         if self.guard_backend != "debug":
             words.append(f"--guard-backend={self.guard_backend}")
-        for key, path in self.guard_paths.items():
+        for keyword, path in self.guard_paths.items():
             if path is not None:
-                words.append(f"--guard-{key}={path}")
+                words.append(f"{PATH_KEYWORDS[keyword]}={path}")
         words += [f"--guard-waive={check}={reason}" for check, reason in self.guard_waivers.items()]
         if self.guard_stop_command:
             words.append(f"--guard-stop-command={self.guard_stop_command}")
@@ -159,15 +169,15 @@ class GuardedExecutor(submitit.AutoExecutor):
             words.append("--guard-restart")
         return [*words, str(script)]
 
-    def _preflight(self, script: Path, config: Config, scheduler: Scheduler | None) -> PreflightReport:
+    def _preflight(self, script: Path, config: Config, scheduler: Scheduler | None) -> tuple[LaunchArgs, PreflightReport]:
         launch = split_sbatch_argv(self._argv(script))
-        report = run_preflight(launch, config, scheduler, restart=launch.guard_options.restart, cwd=self.submit_dir)
+        report = check_launch(launch, config, scheduler, cwd=self.submit_dir)
         self.last_report, self.last_preflight = report, list(report.results)
         if report.blocked:
             failed = [r for r in report.results if r.name in report.blocking_checks]
-            raise BlockedError("submission blocked by the pre-flight: " + "; ".join(f"{r.name}: {r.finding}" for r in failed)
-                               + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
-        return report
+            raise BlockedError(api_words("submission blocked by the pre-flight: " + "; ".join(
+                f"{r.name}: {r.finding}" for r in failed)) + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
+        return launch, report
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
         """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
@@ -181,12 +191,12 @@ class GuardedExecutor(submitit.AutoExecutor):
         if self.guard_backend == "slurm":
             scheduler = _Marked(scheduler, script, self._executor.parameters.get("comment"))
         try:
-            report = self._preflight(script, config, scheduler)
+            launch, report = self._preflight(script, config, scheduler)
         except BaseException:
             script.unlink(missing_ok=True)
             raise
-        tasks = executor.parameters.get("map_count")
-        job_id = self._submit(script, report, config, scheduler, tasks if isinstance(tasks, int) else None,
+        tasks = executor.parameters.get("map_count")  # an array: its tasks come from the script's #SBATCH --array
+        job_id = self._submit(launch, report, config, scheduler,
                               on_submitted=lambda job_id: _make_job_folders(executor.folder, job_id, tasks))
         job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
         job = job_class(folder=executor.folder, job_id=job_id, tasks=list(range(executor._num_tasks())))
@@ -196,34 +206,17 @@ class GuardedExecutor(submitit.AutoExecutor):
         executor._set_job_permissions(job.paths.folder)
         return job
 
-    def _submit(self, script: Path, report: PreflightReport, config: Config, scheduler: Scheduler,
-                tasks: int | None, on_submitted: tp.Callable[[str], None]) -> str:
-        job_settings = config.sidecar
-        paths = self.guard_paths
-        sidecar = SidecarOptions(
-            tb_paths=(paths["tb"],) if paths["tb"] else (), wandb_paths=(paths["wandb"],) if paths["wandb"] else (),
-            log_paths=(paths["log"],) if paths["log"] else (), stop_command=self.guard_stop_command,
-            notes_path=paths["notes"], fast_interval_s=job_settings.fast_interval_s,
-            full_interval_s=config.check_interval_s, job_poll_s=job_settings.job_poll_s,
-        )
-        plan = tp.cast("SourcePlan | None", report.details.get("source_plan"))
-        request = SubmitRequest(script=script, workdir=self.submit_dir, env=dict(plan.env) if plan else {})
-        since = time.time() - 1.0
-        submission = submit_guarded(
-            scheduler, request, run_name=self.run_name(), sidecar=sidecar, resources=resources_from_config(config),
-            waivers=[w.to_json() for w in report.waivers], on_training_submitted=on_submitted,
-            record_fields={
-                **{key.replace("-", "_"): str(paths[key]) for key in ("checkpoint-dir", "artifact-dir") if paths[key]},
-                "total_steps": report.details.get("total_steps"), "launched_by": "submitit",
-                "config_path": str(report.details.get("intended_config") or ""),
-                "tracker": {"submitit_folder": str(self.folder)},
-            },
-            sources_for_job=(lambda job_id: plan.for_job(job_id, since=since).to_json()) if plan else None,
-            task_ids=(lambda job_id: [f"{job_id}_{n}" for n in range(tasks)]) if tasks else None,
-        )
-        for one in submission.tasks or (submission,):
-            self.run_ids.append(one.record.run_id)
-        return submission.job_id
+    def _submit(self, launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler,
+                on_submitted: tp.Callable[[str], None]) -> str:
+        """submitit's batch script through the one launch pipeline (launch/pipeline.py), as the CLI's launches."""
+        plan = plan_launch(launch, report, config, backend=self.guard_backend, launched_by="submitit",
+                           cwd=self.submit_dir, tracker={"submitit_folder": str(self.folder)},
+                           continues_run=self.guard_restart)  # a sweep's --guard-restart continues no run
+        launched = carry_out(plan, scheduler, config, on_submitted=on_submitted)
+        for warning in launched.warnings:
+            warnings.warn(f"guarded-sbatch: {warning}", RuntimeWarning, stacklevel=4)
+        self.run_ids.extend(record.run_id for record in launched.records)
+        return launched.submission.job_id
 
 
 class _Guarded:
@@ -338,6 +331,24 @@ def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
         return None
     candidate = Path(path).expanduser()
     return candidate if candidate.is_absolute() else cwd / candidate
+
+
+def api_words(text: str) -> str:
+    """A pre-flight hint as the API says it: `waivers={"CHECK": "REASON"}` and `config=` for the CLI's
+    `--guard-waive CHECK="REASON"` and `--guard-config`."""
+    def waiver(match: re.Match[str]) -> str:
+        reason = match.group(2) if match.group(2).startswith('"') else f'"{match.group(2)}"'
+        return f'waivers={{"{match.group(1)}": {reason}}}'
+
+    text = _WAIVE.sub(waiver, text)
+    for keyword, flag in (*PATH_KEYWORDS.items(), *OTHER_KEYWORDS.items()):
+        def argument(match: re.Match[str], keyword: str = keyword) -> str:
+            if keyword == "restart":
+                return "restart=True"
+            return f'{keyword}="{match.group(1)}"' if match.group(1) else f"{keyword}=..."
+
+        text = re.sub(rf"{re.escape(flag)}(?:[ =]([A-Z]+)\b)?(?![\w-])", argument, text)
+    return text
 
 
 __all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedLocalJob", "GuardedSlurmJob"]

@@ -24,6 +24,7 @@ from guarded_sbatch.core.run_sources import (
     SourceSpec,
     expand_filename_pattern,
 )
+from guarded_sbatch.core.sbatch.array import ArraySpec, parse_array_spec
 from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.runconfig import RunConfig
@@ -43,7 +44,7 @@ class SourcePlan:
     output_pattern: str = "slurm-%j.out"
     error_pattern: str = ""
     job_name: str = ""
-    array: bool = False
+    array: ArraySpec | None = None  # a job array (--array, SBATCH_ARRAY_INX, #SBATCH --array): one run per task
     local: bool = False
     named: list[SourceSpec] = field(default_factory=list)  # each kind's place named by its own keys, any kind
 
@@ -62,20 +63,25 @@ class SourcePlan:
                 *(f"not pinned to this run: {item}" for item in self.sources.unresolved)]
 
     def for_job(self, job_id: str, *, since: float | None = None) -> RunSources:
-        """The run's sources once its job id is known (%j, $SLURM_JOB_ID filled in)."""
+        """The run's sources once its job id is known (%j, $SLURM_JOB_ID filled in). For a task of an array,
+        `<job>_<task>`: %A, %a, $SLURM_ARRAY_JOB_ID and $SLURM_ARRAY_TASK_ID are its own; %j and $SLURM_JOB_ID
+        (the task's own number, which only the running task knows) stay as written."""
         user = _user()
         node = socket.gethostname().split(".")[0] if self.local else None
+        array_job, _, task = job_id.partition("_") if self.array is not None else (None, "", "")
+        own_id = "%j" if task else job_id
 
         def expand(pattern: str) -> str:
             if not pattern:
                 return ""
-            text = expand_filename_pattern(pattern, job_id=job_id, job_name=self.job_name, user=user, node=node,
-                                           array_task=None if self.array else "4294967294")
+            text = expand_filename_pattern(pattern, job_id=own_id, job_name=self.job_name, user=user, node=node,
+                                           array_job=array_job, array_task=task or "4294967294")
             path = Path(text)
             return str(path if path.is_absolute() else Path(self.sources.workdir) / path)
 
         def with_job(text: str) -> str:  # both backends set the job's SLURM_* variables alike
-            return fill_job_variables(text, job_id=job_id, job_name=self.job_name)
+            return fill_job_variables(text, job_id="${SLURM_JOB_ID}" if task else job_id, job_name=self.job_name,
+                                      array_job=array_job, array_task=task or None)
 
         sources = self.sources
         return replace(
@@ -108,7 +114,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     _wandb(context, sources, env)
     _mlflow(context, sources, env)
     options = context.options
-    array = options.has("array")
+    array = parse_array_spec(options.get("array") or "") if options.has("array") else None
     plan = SourcePlan(
         sources=sources, env=env,
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
@@ -130,13 +136,13 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
         return
     found_tb, found_out = _folder_keys(config)
     for label, value in found_out:
-        if needs_shell(value):
+        if needs_shell(value, array=context.options.has("array")):
             sources.unresolved.append(f"output folder {value!r} ({label}) needs a shell to expand{_why(context, value)}")
         else:
             sources.output_dirs.append(str(context.resolve(value)))
     # event files go to the TensorBoard folder when one is named, else somewhere under the output folder
     for label, value in found_tb or found_out:
-        if needs_shell(value):
+        if needs_shell(value, array=context.options.has("array")):
             if found_tb:
                 sources.unresolved.append(f"TensorBoard folder {value!r} ({label}) needs a shell to expand"
                                           f"{_why(context, value)}")
@@ -158,7 +164,7 @@ def named_places(context: PreflightContext) -> tuple[list[SourceSpec], list[tupl
     specs: list[SourceSpec] = []
     problems: list[tuple[str, str]] = []
     for kind, origin, value in [*_named_in_env(context), *_named_in_config(context)]:
-        if needs_shell(value):
+        if needs_shell(value, array=context.options.has("array")):
             problems.append((kind, f"{kind} {place_of(kind)} {value!r} ({origin}) needs a shell to expand"
                                    f"{_why(context, value)}"))
         else:

@@ -13,10 +13,11 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.core.errors import GuardedError, SchedulerError, UsageError
@@ -58,6 +59,40 @@ def resources_from_config(config: Config) -> SidecarResources:
         qos=job.qos or None, time_limit=job.time or None, template=job.template,
         template_dirs=tuple(config.template_dirs),
     )
+
+
+@dataclass(frozen=True)
+class RecordFields:
+    """What a run's record keeps of its launch beyond the job and its sidecar: the same fields from every front end
+    (launch/pipeline.py fills them). `script`, `script_args` and `sbatch_options` are what `restart` repeats when
+    that is not the submitted request (a `run --` command)."""
+
+    launched_by: str = "cli"  # "cli" (guarded-sbatch), "run" (guarded-sbatch run --), "submitit" (GuardedExecutor)
+    waivers: tuple[Mapping[str, str], ...] = ()
+    judge: Mapping[str, Any] = field(default_factory=dict)  # the config's [judge] thresholds, as the sidecar reads them
+    config_path: str = ""
+    total_steps: int | None = None
+    planned_end: float | None = None
+    checkpoint_dir: str = ""
+    artifact_dir: str = ""
+    tracker: Mapping[str, Any] = field(default_factory=dict)
+    script: str | None = None
+    script_args: tuple[str, ...] | None = None
+    sbatch_options: tuple[str, ...] | None = None
+
+    def values(self, request: SubmitRequest, sidecar: SidecarOptions) -> dict[str, Any]:
+        """The keyword arguments of core/registry.create_run for one job of this launch."""
+        return {
+            "script": self.script if self.script is not None else str(request.script),
+            "script_args": list(self.script_args if self.script_args is not None else request.script_args),
+            "sbatch_options": list(self.sbatch_options if self.sbatch_options is not None else request.sbatch_options),
+            "submit_dir": str(request.workdir or Path.cwd()),
+            "tb_paths": [str(p) for p in sidecar.tb_paths], "wandb_paths": [str(p) for p in sidecar.wandb_paths],
+            "log_paths": [str(p) for p in sidecar.log_paths], "waivers": [dict(w) for w in self.waivers],
+            "judge": dict(self.judge), "config_path": self.config_path, "total_steps": self.total_steps,
+            "planned_end": self.planned_end, "checkpoint_dir": self.checkpoint_dir, "artifact_dir": self.artifact_dir,
+            "tracker": dict(self.tracker), "launched_by": self.launched_by,
+        }
 
 
 @dataclass(frozen=True)
@@ -122,16 +157,16 @@ def submit_guarded(
     run_name: str,
     sidecar: SidecarOptions,
     resources: SidecarResources,
-    waivers: list[dict[str, str]] | None = None,
-    on_training_submitted: object | None = None,
-    record_fields: dict[str, object] | None = None,
+    record: RecordFields | None = None,
+    on_training_submitted: Callable[[str], object] | None = None,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
     shared: SharedMonitorOptions | None = None,
     task_ids: Callable[[str], Sequence[str]] | None = None,
 ) -> GuardedSubmission:
     """Submit training, then the sidecar. `on_training_submitted(job_id)` runs in between, so the
     caller can print sbatch's own line before anything else can fail. `task_ids(job_id)`: the ids to guard
-    one by one (the tasks of a job array, `<job>_<n>`); by default the job itself."""
+    one by one (the tasks of a job array, `<job>_<n>`), each with its own record; by default the job itself.
+    A job array is watched by one job (`shared`), never a sidecar per task."""
     template_text, _ = load_template(resources.template, list(resources.template_dirs))
     run_name = check_run_name(run_name or _fallback_name(request))
     # A trial render with a stand-in job id: a bad value fails here, before anything is submitted.
@@ -148,11 +183,12 @@ def submit_guarded(
         except UsageError as exc:  # the backend refused the request itself: no job exists (a timed-out sbatch
             # may have queued one, so only this kind is said to be "not submitted")
             raise UsageError(f"training job not submitted: {exc.message}") from None
-        if callable(on_training_submitted):
+        if on_training_submitted is not None:
             on_training_submitted(job_id)
+        fields = record or RecordFields()
         try:
             guarded = [_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar, resources,
-                                        waivers, record_fields, sources_for_job, shared)
+                                        fields, sources_for_job, shared)
                        for watched in (task_ids(job_id) if task_ids is not None else [job_id])]
         except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
             raise _unguarded(scheduler, job_id, exc) from None
@@ -206,19 +242,12 @@ def _unguarded(scheduler: Scheduler, job_id: str, exc: BaseException) -> Guarded
 
 def _guard_submitted(
     scheduler: Scheduler, request: SubmitRequest, job_id: str, run_name: str, template_text: str,
-    sidecar: SidecarOptions, resources: SidecarResources, waivers: list[dict[str, str]] | None,
-    record_fields: dict[str, object] | None,
+    sidecar: SidecarOptions, resources: SidecarResources, fields: RecordFields,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
     shared: SharedMonitorOptions | None = None,
 ) -> GuardedSubmission:
-    record = create_run(
-        run_name, scheduler.name, job_id,
-        script=str(request.script), sbatch_options=list(request.sbatch_options),
-        script_args=list(request.script_args), submit_dir=str(request.workdir or Path.cwd()),
-        tb_paths=[str(p) for p in sidecar.tb_paths], wandb_paths=[str(p) for p in sidecar.wandb_paths],
-        log_paths=[str(p) for p in sidecar.log_paths], waivers=list(waivers or []), **(record_fields or {}),
-        sources=sources_for_job(job_id) if sources_for_job else {},
-    )
+    record = create_run(run_name, scheduler.name, job_id, **fields.values(request, sidecar),
+                        sources=sources_for_job(job_id) if sources_for_job else {})
     if shared is not None:  # per-user monitor mode: register with it instead of a sidecar of our own
         monitor_id = register_with_monitor(scheduler, record, shared_entry(sidecar), shared)
         if monitor_id is not None:

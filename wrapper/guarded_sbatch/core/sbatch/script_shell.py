@@ -17,6 +17,9 @@ from guarded_sbatch.core.sbatch.shell_words import Scope, Word, next_command
 
 JOB_SYMBOLIC = frozenset({"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME"})
 JOB_VARIABLE = re.compile(r"\$(?:\{(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\}|(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\b)")
+# an array task's own id and its array's: set by the job only when it is a task of an array, symbolic then
+ARRAY_VARIABLE = re.compile(r"\$(?:\{(SLURM_ARRAY_TASK_ID|SLURM_ARRAY_JOB_ID)\}|(SLURM_ARRAY_TASK_ID|SLURM_ARRAY_JOB_ID)\b)")
+ARRAY_JOB_ENV = {"SLURM_ARRAY_TASK_ID": "${SLURM_ARRAY_TASK_ID}", "SLURM_ARRAY_JOB_ID": "${SLURM_ARRAY_JOB_ID}"}
 ALL_ARGS = "\0guarded-sbatch:all-args\0"
 MAX_VARIABLE_CHARS = 64 * 1024
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\+?=")
@@ -257,14 +260,22 @@ class ScriptShell:
         return list(dict.fromkeys(reasons))
 
 
-def fill_job_variables(text: str, *, job_id: str, job_name: str) -> str:
-    """`$SLURM_JOB_ID`, `${SLURM_JOBID}`, `$SLURM_JOB_NAME` in a recorded value, once the job exists."""
-    return JOB_VARIABLE.sub(lambda m: job_name if (m.group(1) or m.group(2)) == "SLURM_JOB_NAME" else job_id, text)
+def fill_job_variables(text: str, *, job_id: str, job_name: str, array_job: str | None = None,
+                       array_task: str | None = None) -> str:
+    """`$SLURM_JOB_ID`, `${SLURM_JOBID}`, `$SLURM_JOB_NAME` in a recorded value, once the job exists; for a task
+    of an array (array_job, array_task given) `$SLURM_ARRAY_JOB_ID` and `$SLURM_ARRAY_TASK_ID` too."""
+    text = JOB_VARIABLE.sub(lambda m: job_name if (m.group(1) or m.group(2)) == "SLURM_JOB_NAME" else job_id, text)
+    if array_job is None or array_task is None:
+        return text
+    return ARRAY_VARIABLE.sub(lambda m: array_task if (m.group(1) or m.group(2)) == "SLURM_ARRAY_TASK_ID"
+                              else array_job, text)
 
 
-def needs_shell(text: str) -> bool:
-    """Whether a value holds an expansion other than the job's own id and name."""
-    return "$" in JOB_VARIABLE.sub("", text) or "`" in text
+def needs_shell(text: str, *, array: bool = False) -> bool:
+    """Whether a value holds an expansion other than the job's own id and name (and, for a job array, its
+    task's ids, which the script's variables carry symbolically when the launch gives them ARRAY_JOB_ENV)."""
+    kept = JOB_VARIABLE.sub("", text)
+    return "$" in (ARRAY_VARIABLE.sub("", kept) if array else kept) or "`" in text
 
 
 def spread_all_args(words: list[Word], args: Sequence[str] | None) -> list[Word]:
