@@ -42,8 +42,8 @@ def test_clean_tree_passes_every_check_and_prints_the_launch_command(tree: Tree,
     )
     assert not report.blocked
     text = format_report(report, color=False)
-    assert text.rstrip().endswith("```")
-    command = text.split("```")[-2].strip()
+    assert "```" not in text  # no Markdown fences: the command alone on the last line, ready to copy
+    command = text.rstrip().splitlines()[-1].strip()
     assert shlex.split(command) == ["guarded-sbatch", "--guard-seconds-per-epoch=600", "-p", "gpu", "train.sh"]
     assert "\033[" not in text and "\033[" in format_report(report, color=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import socket
+import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from guarded_sbatch.launch.checks.own_folder import check_own_folder
 from guarded_sbatch.launch.checks.paths import check_paths
 from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
 from guarded_sbatch.launch.context import PreflightContext, load_intended_config
+from guarded_sbatch.launch.live_jobs import one_query
 from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
@@ -29,6 +31,7 @@ from guarded_sbatch.launch.run_reference import default_reference, family_refere
 from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
+from guarded_sbatch.core.sbatch.script_shell import ARRAY_JOB_ENV
 from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
@@ -97,9 +100,11 @@ def run_preflight(
     directive_options = [(f"{where} line {d.line_number}", o) for d in script.directives for o in d.options]
     options = effective_options(launch.parsed_options, directive_options, environ)
     job_sees = exported_environment(options.get("export"), environ)
-    if launch.script is not None and job_sees is not None:  # the job does not get this shell's environment as is
-        script = parse_script(script_path, job_sees[0], launch.script_args, known_job_env(cwd or Path.cwd()),
-                              job_sees[1])
+    array = options.has("array")  # a task's SLURM_ARRAY_* ids are the job's own: symbolic, filled per task
+    if launch.script is not None and (job_sees is not None or array):  # the job sees another environment
+        job_env = known_job_env(cwd or Path.cwd()) | (ARRAY_JOB_ENV if array else {})
+        script = parse_script(script_path, job_sees[0] if job_sees else environ, launch.script_args, job_env,
+                              job_sees[1] if job_sees else "")
     chdir = options.get("chdir")
     base = cwd or Path.cwd()
     workdir = (base / Path(chdir).expanduser()) if chdir else base
@@ -108,7 +113,7 @@ def run_preflight(
         script=script,
         options=options,
         config=config,
-        scheduler=scheduler,
+        scheduler=one_query(scheduler),  # the user's jobs asked once for the whole pre-flight
         workdir=workdir,
         env={**environ, **script.variables},
         now=(now or datetime.now()).astimezone(),
@@ -270,31 +275,43 @@ SYMBOLS = {CheckStatus.PASSED: "ok  ", CheckStatus.WARNED: "warn", CheckStatus.F
 COLOURS = {CheckStatus.PASSED: "\033[32m", CheckStatus.WARNED: "\033[33m", CheckStatus.FAILED: "\033[31m"}
 
 
-def format_report(report: PreflightReport, *, color: bool, launching: bool = False) -> str:
+def format_report(report: PreflightReport, *, color: bool, launching: bool = False, width: int | None = None) -> str:
+    """The report for people. `width` (a terminal's): every line wrapped to it, continuation lines indented under
+    their text; None (a pipe): one line per finding, for grep and logs."""
     def paint(text: str, status: CheckStatus) -> str:
         return f"{COLOURS[status]}{text}\033[0m" if color else text
 
     waived = {w.check: w.reason for w in report.waivers}
     lines = ["## Pre-flight" + (f" — {report.run_name}" if report.run_name else ""), ""]
     for result in report.results:
-        tag = paint(f"[{SYMBOLS[result.status]}]", result.status)
+        tag = f"[{SYMBOLS[result.status]}]"
         suffix = f" (waived: {waived[result.name]})" if result.name in waived else ""
-        lines.append(f"{tag} {result.name}: {result.finding}{suffix}")
-        lines.extend(f"         {item}" for item in result.evidence)
+        head = _wrapped(f"{tag} {result.name}: {result.finding}{suffix}", width, indent=" " * 7)
+        lines.append(paint(tag, result.status) + head[len(tag):])
+        lines.extend(_wrapped(f"         {item}", width, indent=" " * 11) for item in result.evidence)
     for waiver, why in report.refused_waivers:
-        lines.append(f"waiver refused: {waiver.check} ({why})")
+        lines.append(_wrapped(f"waiver refused: {waiver.check} ({why})", width))
     for waiver in report.unused_waivers:
         lines.append(f"waiver not needed: {waiver.check} did not fail")
-    lines.extend(f"note: {note}" for note in report.notes)
+    lines.extend(_wrapped(f"note: {note}", width, indent="      ") for note in report.notes)
     lines.append("")
     if report.blocked:
         names = ", ".join(report.blocking_checks)
-        lines.append(paint(f'BLOCKED by: {names}. Fix them, or waive one with --guard-waive NAME="reason".', CheckStatus.FAILED))
+        lines.append(paint(_wrapped(f'BLOCKED by: {names}. Fix them, or waive one with --guard-waive NAME="reason".',
+                                    width), CheckStatus.FAILED))
     else:
         waivers = " (waivers recorded with the run)" if report.waivers else ""
         if launching:  # the submission follows at once: no command to copy, nothing to run again
             lines.append(f"Clear{waivers}: submitting now.")
         else:
             lines.append(f"Clear to launch{waivers}. To submit it, run:")
-            lines.extend(["```", report.launch_command, "```"])
+            lines.append(f"  {report.launch_command}")  # whole, on its own line: ready to copy
     return "\n".join(lines)
+
+
+def _wrapped(line: str, width: int | None, indent: str = "  ") -> str:
+    if width is None or len(line) <= width:
+        return line
+    lead = line[: len(line) - len(line.lstrip(" "))]
+    return textwrap.fill(line.strip(), width=max(width, 40), initial_indent=lead, subsequent_indent=indent,
+                         break_long_words=True, break_on_hyphens=False)
