@@ -5,8 +5,8 @@ Each log is judged as a user first types it: `guarded-sbatch monitor --once --js
 Strict: the decision is the label ("either" takes any). Lenient (acceptable): a broken run held at WAIT is
 acceptable but counted apart; a healthy run may be CONTINUE or WAIT, never STOP.
 
-The issue's targets (issue 37) are the tests named `test_target_...`; run them alone with
-`.venv/bin/python -m pytest -q tests/test_public_corpus.py -k target -s` (-s shows the table).
+The issue's targets (issue 37) are the tests named `test_target_...` (the first prints the table and the totals);
+run them alone with `.venv/bin/python -m pytest -q tests/test_public_corpus.py -k target -s`.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_the_manifest_names_every_log_with_its_source() -> None:
         assert (CORPUS / entry["file"]).read_text(encoding="utf-8").strip(), entry["file"]
 
 
-def test_every_log_is_judged_and_the_table_printed(judged: list[Judged], capsys: pytest.CaptureFixture[str]) -> None:
+def test_target_scores_table_every_log_judged(judged: list[Judged], capsys: pytest.CaptureFixture[str]) -> None:
     """The table of decisions and the totals (always printed; the targets are asserted below)."""
     totals = _totals(judged)
     with capsys.disabled():
