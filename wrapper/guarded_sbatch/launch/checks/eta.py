@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.fsutil import read_text_bounded
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
@@ -60,9 +61,7 @@ def seconds_per_epoch_from_log_files(logs: list[Path]) -> tuple[float, str] | No
     """From text logs: explicit epoch times, else timestamps of epoch lines."""
     for log in logs:
         try:
-            if log.stat().st_size > MAX_LOG_BYTES:
-                continue
-            text = log.read_text(errors="replace")
+            text = read_text_bounded(log, MAX_LOG_BYTES, errors="replace")  # a FIFO or a device: skipped
         except OSError:
             continue
         explicit = []
@@ -92,9 +91,7 @@ def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | Non
     """From a reference run's text logs: the time one training step took."""
     for log in logs:
         try:
-            if log.stat().st_size > MAX_LOG_BYTES:
-                continue
-            text = log.read_text(errors="replace").replace("\r", "\n")
+            text = read_text_bounded(log, MAX_LOG_BYTES, errors="replace").replace("\r", "\n")
         except OSError:
             continue
         explicit = [float(m.group(1)) / (1000.0 if (m.group(2) or "").lower() == "ms" else 1.0)
@@ -173,18 +170,17 @@ def _not_estimated(context: PreflightContext, epochs: float | None, seconds_per_
         )
         if v is None
     ]
-    why = (
-        ""
-        if seconds_per_epoch is not None
-        else (
-            " (no reference run whose log shows its epoch time)"
-            if context.reference is None
-            else f" (the reference's logs show no epoch time: {context.reference.folder})"
-        )
-    )
+    if seconds_per_epoch is not None:
+        why = ""
+    elif context.reference is None or not context.reference.logs:
+        # a reference found among configs/ has no log to time: only a run that went through guarded-sbatch has one
+        why = " (no earlier run of this config has a log that times it)"
+    else:
+        why = f" (the reference run's log shows no epoch or step time: {context.reference.logs[0]})"
     return CheckResult(
-        NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)} "
-        "(a run counted in steps needs max_steps in its config and a reference whose log times its steps)"
+        NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}, "
+        f"or read the ETA from the run's own pace once it runs (`guarded-sbatch status`; a step budget is read from "
+        f"any of {', '.join(STEP_KEYS)})"
     )
 
 
