@@ -1,14 +1,18 @@
-"""Small file-system helpers: atomic JSON writes and the per-user state folder."""
+"""Small file-system helpers: atomic JSON writes, the per-user state folder, and the one bounded reader of files
+the pre-flight touches (`read_bounded`: regular files only, never blocking, at most N bytes, under a deadline)."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import json
 import os
 import pwd
+import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -193,3 +197,59 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write text to path (its folder created, 0700) through a temporary file and an atomic rename; mode 0600."""
     make_private_dirs(path.parent)
     write_private(path, text)
+
+
+class TooLargeError(OSError):
+    """A file over the reader's cap (its size in `size`)."""
+
+    def __init__(self, path: str, size: int, cap: int) -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes, over the {cap} a file read here may be", path)
+        self.size = size
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"))
+PREFLIGHT_READ_SECONDS = 10.0
+
+
+def read_bounded(path: str | os.PathLike[str], max_bytes: int, *, head: bool = False,
+                 deadline_s: float = PREFLIGHT_READ_SECONDS) -> bytes:
+    """The bytes of a regular file: opened without blocking (a FIFO never hangs the reader), refused unless the
+    descriptor is a regular file (a link to /dev/zero, a FIFO, a socket: OSError naming what it is), at most
+    max_bytes (TooLargeError beyond, or with `head` its first max_bytes) and read under a deadline (a file that
+    keeps growing, a hung file server: OSError ETIMEDOUT). Files of /proc (size 0, endless) stop at the cap."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file: not read", os.fspath(path))
+        if info.st_size > max_bytes and not head:
+            raise TooLargeError(os.fspath(path), info.st_size, max_bytes)
+        return _read_until(fd, os.fspath(path), max_bytes, head, time.monotonic() + deadline_s)
+    finally:
+        os.close(fd)
+
+
+def _read_until(fd: int, path: str, max_bytes: int, head: bool, deadline: float) -> bytes:
+    parts: list[bytes] = []
+    total = 0
+    while total <= max_bytes:
+        if time.monotonic() > deadline:
+            raise OSError(errno.ETIMEDOUT, "not read in time", path)
+        piece = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+        if not piece:
+            break
+        parts.append(piece)
+        total += len(piece)
+    data = b"".join(parts)
+    if len(data) > max_bytes:
+        if not head:
+            raise TooLargeError(path, len(data), max_bytes)
+        data = data[:max_bytes]
+    return data
+
+
+def read_text_bounded(path: str | os.PathLike[str], max_bytes: int, *, errors: str = "strict", head: bool = False) -> str:
+    """read_bounded, decoded as UTF-8 (UnicodeDecodeError when not, with errors="strict")."""
+    return read_bounded(path, max_bytes, head=head).decode("utf-8", errors)

@@ -5,7 +5,10 @@ owner; replace_process is the exec of a hand-over (the sbatch shim)."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, NoReturn
@@ -55,6 +58,57 @@ def run_command(
     if check and proc.returncode != 0:
         raise CommandError(args, proc.returncode, proc.stderr or proc.stdout)
     return result
+
+
+def run_command_tail(argv: Sequence[str], *, timeout: float, max_bytes: int) -> tuple[CommandResult, int]:
+    """Run argv and keep only the last max_bytes of its stdout (64 KB of its stderr), whatever it prints (a
+    `tail -n 100` of a log with a 3 GB hole prints 3 GB): (its result, how many bytes were dropped from the
+    front). CommandError on failure or timeout, as run_command."""
+    args = [os.fspath(a) for a in argv]
+    try:
+        with tempfile.TemporaryFile() as errors:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors)
+            kept, dropped, finished = _read_tail(proc, max_bytes, time.monotonic() + timeout)
+            errors.seek(0)
+            stderr = errors.read(65536).decode(errors="replace")
+    except OSError as exc:
+        raise CommandError(args, None, str(exc)) from None
+    if not finished:
+        raise CommandError(args, None, stderr, timed_out=True)
+    if proc.returncode != 0:
+        raise CommandError(args, proc.returncode, stderr)
+    return CommandResult(args, proc.returncode, kept.decode(errors="replace"), stderr), dropped
+
+
+def _read_tail(proc: subprocess.Popen[bytes], max_bytes: int, deadline: float) -> tuple[bytes, int, bool]:
+    """The last max_bytes of proc's stdout, how many bytes before them were dropped, and whether proc ended
+    before the deadline (else it is killed)."""
+    assert proc.stdout is not None
+    kept, dropped, fd = bytearray(), 0, proc.stdout.fileno()
+    finished = True
+    with proc.stdout:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                finished = False
+                break
+            piece = os.read(fd, 1 << 20)
+            if not piece:
+                break
+            kept += piece
+            if len(kept) > 2 * max_bytes:
+                dropped += len(kept) - max_bytes
+                del kept[: len(kept) - max_bytes]
+    try:
+        proc.wait(max(0.1, deadline - time.monotonic()) if finished else 0.01)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        finished = False
+    if len(kept) > max_bytes:
+        dropped += len(kept) - max_bytes
+        del kept[: len(kept) - max_bytes]
+    return bytes(kept), dropped, finished
 
 
 class StartedProcess:

@@ -37,6 +37,8 @@ class Reason(enum.Enum):
     STALE = "stale"
     SOURCE_UNREADABLE = "source_unreadable"
     SERIES_CAPPED = "series_capped"  # more distinct series than the history keeps (judge/history.py)
+    SOURCE_WRITABLE_BY_OTHERS = "source_writable_by_others"  # a STOP whose files a co-worker can write (core/file_trust.py)
+    SOURCE_DAMAGED = "source_damaged"  # holes skipped in the judged files: not called healthy
     CRASHED = "crashed"
     INTERRUPTED = "interrupted"
 

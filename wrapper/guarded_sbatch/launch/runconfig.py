@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core.fsutil import TooLargeError, read_text_bounded
 from guarded_sbatch.core.bounded_yaml import YamlTooLargeError, safe_load_bounded
 from guarded_sbatch.core.errors import UsageError
 
@@ -83,12 +84,9 @@ def load_structured_file(path: Path) -> Any:
 def _read_config_text(path: Path) -> str:
     """The config's text; UsageError for a file too big to be a config, not UTF-8, or unreadable."""
     try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise UsageError(f"config {path} is {size} bytes; that is not a training config")
-        return path.read_text(encoding="utf-8")
-    except UsageError:
-        raise
+        return read_text_bounded(path, MAX_CONFIG_BYTES)  # a FIFO, /dev/zero or an endless file: refused, named
+    except TooLargeError as exc:
+        raise UsageError(f"config {path} is {exc.size} bytes; that is not a training config") from None
     except UnicodeDecodeError:
         raise UsageError(f"config {path} is not UTF-8 text; is it the right file?") from None
     except OSError as exc:

@@ -8,6 +8,7 @@ Past MAX_ROUNDS reads the rest is left unread and the verdict says so.
 
 from __future__ import annotations
 
+from guarded_sbatch.core.file_trust import damage_note, untrusted_note
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
@@ -40,7 +41,9 @@ def with_note(verdict: Verdict, note: str) -> Verdict:
 
 
 def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunContext) -> Verdict:
-    return judge(sources.history(), policy, context, SourceReadState(sources.read_error, sources.active_error or ""))
+    files = sources.judged_files()
+    return judge(sources.history(), policy, context, SourceReadState(
+        sources.read_error, sources.active_error or "", untrusted_note(files), damage_note(files)))
 
 
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:

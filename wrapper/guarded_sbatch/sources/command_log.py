@@ -8,7 +8,8 @@ local spool file that the ordinary text-log reader parses incrementally, so the 
 of a local log, and the spool is the log snippet of the evidence.
 
 A command that fails or times out is a SourceError ("unreachable"): the judge answers WAIT for it,
-never STOP.
+never STOP. Only the last MAX_WINDOW_BYTES of what the command prints are kept (a `tail -n 100` of a log with a
+3 GB hole and no newline prints 3 GB): a window cut so starts with a fragment, dropped, and the cut is noted.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import re
 import shlex
 from pathlib import Path
 
+from guarded_sbatch.core import file_trust
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.points import CrashEvent, MetricPoint
-from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.core.runner import run_command_tail
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.textlog import TextLogSource
@@ -27,6 +29,8 @@ from guarded_sbatch.sources.textlog import TextLogSource
 ANCHOR_LINES = 32  # how many of the last lines seen must match to find the overlap
 DEFAULT_TIMEOUT_S = 30.0
 MAX_SPOOL_BYTES = 64 * 1024 * 1024
+_ZEROS = "\0" * 4096
+MAX_WINDOW_BYTES = 16 * 1024 * 1024  # of one command's output: its last bytes
 _BYTE_LIMIT = re.compile(r"^(?:-c|--bytes=?)(\+?)(\d+)([kKmMgG]?)$")
 
 
@@ -67,11 +71,16 @@ class CommandLogSource(SourceBase):
     def read_new(self) -> list[MetricPoint]:
         self.polls += 1
         try:
-            result = run_command(self.argv, timeout=self.timeout_s)
+            result, dropped = run_command_tail(self.argv, timeout=self.timeout_s, max_bytes=MAX_WINDOW_BYTES)
         except CommandError as exc:
             self.failures += 1
             raise SourceError(f"unreachable: {exc}") from None
-        lines = complete_lines(result.stdout, byte_limit=self._byte_limit)
+        if dropped:
+            self.sanitize_notes = [*self.sanitize_notes, f"{self.describe()} printed {dropped + MAX_WINDOW_BYTES} "
+                                   f"bytes; only its last {MAX_WINDOW_BYTES} were read"][-20:]
+        if _ZEROS in result.stdout:  # a hole in the log, printed as zeros: damage, never healthy
+            file_trust.note_damage(self.spool_path, f"{self.describe()} printed a run of zero bytes (a hole in the log?)")
+        lines = complete_lines(result.stdout, byte_limit=0 if dropped else self._byte_limit)
         new, overlapped = new_lines(self._seen_tail, lines)
         if self._seen_tail and not overlapped:
             self.windows_without_overlap += 1

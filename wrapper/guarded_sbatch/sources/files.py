@@ -4,11 +4,15 @@ MLflow metric files). A FIFO, a device, a socket or a file of /proc or /sys name
 file swapped for a link to /dev/zero or /proc/self/mem) is a SourceError (the sidecar WAITs and says so), never
 a hang and never a silent CONTINUE on the points read before; a missing file stays an OSError (readers treat it as
 "not written yet"). A file owned by another uid than the reading process's (the sidecar runs as the job's user) is
-a SourceError too: a co-worker's file in a shared folder is never this run's.
+a SourceError too: a co-worker's file in a shared folder is never this run's, and so is a link a co-worker made.
+Who else can write each file opened is recorded (core/file_trust.py): such a file never bears a STOP alone.
+Holes (a `truncate -s +8G`: bytes no trainer writes, that use no disk) are found with SEEK_DATA/SEEK_HOLE and
+skipped, never read as 8 GB of zeros, and recorded as damage: a run whose files have holes is never called healthy.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import stat
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from guarded_sbatch.core import file_trust
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.points import MetricPoint, sanitize_points
 from guarded_sbatch.sources.base import SourceBase, SourceError
@@ -78,6 +83,9 @@ def _refuse_unless_metric_file(path: str | os.PathLike[str], info: os.stat_resul
 
 def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
     """stat(path) when it is a regular file; SourceError when it is something else; OSError when missing."""
+    link = os.lstat(path)
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (expected_owner(), 0):
+        raise SourceError(f"{os.fspath(path)} is a link made by {_user(link.st_uid)}, not by the job's user: not read")
     info = os.stat(path)
     _refuse_unless_metric_file(path, info)
     check_owner(path, info)
@@ -94,6 +102,7 @@ def open_regular(path: str | os.PathLike[str]) -> int:
         info = os.fstat(fd)
         _refuse_unless_metric_file(path, info)
         check_owner(path, info)
+        file_trust.note_opened(path, info)
     except BaseException:
         os.close(fd)
         raise
@@ -142,6 +151,53 @@ def read_range(path: str | os.PathLike[str], offset: int, max_bytes: int | None 
         if offset >= size:
             return b"", size
         return _pread_all(fd, max(0, offset), min(cap, size - offset)), size
+    finally:
+        os.close(fd)
+
+
+def data_extent(fd: int, offset: int, size: int, path: str | os.PathLike[str] = "") -> tuple[int, int]:
+    """(start, end) of the written bytes at or after `offset`, up to the next hole: a hole before them is skipped
+    (and recorded as damage against `path`); (size, size) when only a hole is left. A file system without
+    SEEK_DATA has no holes to find: (offset, size)."""
+    if offset >= size:
+        return offset, offset
+    try:
+        start = os.lseek(fd, offset, os.SEEK_DATA)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            return offset, size
+        start = size  # a hole up to the end
+    if start > offset and path:
+        file_trust.note_hole(path, offset, start - offset)
+    if start >= size:
+        return size, size
+    try:
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+    except OSError:
+        end = size
+    return start, max(start, min(end, size))
+
+
+@dataclass(frozen=True)
+class Chunk:
+    start: int  # where `data` begins: past `offset` when a hole was skipped
+    data: bytes
+    size: int  # the file's size now
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+
+def read_data(path: str | os.PathLike[str], offset: int, max_bytes: int | None = None) -> Chunk:
+    """At most max_bytes (capped by the per-poll cap) of written bytes from `offset`: a hole is skipped, never
+    read (Chunk.start says where the bytes begin), and the read stops where the next hole begins."""
+    cap = LIMITS.max_read_bytes if max_bytes is None else max(0, min(max_bytes, LIMITS.max_read_bytes))
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+        start, end = data_extent(fd, max(0, offset), size, path)
+        return Chunk(start, _pread_all(fd, start, min(cap, end - start)), size)
     finally:
         os.close(fd)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import Batch, SourceBase, SourceError
-from guarded_sbatch.sources.files import check_regular, guarded_reader, open_regular
+from guarded_sbatch.sources.files import LIMITS, check_regular, data_extent, guarded_reader, open_regular
 from guarded_sbatch.sources.tb_columns import ColumnSink
 from guarded_sbatch.sources.tb_records import RecordDecoder
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, find_next_header
@@ -241,12 +241,14 @@ class TensorBoardSource(SourceBase):
         except OSError:
             return False
         with handle:
-            while max_points is None or len(points) < max_points:
+            size, budget = os.fstat(handle.fileno()).st_size, LIMITS.max_read_bytes  # bytes per call, then the next
+            while budget > 0 and (max_points is None or len(points) < max_points):
+                data_end = self._skip_hole(event_file, handle.fileno(), size)
                 handle.seek(event_file.offset)
-                wanted = chunk_bytes
-                if max_points is not None and event_file.bytes_per_point:  # no more than the points asked for
-                    wanted = min(chunk_bytes, int((max_points - len(points)) * event_file.bytes_per_point) + 65536)
+                wanted = _wanted(event_file, chunk_bytes, None if max_points is None else max_points - len(points),
+                                 data_end)
                 chunk = handle.read(wanted)
+                budget -= len(chunk)
                 if len(chunk) < HEADER_SIZE:
                     break
                 if event_file.resyncing:
@@ -271,6 +273,9 @@ class TensorBoardSource(SourceBase):
                     # Either a half-written tail, or one record larger than the chunk.
                     length = struct.unpack_from("<Q", chunk)[0]
                     needed = HEADER_SIZE + length + 4
+                    if event_file.offset + needed > data_end < size:  # a record cut by a hole: damage, resync
+                        event_file.offset, event_file.resyncing = event_file.offset + 1, True
+                        continue
                     if len(chunk) < wanted or needed <= len(chunk):
                         break
                     chunk_bytes = max(chunk_bytes, needed)
@@ -280,6 +285,15 @@ class TensorBoardSource(SourceBase):
                     break
         return repeated
 
+    def _skip_hole(self, event_file: _EventFile, fd: int, size: int) -> int:
+        """Where the written bytes from the file's offset end; a hole before them (`truncate -s +8G`) is skipped,
+        never read, and named as damage (sources/files.py)."""
+        start, data_end = data_extent(fd, event_file.offset, size, event_file.path)
+        if start > event_file.offset:
+            self.skipped_bytes += start - event_file.offset
+            event_file.offset, event_file.resyncing = start, True
+        return data_end
+
     def _resync(self, event_file: _EventFile, chunk: bytes) -> None:
         """Move to the next valid header in chunk, or past every offset of it a header could not start at."""
         found = find_next_header(chunk, 0)
@@ -287,3 +301,11 @@ class TensorBoardSource(SourceBase):
         event_file.offset += jump
         self.skipped_bytes += jump
         event_file.resyncing = found is None
+
+
+def _wanted(event_file: _EventFile, chunk_bytes: int, points_left: int | None, data_end: int) -> int:
+    """How many bytes to read next: a chunk, no more than the points asked for need, never past the next hole."""
+    wanted = chunk_bytes
+    if points_left is not None and event_file.bytes_per_point:
+        wanted = min(chunk_bytes, int(points_left * event_file.bytes_per_point) + 65536)
+    return min(wanted, max(HEADER_SIZE, data_end - event_file.offset))

@@ -29,7 +29,7 @@ from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
-from guarded_sbatch.sources.files import check_regular, guarded_reader, read_range, read_whole
+from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data, read_whole
 
 READ_BYTES = 16 * 1024 * 1024
 MAX_RECORD_CHARS = 64 * 1024
@@ -103,11 +103,13 @@ class TextLogSource(SourceBase):
                 self.__init__(self.path)  # type: ignore[misc]
             if size == self._offset:
                 return b""
-            chunk, _ = read_range(self.path, self._offset, READ_BYTES)
+            read = read_data(self.path, self._offset, READ_BYTES)  # a hole is skipped (and named), never read
         except OSError:
             return b""
-        self._offset += len(chunk)
-        return chunk
+        if read.start > self._offset:
+            self._pending = b""  # the bytes before a hole end there: no line runs across it
+        self._offset = read.end
+        return read.data
 
     def _parse(self, line: str, points: list[MetricPoint]) -> bool:
         # no trainer prints a record this long; a longer one is a dump, read over its first part

@@ -10,6 +10,7 @@ offset and retries when more bytes have arrived.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Callable
 from typing import TypeVar
@@ -84,10 +85,29 @@ def frame_record(data: bytes) -> bytes:
     return length + UINT32_STRUCT.pack(masked_crc32c(length)) + data + UINT32_STRUCT.pack(masked_crc32c(data))
 
 
+# where a header may start: a length under 2**29 (bytes 4-7 zero, byte 3 at most 0x10)
+_CANDIDATE = re.compile(rb"(?=[\x00-\xff]{3}[\x00-\x10]\x00\x00\x00\x00)", re.DOTALL)
+_NONZERO = re.compile(rb"[^\x00]")
+_ZERO_HEADER = bytes(HEADER_SIZE)  # never a header: the masked crc of a zero length is not zero
+
+
 def find_next_header(buf: bytes, start: int) -> int | None:
-    """Scan for the next offset whose 12 bytes form a valid (length, crc) header; None if none yet."""
-    for pos in range(start, len(buf) - HEADER_SIZE + 1):
-        length, length_crc = HEADER_STRUCT.unpack_from(buf, pos)
-        if length <= MAX_RECORD_SIZE and masked_crc32c(buf[pos : pos + 8]) == length_crc:
-            return pos
+    """Scan for the next offset whose 12 bytes form a valid (length, crc) header; None if none yet.
+    Runs of zero bytes (a hole read as zeros, a preallocated tail) are jumped over, not tried byte by byte."""
+    pos, last = start, len(buf) - HEADER_SIZE
+    while pos <= last:
+        match = _CANDIDATE.search(buf, pos)
+        if match is None or match.start() > last:
+            return None
+        found = match.start()
+        if buf[found : found + HEADER_SIZE] == _ZERO_HEADER:
+            nonzero = _NONZERO.search(buf, found)
+            if nonzero is None:
+                return None
+            pos = max(found + 1, nonzero.start() - HEADER_SIZE + 1)
+            continue
+        length, length_crc = HEADER_STRUCT.unpack_from(buf, found)
+        if length <= MAX_RECORD_SIZE and masked_crc32c(buf[found : found + 8]) == length_crc:
+            return found
+        pos = found + 1
     return None

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.errors import CommandError
+from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -101,8 +102,7 @@ def _which(command: str, path: str) -> Path | None:
 def _interpreter_of(executable: Path) -> Path:
     """torchrun, accelerate, deepspeed: the Python their `#!` line names (a console script's)."""
     try:
-        with executable.open("rb") as handle:
-            first = handle.readline(512).decode("utf-8", "replace")
+        first = read_bounded(executable, 512, head=True).split(b"\n")[0].decode("utf-8", "replace")
     except OSError:
         return executable
     words = first[2:].split() if first.startswith("#!") else []
@@ -115,8 +115,7 @@ def top_imports(program: Path) -> list[tuple[str, int]]:
     """The packages the script needs: imported at module level or directly in its `main()` (outside `try`
     blocks and helper functions: an optional import may well be missing)."""
     try:
-        with program.open("rb") as handle:
-            tree = ast.parse(handle.read(PROGRAM_BYTES))
+        tree = ast.parse(read_bounded(program, PROGRAM_BYTES, head=True))
     except (OSError, SyntaxError, ValueError):
         return []
     names: dict[str, int] = {}

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.core.source_kinds import LaunchKind, Uses
 from guarded_sbatch.launch.context import PreflightContext
@@ -40,8 +41,7 @@ def program_source(context: PreflightContext) -> tuple[Path | None, str]:
     if not outcome.exists or outcome.is_dir:
         return path, ""
     try:
-        with path.open("rb") as handle:
-            return path, handle.read(MAX_SOURCE_BYTES).decode("utf-8", errors="replace")
+        return path, read_bounded(path, MAX_SOURCE_BYTES, head=True).decode("utf-8", errors="replace")
     except OSError:
         return path, ""
 

@@ -1,0 +1,127 @@
+"""A file's weight is who can write it. The owner check (sources/files.py) says whose file it is; this says who
+else can change what it holds: a file that is group- or world-writable (umask 002 makes every trainer output
+0664), or that lies in a folder others may write without the sticky bit (they may rename it away or swap in
+another of your files), can be written by a co-worker. Such a file is never the sole ground of a STOP or a
+deletion (judge/source_state.py demotes the STOP to a WAIT naming the file, its mode and the fix).
+
+The readers record here what they saw of each file they opened (`note_opened`) and the holes they skipped
+(`note_hole`); the source set asks for the judged files' notes (`untrusted_note`, `damage_note`).
+"""
+
+from __future__ import annotations
+
+import functools
+import grp
+import os
+import pwd
+import stat
+from dataclasses import dataclass, field
+
+_MAX_FILES = 4096  # a watcher opens a bounded set of files; past this the oldest facts are forgotten
+FIX = ("run the job with umask 022 or 077 (`umask 022` in the job script, or the site's `job_umask`), or write the "
+       "run's logs to a folder only you can write")
+
+
+@dataclass
+class FileFacts:
+    writable_by_others: str = ""  # why others can write the file ("" when only its owner can)
+    damage: list[str] = field(default_factory=list)  # holes skipped, zeros printed by a log command
+
+
+_FACTS: dict[str, FileFacts] = {}
+
+
+def _key(path: str | os.PathLike[str]) -> str:
+    return os.path.abspath(os.fspath(path))
+
+
+def _facts(path: str | os.PathLike[str]) -> FileFacts:
+    key = _key(path)
+    found = _FACTS.get(key)
+    if found is None:
+        if len(_FACTS) >= _MAX_FILES:
+            _FACTS.pop(next(iter(_FACTS)))
+        found = _FACTS[key] = FileFacts()
+    return found
+
+
+def writable_by_others(path: str | os.PathLike[str], info: os.stat_result) -> str:
+    """Why a user other than the file's owner (and root) can change the file at `path` ("" when none can).
+    `info` is the open descriptor's fstat (no swap in between for the file; its folder is stat()ed now)."""
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o002:
+        return f"{os.fspath(path)} is writable by every user (mode {mode:04o})"
+    if mode & 0o020 and not _private_group(info.st_gid, info.st_uid):
+        return f"{os.fspath(path)} is writable by its group (mode {mode:04o})"
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    try:
+        parent = os.stat(folder)
+    except OSError:
+        return ""
+    pmode = stat.S_IMODE(parent.st_mode)
+    if pmode & 0o1000:
+        return ""  # sticky (/tmp): only the file's owner renames or deletes it
+    if pmode & 0o002 or (pmode & 0o020 and not _private_group(parent.st_gid, info.st_uid)):
+        who = "every user" if pmode & 0o002 else "its group"
+        return f"{os.fspath(path)} lies in {folder}, writable by {who} (mode {pmode:04o}): the file can be swapped"
+    if parent.st_uid != info.st_uid and parent.st_uid != 0:
+        return f"{os.fspath(path)} lies in {folder}, owned by uid {parent.st_uid}: the file can be swapped"
+    return ""
+
+
+@functools.lru_cache(maxsize=64)
+def _private_group(gid: int, uid: int) -> bool:
+    """The user's own private group (user private groups: same name as the user, no other member): its write bit
+    gives nobody else anything."""
+    try:
+        group = grp.getgrgid(gid)
+        user = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and user.pw_gid == gid and set(group.gr_mem) <= {user.pw_name}
+
+
+def note_opened(path: str | os.PathLike[str], info: os.stat_result) -> None:
+    """Remember who can write the file just opened (called by the bounded readers on the descriptor's fstat)."""
+    _facts(path).writable_by_others = writable_by_others(path, info)
+
+
+def note_hole(path: str | os.PathLike[str], offset: int, length: int) -> None:
+    note_damage(path, f"a hole of {_size(length)} at byte {offset} (never written; a `truncate`?)")
+
+
+def note_damage(path: str | os.PathLike[str], what: str) -> None:
+    damage = _facts(path).damage
+    if what not in damage:
+        damage[:] = [*damage, what][-8:]
+
+
+def _known(paths: list[str]) -> list[tuple[str, FileFacts]]:
+    return [(path, _FACTS[_key(path)]) for path in paths if not path.startswith(("command: ", "http")) and _key(path) in _FACTS]
+
+
+def untrusted_note(paths: list[str]) -> str:
+    """Why the judged files cannot bear a STOP alone ("" when only their owner can write them)."""
+    reasons = [facts.writable_by_others for _, facts in _known(paths) if facts.writable_by_others]
+    if not reasons:
+        return ""
+    more = f" (and {len(reasons) - 2} more)" if len(reasons) > 2 else ""
+    return f"{'; '.join(reasons[:2])}{more}: a co-worker can write what is judged"
+
+
+def damage_note(paths: list[str]) -> str:
+    """The damage seen in the judged files ("" when none): holes, bytes no trainer writes (`truncate -s +8G`)."""
+    found = [f"{path}: {what}" for path, facts in _known(paths) for what in facts.damage[:2]]
+    return "; ".join(found[:3])
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def forget() -> None:
+    """Tests and one-shot reads of several runs in one process start afresh."""
+    _FACTS.clear()
