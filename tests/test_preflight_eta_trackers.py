@@ -69,7 +69,7 @@ def test_no_scheduler_counts_the_wait_as_zero_and_an_unknown_length_names_what_t
     assert "max_steps, total_steps" in unknown.finding and "steps)" in unknown.finding
     tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.epochs": None}))
     no_epochs = result(tree.run(["train.sh"], now=NOW), "eta")
-    assert "; give the number of epochs (--guard-epochs) and seconds per epoch (--guard-seconds-per-epoch) (" \
+    assert "; give the number of epochs (--guard-epochs) and seconds per epoch (--guard-seconds-per-epoch), " \
         in no_epochs.finding, no_epochs.finding
 
 
