@@ -59,6 +59,9 @@ class TargetWatch:
     def active_job_names(self) -> set[str]:
         return set()
 
+    def user_jobs(self) -> list[JobInfo]:
+        return []
+
     def job_process_groups(self) -> dict[str, int]:
         return {}
 

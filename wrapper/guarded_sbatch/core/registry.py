@@ -151,6 +151,8 @@ def new_run_id(run_name: str, job_id: str) -> str:
 def create_run(run_name: str, backend: str, job_id: str, **values: Any) -> RunRecord:
     record = RunRecord(run_id=new_run_id(run_name, job_id), run_name=run_name, backend=backend, job_id=job_id,
                        submitted_at=time.time(), **values)
+    if record.run_id in over_runs():  # a job id handed out again (a cluster reset): this run is a new one
+        _update_index(lambda over: over.pop(record.run_id, None))
     make_private_dirs(record.folder)
     record.save()
     pin_launch_root(record.folder, record.submit_dir)
@@ -179,3 +181,53 @@ def find_run(key: str) -> RunRecord:
     if named:
         return named[-1]
     raise UsageError(f"no guarded run called {key!r}; `guarded-sbatch status` lists your runs")
+
+
+# The index of runs whose job is over, so that a launch never loads their run.json nor asks the scheduler about
+# them again: a launch's cost does not grow with the user's history (launch/checks/own_folder.py).
+ENDED = "ENDED"  # over, final state unknown: the scheduler no longer lists the job
+
+
+def index_path() -> Path:
+    return state_dir() / "run-index.json"
+
+
+def over_runs() -> dict[str, str]:
+    """The runs known to be over, by run id: their final state ("COMPLETED", ..., or ENDED)."""
+    raw = read_json(index_path(), own=True)
+    over = raw.get("over") if isinstance(raw, dict) else None
+    if not isinstance(over, dict):
+        return {}
+    return {key: value for key, value in over.items() if isinstance(value, str) and value}
+
+
+def mark_over(states: dict[str, str]) -> None:
+    """Remember that these runs' jobs are over, with their final state (whoever learns it first: a launch,
+    a watcher): from then on they cost a launch nothing."""
+    if states:
+        _update_index(lambda over: over.update(states))
+
+
+def _update_index(change: Any) -> None:
+    def apply(data: dict[str, Any]) -> None:
+        found = data.get("over")
+        over: dict[str, Any] = found if isinstance(found, dict) else {}
+        change(over)
+        data["over"] = over
+
+    update_json(index_path(), apply)
+
+
+def open_runs() -> list[dict[str, Any]]:
+    """The run.json (as read) of every run not known to be over: only these are read, whatever the history."""
+    root = runs_root()
+    if not root.is_dir():
+        return []
+    over = over_runs()
+    found = []
+    for name in os.listdir(root):
+        if name not in over:
+            raw = read_json(root / name / "run.json", own=True)
+            if isinstance(raw, dict):
+                found.append(raw)
+    return found

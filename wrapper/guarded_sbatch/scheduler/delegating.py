@@ -59,6 +59,9 @@ class DelegatingScheduler:
     def active_job_names(self) -> set[str]:
         return self.inner.active_job_names()
 
+    def user_jobs(self) -> list[JobInfo]:
+        return self.inner.user_jobs()
+
     def job_process_groups(self) -> dict[str, int]:
         return self.inner.job_process_groups()
 

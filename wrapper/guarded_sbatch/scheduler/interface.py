@@ -191,6 +191,12 @@ class Scheduler(Protocol):
         """Names of the current user's queued or running jobs."""
         ...
 
+    def user_jobs(self) -> list[JobInfo]:
+        """Every job of the current user the scheduler lists now, in ONE query: queued, running, or ended
+        within its memory (a job absent from the list is over); id ("J_T" per array task), state and name.
+        SchedulerError when it does not answer. The launch asks this once (launch/live_jobs.py)."""
+        ...
+
     def job_process_groups(self) -> dict[str, int]:
         """The process group of each live job, by job id, where the backend runs a job as one process group on
         this host (local); {} where it does not (Slurm)."""

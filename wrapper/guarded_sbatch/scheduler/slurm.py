@@ -242,6 +242,17 @@ class SlurmScheduler:
             raise SchedulerError(f"squeue failed: {error_lines(result.stderr, 'squeue')}")
         return {line for line in result.stdout.splitlines() if line.strip()}
 
+    def user_jobs(self) -> list[JobInfo]:
+        """This user's jobs in one `squeue --me -r -t all` (an array's tasks one per line, `J_T`; jobs that ended
+        within MinJobAge with their final state); a job not listed ended before that."""
+        argv = ["squeue", "--me", "-r", "-h", "-t", "all", "-o", "%i|%T|%j"]
+        result = self._run(argv, timeout=self.query_timeout_s)
+        if result.returncode != 0:
+            self._raise_if_unreachable(result)
+            raise SchedulerError(f"squeue failed: {error_lines(result.stderr, 'squeue')}")
+        rows = (line.strip().split("|", 2) for line in result.stdout.splitlines() if line.strip())
+        return [JobInfo(row[0], JobState.from_slurm(row[1]), name=row[2]) for row in rows if len(row) == 3]
+
     def accounting_enabled(self) -> bool:
         """Whether slurmdbd accounting is on (so sacct can answer about finished jobs)."""
         storage = self._slurm_config().get("AccountingStorageType", "accounting_storage/none")

@@ -97,6 +97,9 @@ class _SharedView:
     def active_job_names(self) -> set[str]:
         return self.monitor.scheduler.active_job_names()
 
+    def user_jobs(self) -> list[JobInfo]:
+        return self.monitor.scheduler.user_jobs()
+
     def job_process_groups(self) -> dict[str, int]:
         return self.monitor.scheduler.job_process_groups()
 

@@ -13,16 +13,15 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from guarded_sbatch.core.errors import GuardedError, UsageError
-from guarded_sbatch.core.fsutil import read_json
-from guarded_sbatch.core.registry import RunRecord, runs_root
+from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.registry import ENDED, mark_over, open_runs
 from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.live_jobs import snapshot_of
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.scheduler import get_scheduler
@@ -77,18 +76,6 @@ def _strings(value: object) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
-def _records() -> Iterator[dict[str, Any]]:
-    """Every run.json of the registry, read as is: RunRecord is built only for the few that share a folder
-    (a registry of thousands of runs is read on every launch)."""
-    root = runs_root()
-    if not root.is_dir():
-        return
-    for folder in root.iterdir():
-        raw = read_json(folder / "run.json")
-        if isinstance(raw, dict):
-            yield raw
-
-
 def overlaps(ours: str, theirs: str) -> bool:
     """One folder is the other, or holds it (event files are read from a folder's subfolders too)."""
     return ours == theirs or ours.startswith(theirs.rstrip("/") + "/") or theirs.startswith(ours.rstrip("/") + "/")
@@ -102,29 +89,23 @@ def check_own_folder(context: PreflightContext) -> CheckResult:
     conflicts: list[str] = []
     unsure: list[str] = []
     evidence = [f"this run writes {f.path} ({f.label})" for f in folders]
-    schedulers: dict[str, Scheduler] = {}
     restarting = run_name_of(context)[0] if context.restart else None
-    for raw in _records():
-        if raw.get("ended") or raw.get("run_name") == restarting:  # a restart continues that run, once stopped
-            continue
+    records = open_runs()  # ended runs are not even read: the registry's index knows them
+    live, problems = _liveness(records, context)
+    for raw in records:
+        run_id = str(raw.get("run_id", ""))
+        if raw.get("ended") or raw.get("run_name") == restarting or run_id not in live:
+            continue  # over, or a restart continuing that run (once stopped)
         shared = [(f, theirs) for f in folders for theirs in recorded_folders(raw) if overlaps(f.path, theirs)]
-        if not shared:
-            continue
-        try:
-            record = RunRecord.from_json(raw)
-        except UsageError:
-            continue  # a record edited by hand: status says so
-        state, problem = _job_state(record, context, schedulers)
-        if state is not None and state.is_terminal:
-            continue
+        state = live[run_id]
         for folder, theirs in shared:
             where = theirs if theirs == folder.path else f"{theirs} (around or inside {folder.path})"
-            line = f"{where} is written by run {record.run_name} (job {record.job_id}"
-            if problem:
-                unsure.append(f"{line}; could not tell whether it still runs: {problem})")
+            line = f"{where} is written by run {raw.get('run_name')} (job {raw.get('job_id')}"
+            if state is None:
+                unsure.append(f"{line}; could not tell whether it still runs: {problems.get(run_id)})")
             else:
-                conflicts.append(f"{line}, {state.value if state else 'UNKNOWN'})")
-                evidence.append(f"{folder.label} {folder.path} overlaps run {record.run_id}'s {theirs}")
+                conflicts.append(f"{line}, {state.value})")
+                evidence.append(f"{folder.label} {folder.path} overlaps run {run_id}'s {theirs}")
     if conflicts:
         return CheckResult(NAME, CheckStatus.FAILED, f"{'; '.join(conflicts)}: {_fix(folders[0], context)}",
                            tuple(evidence))
@@ -134,20 +115,46 @@ def check_own_folder(context: PreflightContext) -> CheckResult:
                        tuple(evidence))
 
 
-def _job_state(record: RunRecord, context: PreflightContext,
-               schedulers: dict[str, Scheduler]) -> tuple[JobState | None, str]:
+def _liveness(records: list[dict[str, Any]],
+              context: PreflightContext) -> tuple[dict[str, JobState | None], dict[str, str]]:
+    """The state of each open run's job that is not over, by run id (None: unknown, with why in the second
+    dict), from ONE answer of each backend's scheduler about all of the user's jobs; the runs found over are
+    marked so in the registry, never to be read or asked about again."""
+    by_backend: dict[str, list[dict[str, Any]]] = {}
+    for raw in records:
+        by_backend.setdefault(str(raw.get("backend", "")), []).append(raw)
+    live: dict[str, JobState | None] = {}
+    problems: dict[str, str] = {}
+    over: dict[str, str] = {}
+    for backend, runs in by_backend.items():
+        try:
+            snapshot = snapshot_of(_scheduler_for(backend, context))
+        except GuardedError as exc:
+            live.update({str(raw.get("run_id")): None for raw in runs})
+            problems.update({str(raw.get("run_id")): exc.message for raw in runs})
+            continue
+        for raw in runs:
+            run_id, state = str(raw.get("run_id")), snapshot.state_of(str(raw.get("job_id")))
+            if state is None and snapshot.may_be_newer(_number(raw.get("submitted_at"))):
+                live[run_id] = JobState.PENDING  # recorded just now by another launch: its job is new
+            elif state is None or state.is_terminal:
+                over[run_id] = state.value if state is not None else ENDED  # not listed: over long ago
+            else:
+                live[run_id] = state
     try:
-        scheduler = schedulers.get(record.backend)
-        if scheduler is None:
-            own = context.scheduler
-            scheduler = own if own is not None and own.name == record.backend else get_scheduler(record.backend)
-            schedulers[record.backend] = scheduler
-        state = scheduler.state(record.job_id)
-    except GuardedError as exc:
-        return None, exc.message
-    if state is JobState.UNKNOWN:
-        return None, "the scheduler did not say"
-    return state, ""
+        mark_over(over)
+    except OSError:
+        pass  # remembering is best effort: the next launch asks again
+    return live, problems
+
+
+def _scheduler_for(backend: str, context: PreflightContext) -> Scheduler:
+    own = context.scheduler
+    return own if own is not None and own.name == backend else get_scheduler(backend)
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def _fix(folder: Folder, context: PreflightContext) -> str:
