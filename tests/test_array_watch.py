@@ -145,3 +145,13 @@ def test_a_task_cancelled_before_it_started_is_retired_without_reading_anything(
     assert watcher.runs == {} and watcher.waiting == {}
     assert "ended CANCELLED" in (run_dir / REPORT_FILE).read_text()
     assert slurm.cancelled == []
+
+
+def test_sacct_tells_a_task_cancelled_while_pending_from_one_still_pending() -> None:
+    from guarded_sbatch.scheduler.slurm_parse import sacct_states
+
+    text = "636_0|COMPLETED\n636_3|CANCELLED by 0\n636_[2,5-7%1]|PENDING\n"  # 636_1 was cancelled before it started
+    states = sacct_states(text, ["636_0", "636_1", "636_2", "636_3", "636_6", "700_1", "636"])
+    assert {job: state.value for job, state in states.items()} == {
+        "636_0": "COMPLETED", "636_1": "CANCELLED", "636_2": "PENDING", "636_3": "CANCELLED", "636_6": "PENDING",
+        "700_1": "UNKNOWN", "636": "UNKNOWN"}

@@ -30,6 +30,8 @@ from guarded_sbatch.scheduler.slurm_parse import (
     parse_key_values,
     parse_parsable_job_id,
     parse_test_only_start,
+    sacct_states,
+    task_parts,
 )
 
 # Every state a job can be in while it still holds (or waits for) its place in the queue.
@@ -130,7 +132,7 @@ class SlurmScheduler:
                         self._remember(job_id, info_to_fields(info))
                     return info
         self._raise_if_unreachable(result)
-        if result.returncode != 0 and not is_unknown_job(result.stderr):
+        if result.returncode != 0 and not is_unknown_job(f"{result.stderr}\n{result.stdout}"):
             raise SchedulerError(f"scontrol could not show job {job_id}: {error_lines(result.stderr, 'scontrol')}")
         remembered = self._remembered(job_id)
         if remembered is not None and "work_dir" in remembered:
@@ -187,15 +189,19 @@ class SlurmScheduler:
         try:
             if not self.accounting_enabled():
                 return unknown
-            argv = ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), "-o", "JobID,State"]
+            # an array's tasks asked by its id: every task's line, and the range still pending, in one answer
+            asked = dict.fromkeys((parts[0] if (parts := task_parts(j)) else j) for j in job_ids)
+            argv = ["sacct", "-n", "-P", "-X", "-j", ",".join(asked), "-o", "JobID,State"]
             result = self._run(argv, timeout=self.query_timeout_s, env=self._query_env())
         except SchedulerError:
             return unknown
-        for line in result.stdout.splitlines() if result.returncode == 0 else []:
-            job, _, state_text = line.partition("|")
-            if job in unknown:
-                unknown[job] = JobState.from_slurm(state_text)
-        return unknown
+        if result.returncode != 0:
+            return unknown
+        states = sacct_states(result.stdout, job_ids)
+        for job, state in states.items():
+            if state.is_terminal:
+                self._remember(job, {"job_id": job, "state": state.value})
+        return states
 
     def node_losses(self, job_id: str) -> list[NodeLoss]:
         """The job's runs that ended NODE_FAIL (a node died), with the nodes down now; [] without accounting."""
@@ -267,6 +273,8 @@ class SlurmScheduler:
         remembered = self._remembered(job_id)
         if remembered is not None:
             return JobState.from_slurm(str(remembered.get("state", "")))
+        if task_parts(job_id) is not None:  # a task cancelled while pending has no line of its own
+            return self._gone_states([job_id])[job_id]
         if self.accounting_enabled():
             row = self._sacct_row(job_id)
             if row is not None:

@@ -103,9 +103,13 @@ def is_unreachable(message: str) -> bool:
     return any(marker in lowered for marker in _UNREACHABLE_MARKERS)
 
 
+# an array task purged after MinJobAge while its array is still known: `scontrol show job J_T` says so on stdout
+_TASK_NOT_FOUND = re.compile(r"\bJob \d+_\d+ not found")
+
+
 def is_unknown_job(message: str) -> bool:
     lowered = message.lower()
-    return any(marker in lowered for marker in _INVALID_JOB_MARKERS)
+    return any(marker in lowered for marker in _INVALID_JOB_MARKERS) or bool(_TASK_NOT_FOUND.search(message))
 
 
 def error_lines(stderr: str, program: str) -> str:
@@ -150,3 +154,49 @@ def job_info_from_sacct(row: dict[str, str]) -> JobInfo:
         end_time=parse_timestamp(row["End"]),
         exit_code=parse_exit_code(row["ExitCode"]),
     )
+
+
+_PENDING_TASKS = re.compile(r"(\d+)_\[([^\]]*)\]")
+
+
+def task_parts(job_id: str) -> tuple[str, int] | None:
+    """(array job, task) of an array task id `J_T`; None for any other id."""
+    job, sep, task = job_id.partition("_")
+    return (job, int(task)) if sep and job.isdigit() and task.isdigit() else None
+
+
+def _task_ranges(text: str) -> set[int]:
+    """`0,2-5:2%4` (sbatch's grammar, as sacct prints an array's pending tasks) to the task ids."""
+    tasks: set[int] = set()
+    for part in text.partition("%")[0].split(","):
+        first, _, rest = part.partition("-")
+        last, _, step = rest.partition(":")
+        if first.isdigit() and (not last or last.isdigit()) and (not step or step.isdigit()):
+            tasks.update(range(int(first), int(last or first) + 1, int(step or 1)))
+    return tasks
+
+
+def sacct_states(text: str, wanted: list[str]) -> dict[str, JobState]:
+    """The states of `wanted` from `sacct -n -P -X -o JobID,State` lines (asked by array id for tasks). sacct lists an
+    array's tasks that ran one per line (`J_T`) and the ones still pending as one range (`J_[2-5%2]`); a task that
+    is neither, in an array sacct knows, was cancelled before it started (Slurm keeps no line for it)."""
+    states = {job: JobState.UNKNOWN for job in wanted}
+    pending: dict[str, set[int]] = {}
+    arrays: set[str] = set()
+    for line in text.splitlines():
+        job, _, state_text = line.strip().partition("|")
+        ranges = _PENDING_TASKS.fullmatch(job)
+        if ranges:
+            pending.setdefault(ranges.group(1), set()).update(_task_ranges(ranges.group(2)))
+            arrays.add(ranges.group(1))
+            continue
+        parts = task_parts(job)
+        if parts is not None:
+            arrays.add(parts[0])
+        if job in states:
+            states[job] = JobState.from_slurm(state_text)
+    for job, state in states.items():
+        parts = task_parts(job)
+        if state is JobState.UNKNOWN and parts is not None and parts[0] in arrays:
+            states[job] = JobState.PENDING if parts[1] in pending.get(parts[0], set()) else JobState.CANCELLED
+    return states
