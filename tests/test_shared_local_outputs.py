@@ -1,8 +1,8 @@
 """Issue 35's write attacks on a local job's output, with two real Unix users in a setgid 2775 project folder
 under umask 002: the co-worker plants `slurm-<id>.out -> ~victim/.bashrc` for the ids the victim is likely to
 get next, a file of his own (which he can read) at the victim's fixed `--output`, and a FIFO at another. The
-victim's job never writes through the link, never into his file, never hangs on the FIFO; each refusal is one
-line."""
+victim's job never writes through the link, never into his file, never hangs on the FIFO, never through a
+folder he swapped for a link; each refusal is one line."""
 
 from __future__ import annotations
 
@@ -70,3 +70,9 @@ def test_a_coworkers_planted_outputs_are_never_written_through(shared_cluster: S
     refused = _submit(cluster, "--output=pipe.out")
     assert "pipe.out is a FIFO" in refused.get("refused", ""), refused
     assert "\n" not in refused["refused"]
+
+    swapped = cluster.run(cluster.coworker, ["ln", "-s", str(cluster.victim.home), str(folder / "logs")])
+    assert swapped.returncode == 0, swapped.stderr  # her logs/ folder, as he would swap it in a 2775 folder
+    refused = _submit(cluster, "--output=logs/.bashrc")
+    assert "logs is a link another user made" in refused.get("refused", ""), refused
+    assert bashrc.read_text() == BASHRC

@@ -38,15 +38,35 @@ def refusal(path: str, info: os.stat_result) -> str | None:
     return None
 
 
+def foreign_link(folder: str) -> str | None:
+    """The first link on the way to `folder` that another user made (root's excepted: a site's /home -> /mnt):
+    a co-worker who swaps a shared `logs/` for a link to the victim's home would have her job write there."""
+    current = os.sep
+    for part in os.path.abspath(folder).split(os.sep):
+        if not part:
+            continue
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except OSError:
+            return None
+        if stat.S_ISLNK(info.st_mode) and info.st_uid not in (os.geteuid(), 0):
+            return f"{current} is a link another user made (uid {info.st_uid}); the job does not write through it"
+    return None
+
+
 def check_output_path(path: str) -> str | None:
     """At submission: why the path would be refused when the job starts (None: fine, or not there yet).
     Only looked at, never opened, so a FIFO there cannot hold the submission."""
     if os.path.abspath(path) == os.devnull:
         return None
+    parent = os.path.dirname(path) or "."
+    through = foreign_link(parent)
+    if through:
+        return through
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        parent = os.path.dirname(path) or "."
         return None if os.path.isdir(parent) else f"the output folder {parent} does not exist; create it first"
     except OSError as exc:
         return f"{path}: {exc.strerror}"
@@ -79,6 +99,9 @@ def open_job_output(path: str, *, append: bool = False) -> int:
     if os.path.abspath(path) == os.devnull:  # `--output=/dev/null`: the one device a job may write to
         return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     parent, name = os.path.split(path)
+    through = foreign_link(parent or ".")
+    if through:
+        raise OutputRefused(through)
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_APPEND if append else 0)
     try:
         folder = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
