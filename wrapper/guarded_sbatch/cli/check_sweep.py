@@ -9,8 +9,33 @@ from pathlib import Path
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.redact import redact
 
-USAGE = ("usage: guarded-sbatch check-sweep [guard options] sweep.yaml [--json]  "
-         "(--guard-run-name PATTERN with {param} placeholders names each run; --guard-waive CHECK=REASON)")
+USAGE = "usage: guarded-sbatch check-sweep [guard options] sweep.yaml [--json]"
+HELP = f"""{USAGE}
+
+The launch pre-flight for a W&B sweep, before `wandb sweep` creates it: each
+combination of the sweep's parameters becomes the command line its agent would
+run, and goes through the checks a launch gets (config diff and its silent
+regressors against the reference run, run name, paths, tracker, ETA). Nothing
+is created or submitted. Exit 0 when every combination is clear, 3 when one is
+blocked (unless waived).
+
+options (before sweep.yaml):
+  --json                  the report as JSON on stdout too (text on stderr)
+  --guard-run-name PATTERN
+                          each run's name, {{param}} placeholders filled per
+                          combination, each one checked
+                          (e.g. 'mlp-bs{{batch_size}}-lr{{lr}}')
+  --guard-waive CHECK=REASON
+                          waive a failed check for every combination (recorded)
+  --guard-reference PATH  the reference run's config to diff each one against
+  --guard-config PATH     the base config, when the sweep's program names none
+  the other guard options as for a launch: guarded-sbatch --help
+
+examples:
+  guarded-sbatch check-sweep sweep.yaml
+  guarded-sbatch check-sweep --guard-run-name 'bs{{batch_size}}-lr{{lr}}' sweep.yaml
+  (shims/wandb first on PATH runs this for `wandb sweep sweep.yaml`)
+"""
 SYMBOLS = {"passed": "ok  ", "warned": "warn", "failed": "FAIL"}
 
 
@@ -21,7 +46,7 @@ def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, file=sys.stdout if argv else sys.stderr)
+        print(HELP if argv else USAGE, file=sys.stdout if argv else sys.stderr, end="" if argv else "\n")
         return int(ExitCode.OK if argv else ExitCode.USAGE)
     as_json = "--json" in argv or "--guard-json" in argv
     words = [w for w in argv if w not in ("--json", "--guard-json")]
