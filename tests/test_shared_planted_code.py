@@ -61,7 +61,8 @@ def test_planted_modules_never_run_in_the_shim_the_cli_the_supervisor_or_the_sid
         assert "guarded-sbatch" in version.stdout + version.stderr
 
     submitted = cluster.run(cluster.victim, [str(REPO / "shims" / "sbatch"), "train.sh", "--steps", "3000",
-                                             "--diverge-at", "40", "--step-seconds", "0.01"], cwd=project, env=env)
+                                             "--diverge-at", "40", "--step-seconds", "0.01"], cwd=project, env=env,
+                            umask="022")  # the run's files its own: a STOP is never read from files others can write
     assert submitted.returncode == 0, submitted.stderr
     assert submitted.stdout.startswith("Submitted batch job "), submitted.stdout
     job_id = submitted.stdout.split()[-1]

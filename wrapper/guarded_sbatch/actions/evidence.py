@@ -15,6 +15,7 @@ from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import private_dir, read_tail, write_json_atomic, write_private
 from guarded_sbatch.core.jsonnum import dumps as json_dumps, json_number
 from guarded_sbatch.judge.verdict import Verdict
+from guarded_sbatch.core.sanitize import visible
 from guarded_sbatch.core.redact import redact, redact_tree
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
@@ -42,7 +43,7 @@ def tail_snippet(path: Path, max_bytes: int = SNIPPET_BYTES) -> str:
     text = data.decode("utf-8", errors="replace")
     if size > max_bytes:
         text = text.split("\n", 1)[-1]
-    return redact(text)
+    return visible(redact(text))  # a log line that carried ESC]0;... reaches nobody's terminal
 
 
 def write_evidence(

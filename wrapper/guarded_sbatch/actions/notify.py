@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.errors import CommandError
+from guarded_sbatch.core.sanitize import visible, visible_line
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
@@ -63,7 +64,7 @@ class Alert:
 
     def title(self) -> str:
         job = f" (job {self.job_id})" if self.job_id else ""
-        return redact(f"guarded-sbatch: {self.run}{job} {TITLES.get(self.event, self.event)}: {self.reason}")
+        return visible_line(redact(f"guarded-sbatch: {self.run}{job} {TITLES.get(self.event, self.event)}: {self.reason}"))
 
     def body(self) -> str:
         lines = [
@@ -78,7 +79,7 @@ class Alert:
         ]
         if self.plot is not None:
             lines.append(f"Plot: {self.plot} (attached where the service takes files)")
-        return redact("\n".join(lines))
+        return visible(redact("\n".join(lines)))
 
 
 @dataclass(frozen=True)

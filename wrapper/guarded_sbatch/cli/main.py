@@ -118,15 +118,17 @@ HELP_WORDS = ("-h", "--help")
 
 
 class _RedactingStream:
-    """stdout/stderr with secrets masked (core.redact): nothing this tool prints shows a secret."""
+    """stdout/stderr with secrets masked (core.redact) and control characters shown as escapes (core.sanitize):
+    nothing this tool prints shows a secret, or makes the terminal act on a co-worker's ESC]0;... or ESC[2J."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
 
     def write(self, text: str) -> int:
         from guarded_sbatch.core.redact import redact
+        from guarded_sbatch.core.sanitize import visible_keeping_colours
 
-        self._inner.write(redact(text))
+        self._inner.write(visible_keeping_colours(redact(text)))
         return len(text)
 
     def __getattr__(self, name: str) -> Any:

@@ -4,8 +4,11 @@ environment variables, and secrets recognised by their shape wherever they appea
 - URL credentials: scheme://user:password@host (and scheme://token@host) keep only the host;
 - flags and assignments named like a secret: --wandb-key=..., --api_token VALUE, PASSWORD=..., token: ...;
 - sbatch's --export lists (every value) and --comment (all of it);
-- well-known key formats (hf_..., sk-..., ghp_/github_pat_, glpat-, xox?-, AKIA..., AWS secret keys, 40-hex
-  tokens, JWTs), `Bearer TOKEN`, PEM private-key blocks;
+- well-known key formats (hf_..., sk-..., sk-ant-..., ghp_/github_pat_, glpat-, xox?-/xapp-, AKIA..., AWS secret
+  keys, 40-hex tokens, JWTs, Google AIza... keys and ya29. tokens, Stripe, npm, PyPI, SendGrid, Databricks,
+  DigitalOcean, Twilio, Mailgun), `Bearer TOKEN`, PEM private-key blocks;
+- presigned URLs' signatures (X-Amz-Signature, X-Amz-Credential, X-Goog-Signature, Azure SAS `sig=`), Azure
+  connection strings' AccountKey, and 32-hex values where a key is named (Azure subscription and account keys);
 - alert URLs whose whole address is the credential: Slack and Discord webhooks, slack:// tgram:// ntfy:// and
   the other apprise schemes that carry tokens in the path.
 
@@ -28,7 +31,8 @@ _STRONG_WORD = (
 )
 # "key" counts only as the end of a compound (api_key, WANDB_API_KEY, --wandb-key), not key / key_metric / loss-key
 _KEY_WORD = (
-    r"(?:(?<![A-Za-z0-9])(?:api|access|secret|private|auth|wandb|hf|openai|aws|client|license|signing)[_.-]?keys?(?![a-z]))"
+    r"(?:(?<![A-Za-z0-9])(?:api|access|secret|private|auth|wandb|hf|openai|anthropic|aws|client|license|signing"
+    r"|subscription|account|storage|primary|secondary|master|azure|service|encryption|sas)[_.-]?keys?(?![a-z]))"
 )
 _SECRET_WORD = f"(?:{_STRONG_WORD}|{_KEY_WORD})"
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)  # env var names
@@ -37,6 +41,24 @@ _KEY_SHAPES = re.compile(
     r"|glpat-[A-Za-z0-9_-]{20,}|xox[abpersc]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}|[a-f0-9]{40}"
     r"|eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,})\b"
 )
+# more key shapes: Google API keys, Stripe, npm, PyPI, Google OAuth access tokens, SendGrid, Databricks,
+# DigitalOcean, Twilio, Mailgun, Slack app tokens, Hugging Face organisation tokens, Anthropic admin keys
+_MORE_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9_-])(?:AIza[0-9A-Za-z_-]{35}|(?:sk|rk|pk)_(?:live|test)_[0-9A-Za-z]{16,}|npm_[A-Za-z0-9]{36}"
+    r"|pypi-AgE[A-Za-z0-9_-]{40,}|ya29\.[0-9A-Za-z_-]{20,}|SG\.[\w-]{16,}\.[\w-]{20,}|dapi[0-9a-f]{32}"
+    r"|do[por]_v1_[a-f0-9]{64}|SK[0-9a-fA-F]{32}|key-[0-9a-zA-Z]{32}|xapp-[0-9A-Za-z-]{20,}|api_org_[A-Za-z0-9]{20,}"
+    r"|sk-ant-[A-Za-z0-9_-]{20,})(?![A-Za-z0-9_-])"
+)
+# a presigned URL's signature and credentials (S3, GCS, Azure SAS): the query value goes
+_URL_SIGNATURE = re.compile(
+    r"((?:X-Amz-(?:Signature|Credential|Security-Token)|X-Goog-(?:Signature|Credential)|(?<=[?&])sig|"
+    r"(?<=[?&])AWSAccessKeyId|(?<=[?&])Signature)=)([^&\s'\"<>]+)", re.IGNORECASE)
+# a 32-hex value where a key is named (Azure's subscription and account keys, `key1 = 0123...`); 32-hex alone
+# is left alone: run ids, md5 sums and commit prefixes look the same
+_HEX_KEY = re.compile(r"(?i)((?<![A-Za-z0-9])[A-Za-z0-9_.-]*key\d?[\"']?\s*[=:]\s*[\"']?|Ocp-Apim-Subscription-Key:\s*)"
+                      r"([0-9a-f]{32})(?![0-9a-f])")
+# Azure storage connection strings: AccountKey=<base64>; SharedAccessSignature=...
+_CONNECTION_KEY = re.compile(r"((?:AccountKey|SharedAccessKey|SharedAccessSignature)=)([^;\s'\"]+)", re.IGNORECASE)
 # an AWS secret access key: 40 characters of base64 with upper, lower and digits, standing alone
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+=]*[A-Z])(?=[A-Za-z0-9/+=]*[a-z])(?=[A-Za-z0-9/+=]*[0-9])"
                          r"(?!/)[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
@@ -148,6 +170,10 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
     if _FINGERPRINTS:
         text = _mask_fingerprinted(text)
     text = _PEM.sub(f"{MASK} (private key block)", text)
+    text = _URL_SIGNATURE.sub(lambda m: m.group(1) + MASK, text)
+    text = _CONNECTION_KEY.sub(lambda m: m.group(1) + MASK, text)
+    text = _HEX_KEY.sub(lambda m: m.group(1) + MASK, text)
+    text = _MORE_SHAPES.sub(MASK, text)
     text = _WEBHOOK.sub(lambda m: f"{m.group(1)}/{MASK}", text)
     text = _TOKEN_URL.sub(lambda m: f"{m.group(1)}{MASK}", text)
     text = _BEARER.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)

@@ -10,6 +10,7 @@ from typing import Protocol
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.sanitize import visible
 from guarded_sbatch.core.timefmt import local_timestamp
 
 
@@ -41,7 +42,7 @@ class CheckReport:
             f"- Reason: {_reason(self.verdict)}",
             f"- Next check: {self._next_check()}",
         ]
-        return redact("\n".join(lines)) + "\n"
+        return visible(redact("\n".join(lines))) + "\n"
 
     def _next_check(self) -> str:
         if not self.next_check:
@@ -169,4 +170,4 @@ def render_final_summary(
     ]
     if alert_detail is not None:
         lines.insert(-1, f"- Alert: {alert_detail}")
-    return redact("\n".join(lines)) + "\n"
+    return visible(redact("\n".join(lines))) + "\n"
