@@ -73,16 +73,16 @@ def test_a_session_label_blocks_the_submission(guarded_env: Path) -> None:
 def test_the_whole_preflight_runs_and_every_check_is_waivable_by_name(guarded_env: Path) -> None:
     from guarded_sbatch.launch.executor import GuardedExecutor
 
-    executor = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb", cluster="debug")
-    with pytest.raises(BlockedError, match="config-diff: cannot diff: no config file .* config=") as blocked:
+    executor = GuardedExecutor(guarded_env / "logs", run_name="run-1", tb_dir="missing/parent/tb", cluster="debug")
+    with pytest.raises(BlockedError, match="run-name: run name 'run-1' is a session-local label") as blocked:
         executor.submit(diverging_training, "x", 1)
-    assert "--guard-" not in str(blocked.value)  # the executor's hints speak its API: config=, waivers=
-    waived = GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, tb_dir="missing/parent/tb", cluster="debug",
-                             waivers=WAIVE_CONFIG)
+    assert "--guard-" not in str(blocked.value) and 'waivers={"CHECK": "reason"}' in str(blocked.value)
+    waived = GuardedExecutor(guarded_env / "logs", run_name="run-1", tb_dir="missing/parent/tb", cluster="debug",
+                             waivers={"run-name": "a label is fine for this probe"})
     job = waived.submit(lambda: "ran")
     statuses = {r.name: r for r in waived.last_preflight}
     assert statuses["paths"].status.value == "warned" and "missing/parent" in statuses["paths"].finding
-    assert waived.last_report is not None and [w.check for w in waived.last_report.waivers] == ["config-diff"]
+    assert waived.last_report is not None and [w.check for w in waived.last_report.waivers] == ["run-name"]
     assert job.result() == "ran"
     with pytest.raises(UsageError, match="cannot waive 'nonsense'"):
         GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, waivers={"nonsense": "no"})

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.launch.pipeline import choose_backend
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
@@ -17,19 +18,6 @@ if TYPE_CHECKING:
     from guarded_sbatch.launch.launcher_job import LauncherJob
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.scheduler.interface import Scheduler
-
-BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
-
-
-def choose_backend(config: Config, requested: str | None) -> str:
-    """slurm or local: --guard-backend, else GUARDED_SBATCH_BACKEND, else the config's choice."""
-    from guarded_sbatch.scheduler import resolve_backend
-
-    backend = requested or os.environ.get(BACKEND_ENV) or resolve_backend(config.scheduler)
-    if backend not in ("slurm", "local"):
-        raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
-    return backend
-
 
 def run_check(argv: list[str], *, color: bool) -> int:
     """`guarded-sbatch check`: the pre-flight alone."""
@@ -177,7 +165,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
 
     parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler.name)
     os.environ.pop("SBATCH_WAIT", None)  # sbatch itself must not block before the sidecar is submitted
-    plan = plan_launch(launch, report, config, backend=scheduler.name, launched_by="cli", keep_script=keep_script)
+    plan = plan_launch(launch, report, config, launched_by="cli", keep_script=keep_script)
 
     def announce(job_id: str) -> None:
         if not quiet:

@@ -173,7 +173,7 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
     from guarded_sbatch.launch.pipeline import carry_out, plan_launch
 
     plan = plan_launch(
-        launch, report, config, backend=scheduler.name, launched_by="run", script=job_script,
+        launch, report, config, launched_by="run", script=job_script,
         run_name=_program_stem(command), name_job=True,
         stop_command=stop_command,
         output_log=log,

@@ -6,16 +6,18 @@
     job = executor.submit(train, config)      # a submitit Job, as usual
 
 Each submission is the batch script submitit writes (`python -m submitit.core._submit FOLDER` under its #SBATCH
-lines), checked by the whole pre-flight (launch/preflight.py, as `guarded-sbatch check` would: the run name, the
-config diff against a reference, paths, monitoring, ETA, the run's own folders) and submitted by
-launch/submit.py with its sidecar, its sources resolved and recorded. A failed check blocks with BlockedError
-unless waived (`waivers={"config-diff": "why"}`); a sidecar that cannot be submitted cancels the training job.
+lines), launched through the one launch pipeline of every front end (launch/pipeline.py): the whole pre-flight, as
+`guarded-sbatch check` runs it, then the submission with its sidecar, its sources, judge settings and waivers
+recorded and audited as the CLI's are. A failed check blocks with BlockedError unless waived
+(`waivers={"config-diff": "why"}`; its hints name these keywords, not the CLI's flags); a sidecar that cannot be
+submitted cancels the training job.
 
-- `cluster="slurm"` (the default where Slurm answers): the job and its sidecar carry the guarded marker in
-  `--comment`; a job array (`map_array`, `batch()`) gets one sidecar and one record per task. A sweep (`submit`
-  in a loop) reuses the run name (and folders) of its own earlier jobs without tripping the checks.
+- The backend, as the CLI chooses it: `cluster=`, else GUARDED_SBATCH_BACKEND, else the config's `scheduler`.
+- `cluster="slurm"`: the job and its sidecar carry the guarded marker in `--comment`; a job array (`map_array`,
+  `batch()`) is one run record per task, all watched by one watcher job. A sweep (`submit` in a loop) reuses the
+  run name (and folders) of its own earlier jobs without tripping the checks.
 - `cluster="local"`: the same batch script runs as a job of the local backend (no srun), its sidecar as a
-  second local job; a STOP ends the job's process group, so the function really stops. Arrays need Slurm.
+  second local job; a STOP ends the job's process group, so the function really stops.
 - `cluster="debug"`: the pre-flight runs, then submitit runs the function in this process at `result()`.
 A job the guard stopped says so: `job.guard_stop` (the verdict), and `result()` raises GuardStoppedError.
 """
@@ -46,7 +48,7 @@ from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, comment_with_marker
 from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
-from guarded_sbatch.launch.pipeline import carry_out, check_launch, plan_launch
+from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import CheckResult
 from guarded_sbatch.scheduler import get_scheduler
@@ -96,7 +98,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         for check in waivers or {}:
             if check not in CHECK_NAMES:
                 raise UsageError(f"cannot waive {check!r}: the checks are {', '.join(CHECK_NAMES)}")
-        backend = cluster or ("slurm" if SlurmExecutor.affinity() > 0 else "local")
+        backend = "debug" if cluster == "debug" else choose_backend(load_config(), cluster)  # as the CLI's launch
         # the local backend runs submitit's own batch script (without srun), so both backends share one path
         super().__init__(Path(folder), cluster="debug" if backend == "debug" else "slurm", **kwargs)
         self.guard_backend = backend
@@ -209,7 +211,7 @@ class GuardedExecutor(submitit.AutoExecutor):
     def _submit(self, launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler,
                 on_submitted: tp.Callable[[str], None]) -> str:
         """submitit's batch script through the one launch pipeline (launch/pipeline.py), as the CLI's launches."""
-        plan = plan_launch(launch, report, config, backend=self.guard_backend, launched_by="submitit",
+        plan = plan_launch(launch, report, config, launched_by="submitit",
                            cwd=self.submit_dir, tracker={"submitit_folder": str(self.folder)},
                            continues_run=self.guard_restart)  # a sweep's --guard-restart continues no run
         launched = carry_out(plan, scheduler, config, on_submitted=on_submitted)

@@ -19,7 +19,7 @@ from guarded_sbatch.core.errors import GuardedError, UsageError
 from guarded_sbatch.core.judge_table import policy_from_table, policy_table
 from guarded_sbatch.core.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
-from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions
+from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, array_watch_options
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.run_reference import save_config_snapshot
 from guarded_sbatch.launch.submit import (
@@ -29,6 +29,7 @@ from guarded_sbatch.launch.submit import (
     resources_from_config,
     submit_guarded,
 )
+from guarded_sbatch.scheduler import resolve_backend
 from guarded_sbatch.scheduler.interface import SubmitRequest
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from guarded_sbatch.launch.submit import SidecarResources
     from guarded_sbatch.scheduler.interface import Scheduler
 
+BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 NO_NOTES = ("no project notes file: a STOP will be in the sidecar's output and evidence but noted nowhere else; "
             "set notes = \"NOTES.md\" in ~/.config/guarded-sbatch/config.toml (or --guard-notes PATH)")
 
@@ -82,6 +84,14 @@ class Launched:
         return tuple(one.record for one in (self.submission.tasks or (self.submission,)))
 
 
+def choose_backend(config: Config, requested: str | None) -> str:
+    """slurm or local: --guard-backend (the executor's `cluster=`), else GUARDED_SBATCH_BACKEND, else the config's."""
+    backend = requested or os.environ.get(BACKEND_ENV) or resolve_backend(config.scheduler)
+    if backend not in ("slurm", "local"):
+        raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
+    return backend
+
+
 def check_launch(launch: LaunchArgs, config: Config, scheduler: Scheduler | None, *, cwd: Path | None = None,
                  command_line: str = "", restart: bool | None = None) -> PreflightReport:
     """The pre-flight's report on a launch; `command_line` is the command that repeats it, when the checked
@@ -96,7 +106,7 @@ def check_launch(launch: LaunchArgs, config: Config, scheduler: Scheduler | None
 
 
 def plan_launch(
-    launch: LaunchArgs, report: PreflightReport, config: Config, *, backend: str, launched_by: str,
+    launch: LaunchArgs, report: PreflightReport, config: Config, *, launched_by: str,
     cwd: Path | None = None, script: Path | None = None, sbatch_options: tuple[str, ...] | None = None,
     run_name: str = "", name_job: bool = False, stop_command: str | None = None, output_log: Path | None = None,
     replay: tuple[str, tuple[str, ...], tuple[str, ...]] | None = None, tracker: Mapping[str, Any] | None = None,
@@ -140,7 +150,7 @@ def plan_launch(
         script_args=replay[1] if replay else None, sbatch_options=replay[2] if replay else None,
     )
     array = sources.array if sources is not None else None
-    shared = shared_watch(config, backend, array=array is not None, monitor=guard.monitor)
+    shared = shared_watch(config, name, array=array is not None, monitor=guard.monitor)
     since = own_files_since(report.run_name, cwd, restart=guard.restart if continues_run is None else continues_run)
     return LaunchPlan(request=request, run_name=name, sources=sources, since=since, sidecar=sidecar,
                       resources=resources_from_config(config), shared=shared, record=record,
@@ -207,11 +217,13 @@ def judge_table(config: Config) -> dict[str, object]:
     return policy_table(policy_from_table(config.judge, where=where))
 
 
-def shared_watch(config: Config, backend: str, *, array: bool, monitor: str | None) -> SharedMonitorOptions | None:
-    """The one job that watches this launch's runs with others': per-user mode, and every job array (one watcher
-    for all its tasks, never a sidecar per task); None: a sidecar of its own."""
+def shared_watch(config: Config, run_name: str, *, array: bool, monitor: str | None) -> SharedMonitorOptions | None:
+    """The one job that watches this launch's runs: a job array's own watcher (one for all its tasks, never a
+    sidecar per task), else the user's monitor job in per-user mode; None: a sidecar of its own."""
+    if array:
+        return array_watch_options(config, run_name or "array")
     job = config.sidecar
-    if not array and (monitor or job.mode) != "per-user":
+    if (monitor or job.mode) != "per-user":
         return None
     return SharedMonitorOptions(
         max_runs=job.max_runs_per_monitor, time_limit=job.monitor_time, partition=job.partition, qos=job.qos,
