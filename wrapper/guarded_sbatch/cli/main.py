@@ -154,7 +154,7 @@ def _main(args: list[str]) -> int:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("guarded-sbatch: interrupted", file=sys.stderr)
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         return int(ExitCode.OK)
     except (RecursionError, MemoryError) as exc:

@@ -15,8 +15,8 @@ from guarded_sbatch.core.errors import ExitCode, UsageError
 if TYPE_CHECKING:
     from guarded_sbatch.core.registry import RunRecord
 
-NOTHING_TO_STOP = 1
-NOT_STOPPED = 5
+NOTHING_TO_STOP = int(ExitCode.NOTHING_TO_STOP)
+NOT_STOPPED = int(ExitCode.NOT_STOPPED)
 STOP_CODES = (f"exit codes: 0 stopped (checked: nothing of it is left); {NOTHING_TO_STOP} nothing to stop (no such "
               f"process or session: it had ended, or never ran); {NOT_STOPPED} NOT stopped (still running, or not "
               "yours); 2 bad usage")

@@ -6,17 +6,25 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
+    """Every exit code guarded-sbatch gives, in one table (the CLI's --help prints it)."""
+
     OK = 0
-    BLOCKED = 3  # the pre-flight failed and the failure was not waived
+    NOTHING_TO_STOP = 1  # `stop`: no such process or session (it had ended, or never ran)
     USAGE = 2  # bad usage or bad input
+    BLOCKED = 3  # the pre-flight failed and the failure was not waived
     SCHEDULER = 4  # sbatch rejected the job, slurmctld unreachable, ...
+    NOT_STOPPED = 5  # `stop`: the target still runs, or could not be checked
+    WAIT = 10  # `monitor --once`: the decision is WAIT
+    STOP = 11  # `monitor --once`: the decision is STOP
     INTERNAL = 70  # a bug: please report it
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
 
     @classmethod
     def help_text(cls) -> str:
         return (
             "exit codes: 0 done; 2 bad usage or input; 3 blocked by the pre-flight; "
-            "4 scheduler error (sbatch rejected, slurmctld unreachable); 70 internal error"
+            "4 scheduler error (sbatch rejected, slurmctld unreachable); 70 internal error; 130 interrupted "
+            "(monitor --once: 10 WAIT, 11 STOP; stop: 1 nothing to stop, 5 not stopped)"
         )
 
 
