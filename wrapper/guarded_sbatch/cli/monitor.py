@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from guarded_sbatch.cli.args import ArgumentParser
+from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_once  # ONCE_EXIT: read here by scripts
 from guarded_sbatch.cli.watch_args import (
     Watched,
     add_interval_flags,
@@ -24,8 +25,7 @@ from guarded_sbatch.cli.watch_args import (
     watched_of,
 )
 from guarded_sbatch.core.config import load_config
-from guarded_sbatch.core.errors import ExitCode, UsageError
-from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.run_sources import SourceSpec, specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
@@ -48,8 +48,6 @@ def _guarded_run(job_id: str, backend: str) -> object | None:
     return matches[-1] if matches else None
 
 
-# `monitor --once`: the decision is the exit code, so a script can branch on it without parsing
-ONCE_EXIT = {"CONTINUE": 0, "WAIT": 10, "STOP": 11}
 ONCE_CODES = ("exit codes with --once: 0 CONTINUE, 10 WAIT, 11 STOP (the same with --json); 2 bad usage, "
               "e.g. a --tb/--wandb/--log path that is not there. A watch (no --once) exits 0 when it ends. "
               "Without --fast-interval/--full-interval/--job-poll a watch follows the config "
@@ -85,6 +83,9 @@ def run_monitor(argv: list[str]) -> int:
     parser.add_argument("target", nargs="?", help="a folder to search, a log file, or a W&B run path/URL")
     parser.add_argument("--once", action="store_true", help="read what is there now, judge once, exit")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.add_argument("--run", help="with --once, of a folder's several runs judge this one (a writer's pid, or "
+                                      "a part of its folder or file); default: the newest writer")
+    parser.add_argument("--all-runs", action="store_true", help="with --once, judge each run of the folder")
     parser.add_argument("--job", help="a job id to watch (and stop on STOP)")
     parser.add_argument("--backend", choices=["slurm", "local", "process"])
     parser.add_argument("--stop-command")
@@ -96,9 +97,8 @@ def run_monitor(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     watched = watched_of(args)
     from guarded_sbatch.sidecar.loop import Sidecar
-    from guarded_sbatch.sidecar.one_shot import check_once
-    from guarded_sbatch.sidecar.report import one_line
-
+    if (args.run or args.all_runs) and not args.once:
+        raise UsageError("--run and --all-runs choose what --once judges; add --once")
     if args.once:
         _refuse_missing_paths(args)
     cadence = _cadence(args)
@@ -128,13 +128,7 @@ def run_monitor(argv: list[str]) -> int:
         **anywhere_settings(args, watched),
     )
     if args.once:
-        verdict, data_source = check_once(replace(settings, job_id=watched.job))
-        if args.json:
-            payload = {**verdict.to_json(), "data_source": data_source}
-            print(json_dumps(payload))
-        else:
-            print(one_line(verdict, data_source))
-        return ONCE_EXIT.get(verdict.decision.value, int(ExitCode.OK))
+        return judge_runs_once(replace(settings, job_id=watched.job), args.run, args.all_runs, args.json)
     scheduler: Any = None
     if backend is not None:
         from guarded_sbatch.scheduler import get_scheduler

@@ -8,6 +8,8 @@ Past MAX_ROUNDS reads the rest is left unread and the verdict says so.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from guarded_sbatch.core.file_trust import damage_note, untrusted_note
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
@@ -48,11 +50,25 @@ def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunCo
 
 def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
     """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
-    sources = SourceSet(settings, None, live=False)
+    judged = judge_once(settings)
+    return judged.verdict, judged.data_source
+
+
+@dataclass(frozen=True)
+class OneShot:
+    verdict: Verdict
+    data_source: str  # the judged kind's report label
+    files: tuple[str, ...]  # the files the judged source read
+
+
+def judge_once(settings: SidecarSettings, only_files: frozenset[str] | None = None) -> OneShot:
+    """The one-shot check, naming the files it judged; `only_files`: the TensorBoard files of one run of a folder
+    that holds several (sidecar/one_shot_runs.py), the others never read."""
+    sources = SourceSet(settings, None, live=False, only_files=only_files)
     try:
         unread = read_whole_run(sources)
         verdict = with_note(judge_sources(sources, settings.policy, RunContext(job_live=False)), unread)
     except Exception as exc:  # noqa: BLE001 - one odd input gives WAIT with the error, never exit 70
         text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
         verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE, f"the metrics could not be judged ({text})")
-    return verdict, source_label(sources.active_kind)
+    return OneShot(verdict, source_label(sources.active_kind), tuple(sources.judged_files()))

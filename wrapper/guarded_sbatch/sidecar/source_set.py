@@ -36,9 +36,11 @@ if TYPE_CHECKING:
 
 class SourceSet:
     def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None, *, live: bool = True,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, only_files: frozenset[str] | None = None) -> None:
         """`live`: a running job is being watched, so a printed crash is confirmed by silence
-        (sidecar/crash_confirm.py); a one-shot read judges the files as they stand."""
+        (sidecar/crash_confirm.py); a one-shot read judges the files as they stand. `only_files`: of a TensorBoard
+        folder named outright, these event files alone are read (one run of several, sidecar/one_shot_runs.py)."""
+        self._only = only_files
         self.settings = settings
         self.crashes = CrashConfirmation(live=live, clock=clock)
         self.scheduler = scheduler
@@ -154,11 +156,20 @@ class SourceSet:
         if not given and self._given_places and (spec.kind, os.path.realpath(spec.locator)) in self._given_places:
             self._opened.add(key)
             return
-        opened = kinds.open_given(spec, self.job_writer) if given else kinds.open_spec(spec, self.job_writer)
+        if given and self._only is not None and spec.kind == "tensorboard":
+            opened = self._one_run(spec)
+        else:
+            opened = kinds.open_given(spec, self.job_writer) if given else kinds.open_spec(spec, self.job_writer)
         for source in opened:
             self._add(source)
         if opened:
             self._opened.add(key)
+
+    def _one_run(self, spec: SourceSpec) -> list[MetricSource]:
+        from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: PLC0415  the reader, when read
+
+        only = self._only or frozenset()
+        return [TensorBoardSource(spec.locator, accept=lambda path: str(path) in only)]
 
     def _ensure_sources(self) -> None:
         self._learn_writers()
