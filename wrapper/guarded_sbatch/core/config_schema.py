@@ -185,7 +185,9 @@ SCHEMA: tuple[Key, ...] = (
     Key("sidecar.mem", "str", "1G", ""),
     Key("sidecar.time", "str", "", "", note="empty: the sidecar ends with the training job"),
     Key("sidecar.template", "str", "sidecar.sbatch", "", note="looked up in template_dirs, then the built-in templates"),
-    Key("sidecar.fast_interval_seconds", "float", 60.0, "", example=60, note="how often the sidecar reads new metric points"),
+    Key("sidecar.fast_interval_seconds", "float", 10.0, "", example=10,
+        note="how often the sidecar reads new metric points (new bytes of local files: cheap; the scheduler is asked "
+             "on its own cadence)"),
     Key(
         "sidecar.job_poll_seconds",
         "float",
@@ -297,8 +299,6 @@ SCHEMA: tuple[Key, ...] = (
     ),
 )
 KEYS: dict[str, Key] = {key.path: key for key in SCHEMA}
-# Tables a user config may not hold at all (everything in them is the site's)
-SITE_ONLY_TABLES = ("audit", "enforcement")
 # Tables whose names their reader checks (the judge's thresholds: core/judge_table.py)
 OPEN_TABLES = tuple(key.path for key in SCHEMA if key.kind == "table")
 

@@ -8,8 +8,6 @@ import json
 import math
 from typing import Any
 
-NON_FINITE_TEXT = frozenset({"NaN", "Infinity", "-Infinity"})
-
 
 def non_finite_text(value: float) -> str:
     if math.isnan(value):

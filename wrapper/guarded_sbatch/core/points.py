@@ -22,9 +22,8 @@ class Axis(str, Enum):
     LOG_CALL = "log_call"  # the count of log calls (W&B `_step` with nothing step-like logged)
 
 
-# Names a trainer gives its step counter, and its epoch counter, when it logs them as values.
+# Names a trainer gives its step counter when it logs it as a value.
 STEP_LIKE_KEYS = ("trainer/global_step", "train/global_step", "global_step", "iter", "step")
-EPOCH_LIKE_KEYS = ("epoch", "trainer/epoch", "train/epoch")
 
 
 def axis_of_counter(name: str) -> Axis:
