@@ -79,3 +79,6 @@ def snapshot_of(scheduler: Scheduler) -> Snapshot:
         return scheduler.snapshot
     taken_at = time.time()
     return Snapshot({job.job_id: job.state for job in scheduler.user_jobs()}, taken_at)
+
+
+_: type[Scheduler] = OneQuery

@@ -27,7 +27,7 @@ from guarded_sbatch.launch.live_jobs import one_query
 from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
-from guarded_sbatch.launch.run_reference import default_reference, family_reference
+from guarded_sbatch.launch.run_reference import default_reference, family_reference, use_launcher_line
 from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
@@ -123,7 +123,8 @@ def run_preflight(
         swept_lr=swept_lr,
     )
     load_intended_config(context)
-    _find_reference(context, script_path=launch.script)
+    if not use_launcher_line(context):  # no config file: the launcher line is diffed against its program's runs
+        _find_reference(context, script_path=launch.script)
     source_problem = ""
     source_plan: SourcePlan | None = None
     try:

@@ -3,6 +3,9 @@ run that finished healthy is the default reference of its family when the projec
 
 A config family is the run's config file (its resolved path). Each guarded run keeps a snapshot of the config
 it was launched with (config.json in its run folder), so an edited config file does not change the reference.
+A launch with no config file has its launcher line as its config (launch/launcher_config.py) and its program as
+its family: the family's last runs are kept in references/launch-<key>.json (a bounded list, so finding the
+reference reads a few records, never the whole registry).
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.fsutil import read_json, state_dir, write_json_atomic
+from guarded_sbatch.core.fsutil import read_json, state_dir, update_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
-from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.core.registry import RunRecord, list_runs, runs_root
+from guarded_sbatch.launch.checks.run_name import run_name_of
+from guarded_sbatch.launch.context import PreflightContext
+from guarded_sbatch.launch.launcher_config import family_of, launcher_config, wants_launcher_config
 from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.runconfig import RunConfig
 
 SNAPSHOT = "config.json"
 MAX_LOG_COPY_BYTES = 4 * 1024 * 1024
+FAMILY_RUNS_KEPT = 20  # a launch family's last runs looked at for its reference
 
 
 def family_key(config_path: str | Path) -> str:
@@ -39,6 +46,9 @@ def save_config_snapshot(record: RunRecord, intended: RunConfig | None) -> None:
         "path": str(intended.path) if intended.path else "", "values": _plain(intended.values),
         "overrides": _plain(intended.overrides), "files": [str(f) for f in intended.files],
     }))
+    program = family_of(intended)
+    if program is not None:
+        _remember_launch(program, record.run_id)
 
 
 def _plain(value: Any) -> Any:
@@ -64,14 +74,22 @@ def finished_healthy(record: RunRecord) -> tuple[bool, str]:
 
 
 def make_reference(record: RunRecord) -> Path:
-    """`guarded-sbatch reference RUN`: make this finished run the reference of its config family."""
+    """`guarded-sbatch reference RUN`: make this finished run the reference of its config family (or, launched
+    with no config file, of its program's launches)."""
     ok, why = finished_healthy(record)
     if not ok:
         raise UsageError(f"run {record.run_id} cannot be a reference: {why}")
     snapshot = record.folder / SNAPSHOT
+    raw = read_json(snapshot)
+    values = raw.get("values") if isinstance(raw, dict) else None
+    program = family_of(RunConfig(None, values)) if isinstance(values, dict) else None
+    if program is not None:
+        target = _launch_family_file(program)
+        update_json(target, lambda data: data.update(named=record.run_id, why=why))
+        return target
     if not record.config_path or not snapshot.is_file():
-        raise UsageError(f"run {record.run_id} has no recorded config (launched without a config file, or by an "
-                         "older guarded-sbatch); pass --guard-reference FILE at launch instead")
+        raise UsageError(f"run {record.run_id} has no recorded config (launched by an older guarded-sbatch); pass "
+                         "--guard-reference FILE at launch instead")
     target = references_dir() / f"{family_key(record.config_path)}.json"
     write_json_atomic(target, {"run_id": record.run_id, "config_path": record.config_path, "why": why})
     return target
@@ -109,3 +127,61 @@ def default_reference(config_path: Path | None) -> Reference | None:
             if found is not None:
                 return found
     return None
+
+
+def use_launcher_line(context: PreflightContext) -> bool:
+    """A launch naming no config file: its launcher line becomes its config and its program's runs its
+    references (True); else nothing changes (False)."""
+    if not wants_launcher_config(context):
+        return False
+    intended = launcher_config(context, run_name_of(context)[0])
+    context.intended, context.intended_problem = intended, None
+    program = str(family_of(intended))
+    context.reference = launcher_reference(program)
+    if context.reference is None:
+        context.reference_problem = f"no earlier guarded run of {program}"
+    return True
+
+
+def launcher_reference(program: str) -> Reference | None:
+    """The reference of a program's launches: the run named with `guarded-sbatch reference RUN`, else its last
+    run that finished healthy, else its previous launch."""
+    raw = read_json(_launch_family_file(program))
+    if not isinstance(raw, dict):
+        return None
+    named = _record(raw.get("named"))
+    if named is not None:
+        return _reference_of(named, "named with `guarded-sbatch reference`")
+    runs = [record for run_id in reversed(_strings(raw.get("runs"))) if (record := _record(run_id)) is not None]
+    for record in runs:
+        if finished_healthy(record)[0]:
+            return _reference_of(record, "the last run of this program that finished healthy")
+    previous = (_reference_of(record, "the previous launch of this program (not known to have finished healthy)")
+                for record in runs)
+    return next((reference for reference in previous if reference is not None), None)
+
+
+def _remember_launch(program: str, run_id: str) -> None:
+    def add(data: dict[str, Any]) -> None:
+        runs = [r for r in _strings(data.get("runs")) if r != run_id] + [run_id]
+        data.update(program=program, runs=runs[-FAMILY_RUNS_KEPT:])
+
+    update_json(_launch_family_file(program), add)
+
+
+def _launch_family_file(program: str) -> Path:
+    return references_dir() / f"launch-{hashlib.sha1(program.encode()).hexdigest()[:16]}.json"
+
+
+def _record(run_id: object) -> RunRecord | None:
+    if not isinstance(run_id, str) or not run_id or "/" in run_id:
+        return None
+    raw = read_json(runs_root() / run_id / "run.json", own=True)
+    try:
+        return RunRecord.from_json(raw) if isinstance(raw, dict) else None
+    except UsageError:
+        return None
+
+
+def _strings(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []

@@ -9,7 +9,8 @@ from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.core.mounts import mount_of
 from guarded_sbatch.launch.fsinfo import timed_stat
-from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus, worst_status
+from guarded_sbatch.launch.launcher_config import family_of, hyper_parameters, is_launcher_config
+from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix, worst_status
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
 from guarded_sbatch.core.sbatch.options import EffectiveOptions
 
@@ -20,23 +21,23 @@ MAX_LISTED_DIFFS = 12
 def check_config_diff(context: PreflightContext) -> CheckResult:
     intended = context.intended
     if intended is None:
-        return CheckResult(NAME, CheckStatus.FAILED,
-                           f"cannot diff: {context.intended_problem or 'no config for this run'}; "
-                           "name it with --guard-config and the reference with --guard-reference")
+        fix = "name it with {config} and the reference with {reference}"
+        return _fixed(CheckStatus.FAILED, f"cannot diff: {context.intended_problem or 'no config for this run'}", fix)
+    if is_launcher_config(intended):
+        return _launcher_line(context, intended)
     reference = context.reference
     if reference is None:
         why = context.reference_problem or "no similar config under " + "/, ".join(context.config.reference_dirs) + "/"
         if context.launch.guard_options.reference is not None or intended.path is None:
             # the one named is unusable (a mistake), or there is no config file: never launch on defaults alone
-            return CheckResult(NAME, CheckStatus.FAILED, f"no reference run ({why}): fix --guard-reference",
-                               (f"intended config: {intended.path or 'command-line overrides only'}",))
+            return _fixed(CheckStatus.FAILED, f"no reference run ({why})", "fix {reference}",
+                          (f"intended config: {intended.path or 'command-line overrides only'}",))
         # The first run of a config has nothing to be compared with; that is not wrong, only unchecked.
-        return CheckResult(NAME, CheckStatus.WARNED,
-                           f"not checked: no reference run yet ({why}); the silent regressors (batch, LR, precision, "
-                           "optimizer, workers) are judged against one. When this run finishes healthy it becomes the "
-                           "reference of its config; or name one: `guarded-sbatch reference RUN`, --guard-reference",
-                           (f"intended config: {intended.path or 'command-line overrides only'}",))
-    findings: list[tuple[CheckStatus, str]] = []
+        return _fixed(CheckStatus.WARNED,
+                      f"not checked: no reference run yet ({why}); the silent regressors (batch, LR, precision, "
+                      "optimizer, workers) are judged against one. When this run finishes healthy it becomes the "
+                      "reference of its config", "or name one: `guarded-sbatch reference RUN`, {reference}",
+                      (f"intended config: {intended.path or 'command-line overrides only'}",))
     evidence: list[str] = [
         f"intended: {intended.path or 'command-line overrides'}"
         + (f" + overrides {', '.join(f'{k}={v}' for k, v in intended.overrides.items())}" if intended.overrides else ""),
@@ -44,24 +45,57 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
         + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None
            else f" ({reference.how})" if reference.how else " (given)"),
     ]
-    diffs = key_diff(intended, reference.config)
+    return _diffed(context, intended, reference.config, evidence, "key(s) differ from the reference")
+
+
+def _diffed(context: PreflightContext, intended: RunConfig, reference: RunConfig, evidence: list[str],
+            differ: str, *, launcher_line: bool = False) -> CheckResult:
+    """The key-by-key diff and the silent regressors' findings, as one result."""
+    diffs = key_diff(intended, reference)
     evidence.extend(diffs[:MAX_LISTED_DIFFS])
     if len(diffs) > MAX_LISTED_DIFFS:
         evidence.append(f"... and {len(diffs) - MAX_LISTED_DIFFS} more differing keys")
-    findings.extend(_batch_and_lr(context, intended, reference.config, evidence))
-    findings.extend(_precision(context, intended, reference.config))
-    findings.extend(_optimizer(intended, reference.config))
-    findings.extend(_seed(intended))
+    findings: list[tuple[CheckStatus, str]] = []
+    findings.extend(_batch_and_lr(context, intended, reference, evidence,
+                                  where="on the launcher line" if launcher_line else "in the config"))
+    findings.extend(_precision(context, intended, reference))
+    findings.extend(_optimizer(intended, reference))
+    if not launcher_line:  # a launcher line rarely carries the seed: the program sets it
+        findings.extend(_seed(intended))
     findings.extend(_workers(context, intended, evidence))
     status = worst_status([status for status, _ in findings])
     problems = [text for s, text in findings if s is not CheckStatus.PASSED]
-    if problems:
-        finding = "; ".join(problems)
-    else:
-        finding = f"{len(diffs)} key(s) differ from the reference, no silent regressor found"
-    details = {"reference": str(reference.config.path), "differences": len(diffs),
+    finding = "; ".join(problems) if problems else f"{len(diffs)} {differ}, no silent regressor found"
+    details = {"reference": str(reference.path), "differences": len(diffs),
                "regressors": [{"status": s.value, "finding": t} for s, t in findings if s is not CheckStatus.PASSED]}
     return CheckResult(NAME, status, finding, tuple(evidence), details)
+
+
+def _launcher_line(context: PreflightContext, intended: RunConfig) -> CheckResult:
+    """No config file: the launcher line is diffed against the one of its program's reference run."""
+    program = family_of(intended)
+    line = context.launcher.text.strip() if context.launcher is not None else "no launcher line found"
+    evidence = [f"no config file: the launcher line is the run's config ({line})",
+                f"settings on it: {', '.join(hyper_parameters(intended)) or 'none'}"]
+    reference = context.reference
+    if reference is None:
+        return _fixed(CheckStatus.WARNED,
+                      f"new project: the first guarded run of {program}, nothing to diff its launcher line against "
+                      "yet; when it finishes healthy it is the reference of the next launch of the same program",
+                      "or name one: `guarded-sbatch reference RUN`; a config file is diffed too: {config}",
+                      tuple(evidence))
+    if not hyper_parameters(intended) and not hyper_parameters(reference.config):
+        return _fixed(CheckStatus.WARNED, "not checked: no config file is named and the launcher line sets no "
+                      "hyper-parameter, so there is nothing to diff", "name the run's config with {config}",
+                      tuple(evidence))
+    evidence.append(f"reference: {reference.how}")
+    return _diffed(context, intended, reference.config, evidence, "setting(s) differ from the reference run's "
+                   "launcher line", launcher_line=True)
+
+
+def _fixed(status: CheckStatus, problem: str, fix: str, evidence: tuple[str, ...] = ()) -> CheckResult:
+    """A result whose finding ends with its fix: in the CLI's words here, in any front end's by finding_for."""
+    return CheckResult(NAME, status, f"{problem}; {render_fix(fix, NAME, CLI_WORDS)}", evidence, fix=fix)
 
 
 def key_diff(intended: RunConfig, reference: RunConfig) -> list[str]:
@@ -83,7 +117,7 @@ _MISSING: Any = object()
 
 
 def _batch_and_lr(
-    context: PreflightContext, intended: RunConfig, reference: RunConfig, evidence: list[str]
+    context: PreflightContext, intended: RunConfig, reference: RunConfig, evidence: list[str], *, where: str
 ) -> list[tuple[CheckStatus, str]]:
     world, world_text = r.world_size(context.options, context.launcher, intended)
     mine = r.batch_shape(intended, world, world_text, context.launcher)
@@ -96,7 +130,7 @@ def _batch_and_lr(
     evidence.append(f"batch in the reference: {theirs.explanation}")
     out: list[tuple[CheckStatus, str]] = []
     if mine.global_batch is None:
-        return [(CheckStatus.WARNED, "no batch size in the config: the framework default applies")]
+        return [(CheckStatus.WARNED, f"no batch size {where}: the framework default applies")]
     if mine.per_device is not None and mine.per_device != int(mine.per_device):
         out.append((CheckStatus.FAILED, f"global batch {mine.global_batch:g} does not divide over {world} process(es) × "
                                         f"accumulation {mine.accumulation:g}"))

@@ -22,7 +22,7 @@ from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_varia
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.live_jobs import snapshot_of
-from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix
 from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
@@ -107,8 +107,9 @@ def check_own_folder(context: PreflightContext) -> CheckResult:
                 conflicts.append(f"{line}, {state.value})")
                 evidence.append(f"{folder.label} {folder.path} overlaps run {run_id}'s {theirs}")
     if conflicts:
-        return CheckResult(NAME, CheckStatus.FAILED, f"{'; '.join(conflicts)}: {_fix(folders[0], context)}",
-                           tuple(evidence))
+        fix = _fix(folders[0], context)
+        return CheckResult(NAME, CheckStatus.FAILED, f"{'; '.join(conflicts)}: {render_fix(fix, NAME, CLI_WORDS)}",
+                           tuple(evidence), fix=fix)
     if unsure:
         return CheckResult(NAME, CheckStatus.WARNED, "; ".join(unsure), tuple(evidence))
     return CheckResult(NAME, CheckStatus.PASSED, f"no live guarded run writes {', '.join(f.path for f in folders)}",
@@ -165,6 +166,6 @@ def _fix(folder: Folder, context: PreflightContext) -> str:
     suffix = os.path.splitext(folder.path)[1] if folder.is_file else ""  # a file keeps its extension
     mine = os.path.relpath(os.path.join(parent, name + suffix), context.workdir)
     by_id = os.path.relpath(os.path.join(parent, "${SLURM_JOB_ID}" + suffix), context.workdir)
-    return (f"give this run its own {option}: e.g. --{option} {shlex.quote(mine)} on the launcher line (or after the "
-            f"script, when it passes \"$@\"), or --{option} \"{by_id}\" in the job script; or waive with "
-            f"--guard-waive {NAME}=\"REASON\"")
+    own = (f"give this run its own {option}: e.g. --{option} {shlex.quote(mine)} on the launcher line (or after the "
+           f"script, when it passes \"$@\"), or --{option} \"{by_id}\" in the job script")
+    return own.replace("{", "{{").replace("}", "}}") + "; or waive with {waive}"  # a template: see CheckResult.fix
