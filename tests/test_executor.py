@@ -70,7 +70,8 @@ def test_a_session_label_blocks_the_submission(guarded_env: Path) -> None:
     assert {r.name: r.status.value for r in executor.last_preflight}["run-name"] == "failed"
 
 
-def test_the_whole_preflight_runs_and_every_check_is_waivable_by_name(guarded_env: Path) -> None:
+def test_the_whole_preflight_runs_and_every_check_is_waivable_by_name(guarded_env: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     from guarded_sbatch.launch.executor import GuardedExecutor
 
     executor = GuardedExecutor(guarded_env / "logs", run_name="run-1", tb_dir="missing/parent/tb", cluster="debug")
@@ -83,6 +84,9 @@ def test_the_whole_preflight_runs_and_every_check_is_waivable_by_name(guarded_en
     statuses = {r.name: r for r in waived.last_preflight}
     assert statuses["paths"].status.value == "warned" and "missing/parent" in statuses["paths"].finding
     assert waived.last_report is not None and [w.check for w in waived.last_report.waivers] == ["run-name"]
+    said = capsys.readouterr().err  # the pre-flight is said, in one line when clear
+    assert "guarded-sbatch: pre-flight of run-1 clear (warned: " in said and "paths" in said, said
+    assert "waived: run-name (a label is fine for this probe)" in said and len(said.splitlines()) == 1, said
     assert job.result() == "ran"
     with pytest.raises(UsageError, match="cannot waive 'nonsense'"):
         GuardedExecutor(guarded_env / "logs", run_name=RUN_NAME, waivers={"nonsense": "no"})

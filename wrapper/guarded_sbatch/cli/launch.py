@@ -96,14 +96,23 @@ def _preflight(launch: LaunchArgs, config: Config, scheduler: Scheduler, launche
 def _print_report(report: PreflightReport, launch: LaunchArgs, *, check_only: bool, show_report: bool,
                   clear_line: str, color: bool) -> None:
     """The report on stderr, unless it is not wanted (sbatch's --quiet) and the launch is clear."""
-    from guarded_sbatch.launch.preflight import format_report
-
     quiet = _has(launch, "quiet") and not check_only  # sbatch's --quiet: only errors (a blocked launch says why)
     if (show_report and not quiet) or report.blocked:
-        text = format_report(report, color=color, launching=not check_only or bool(clear_line))
-        if clear_line and not report.blocked:
-            text = text.rsplit("\n", 1)[0] + "\n" + clear_line
-        print(redact(text), file=sys.stderr)
+        print_report(report, launching=not check_only or bool(clear_line), clear_line=clear_line, color=color)
+
+
+def print_report(report: PreflightReport, *, launching: bool, clear_line: str, color: bool) -> None:
+    """The pre-flight's report on stderr, wrapped to the terminal's width (a pipe: one line per finding);
+    clear_line replaces its last line when the launch is clear (restart: what follows is the restart's)."""
+    import shutil
+
+    from guarded_sbatch.launch.preflight import format_report
+
+    width = shutil.get_terminal_size((80, 24)).columns if sys.stderr.isatty() else None
+    text = format_report(report, color=color, launching=launching, width=width)
+    if clear_line and not report.blocked:
+        text = text.rsplit("\n", 1)[0] + "\n" + clear_line
+    print(redact(text), file=sys.stderr)
 
 
 def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> None:

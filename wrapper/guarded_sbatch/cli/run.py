@@ -45,7 +45,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     from guarded_sbatch.core.fsutil import private_dir, state_dir
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.pipeline import check_launch, judge_table
-    from guarded_sbatch.launch.preflight import format_report
+    from guarded_sbatch.cli.launch import print_report
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     if argv[:1] in (["-h"], ["--help"]):
@@ -76,10 +76,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     words = ["guarded-sbatch", "run", *options, *(["--guard-tmux", tmux] if tmux else []), "--", *command]
     report = check_launch(launch, config, scheduler, command_line=shlex.join(words))
     report = dataclasses.replace(report, results=tuple(_run_wording(result) for result in report.results))
-    text = format_report(report, color=color, launching=not check_only or bool(clear_line))
-    if clear_line and not report.blocked:  # restart: what follows is the restart's, not a command to copy
-        text = text.rsplit("\n", 1)[0] + "\n" + clear_line
-    print(redact(text), file=sys.stderr)
+    print_report(report, launching=not check_only or bool(clear_line), clear_line=clear_line, color=color)
     if check_only or report.blocked:
         shutil.rmtree(staging, ignore_errors=True)  # nothing runs from it
         if report.blocked and not check_only:
@@ -186,8 +183,12 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
     submission = launched.submission
     print(submission.job_id)
     where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
-    print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} as local job {submission.job_id}; "
-          f"its watcher is local job {submission.sidecar_id}; run folder {submission.record.folder}", file=sys.stderr)
+    record = submission.record
+    output = str(record.sources.get("stdout") or "")
+    follow = f"; its output goes to {output} (follow it: tail -f {shlex.quote(output)})" if output else ""
+    print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} in the background as local job "
+          f"{submission.job_id}; its watcher is local job {submission.sidecar_id}{follow}; "
+          f"`guarded-sbatch show {record.run_id}` shows it; run folder {record.folder}", file=sys.stderr)
     return int(ExitCode.OK)
 
 

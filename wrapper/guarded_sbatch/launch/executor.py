@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tempfile
 import time
 import typing as tp
@@ -46,11 +47,12 @@ from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, comment_with_marker
+from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
 from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
-from guarded_sbatch.launch.results import CheckResult
+from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
@@ -175,6 +177,8 @@ class GuardedExecutor(submitit.AutoExecutor):
         launch = split_sbatch_argv(self._argv(script))
         report = check_launch(launch, config, scheduler, cwd=self.submit_dir)
         self.last_report, self.last_preflight = report, list(report.results)
+        if not report.blocked:  # as the CLI's launch says it, in one line: a clear launch is not worth a page
+            sys.stderr.write(redact(clear_line(report)) + "\n")
         if report.blocked:
             failed = [r for r in report.results if r.name in report.blocking_checks]
             raise BlockedError(api_words("submission blocked by the pre-flight: " + "; ".join(
@@ -333,6 +337,16 @@ def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
         return None
     candidate = Path(path).expanduser()
     return candidate if candidate.is_absolute() else cwd / candidate
+
+
+def clear_line(report: PreflightReport) -> str:
+    """A clear pre-flight in one line: which checks warned and which were waived (the findings in last_report)."""
+    warned = [r.name for r in report.results if r.status is CheckStatus.WARNED]
+    parts = [f"warned: {', '.join(warned)}" if warned else "",
+             f"waived: {', '.join(f'{w.check} ({w.reason})' for w in report.waivers)}" if report.waivers else ""]
+    said = "; ".join(part for part in parts if part)
+    return (f"guarded-sbatch: pre-flight of {report.run_name or 'the run'} clear"
+            + (f" ({said}; each finding in executor.last_report)" if said else ""))
 
 
 def api_words(text: str) -> str:
