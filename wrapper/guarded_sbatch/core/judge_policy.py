@@ -21,7 +21,9 @@ class JudgePolicy:
     key_metric_direction: Direction | None = None  # None: from the name (loss/error: min, acc/f1: max)
     target: float | None = None  # value of key_metric that would count as success
     baseline: float | None = None  # value of key_metric of a reference run
-    chance_loss: float | None = None  # e.g. ln(num_classes); sharpens the plateau-from-start check
+    # the loss of guessing uniformly, e.g. ln(num_classes) (a guarded launch sets it from the run's config:
+    # vocab_size, num_labels, num_classes, nc); sharpens the plateau-from-start check and the chance-level check
+    chance_loss: float | None = None
 
     # thin evidence: below these, soft findings WAIT (hard faults never do)
     min_loss_points: int = 5
@@ -32,6 +34,23 @@ class JudgePolicy:
     # at the first one when the finite loss just before it had exploded (>= this x the median before it)
     nonfinite_loss_points: int = 2
     nonfinite_after_explosion_ratio: float = 1000.0
+    # time is evidence: a non-finite training loss that stays the newest point while the job runs on is a STOP after
+    # this long and this many of the run's own intervals between new points (a progress bar redraws one line)
+    nonfinite_hold_seconds: float = 15.0
+    nonfinite_hold_intervals: float = 2.0
+    # evidence by strength (decides with any number of points): a training loss at >= 10**jump_orders x its level
+    # before, reached within jump_within_points logged points and still there
+    jump_orders: float = 3.0
+    jump_within_points: int = 3
+    # a training loss at >= chance_multiple x the chance level (chance_loss), or >= first_loss_multiple x the
+    # first logged loss when the chance level is not known, at chance_points logged points in a row
+    chance_multiple: float = 3.0
+    first_loss_multiple: float = 10.0
+    chance_points: int = 3
+    # memory: a point >= spike_memory_ratio x the median of the points before it (and 10 x where the run
+    # started) is a big spike; spike_memory_count of them over the run, recovered or not, is a STOP (one: a note)
+    spike_memory_ratio: float = 100.0
+    spike_memory_count: int = 3
     # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are all non-finite
     nonfinite_patience_points: int = 3
     # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped
@@ -92,6 +111,14 @@ class JudgePolicy:
     plateau_min_improvement: float = 0.03  # relative drop of the median loss since the start
     plateau_chance_tolerance: float = 0.05  # near chance_loss, relative
 
+    # stagnation mid-run: after the loss improved by stall_min_progress, no new best for
+    # max(stall_min_steps, stall_pace_factor x the steps the run took to reach its best), with a noisy grad norm
+    # ((q90 - q10) / median >= stall_grad_spread) and the learning rate not decayed: WAIT, then STOP after as long
+    stall_min_progress: float = 0.1
+    stall_min_steps: int = 300
+    stall_pace_factor: float = 1.0
+    stall_grad_spread: float = 1.0
+
     # staleness (only while a live job is watched)
     stale_after_seconds: float = 3600.0
 
@@ -101,5 +128,6 @@ class RunContext:
     """What the watcher knows beyond the metrics. All optional."""
 
     total_steps: int | None = None
-    job_live: bool | None = None  # None/False: files read after the fact, staleness never counts
-    seconds_since_last_point: float | None = None
+    job_live: bool | None = None  # None/False: files read after the fact, staleness (and time) never counts
+    seconds_since_last_point: float | None = None  # the watcher's clock: since a poll last brought new points
+    point_interval_s: float | None = None  # the run's own pace: typical seconds between polls that brought points

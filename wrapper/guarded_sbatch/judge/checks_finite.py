@@ -7,7 +7,7 @@ import numpy as np
 
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 
@@ -128,9 +128,11 @@ def _trailing_streak(bad: np.ndarray) -> int:
 
 
 def check_nonfinite_loss(
-    history: MetricHistory, keys: RunKeys, policy: JudgePolicy, excused: set[int]
+    history: MetricHistory, keys: RunKeys, policy: JudgePolicy, excused: set[int], context: RunContext | None = None
 ) -> Finding | None:
-    """NaN/Inf training loss, and HF's hidden NaN (`loss: 0.0` beside `grad_norm: nan`)."""
+    """NaN/Inf training loss, and HF's hidden NaN (`loss: 0.0` beside `grad_norm: nan`). Confirmed by a second
+    logged point, by the exploded loss just before it, by a second independent signal (the evaluation failing too),
+    or by time: the non-finite loss stays the newest point while the job runs on."""
     if not keys.train_loss:
         return None
     steps, values = history.series(keys.train_loss)
@@ -165,12 +167,45 @@ def check_nonfinite_loss(
     anomaly = Anomaly("hidden_nan" if is_hidden else "nan", keys.train_loss, onset, None, what)
     if streak >= policy.nonfinite_loss_points:
         return Finding.stop(reason, f"{what} at the last {streak} logged steps (since step {onset})", anomaly)
-    exploded = _explosion_before(steps, values, counted, onset_index, policy)
-    if exploded:
-        return Finding.stop(reason, f"{what} at step {onset}, {exploded}", anomaly)
+    confirmed = (_explosion_before(steps, values, counted, onset_index, policy)
+                 or _eval_failed_too(history, keys, int(steps[onset_index - 1]) if onset_index else onset - 1)
+                 or _held(policy, context))
+    if confirmed:
+        return Finding.stop(reason, f"{what} at step {onset}, {confirmed}", anomaly)
     return Finding.wait(
-        reason, f"{what} at step {onset}; STOP if the next logged step is non-finite too", anomaly
+        reason, f"{what} at step {onset}; STOP if the next logged step is non-finite too, or if it is still the "
+        f"newest point after {_hold_seconds(policy, context):.0f} s while the job runs", anomaly
     )
+
+
+def _eval_failed_too(history: MetricHistory, keys: RunKeys, since_step: int) -> str:
+    """A second, independent non-finite signal: an evaluation's newest value, logged after the last finite training
+    loss, is non-finite too ("" when none is)."""
+    for key in keys.eval_keys:
+        steps, values = history.series(key)
+        if len(values) and not np.isfinite(values[-1]) and int(steps[-1]) > since_step:
+            return (f"and {key} is {values[-1]} at step {int(steps[-1])}: two independent non-finite signals "
+                    "(training and evaluation) decide at once")
+    return ""
+
+
+def _hold_seconds(policy: JudgePolicy, context: RunContext | None) -> float:
+    """How long a non-finite newest loss must stay the newest: `nonfinite_hold_seconds`, and at least
+    `nonfinite_hold_intervals` of the run's own intervals between new points."""
+    interval = context.point_interval_s if context is not None and context.point_interval_s else 0.0
+    return max(policy.nonfinite_hold_seconds, policy.nonfinite_hold_intervals * interval)
+
+
+def _held(policy: JudgePolicy, context: RunContext | None) -> str:
+    """Time as evidence: the job runs on and nothing newer came for the hold ("" otherwise; never for files read
+    after the fact)."""
+    if context is None or not context.job_live or context.seconds_since_last_point is None:
+        return ""
+    hold = _hold_seconds(policy, context)
+    if context.seconds_since_last_point < hold:
+        return ""
+    return (f"still the newest point {context.seconds_since_last_point:.0f} s later while the job runs on "
+            f"(hold {hold:.0f} s): the next point is not coming, a progress bar redraws one line")
 
 
 def _explosion_before(steps: np.ndarray, values: np.ndarray, counted: np.ndarray, onset_index: int,

@@ -6,27 +6,31 @@ Order (the first STOP in this order wins; else the first WAIT; else CONTINUE wit
      preemption, a scancel) is a WAIT that any later STOP finding overrides: it may be requeued; a log cut off
      inside a traceback (a crash that cannot say why) is a STOP after the checks below, which can
   1. loss-scale collapse (fp16: scale stuck at its floor, steps skipped every time)
-  2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`);
-     fp16 skipped steps (skip counter moved / loss scale dropped) are excused; then a NaN-iteration
-     counter (Megatron prints no loss for those)
-  3. non-finite grad norm or LR (outside skipped steps)
-  4. evaluations failing (non-finite) every time
-  5. training-loss spike that does not recover / sustained divergence (WAIT while the key eval is
+  2. non-finite training loss, and the hidden NaN (`loss 0.0` beside `grad_norm nan`), confirmed by a second
+     logged point, the explosion just before it, a second independent signal (the evaluation non-finite too) or
+     by time (still the newest point while the job runs on: RunContext); fp16 skipped steps (skip counter moved /
+     loss scale dropped) are excused; then a NaN-iteration counter (Megatron prints no loss for those)
+  3. evidence by strength (checks_strength.py): a jump by orders of magnitude still held, a loss far above the
+     chance level, big spikes that keep coming (counted over the run)
+  4. non-finite grad norm or LR (outside skipped steps)
+  5. evaluations failing (non-finite) every time
+  6. training-loss spike that does not recover / sustained divergence (WAIT while the key eval is
      at or near its best), a jump in a window too short for a baseline (WAIT), then a slow climb of the
      training loss above its best
-  6. gradient-norm explosion (open: WAIT)
-  7. LR schedule stuck at 0
-  8. plateau from the start
-  9. key eval metric regressing from its own best (WAIT first, STOP after a patience in evals or steps)
- 10. staleness (only while a live job is watched) -> WAIT
+  7. gradient-norm explosion (open: WAIT)
+  8. LR schedule stuck at 0
+  9. plateau from the start, then stagnation mid-run (checks_stall.py)
+ 10. key eval metric regressing from its own best (WAIT first, STOP after a patience in evals or steps)
+ 11. staleness (only while a live job is watched) -> WAIT
 Notes (recovered spikes, a NaN that went away, LR restarts, eval vs baseline) never stop a run.
 Hard faults first, whatever the history's length: a crash, a non-finite loss confirmed at a second logged step
 (or right after an explosion), a loss scale collapsing step after step are STOPs with one loss point or none.
 Thin evidence: with fewer than `min_loss_points` training-loss points only the soft findings (trends) become a
-WAIT. A short window is still judged for what it shows: a jump far above its own earlier level is a WAIT that
-names it (checks_window.py). The NaN checks run even when no loss key is logged (a log whose only signal is
-`grad norm: nan`); no loss key at all is start-up (too_early) until the run has logged at a few steps.
-Every WAIT and STOP message names its evidence: the metric, its values and their steps.
+WAIT; a finding on strong evidence (Finding.hard) decides however few points there are. A short window is still
+judged for what it shows: a jump far above its own earlier level is a WAIT that names it (checks_window.py). The
+NaN checks run even when no loss key is logged (a log whose only signal is `grad norm: nan`); no loss key at all is
+start-up (too_early) until the run has logged at a few steps. Every WAIT and STOP message names its evidence: the
+metric, its values and their steps.
 """
 
 from __future__ import annotations
@@ -38,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
-from guarded_sbatch.judge import (checks_climb, checks_crash, checks_eval, checks_finite, checks_schedule, checks_trend,
-                                  checks_window)
+from guarded_sbatch.judge import (checks_climb, checks_crash, checks_eval, checks_finite, checks_schedule,
+                                  checks_stall, checks_strength, checks_trend, checks_window)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
@@ -62,7 +66,11 @@ class CheckInput:
 # in a judge/checks_*.py module and one line here.
 CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("loss_scale_collapse", lambda c: checks_finite.check_loss_scale_collapse(c.history, c.keys, c.policy)),
-    ("non_finite_loss", lambda c: checks_finite.check_nonfinite_loss(c.history, c.keys, c.policy, c.excused)),
+    ("non_finite_loss", lambda c: checks_finite.check_nonfinite_loss(c.history, c.keys, c.policy, c.excused,
+                                                                      c.context)),
+    ("magnitude_jump", lambda c: checks_strength.check_magnitude_jump(c.history, c.keys, c.policy)),
+    ("above_chance", lambda c: checks_strength.check_above_chance(c.history, c.keys, c.policy)),
+    ("repeated_spikes", lambda c: checks_strength.check_repeated_spikes(c.history, c.keys, c.policy)),
     ("nan_counter", lambda c: checks_finite.check_nan_counter(c.history, c.keys, c.policy)),
     ("non_finite_optimizer", lambda c: checks_finite.check_nonfinite_optimizer_metrics(c.history, c.keys, c.policy,
                                                                                         c.excused)),
@@ -73,6 +81,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy, c.excused)),
     ("lr_schedule", lambda c: checks_schedule.check_lr_schedule(c.history, c.keys, c.policy)),
     ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
+    ("stagnation", lambda c: checks_stall.check_stagnation(c.history, c.keys, c.policy)),
     ("eval_regressing", lambda c: checks_eval.check_eval_regressing(c.history, c.keys, c.policy)),
     ("stale", lambda c: _check_stale(c.policy, c.context)),
     ("eval_vs_baseline", lambda c: checks_eval.check_eval_vs_baseline(c.history, c.keys, c.policy)),
@@ -160,7 +169,7 @@ def _first_stop_or_wait(present: list[Finding], thin_loss_points: int | None) ->
     for finding in present:
         if finding.decision is not Decision.STOP:
             continue
-        if thin_loss_points is not None and finding.reason not in HARD_REASONS:
+        if thin_loss_points is not None and not finding.hard and finding.reason not in HARD_REASONS:
             return (Decision.WAIT, finding.reason,
                     f"{finding.message} (only {thin_loss_points} training-loss points: waiting for more)")
         return Decision.STOP, finding.reason, finding.message

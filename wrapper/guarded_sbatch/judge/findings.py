@@ -20,6 +20,7 @@ class Finding:
     reason: Reason
     message: str
     anomalies: tuple[Anomaly, ...] = field(default_factory=tuple)
+    hard: bool = False  # strong evidence: decides with any number of training-loss points (decide.py)
 
     @classmethod
     def note(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:
@@ -28,6 +29,12 @@ class Finding:
     @classmethod
     def stop(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:
         return cls(Decision.STOP, reason, message, tuple(anomalies))
+
+    @classmethod
+    def hard_stop(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:
+        """A STOP on strong evidence (an explosion by orders of magnitude, a loss far above chance, a NaN that
+        stays): it needs no minimum of points."""
+        return cls(Decision.STOP, reason, message, tuple(anomalies), hard=True)
 
     @classmethod
     def wait(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:

@@ -33,6 +33,7 @@ class Reason(enum.Enum):
     EVAL_FAILING = "eval_failing"
     LR_SCHEDULE = "lr_schedule"
     PLATEAU_FROM_START = "plateau_from_start"
+    STAGNATION = "stagnation"  # stalled mid-run after progress (judge/checks_stall.py)
     NOISY = "noisy"
     STALE = "stale"
     SOURCE_UNREADABLE = "source_unreadable"

@@ -1,7 +1,7 @@
 """The sidecar loop: discover → read → decide → report; on STOP: stop, evidence, note, FINAL_SUMMARY.
 
-Fast polls (default every 60 s) read new points and act at once on a STOP. A full report is
-printed every full interval (default 30 min; it grows while the run stays healthy and shrinks after
+Fast polls (default every 10 s: reading a local file's new bytes is cheap) read new points and act at once on
+a STOP. A full report is printed every full interval (default 30 min; it grows while the run stays healthy and shrinks after
 an anomaly), when the decision changes, and at the end. The scheduler is asked about the job
 sparingly: every `job_poll_s` (default 300 s, so ≤ 12 calls an hour). On Slurm an idle step
 inside the job (scheduler.slurm.JobEndWatch) ends with the job, so a finished job is noticed at
@@ -41,6 +41,7 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import update_record
 from guarded_sbatch.sidecar.stop_record import append_stop_note, save_evidence
 from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
+from guarded_sbatch.sidecar.tracker_runs import stop_process_tree
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
 
@@ -73,6 +74,7 @@ class Sidecar:
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
         self.node_losses = NodeLossWatch(settings.job_id)
+        self._arrivals: list[float] = []  # the last polls that brought new points: the run's own pace (RunContext)
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
         """A diagnostic line (not a report block) through logging, in the one format of core/logs.py."""
@@ -188,6 +190,7 @@ class Sidecar:
             self.sources.notes = []
         if new_points:
             self.state.last_new_data_at = now
+            self._arrivals = [*self._arrivals[-8:], now]
         return new_points
 
     def _last_read(self) -> None:
@@ -242,7 +245,10 @@ class Sidecar:
     def _judge(self, now: float) -> Verdict:
         live = self.settings.job_id is not None and self.job_state is not JobState.UNKNOWN and not self.job_state.is_terminal
         since = now - self.state.last_new_data_at if self.state.last_new_data_at else None
-        return judge_sources(self.sources, self.settings.policy, RunContext(job_live=live, seconds_since_last_point=since))
+        gaps = sorted(b - a for a, b in zip(self._arrivals, self._arrivals[1:]))
+        pace = gaps[len(gaps) // 2] if gaps else None  # the median gap between polls that brought new points
+        return judge_sources(self.sources, self.settings.policy,
+                             RunContext(job_live=live, seconds_since_last_point=since, point_interval_s=pace))
 
     def _maybe_poll_job(self, now: float, had_new_points: bool) -> None:
         if self.scheduler is None or self.settings.job_id is None:
@@ -354,7 +360,15 @@ class Sidecar:
         job = f" (job {self.settings.job_id})" if self.settings.job_id else ""
         return f"{self.settings.run_name}{job} — {self.sources.describe()}"
 
-    def _stop(self, verdict: Verdict, now: float, *, ended: bool = False) -> int:
+    def _stop(self, verdict: Verdict, now: float, *, ended: bool = False) -> int | None:
+        agent_run = None if ended else self.sources.agent_process()
+        if agent_run is not None:  # one of a sweep agent's W&B runs: its process alone, the watch goes on (tracker_runs.py)
+            self._full_report(verdict, now, ending=False)
+            _, detail = stop_process_tree(agent_run, grace_s=self.settings.stop_grace_s)
+            self.emit(f"sidecar: stop of W&B run {self.sources.describe()} done: {detail}; the job goes on\n")
+            self.sources.retire_active()
+            self._remember(verdict)
+            return None
         self._full_report(verdict, now, ending=True)
         if ended:  # it died by itself (a crash, a NaN): the verdict and its evidence, nothing to stop
             outcome = StopOutcome("none", True, f"training job {self.settings.job_id} had already ended "

@@ -1,7 +1,8 @@
 """Incremental reader of a training run's text log (stdout) and of HF's trainer_state.json.
 
-Only complete lines are parsed: bytes after the last newline are kept for the next read, so a line
-being written is never half-read. Carriage returns (tqdm) split records too, and so does a traceback that
+Only complete records are parsed: bytes after the last newline are kept for the next read, so a line
+being written is never half-read. Carriage returns (tqdm) split records too, and a progress bar's redraw is read as
+soon as it is complete (the next `\r`, or its closing bracket), not when the line ends, and so does a traceback that
 starts on a progress bar's line (the bar's final redraw after it never counts as training); ANSI colours are removed,
 rank prefixes and duplicate lines from several ranks fold into one point per (key, step).
 
@@ -35,10 +36,27 @@ READ_BYTES = 16 * 1024 * 1024
 MAX_RECORD_CHARS = 64 * 1024
 # lines Slurm's own tools write into the job's output (srun, slurmstepd or slurmstepd-<node>, ...)
 _SCHEDULER_LINE = re.compile(r"\s*(?:srun|slurmstepd|slurmd|sbatch|salloc|scontrol|scancel)(?:-[\w.-]{1,100})?(?:\[\d+\])?: ")
-MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (a tqdm bar without newlines) is cut at its last \r
+MAX_PENDING_BYTES = 1024 * 1024  # a "line" longer than this (no newline, no \r) is read as it is
+MAX_BAR_BYTES = 4096
 # a traceback printed right after a progress bar's last redraw starts on the bar's line (no newline before it)
 _TRACEBACK_TEXT = "Traceback (most recent call last):"
 _AT_TRACEBACK = re.compile(r"(?<=\S)(?=Traceback \(most recent call last\):)")
+
+
+def _complete_up_to(data: bytes) -> int:
+    """Where the complete records of `data` end. A line ends at its newline; a progress bar that redraws one line
+    (tqdm writes `\r` + the bar) ends a redraw at the next `\r`, and its newest redraw is complete once it closes
+    its bracket: a bar that stays on one line for a whole epoch (or a run that hangs after a NaN) is read as it is
+    drawn, not when the line ends."""
+    cut = data.rfind(b"\n") + 1
+    last_cr = data.rfind(b"\r", cut)
+    if last_cr >= 0:
+        cut = last_cr + 1
+        tail = data[cut:]
+        if len(tail) < MAX_BAR_BYTES and tail.rstrip(b" ").endswith(b"]"):
+            if find_bar(clean_line(tail.decode("utf-8", "replace"))) is not None:
+                return len(data)
+    return len(data) if len(data) - cut > MAX_PENDING_BYTES else cut
 
 
 @guarded_reader
@@ -79,9 +97,7 @@ class TextLogSource(SourceBase):
         if not chunk:
             return []
         data = self._pending + chunk
-        cut = data.rfind(b"\n") + 1
-        if cut == 0 and len(data) > MAX_PENDING_BYTES:
-            cut = data.rfind(b"\r") + 1 or len(data)
+        cut = _complete_up_to(data)
         self._pending = data[cut:]
         text = data[:cut].decode("utf-8", "replace")
         points: list[MetricPoint] = []
