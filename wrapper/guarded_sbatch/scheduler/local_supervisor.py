@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -102,6 +103,7 @@ class Running:
     limit: float | None
     timed_out: bool = False
     kill_deadline: float | None = None
+    ended_fd: int | None = None  # a pidfd: readable once the task's process has ended (None: polled only)
 
     def watch(self, now: float) -> bool:
         """Enforce the limit and a cancel; True once the task has ended (and is recorded)."""
@@ -115,6 +117,8 @@ class Running:
         if self.proc.poll() is None:
             return False
         _kill_group(self.proc.pid, signal.SIGKILL)  # like Slurm: nothing of the job outlives it
+        if self.ended_fd is not None:
+            os.close(self.ended_fd)
         rc = self.proc.returncode
         if _cancel_requested(self.folder):
             state = JobState.CANCELLED
@@ -157,7 +161,23 @@ def _start(folder: Path, argv: list[str]) -> Running | None:
     started = time.time()
     _set_state(folder, state=JobState.RUNNING.value, start_time=started, pid=proc.pid, pgid=proc.pid, reason="")
     limit = spec.get("time_limit_s")
-    return Running(folder, proc, started, float(limit) if limit is not None else None)
+    return Running(folder, proc, started, float(limit) if limit is not None else None, ended_fd=_pidfd(proc.pid))
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # a kernel before 5.3: the poll's cadence alone
+        return None
+
+
+def _wait(running: list[Running]) -> None:
+    """Until a task ends (its slot is handed on at once) or the next poll of cancels and limits is due."""
+    fds = [task.ended_fd for task in running if task.ended_fd is not None]
+    if fds:
+        select.select(fds, [], [], POLL_S)
+    else:
+        time.sleep(POLL_S)
 
 
 def run_tasks(tasks: list[Path], argv: list[str], throttle: int) -> None:
@@ -181,7 +201,7 @@ def run_tasks(tasks: list[Path], argv: list[str], throttle: int) -> None:
         now = time.time()
         running = [task for task in running if not task.watch(now)]
         if pending or running:
-            time.sleep(POLL_S)
+            _wait(running)
 
 
 def main(folder: Path) -> int:
