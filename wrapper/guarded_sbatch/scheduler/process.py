@@ -132,7 +132,14 @@ class ProcessScheduler:
         return set()
 
     def user_jobs(self) -> list[JobInfo]:
-        return []
+        """Every live process of the user, as `PID@START`: a process not listed has ended."""
+        jobs: list[JobInfo] = []
+        for name in os.listdir("/proc"):
+            if name.isdigit() and self._owned(int(name)):
+                ticks = process_start_ticks(int(name))
+                if ticks is not None:
+                    jobs.append(JobInfo(job_id=f"{name}@{ticks}", state=JobState.RUNNING))
+        return jobs
 
     def job_process_groups(self) -> dict[str, int]:
         return {}
