@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from e2e_helpers import wait_for
 from guarded_sbatch.cli.lifecycle import sacct_exit
-from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
-from guarded_sbatch.scheduler.local_ids import peek_next_id
+from guarded_sbatch.scheduler.local_ids import peek_next_id, take_free_ids, take_ids
 
 
 @pytest.fixture(autouse=True)
@@ -150,3 +150,17 @@ def test_a_cancelled_job_reports_the_exit_code_slurm_reports(tmp_path: Path, bac
 def _accounting() -> bool:
     config = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30).stdout
     return "accounting_storage/none" not in config
+
+
+def test_ids_that_always_collide_are_refused_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SchedulerError, match="every job id tried would write over an existing file"):
+        take_free_ids(tmp_path / "jobs", 1, lambda first: f"slurm-{first}.out")
+
+
+def test_without_a_usable_state_home_the_folder_counts_on_its_own(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocked))  # the per-user counter cannot be made under a file
+    root = tmp_path / "jobs"
+    assert [take_ids(root, 1), take_ids(root, 3), take_ids(root, 1)] == [1, 2, 5]
