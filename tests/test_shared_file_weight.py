@@ -131,7 +131,7 @@ def test_the_bounded_reader_refuses_what_is_not_a_regular_file(tmp_path: Path) -
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    for path, why in ((fifo, "a FIFO"), (Path("/dev/zero"), "a device"), (tmp_path, "a folder")):
+    for path, why in ((fifo, "a FIFO"), (Path("/dev/zero"), "a device"), (tmp_path, "Is a directory")):
         try:
             read_bounded(path, 1024)
         except OSError as exc:

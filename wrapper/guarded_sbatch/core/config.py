@@ -36,6 +36,10 @@ __all__ = ["DEFAULTS", "DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_N
            "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml"]
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
+# The admins' site config at a fixed system path: always read when it is there, whatever the environment says
+# (unsetting GUARDED_SBATCH_SITE_CONFIG drops nothing); a config the variable names is merged below it.
+SYSTEM_SITE_CONFIG = Path("/etc/guarded-sbatch/site.toml")
+_UNION_KEYS = (("checks", "mandatory"), ("locked",))  # lists a lower site config may add to, never remove from
 USER_CONFIG_ENV = "GUARDED_SBATCH_USER_CONFIG"
 
 SITE_ONLY_KEYS = ("locked", "enabled", "audit")  # a user config may not set these
@@ -168,15 +172,41 @@ def user_config_path(env: Mapping[str, str]) -> Path:
     return base / "guarded-sbatch" / "config.toml"
 
 
+def site_config_paths(environ: Mapping[str, str]) -> list[Path]:
+    """The site configs to read, lowest first: the one $GUARDED_SBATCH_SITE_CONFIG names, then the system one
+    (SYSTEM_SITE_CONFIG), which no environment can unset or override downward."""
+    paths: list[Path] = []
+    if environ.get(SITE_CONFIG_ENV):
+        named = Path(environ[SITE_CONFIG_ENV]).expanduser()
+        if not named.is_file():
+            raise UsageError(f"{SITE_CONFIG_ENV} points to {named}, which is not a file; ask your site admin")
+        paths.append(named)
+    if SYSTEM_SITE_CONFIG.is_file() and not (paths and _same_file(paths[0], SYSTEM_SITE_CONFIG)):
+        paths.append(SYSTEM_SITE_CONFIG)
+    return paths
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _get(data: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    node: Any = data
+    for key in keys:
+        node = node.get(key, []) if isinstance(node, Mapping) else []
+    return node
+
+
 def load_config(
     *, site_path: Path | None = None, user_path: Path | None = None, env: Mapping[str, str] | None = None
 ) -> Config:
     """Load defaults, then the site config, then the user config; refuse user changes to locked keys."""
     environ = os.environ if env is None else env
-    if site_path is None and environ.get(SITE_CONFIG_ENV):
-        site_path = Path(environ[SITE_CONFIG_ENV]).expanduser()
-        if not site_path.is_file():
-            raise UsageError(f"{SITE_CONFIG_ENV} points to {site_path}, which is not a file; ask your site admin")
+    site_paths = [site_path] if site_path is not None else site_config_paths(environ)
+    site_path = site_paths[-1] if site_paths else None
     explicit_user = user_path is not None or bool(environ.get(USER_CONFIG_ENV))
     if user_path is None:
         user_path = user_config_path(environ)
@@ -185,11 +215,16 @@ def load_config(
     merged = copy.deepcopy(DEFAULTS)
     sources: list[Path] = []
     site: dict[str, Any] = {}
-    if site_path is not None:
-        site = read_toml(site_path)
-        _check_known_keys(site, DEFAULTS, site_path)
+    for path in site_paths:
+        site = read_toml(path)
+        _check_known_keys(site, DEFAULTS, path)
+        lower = {keys: list(_get(merged, keys)) for keys in _UNION_KEYS} if sources else {}
         _deep_merge(merged, site)
-        sources.append(site_path)
+        for keys, values in lower.items():  # the system config keeps what the named one made mandatory or locked
+            current = _get(merged, keys)
+            if isinstance(current, list):
+                current.extend(v for v in values if v not in current)
+        sources.append(path)
     if user_path.is_file():
         user = read_toml(user_path)
         _check_known_keys(user, DEFAULTS, user_path)

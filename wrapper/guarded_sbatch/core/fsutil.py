@@ -207,8 +207,7 @@ class TooLargeError(OSError):
         self.size = size
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a folder"))
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket"))
 PREFLIGHT_READ_SECONDS = 10.0
 
 
@@ -221,6 +220,8 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int, *, head: bool = F
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     try:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory", os.fspath(path))
         if not stat.S_ISREG(info.st_mode):
             kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
             raise OSError(errno.EINVAL, f"{kind}, not a regular file: not read", os.fspath(path))

@@ -14,10 +14,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.config import DEFAULTS, SITE_CONFIG_ENV, read_toml
+from guarded_sbatch.core.config import DEFAULTS, SITE_CONFIG_ENV, read_toml, site_config_paths
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.launcher import LauncherLine
 from guarded_sbatch.core.sbatch.script import ParsedScript
+from guarded_sbatch.site.launch_forms import unclassified_launch
 
 MODES = ("reject", "tag", "allow")
 LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")
@@ -72,20 +73,25 @@ def policy_from_table(table: Mapping[str, Any], source: str) -> EnforcementPolic
 
 
 def load_policy(site_path: Path | None = None, env: Mapping[str, str] | None = None) -> EnforcementPolicy:
-    """The [enforcement] table of the site config (GUARDED_SBATCH_SITE_CONFIG), else the defaults."""
+    """The [enforcement] table of the site configs (the one GUARDED_SBATCH_SITE_CONFIG names, then the system one at
+    /etc/guarded-sbatch/site.toml, which wins and which no environment can unset), else the defaults."""
     environ = os.environ if env is None else env
-    if site_path is None and environ.get(SITE_CONFIG_ENV):
-        site_path = Path(environ[SITE_CONFIG_ENV]).expanduser()
-    if site_path is None:
+    paths = [site_path] if site_path is not None else site_config_paths(environ)
+    if not paths:
         return EnforcementPolicy()
-    if not site_path.is_file():
-        raise UsageError(f"site config {site_path} is not a file; ask your site admin (or fix {SITE_CONFIG_ENV})")
-    site = read_toml(site_path)
-    table = site.get("enforcement", {})
-    if not isinstance(table, dict):
-        raise UsageError(f"{site_path}: 'enforcement' must be a table ([enforcement])")
-    policy = policy_from_table(table, str(site_path))
-    if site.get("enabled", True) is False:  # the site switch-off: the plugins let every job through
+    table: dict[str, Any] = {}
+    enabled = True
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"site config {path} is not a file; ask your site admin (or fix {SITE_CONFIG_ENV})")
+        site = read_toml(path)
+        part = site.get("enforcement", {})
+        if not isinstance(part, dict):
+            raise UsageError(f"{path}: 'enforcement' must be a table ([enforcement])")
+        table.update(part)
+        enabled = site.get("enabled", enabled) is not False
+    policy = policy_from_table(table, " + ".join(str(p) for p in paths))
+    if not enabled:  # the site switch-off: the plugins let every job through
         policy = replace(policy, unguarded_training="allow", switched_off=True)
     return policy
 
@@ -148,7 +154,7 @@ def training_reason(script: ParsedScript, policy: EnforcementPolicy) -> str | No
         for needle in policy.training_commands:
             if needle in command.text:
                 return f"line {command.line_number}: {command.text}"
-    return None
+    return unclassified_launch(script.text, policy.launchers, policy.exempt_programs)  # fails closed
 
 
 def lua_string(text: str) -> str:

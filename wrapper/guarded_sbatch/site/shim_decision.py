@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.core.config import SITE_CONFIG_ENV
+from guarded_sbatch.core.config import SITE_CONFIG_ENV, SYSTEM_SITE_CONFIG
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap, read_script_text
@@ -95,10 +95,20 @@ def training_commands_cache_text(env: Mapping[str, str]) -> str | None:
     """The cache's content for the current site config: `site=<path>` then one training command per line;
     None without a site config (the fast path then needs no cache)."""
 
-    site = env.get(SITE_CONFIG_ENV)
-    if not site:
+    named = env.get(SITE_CONFIG_ENV, "")
+    sites = [named] if named else []
+    if SYSTEM_SITE_CONFIG.is_file() and not (named and _same_path(named, SYSTEM_SITE_CONFIG)):
+        sites.append(str(SYSTEM_SITE_CONFIG))  # always read: the shim's fast path checks its commands too
+    if not sites:
         return None
     policy = load_policy(env=env)
     if any("\n" in needle for needle in policy.training_commands):
         return None  # a needle the line-based cache cannot hold: no cache, so every call goes to Python
-    return "\n".join([f"site={site}", *policy.training_commands]) + "\n"
+    return "\n".join([f"site={':'.join(sites)}", *policy.training_commands]) + "\n"
+
+
+def _same_path(a: str, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

@@ -49,11 +49,11 @@ class PathRef:
 def collect_path_refs(context: PreflightContext) -> list[PathRef]:
     refs: list[PathRef] = []
     launcher = context.launcher
-    if context.intended is not None:
-        for file in context.intended.files:
-            refs.append(PathRef("config", "run config", str(file), file))
-    elif launcher is not None and launcher.config_path:
-        refs.append(_ref(context, "config", "--config", launcher.config_path, launcher.config_unresolved))
+    files = context.intended.files if context.intended is not None else ()
+    for file in files:
+        refs.append(PathRef("config", "run config", str(file), file))
+    if not files and launcher is not None and launcher.config_path:  # a missing --config: its `--key value`s
+        refs.append(_ref(context, "config", "--config", launcher.config_path, launcher.config_unresolved))  # no pass
     if context.launch.guard_options.reference is not None:
         text = str(context.launch.guard_options.reference)
         refs.append(PathRef("config", "--guard-reference", text, context.resolve(text)))

@@ -4,6 +4,7 @@ Install it beside them (the folder of slurm.conf). Loaded with dofile; returns a
   lib.load_policy(dir)                 -> the table of guarded_sbatch_policy.lua in dir (fails closed: reject)
   lib.is_guarded(comment, script)      -> true when comment carries guarded-sbatch's marker for this script
   lib.training_line(script, policy)    -> "line N: <text>" when the script launches training, else nil
+                                          (a launch form it cannot classify counts: lib.unclassified_launch)
   lib.reject_message(why, policy), lib.tag_text(comment, why, policy)
 
 The marker (written by guarded-sbatch, see wrapper/guarded_sbatch/core/marker.py) is
@@ -237,6 +238,138 @@ local function python_shebang(line)
     or string.match(line, "^#!%S*/env%s+[^\n]-python[%d%.]*%s") or string.match(line, "^#!%S*/env%s+[^\n]-python[%d%.]*$")
 end
 
+-- Fails closed (site/launch_forms.py is the Python twin): a line the launcher rule above cannot classify but that may
+-- start a launcher counts. Read as bash joins and unquotes it, roughly: backslash-newline removed, backslashes and
+-- quotes dropped, cut into commands at ; & | ( ) { } and backquotes; words that run the rest of their command
+-- (exec -a N, time -p, env -i A=1, nohup, bash -c, eval, sudo ...) looked through; a variable as the command word
+-- counts when it names Python or runs a .py file.
+local RUNS_ARGUMENTS = {
+  exec = { ["-a"] = true }, time = { ["-f"] = true, ["-o"] = true, ["--format"] = true, ["--output"] = true },
+  nohup = {}, command = {}, builtin = {}, env = { ["-u"] = true, ["-C"] = true, ["--unset"] = true, ["--chdir"] = true,
+  ["-S"] = true }, stdbuf = { ["-i"] = true, ["-o"] = true, ["-e"] = true }, nice = { ["-n"] = true },
+  ionice = { ["-c"] = true, ["-n"] = true, ["-p"] = true }, setsid = {}, chrt = {}, eval = {}, bash = {}, sh = {},
+  zsh = {}, dash = {}, ksh = {}, xargs = {}, parallel = {}, sudo = { ["-u"] = true, ["-g"] = true }, su = {},
+  runuser = { ["-u"] = true }, flock = {}, watch = { ["-n"] = true }, unbuffer = {},
+  strace = { ["-o"] = true, ["-e"] = true, ["-p"] = true }, valgrind = {}, nsys = {}, ncu = {}, perf = {}, gdb = {},
+  catchsegv = {}, srun = {}, mpirun = {}, mpiexec = {}, timeout = {}, singularity = {}, apptainer = {}, enroot = {},
+  podman = {}, docker = {}, numactl = {}, taskset = {}, ["do"] = {}, ["then"] = {}, ["else"] = {}, elif = {},
+  ["if"] = {}, ["while"] = {}, ["until"] = {}, ["!"] = {}, coproc = {},
+}
+
+local function base_of(word)
+  return string.match(word, "([^/]+)$") or word
+end
+
+local function is_python(word)
+  return string.match(base_of(word), "^python[%d%.]*$") ~= nil
+end
+
+local function launcher_at(words, at)
+  local base = base_of(words[at])
+  local kind, first = nil, at + 1
+  if is_python(words[at]) then
+    kind = "python"
+  elseif base == "torchrun" or base == "deepspeed" then
+    kind = base
+  elseif base == "accelerate" and words[at + 1] == "launch" then
+    kind, first = "accelerate", at + 2
+  else
+    return nil
+  end
+  for j = first, #words do
+    local word = words[j]
+    if kind == "python" and word == "-c" then return nil end
+    if kind == "python" and word == "-m" then return kind, words[j + 1] or "" end
+    if string.sub(word, 1, 1) ~= "-" then return kind, word end
+  end
+  return kind, ""
+end
+
+local function skip_runner_options(words, i, takes_value)
+  while i <= #words and string.sub(words[i], 1, 1) == "-" and words[i] ~= "-" do
+    if takes_value[words[i]] then i = i + 2 else i = i + 1 end
+  end
+  return i
+end
+
+local function command_launcher(words)
+  local i, runner = 1, false
+  while i <= #words do
+    local word = words[i]
+    local base = base_of(word)
+    if string.match(word, "^[%a_][%w_]*=") then
+      i = i + 1
+    elseif RUNS_ARGUMENTS[base] then
+      runner, i = true, skip_runner_options(words, i + 1, RUNS_ARGUMENTS[base])
+    else
+      break
+    end
+  end
+  if i > #words then return nil end
+  local kind, program = launcher_at(words, i)
+  local variable = string.find(words[i], "$", 1, true) ~= nil
+  if kind or (not runner and not variable) then return kind, program end
+  if variable then
+    local py_file = false
+    for j = i + 1, #words do
+      if string.sub(words[j], -3) == ".py" then py_file = true end
+    end
+    local lowered = string.lower(words[i])
+    if string.find(lowered, "py", 1, true) or string.find(lowered, "torch", 1, true)
+        or string.find(lowered, "accel", 1, true) or string.find(lowered, "deepspeed", 1, true) or py_file then
+      for j = i + 1, #words do
+        if string.sub(words[j], 1, 1) ~= "-" then return "python", words[j] end
+      end
+      return "python", ""
+    end
+    return nil
+  end
+  for at = i, #words do
+    kind, program = launcher_at(words, at)
+    if kind or is_python(words[at]) then return kind, program end
+  end
+  return nil
+end
+
+local function joined_lines(script)
+  local lines, buffer, start, number = {}, "", 0, 0
+  for line in string.gmatch(script .. "\n", "([^\n]*)\n") do
+    number = number + 1
+    line = string.gsub(line, "\r$", "")
+    if buffer == "" then start = number end
+    if string.sub(line, -1) == "\\" and not string.match(line, "^%s*#") then
+      buffer = buffer .. string.sub(line, 1, -2)
+    else
+      lines[#lines + 1] = { start, buffer .. line }
+      buffer = ""
+    end
+  end
+  return lines
+end
+
+function lib.unclassified_launch(script, policy)
+  local heredoc_end = nil
+  for index, entry in ipairs(joined_lines(script)) do
+    local number, line = entry[1], entry[2]
+    local stripped = string.match(line, "^%s*(.-)%s*$")
+    if heredoc_end then
+      if stripped == heredoc_end then heredoc_end = nil end
+    elseif index > 1 and stripped ~= "" and string.sub(stripped, 1, 1) ~= "#" then
+      heredoc_end = string.match(line, "<<%-?%s*[\"']?([%a_][%w_]*)")
+      local code = string.gsub(string.gsub(stripped, "%s#.*$", ""), "[\\\"']", "")
+      for command in string.gmatch(code .. ";", "([^;&|(){}`]*)[;&|(){}`]") do
+        local words = {}
+        for word in string.gmatch(command, "%S+") do words[#words + 1] = word end
+        local kind, program = command_launcher(words)
+        if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
+          return "line " .. number .. ": " .. stripped
+        end
+      end
+    end
+  end
+  return nil
+end
+
 function lib.training_line(script, policy)
   if script == nil then return nil end
   local first = string.match(string.match(script, "^[^\n]*"), "^%s*(.-)%s*$")
@@ -266,7 +399,7 @@ function lib.training_line(script, policy)
       end
     end
   end
-  return nil
+  return lib.unclassified_launch(script, policy)
 end
 
 function lib.reject_message(why, policy)
