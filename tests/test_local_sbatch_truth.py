@@ -85,25 +85,24 @@ def test_a_link_or_fifo_planted_while_the_job_waits_fails_it_with_a_clear_line(t
     scheduler = LocalScheduler(tmp_path / "jobs")
     bashrc = tmp_path / "victim-bashrc"
     bashrc.write_text("# victim's shell start-up\n")
-    blocker = scheduler.submit(SubmitRequest(script=_script(tmp_path, "sleep 60"), workdir=tmp_path))
-    gate = scheduler.submit(SubmitRequest(script=_script(tmp_path, "sleep 60"), workdir=tmp_path,
-                                          sbatch_options=(f"--dependency=after:{blocker}",)))
+    held = scheduler.submit(SubmitRequest(script=_script(tmp_path, "sleep 60"), workdir=tmp_path,
+                                          sbatch_options=("--array=0-1%1", "--output=/dev/null")))
     (tmp_path / "late.sh").write_text("#!/bin/bash\necho written\n")
-    job_id = scheduler.submit(SubmitRequest(script=tmp_path / "late.sh", workdir=tmp_path,
-                                            sbatch_options=(f"--dependency=after:{gate}", "--output=late.out")))
+    job_id = scheduler.submit(SubmitRequest(script=tmp_path / "late.sh", workdir=tmp_path,  # waits for task 1
+                                            sbatch_options=(f"--dependency=after:{held}_1", "--output=late.out")))
     target = tmp_path / "late.out"
     if plant == "fifo":
         os.mkfifo(target)
     else:
         target.symlink_to(bashrc if plant == "link" else tmp_path / "nowhere")
     assert scheduler.state(job_id) is JobState.PENDING
+    scheduler.cancel(f"{held}_0")  # task 1 takes its slot, and the job waiting for it starts
     assert wait_for(lambda: scheduler.state(job_id).is_terminal, 30, 0.1, "the planted job to end")
     info = scheduler.info(job_id)
     expected = "a FIFO" if plant == "fifo" else "a symbolic link"
     assert info.state is JobState.FAILED and f"late.out is {expected}" in info.reason, info
     assert bashrc.read_text() == "# victim's shell start-up\n" and not (tmp_path / "nowhere").exists()
-    scheduler.cancel(blocker)
-    scheduler.cancel(gate)
+    scheduler.cancel(held)
 
 
 def test_an_output_file_of_another_name_or_owner_is_refused(tmp_path: Path) -> None:
