@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.launch.pipeline import choose_backend
+from guarded_sbatch.launch.pipeline import choose_backend, guarded_scheduler
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
@@ -31,7 +31,6 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.pipeline import judge_table
-    from guarded_sbatch.scheduler import get_scheduler
 
     launch = split_sbatch_argv(argv)
     refuse_own_options_after_script(launch, check_only=check_only)
@@ -55,14 +54,10 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
         where = "" if launch.script.is_absolute() else f" (relative to the folder you submit from, {Path.cwd()})"
         raise UsageError(f"batch script {launch.script} not found{where}; check the path")
     backend = choose_backend(config, guard.backend)
-    scheduler = get_scheduler(backend)
     command_line = launch
     if launcher_job is not None:
         launch = _use_rendered_script(launch, launcher_job, backend)
-    if backend == "slurm":  # the marker Slurm's site plugins look for (site/marking_scheduler.py)
-        from guarded_sbatch.site.marking_scheduler import MarkingScheduler
-
-        scheduler = MarkingScheduler(scheduler, _script(launch), launch.parsed_options)
+    scheduler = guarded_scheduler(backend, _script(launch), launch.parsed_options)
     report = _preflight(launch, config, scheduler, launcher_job, command_line, check_only=check_only)
     _print_report(report, launch, check_only=check_only, show_report=show_report, clear_line=clear_line, color=color)
     if check_only:

@@ -34,7 +34,6 @@ import typing as tp
 import uuid
 import warnings
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 
 import submitit
@@ -46,16 +45,14 @@ from submitit.slurm.slurm import SlurmExecutor, SlurmJob
 from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
-from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, comment_with_marker
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
-from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, plan_launch
+from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.scheduler import get_scheduler
-from guarded_sbatch.scheduler.interface import JobInfo, Scheduler, SubmitRequest
-from guarded_sbatch.scheduler.delegating import DelegatingScheduler
+from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
 # the executor's path keywords and the guard flags they stand for: one table for the launch's argv and for the
@@ -193,9 +190,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         tmp_uuid = uuid.uuid4().hex
         script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
         script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
-        scheduler = get_scheduler(self.guard_backend)
-        if self.guard_backend == "slurm":
-            scheduler = _Marked(scheduler, script, self._executor.parameters.get("comment"))
+        scheduler = guarded_scheduler(self.guard_backend, script)  # the user's comment: the script's #SBATCH line
         try:
             launch, report = self._preflight(script, config, scheduler)
         except BaseException:
@@ -286,31 +281,6 @@ class GuardedLocalJob(_Guarded, core.Job[core.R]):
     def _get_outcome_and_result(self) -> tuple[str, tp.Any]:
         self._guard_outcome()
         return super()._get_outcome_and_result()
-
-
-class _Marked(DelegatingScheduler):
-    """The Slurm scheduler, with the guarded marker on the training job (and its --test-only) and the sidecar."""
-
-    def __init__(self, inner: Scheduler, training_script: Path, user_comment: object) -> None:
-        super().__init__(inner)
-        self._training, self._comment = training_script, user_comment
-
-    def _marked(self, request: SubmitRequest) -> SubmitRequest:
-        raw = request.script.read_bytes()
-        if request.script == self._training:
-            comment = comment_with_marker(str(self._comment) if self._comment else None, PREFLIGHT, raw)
-        else:
-            comment = comment_with_marker(None, SIDECAR, raw)
-        return replace(request, sbatch_options=(*request.sbatch_options, f"--comment={comment}"))
-
-    def submit(self, request: SubmitRequest) -> str:
-        return self.inner.submit(self._marked(request))
-
-    def estimate_start(self, request: SubmitRequest) -> float | None:
-        return self.inner.estimate_start(self._marked(request))
-
-
-_: type[Scheduler] = _Marked
 
 
 def _make_job_folders(folder: Path, job_id: str, tasks: object) -> None:

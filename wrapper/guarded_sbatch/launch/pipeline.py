@@ -19,6 +19,7 @@ from guarded_sbatch.core.errors import GuardedError, UsageError
 from guarded_sbatch.core.judge_table import policy_from_table, policy_table
 from guarded_sbatch.core.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
+from guarded_sbatch.launch.marking import MarkingScheduler
 from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, array_watch_options
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.run_reference import save_config_snapshot
@@ -29,19 +30,18 @@ from guarded_sbatch.launch.submit import (
     resources_from_config,
     submit_guarded,
 )
-from guarded_sbatch.scheduler import resolve_backend
-from guarded_sbatch.scheduler.interface import SubmitRequest
+from guarded_sbatch.scheduler import get_scheduler, resolve_backend
+from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.core.registry import RunRecord
-    from guarded_sbatch.core.sbatch.argv import LaunchArgs
+    from guarded_sbatch.core.sbatch.argv import LaunchArgs, ParsedOption
     from guarded_sbatch.core.sbatch.array import ArraySpec
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.launch.runconfig import RunConfig
     from guarded_sbatch.launch.source_plan import SourcePlan
     from guarded_sbatch.launch.submit import SidecarResources
-    from guarded_sbatch.scheduler.interface import Scheduler
 
 BACKEND_ENV = "GUARDED_SBATCH_BACKEND"
 NO_NOTES = ("no project notes file: a STOP will be in the sidecar's output and evidence but noted nowhere else; "
@@ -90,6 +90,13 @@ def choose_backend(config: Config, requested: str | None) -> str:
     if backend not in ("slurm", "local"):
         raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
     return backend
+
+
+def guarded_scheduler(backend: str, script: Path, command_line: tuple[ParsedOption, ...] = ()) -> Scheduler:
+    """The backend a launch submits through: on Slurm every sbatch call marked for the site's plugins
+    (launch/marking.py: the training script's with the preflight marker, its guard's with the sidecar one)."""
+    scheduler = get_scheduler(backend)
+    return MarkingScheduler(scheduler, script, command_line) if backend == "slurm" else scheduler
 
 
 def check_launch(launch: LaunchArgs, config: Config, scheduler: Scheduler | None, *, cwd: Path | None = None,
