@@ -1,7 +1,9 @@
-"""The judge on real training logs pasted in public issue threads (tests/data/public_logs, MANIFEST.toml).
+"""The judge on real training runs posted in public issue threads (tests/data/public_runs, MANIFEST.toml).
 
-Each log is judged as a user first types it: `guarded-sbatch monitor --once --json --log FILE`, run in-process
-(tests/cli_runner.py). A log's label comes from its thread: "stop" (broken), "continue" (healthy), "either".
+Each run's facts (<name>.json: the numbers it logged, its events, its log's layout) are rendered in its tool's own
+format by tests/public_runs_render.py into a temporary <name>.log, and the log is judged as a user first types it:
+`guarded-sbatch monitor --once --json --log FILE`, run in-process (tests/cli_runner.py). A run's label comes from its
+thread: "stop" (broken), "continue" (healthy), "either".
 Strict: the decision is the label ("either" takes any). Lenient (acceptable): a broken run held at WAIT is
 acceptable but counted apart; a healthy run may be CONTINUE or WAIT, never STOP.
 
@@ -21,13 +23,14 @@ from pathlib import Path
 
 import pytest
 
+import public_runs_render
 from cli_runner import run_cli
 
-CORPUS = Path(__file__).resolve().parent / "data" / "public_logs"
+CORPUS = Path(__file__).resolve().parent / "data" / "public_runs"
 MANIFEST = CORPUS / "MANIFEST.toml"
 LABELS = {"stop", "continue", "either"}
 EXIT = {"CONTINUE": 0, "WAIT": 10, "STOP": 11}
-FIELDS = {"file", "tool", "repository", "issue", "url", "thread_words", "label"}
+FIELDS = {"name", "tool", "repository", "issue", "url", "summary", "label"}
 
 
 @dataclass(frozen=True)
@@ -52,10 +55,22 @@ class Judged:
 
 def _entries() -> list[dict]:
     with open(MANIFEST, "rb") as handle:
-        return list(tomllib.load(handle)["log"])
+        return list(tomllib.load(handle)["run"])
 
 
 ENTRIES = _entries()
+
+
+def _log_name(entry: dict) -> str:
+    return f"{entry['name']}.log"
+
+
+def _render(entry: dict, folder: Path) -> Path:
+    """The run's log as its tool prints it, written where the judge reads it."""
+    path = folder / _log_name(entry)
+    path.write_text(public_runs_render.render(public_runs_render.load(CORPUS / f"{entry['name']}.json")),
+                    encoding="utf-8")
+    return path
 
 
 def _tool_family(tool: str) -> str:
@@ -67,12 +82,13 @@ def _tool_family(tool: str) -> str:
 def judged(tmp_path_factory: pytest.TempPathFactory) -> list[Judged]:
     state = tmp_path_factory.mktemp("state")
     where = tmp_path_factory.mktemp("cwd")
+    logs = tmp_path_factory.mktemp("public_runs")
     env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(state)}
     out = []
     for entry in ENTRIES:
-        result = run_cli(["monitor", "--once", "--json", "--log", str(CORPUS / entry["file"])], env=env, cwd=where)
+        result = run_cli(["monitor", "--once", "--json", "--log", str(_render(entry, logs))], env=env, cwd=where)
         payload = json.loads(result.stdout)
-        assert result.returncode == EXIT[payload["decision"]], (entry["file"], result.stderr)
+        assert result.returncode == EXIT[payload["decision"]], (entry["name"], result.stderr)
         out.append(Judged(entry, payload["decision"], payload.get("reason", ""), payload.get("message", "")))
     return out
 
@@ -81,7 +97,7 @@ def _table(rows: list[Judged]) -> str:
     lines = [f"{'file':44s} {'tool':22s} {'label':8s} {'decision':8s} {'ok':4s} reason"]
     for row in rows:
         mark = "=" if row.strict else ("~" if row.acceptable else "X")
-        lines.append(f"{row.entry['file'][:44]:44s} {_tool_family(row.entry['tool'])[:22]:22s} {row.entry['label']:8s} "
+        lines.append(f"{_log_name(row.entry)[:44]:44s} {_tool_family(row.entry['tool'])[:22]:22s} {row.entry['label']:8s} "
                      f"{row.decision:8s} {mark:4s} {row.message[:60]}")
     return "\n".join(lines)
 
@@ -102,21 +118,23 @@ def _totals(rows: list[Judged]) -> dict[str, int]:
     }
 
 
-def test_the_manifest_names_every_log_with_its_source() -> None:
-    files = sorted(p.name for p in CORPUS.glob("*.log"))
-    listed = [entry["file"] for entry in ENTRIES]
-    assert sorted(listed) == files, "every .log is in MANIFEST.toml once, and every entry has its file"
+def test_the_manifest_names_every_log_with_its_source(tmp_path: Path) -> None:
+    runs = sorted(p.stem for p in CORPUS.glob("*.json"))
+    listed = [entry["name"] for entry in ENTRIES]
+    assert sorted(listed) == runs, "every run's .json is in MANIFEST.toml once, and every entry has its file"
     assert len(set(listed)) == len(listed)
     for entry in ENTRIES:
-        assert FIELDS <= set(entry), (entry["file"], FIELDS - set(entry))
-        assert entry["label"] in LABELS, entry["file"]
+        assert FIELDS <= set(entry), (entry["name"], FIELDS - set(entry))
+        assert entry["label"] in LABELS, entry["name"]
         assert re.fullmatch(rf"https://github\.com/{re.escape(entry['repository'])}/(issues|pull)/{entry['issue']}",
-                            entry["url"]), entry["file"]
-        assert entry["thread_words"].strip(), entry["file"]
+                            entry["url"]), entry["name"]
+        assert entry["summary"].strip(), entry["name"]
         if entry["label"] == "stop":
-            assert entry.get("stop_by"), f"{entry['file']}: a broken log says where an expert would stop"
-        assert re.fullmatch(r"[a-z0-9]+_[a-z0-9_]+\.log", entry["file"]), "<tool>_<shortname>.log"
-        assert (CORPUS / entry["file"]).read_text(encoding="utf-8").strip(), entry["file"]
+            assert entry.get("stop_by"), f"{entry['name']}: a broken run says where an expert would stop"
+        assert re.fullmatch(r"[a-z0-9]+_[a-z0-9_]+", entry["name"]), "<tool>_<shortname>"
+        run = public_runs_render.load(CORPUS / f"{entry['name']}.json")
+        assert run["run"] == entry["name"] and run["records"], entry["name"]
+        assert _render(entry, tmp_path).read_text(encoding="utf-8").strip(), entry["name"]
 
 
 def test_target_scores_table_every_log_judged(judged: list[Judged], capsys: pytest.CaptureFixture[str]) -> None:
