@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.core.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.preflight import PreflightReport
-    from guarded_sbatch.launch.source_plan import SourcePlan
     from guarded_sbatch.launch.results import CheckResult
     from guarded_sbatch.scheduler.interface import Scheduler
 
@@ -84,7 +83,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
                                "or waive one with --guard-waive CHECK=\"REASON\"")
         return int(ExitCode.BLOCKED if report.blocked else ExitCode.OK)
     job_script, stop_command, log = script, None, None
-    plan: SourcePlan | None = report.details.get("source_plan")  # type: ignore[assignment]
+    plan = report.source_plan
     if tmux:
         job_script, log = _tmux_job(staging, tmux, command, dict(plan.env) if plan is not None else {})
         stop_command = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{tmux}",

@@ -127,7 +127,7 @@ def plan_launch(
     of the run this one continues are its own (default: --guard-restart)."""
     guard = launch.guard_options
     cwd = cwd or Path.cwd()
-    sources: SourcePlan | None = report.details.get("source_plan")  # type: ignore[assignment]
+    sources = report.source_plan
     name = report.run_name or run_name
     words = sbatch_options if sbatch_options is not None else without_options(launch, {"wait", "quiet"})
     if name_job and name and not any(o.name == "job-name" for o in launch.parsed_options):
@@ -148,8 +148,7 @@ def plan_launch(
     )
     record = RecordFields(
         launched_by=launched_by, waivers=tuple(w.to_json() for w in report.waivers), judge=judge_table(config),
-        config_path=str(report.details.get("intended_config") or ""),
-        total_steps=report.details.get("total_steps"),  # type: ignore[arg-type]
+        config_path=report.intended_config or "", total_steps=report.total_steps,
         planned_end=planned_end(report),
         checkpoint_dir=str(_absolute(guard.checkpoint_dir, cwd)) if guard.checkpoint_dir else "",
         artifact_dir=str(_absolute(guard.artifact_dir, cwd)) if guard.artifact_dir else "",
@@ -161,7 +160,7 @@ def plan_launch(
     since = own_files_since(report.run_name, cwd, restart=guard.restart if continues_run is None else continues_run)
     return LaunchPlan(request=request, run_name=name, sources=sources, since=since, sidecar=sidecar,
                       resources=resources_from_config(config), shared=shared, record=record,
-                      run_config=report.details.get("intended_run_config"),  # type: ignore[arg-type]
+                      run_config=report.intended_run_config,
                       keep_script=keep_script)
 
 

@@ -8,7 +8,7 @@ import socket
 import textwrap
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +28,7 @@ from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
 from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference, use_launcher_line
+from guarded_sbatch.launch.runconfig import RunConfig
 from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
 from guarded_sbatch.core.sbatch.options import effective_options
 from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
@@ -48,7 +49,20 @@ class PreflightReport:
     notes: tuple[str, ...] = ()  # e.g. #SBATCH lines sbatch will ignore
     run_name: str | None = None
     launch_command: str = ""  # ready to copy, shlex-quoted
-    details: dict[str, object] = field(default_factory=dict)
+    # what the launch takes on from the pre-flight (launch/pipeline.py), typed
+    source_plan: SourcePlan | None = None  # the run's own sources; None when they could not be resolved
+    intended_run_config: RunConfig | None = None  # the run's config, overrides applied
+    intended_config: str | None = None  # its file
+    reference: str | None = None  # the reference config it was diffed against
+    total_steps: int | None = None  # from its config, for the live ETA
+    workdir: str = ""
+
+    @property
+    def details(self) -> dict[str, object]:
+        """The same facts by name (tests, tools)."""
+        return {"workdir": self.workdir, "intended_config": self.intended_config, "reference": self.reference,
+                "total_steps": self.total_steps, "source_plan": self.source_plan,
+                "intended_run_config": self.intended_run_config}
 
     @property
     def blocked(self) -> bool:
@@ -151,14 +165,12 @@ def run_preflight(
         notes=tuple(notes),
         run_name=name,
         launch_command=launch_command(launch),
-        details={
-            "workdir": str(workdir),
-            "intended_config": str(context.intended.path) if context.intended and context.intended.path else None,
-            "reference": str(context.reference.config.path) if context.reference else None,
-            "total_steps": _total_steps(context),
-            "source_plan": source_plan,
-            "intended_run_config": context.intended,
-        },
+        workdir=str(workdir),
+        intended_config=str(context.intended.path) if context.intended and context.intended.path else None,
+        reference=str(context.reference.config.path) if context.reference else None,
+        total_steps=_total_steps(context),
+        source_plan=source_plan,
+        intended_run_config=context.intended,
     )
 
 
