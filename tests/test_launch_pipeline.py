@@ -227,3 +227,12 @@ def test_every_front_end_launches_through_the_pipeline_and_nothing_else() -> Non
         assert {("guarded_sbatch.launch.pipeline", "plan_launch"),
                 ("guarded_sbatch.launch.pipeline", "carry_out")} <= imported, front_end
         assert not any(name == "submit_guarded" or name.startswith("_") for _, name in imported), front_end
+
+
+def test_the_executors_hints_speak_its_keywords() -> None:
+    from guarded_sbatch.launch.executor import api_words
+
+    hint = api_words('no config file; name it with --guard-config FILE and the reference with --guard-reference, '
+                     'or waive with --guard-waive config-diff="REASON"; --guard-tb names the folder; --guard-restart')
+    assert hint == ('no config file; name it with config="FILE" and the reference with reference=..., or waive with '
+                    'waivers={"config-diff": "REASON"}; tb_dir=... names the folder; restart=True')

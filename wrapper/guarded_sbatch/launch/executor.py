@@ -50,7 +50,7 @@ from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
 from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
-from guarded_sbatch.launch.results import CheckResult, CheckStatus
+from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
@@ -177,9 +177,10 @@ class GuardedExecutor(submitit.AutoExecutor):
         if not report.blocked:  # as the CLI's launch says it, in one line: a clear launch is not worth a page
             sys.stderr.write(redact(clear_line(report)) + "\n")
         if report.blocked:
-            failed = [r for r in report.results if r.name in report.blocking_checks]
-            raise BlockedError(api_words("submission blocked by the pre-flight: " + "; ".join(
-                f"{r.name}: {r.finding}" for r in failed)) + " (fix it, or waive with waivers={\"CHECK\": \"reason\"})")
+            failed = "; ".join(f"{r.name}: {r.finding_for(API_WORDS)}" for r in report.results
+                               if r.name in report.blocking_checks)
+            raise BlockedError(api_words(f"submission blocked by the pre-flight: {failed}")
+                               + ' (fix it, or waive with waivers={"CHECK": "reason"})')
         return launch, report
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
@@ -321,7 +322,8 @@ def clear_line(report: PreflightReport) -> str:
 
 def api_words(text: str) -> str:
     """A pre-flight hint as the API says it: `waivers={"CHECK": "REASON"}` and `config=` for the CLI's
-    `--guard-waive CHECK="REASON"` and `--guard-config`."""
+    `--guard-waive CHECK="REASON"` and `--guard-config` (a check's templated fix is put in these words first,
+    `CheckResult.finding_for(API_WORDS)`; this catches the flags the other findings name)."""
     def waiver(match: re.Match[str]) -> str:
         reason = match.group(2) if match.group(2).startswith('"') else f'"{match.group(2)}"'
         return f'waivers={{"{match.group(1)}": {reason}}}'
