@@ -244,17 +244,18 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
     if context.reference is not None:
         return
     settings = context.config
+    passed_over: list[str] = []  # another user's configs: named, never chosen
     context.reference = select_reference(
         context.intended, roots, settings.reference_dirs, settings.reference_max_depth,
-        settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4),
+        settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4), passed_over=passed_over,
     )
     if context.reference is None:
         context.reference = default_reference(own_config)  # this config's last run that finished healthy
     if context.reference is None and context.intended is not None:
         context.reference_problem = (
-            f"no config modified in the last {settings.reference_max_age_days:g} days under "
+            f"no config of yours modified in the last {settings.reference_max_age_days:g} days under "
             f"{', '.join(d + '/' for d in settings.reference_dirs)} looks like this run"
-        )
+        ) + "".join(f"; {line}" for line in passed_over)
 
 
 def _apply_waivers(

@@ -44,6 +44,7 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
         f"reference: {reference.config.path}"
         + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None
            else f" ({reference.how})" if reference.how else " (given)"),
+        *(f"not used as the reference: {line}" for line in reference.passed_over),
     ]
     return _diffed(context, intended, reference.config, evidence, "key(s) differ from the reference")
 
