@@ -10,10 +10,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.sources.writers import event_file_writer, owner_of, running_here
+
+if TYPE_CHECKING:
+    from guarded_sbatch.sources.base import MetricSource
 
 MAX_LISTED = 8  # runs named in a one-line "left out" note
 
@@ -86,3 +89,10 @@ def left_out_note(left: list[FoundRun]) -> str:
     listed = "; ".join(run.name() for run in left[:MAX_LISTED]) + (" ..." if len(left) > MAX_LISTED else "")
     return (f"left out {len(left)} other run(s) in the folder: {listed} — judge one with --run PID|FOLDER, "
             "each with --all-runs")
+
+
+def one_run_source(folder: str, files: frozenset[str]) -> MetricSource:
+    """A TensorBoard reader of `folder` that reads these event files alone (one run of several)."""
+    from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: PLC0415  the reader, when read
+
+    return TensorBoardSource(folder, accept=lambda path: str(path) in files)

@@ -26,6 +26,8 @@ from guarded_sbatch.sources import discovery
 from guarded_sbatch.sources.discovery import claims_below
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
 from guarded_sbatch.sources.writers import this_host
+from guarded_sbatch.sidecar.one_shot_runs import one_run_source
+from guarded_sbatch.sidecar.tracker_runs import agent_run_process, has_points, judged_source
 from guarded_sbatch.sidecar.source_read import one_line, out_of_memory, read_into, unreachable_path
 
 if TYPE_CHECKING:
@@ -61,6 +63,9 @@ class SourceSet:
         self.ownership_note = ""  # candidates seen but not attributable to this run
         self._found_notes: list[str] = []
         self._held: dict[str, int] = {}  # files the job's processes hold open for writing -> the pid holding each
+        self._held_ever: dict[str, int] = {}  # every file ever seen held, and by whom
+        self._retired: set[int] = set()  # sources (by id) of runs stopped on their own: judged no more
+        self._successive: set[int] = set()  # W&B runs (by source id) the job's processes were seen writing
         identity = settings.identity
         self._writer = identity.writer() if identity is not None else WriterIdentity(uid=os.geteuid())
         if self._writer.uid is None:
@@ -113,6 +118,7 @@ class SourceSet:
                                       pid_hosts=(this_host(), *sorted(table)))
         self._writer = replace(writer, since=since)
         self._held = held_files(own) if own else {}
+        self._held_ever.update(self._held)
         if self._writer != self._saved_writer and self.settings.identity is not None:
             self._record_seen()
 
@@ -157,19 +163,15 @@ class SourceSet:
             self._opened.add(key)
             return
         if given and self._only is not None and spec.kind == "tensorboard":
-            opened = self._one_run(spec)
+            opened = [one_run_source(spec.locator, self._only)]
         else:
             opened = kinds.open_given(spec, self.job_writer) if given else kinds.open_spec(spec, self.job_writer)
         for source in opened:
             self._add(source)
+            if spec.kind == "wandb" and spec.origin.startswith(discovery.HELD_ORIGIN):
+                self._successive.add(id(source))
         if opened:
             self._opened.add(key)
-
-    def _one_run(self, spec: SourceSpec) -> list[MetricSource]:
-        from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: PLC0415  the reader, when read
-
-        only = self._only or frozenset()
-        return [TensorBoardSource(spec.locator, accept=lambda path: str(path) in only)]
 
     def _ensure_sources(self) -> None:
         self._learn_writers()
@@ -316,12 +318,22 @@ class SourceSet:
                 if source.log_file() is not None and id(source) in self.histories]
 
     def _active(self) -> MetricSource | None:
-        """The highest-priority source that has produced points."""
-        for source in self.sources:
-            history = self.histories.get(id(source))
-            if history is not None and len(history):
-                return source
-        return None
+        """The highest-priority source that has produced points (of a job's several W&B runs, the newest:
+        sidecar/tracker_runs.py)."""
+        return judged_source([s for s in self.sources if has_points(self.histories.get(id(s)))], self._retired,
+                             self._successive)
+
+    def agent_process(self) -> int | None:
+        """The process a sweep agent started for the judged W&B run (sidecar/tracker_runs.py), else None."""
+        active = self._active()
+        holder = self._held_ever.get(active.describe()) if active is not None and active.kind == "wandb" else None
+        return agent_run_process(holder, self._writer.pids) if holder is not None else None
+
+    def retire_active(self) -> None:
+        """The judged run was stopped on its own (one of an agent's runs): judged no more, the job's next is."""
+        active = self._active()
+        if active is not None:
+            self._retired.add(id(active))
 
     def judged_files(self) -> list[str]:
         """The judged source's files: who else can write them and their holes bear on the verdict (core/file_trust.py)."""

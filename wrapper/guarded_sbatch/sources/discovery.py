@@ -19,6 +19,7 @@ from guarded_sbatch.sources.kind_base import Picking, SourceKind
 from guarded_sbatch.sources.kinds import KINDS, names_run_folder
 
 MAX_DEPTH = 4
+HELD_ORIGIN = "held open by the job's process"  # a spec's origin when the job's processes were seen writing it
 TIME_BUDGET_S = 5.0
 MAX_ENTRIES = 50_000
 _SKIPPED_FOLDERS = {".git", "__pycache__", "node_modules", ".venv", "venv", "site-packages", ".cache",
@@ -191,7 +192,7 @@ def held_specs(held: dict[str, int], known: list[SourceSpec]) -> list[SourceSpec
             place = path.parent if finds.holder else path
             if not any(spec.kind == kind.name and (_covers(spec.locator, place) or _names_run(spec, path.name))
                        for spec in [*known, *specs]):
-                specs.append(SourceSpec(kind.name, str(place), f"held open by the job's process {pid}"))
+                specs.append(SourceSpec(kind.name, str(place), f"{HELD_ORIGIN} {pid}"))
             break
     return specs
 
