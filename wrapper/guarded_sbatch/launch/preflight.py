@@ -14,6 +14,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.file_trust import outputs_note
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, Waiver
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
@@ -157,6 +158,8 @@ def run_preflight(
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
     notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
+    # outputs others can write never bear a STOP alone (core/file_trust.py): say so before the run starts
+    notes.extend(filter(None, [outputs_note(base, script_text=script.text)]))
     return PreflightReport(
         results=results,
         waivers=tuple(applied),
@@ -319,8 +322,26 @@ def format_report(report: PreflightReport, *, color: bool, launching: bool = Fal
             lines.append(f"Clear{waivers}: submitting now.")
         else:
             lines.append(f"Clear to launch{waivers}. To submit it, run:")
-            lines.append(f"  {report.launch_command}")  # whole, on its own line: ready to copy
+            lines.append(_command_lines(report.launch_command, width))  # on lines of its own: ready to copy
     return "\n".join(lines)
+
+
+def _command_lines(command: str, width: int | None) -> str:
+    """The command indented by two; on a narrow terminal broken between its words with `\\` (still one command when
+    pasted into a shell)."""
+    if width is None or len(command) + 2 <= width:
+        return f"  {command}"
+    try:
+        words = [shlex.quote(word) for word in shlex.split(command)]
+    except ValueError:
+        return f"  {command}"
+    lines, current = [], "  "
+    for word in words:
+        if current.strip() and len(current) + len(word) + 3 > width:
+            lines.append(current + " \\")
+            current = "      "
+        current += ("" if not current.strip() else " ") + word
+    return "\n".join([*lines, current])
 
 
 def _wrapped(line: str, width: int | None, indent: str = "  ") -> str:
