@@ -91,8 +91,8 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
 
 def collapse_arrays(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per job array (its tasks' rows `J_T` folded into it, where the first task's row stood), every other
-    row as it is. The array's row counts its tasks' states, decisions and who stopped them (`COMPLETED:3,
-    CANCELLED:1`), names the reasons of its tasks that were not CONTINUE, and keeps the task rows under `tasks`."""
+    row as it is. The array's row counts its tasks' states, decisions and who stopped them (`COMPLETED(3),
+    CANCELLED(1)`), names the reasons of its tasks that were not CONTINUE, and keeps the task rows under `tasks`."""
     arrays: dict[str, list[dict[str, Any]]] = {}
     out: list[dict[str, Any]] = []
     for row in rows:
@@ -109,7 +109,7 @@ def collapse_arrays(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _counted(rows: list[dict[str, Any]], key: str) -> str | None:
     counts = Counter(str(row[key]) for row in rows if row.get(key) not in (None, "-"))
-    return ",".join(f"{value}:{n}" for value, n in counts.most_common()) or None
+    return ",".join(f"{value}({n})" for value, n in counts.most_common()) or None
 
 
 def _array_row(tasks: list[dict[str, Any]], job: str) -> dict[str, Any]:
