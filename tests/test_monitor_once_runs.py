@@ -82,6 +82,9 @@ def test_the_newest_run_is_judged_and_the_old_one_named_as_left_out(
     assert f"read: {live_file}" in text and str(old_file) not in text.split("left out", 1)[0], text
     assert "left out 1 other run(s)" in text and "--all-runs" in text, text
 
+    code, text = _monitor(str(top))  # the folder as the one argument: the same, where a search would take none
+    assert code == 0 and f"read: {live_file}" in text and "left out 1 other run(s)" in text, text
+
     code, raw = _monitor("--tb", str(top), "--json")
     payload = json.loads(raw)
     assert code == 0 and payload["decision"] == "CONTINUE", payload

@@ -5,12 +5,13 @@ others are named as left out; --all-runs judges each (the worst decision is the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import ExitCode
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.run_sources import SourceSpec
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 # the decision is the exit code, so a script can branch on it without parsing
@@ -29,6 +30,7 @@ def judge_runs_once(settings: SidecarSettings, named: str | None, all_runs: bool
     from guarded_sbatch.sidecar.one_shot import judge_once
     from guarded_sbatch.sidecar.one_shot_runs import choose, left_out_note, tensorboard_runs
 
+    settings = _folders_of_several_runs(settings)
     runs = [run for spec in settings.sources if spec.kind == "tensorboard"
             for run in tensorboard_runs(Path(spec.locator))]
     left: list[Any] = []
@@ -47,6 +49,18 @@ def judge_runs_once(settings: SidecarSettings, named: str | None, all_runs: bool
     else:
         _print_lines(judged, note)
     return max(ONCE_EXIT.get(j.verdict.decision.value, int(ExitCode.OK)) for j in judged)
+
+
+def _folders_of_several_runs(settings: SidecarSettings) -> SidecarSettings:
+    """A folder to search (`monitor --once DIR`) holding several TensorBoard runs is read as --tb DIR would be: one
+    run judged, the others named (the search would take none of them)."""
+    from guarded_sbatch.sidecar.one_shot_runs import tensorboard_runs
+
+    if any(spec.kind == "tensorboard" for spec in settings.sources):
+        return settings
+    several = [folder for folder in settings.search_dirs if len(tensorboard_runs(Path(folder))) > 1]
+    added = [SourceSpec("tensorboard", str(folder), "the folder named") for folder in several]
+    return replace(settings, sources=[*settings.sources, *added]) if added else settings
 
 
 def _judged(one: Any) -> tuple[Any, str, tuple[str, ...]]:
