@@ -170,7 +170,8 @@ def test_an_array_on_slurm_records_a_run_per_task_with_its_own_output(tmp_path: 
                             stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stderr
     job = result.stdout.split()[-1]
-    assert result.stdout.strip() == f"Submitted batch job {job}" and "4 tasks, a run each" in result.stderr
+    assert result.stdout.strip() == f"Submitted batch job {job}" and "array watcher job" in result.stderr
+    assert "(4 tasks, a run each)" in result.stderr, result.stderr
     records = [json.loads(p.read_text()) for p in (Path(env["GUARDED_SBATCH_STATE_DIR"]) / "runs").glob("*/run.json")]
     try:
         assert sorted(r["job_id"] for r in records) == [f"{job}_{task}" for task in range(4)]

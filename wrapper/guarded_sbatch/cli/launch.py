@@ -179,11 +179,14 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     for warning in launched.warnings:
         print(f"guarded-sbatch: {warning}", file=sys.stderr)
     submission, record = launched.submission, launched.submission.record
-    watcher = "shared monitor job" if record.monitor_id else "sidecar job"
+    watcher = "array watcher job" if submission.tasks else \
+        "shared monitor job" if record.monitor_id else "sidecar job"
     if not quiet:
         tasks = f" ({len(launched.records)} tasks, a run each)" if submission.tasks else ""
-        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}{tasks}; "
-              f"run folder {record.folder}", file=sys.stderr)
+        folders = f"run folders {str(record.folder).rsplit('_', 1)[0]}_*" if submission.tasks \
+            else f"run folder {record.folder}"
+        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}{tasks}; {folders}",
+              file=sys.stderr)
     if submission.interrupted:
         print(f"guarded-sbatch: interrupted while submitting; the interrupt was held until job {submission.job_id} "
               f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {record.run_id}` "
