@@ -237,3 +237,23 @@ def test_the_executors_hints_speak_its_keywords() -> None:
                      'or waive with --guard-waive config-diff="REASON"; --guard-tb names the folder; --guard-restart')
     assert hint == ('no config file; name it with config="FILE" and the reference with reference=..., or waive with '
                     'waivers={"config-diff": "REASON"}; tb_dir=... names the folder; restart=True')
+
+
+def test_map_array_on_the_local_backend_is_a_run_per_call_with_one_watcher(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from guarded_sbatch.launch.executor import GuardedExecutor, GuardedLocalJob
+
+    root = tmp_path / "project"
+    env = _project(root, "unused")
+    for key in ("GUARDED_SBATCH_STATE_DIR", "GUARDED_SBATCH_USER_CONFIG", "PATH"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("GUARDED_SBATCH_SITE_CONFIG", raising=False)
+    monkeypatch.chdir(root)
+    executor = GuardedExecutor(folder="logs", run_name=f"pow-sweep-mlp-{uuid.uuid4().hex[:6]}", cluster="local")
+    jobs = executor.map_array(pow, [1, 2, 3], [2, 2, 2])
+    assert all(isinstance(job, GuardedLocalJob) for job in jobs)
+    assert [job.result() for job in jobs] == [1, 4, 9]
+    records = [json.loads((Path(env["GUARDED_SBATCH_STATE_DIR"]) / "runs" / run_id / "run.json").read_text())
+               for run_id in executor.run_ids]
+    assert [r["job_id"] for r in records] == [job.job_id for job in jobs] and all("_" in r["job_id"] for r in records)
+    assert len({r["monitor_id"] for r in records}) == 1 and all(r["monitor_id"] and not r["sidecar_id"] for r in records)

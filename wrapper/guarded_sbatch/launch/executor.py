@@ -150,9 +150,9 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _array_task(self, job: Job[tp.Any]) -> Job[tp.Any]:
         """submitit's handle of one array task, as a guarded one (each task has its own run record)."""
-        guarded: GuardedSlurmJob[tp.Any] = GuardedSlurmJob(folder=self._executor.folder, job_id=job.job_id,
-                                                           tasks=list(range(job.num_tasks)))
-        guarded.guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job.job_id))
+        job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
+        guarded = job_class(folder=self._executor.folder, job_id=job.job_id, tasks=list(range(job.num_tasks)))
+        tp.cast(_Guarded, guarded).guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job.job_id))
         return guarded
 
     def _argv(self, script: Path) -> list[str]:
