@@ -12,8 +12,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from e2e_helpers import EXAMPLE
-from shared_cluster import SharedCluster, User, shared_cluster_fixture  # noqa: F401 - the fixture
+from shared_cluster import REPO, SharedCluster, User, shared_cluster_fixture  # noqa: F401 - the fixture
 from source_writers import tb_event, write_tb_events
 
 LIMIT_KB = 1536 * 1024  # address space of the victim's processes: far below what reading a hole whole takes
@@ -152,3 +154,49 @@ def test_the_bounded_reader_refuses_what_is_not_a_regular_file(tmp_path: Path) -
 
     result, dropped = run_command_tail(["head", "-c", "5000000", "/dev/zero"], timeout=30, max_bytes=1000)
     assert len(result.stdout) == 1000 and dropped == 5_000_000 - 1000
+
+
+def _wait_for_sidecar_end(cluster: SharedCluster, job_id: str, deadline_s: float) -> tuple[dict, str, str]:
+    """(the run record, the sidecar's output, the training job's end state) once the guard of `job_id` has ended."""
+    state = cluster.victim.home / ".local" / "state" / "guarded-sbatch"
+    deadline = time.time() + deadline_s
+    while time.time() < deadline:
+        records = [json.loads(p.read_text()) for p in (state / "runs").glob("*/run.json")]
+        record = next((r for r in records if r.get("job_id") == job_id), {})
+        sidecar = state / "local-jobs" / str(record.get("sidecar_id", "none")) / "job.json"
+        if sidecar.is_file() and json.loads(sidecar.read_text()).get("state") in ("COMPLETED", "FAILED", "CANCELLED"):
+            output = "".join(p.read_text(errors="replace") for p in (state / "runs" / record["run_id"]).glob("sidecar-*.out"))
+            job = json.loads((state / "local-jobs" / job_id / "job.json").read_text())
+            return record, output, str(job.get("state"))
+        time.sleep(0.5)
+    raise AssertionError(f"the sidecar of job {job_id} did not end in time")
+
+
+@pytest.mark.waits
+def test_a_live_run_is_not_cancelled_by_a_coworkers_nan_records_or_spun_by_his_hole(shared_cluster: SharedCluster) -> None:
+    """A real guarded launch under the site's umask 002: the co-worker appends NaN records to the run's event file
+    and then an 8 GB hole; the run ends COMPLETED (not cancelled), the sidecar's report names the file's mode and
+    the fix, and the hole as damage."""
+    cluster = shared_cluster
+    project = cluster.copy_project(EXAMPLE, "live")
+    cluster.fast_sidecar(cluster.victim)
+    nans = _events(cluster, "live-nans", [float("nan")] * 5, first=5000)
+    env = cluster.env(cluster.victim, GUARDED_SBATCH_BACKEND="local", OPENBLAS_NUM_THREADS="1")
+    submitted = cluster.run(cluster.victim, [str(REPO / "shims" / "sbatch"), "train.sh", "--steps", "2500",
+                                             "--step-seconds", "0.01"], cwd=project, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "writable by the group" in submitted.stderr  # the pre-flight said so before the run started
+    job_id = submitted.stdout.split()[-1]
+    deadline = time.time() + 60
+    while not (found := sorted(project.glob("runs/*/events.out.tfevents.*"))) and time.time() < deadline:
+        time.sleep(0.2)
+    assert found, "the trainer wrote no event file"
+    time.sleep(3)  # a few healthy polls first
+    attack = cluster.run(cluster.coworker, ["sh", "-c", f'cat {nans} >> "$1" && sleep 4 && truncate -s +8G "$1"', "sh",
+                                            str(found[0])])
+    assert attack.returncode == 0, attack.stderr
+    _, output, state = _wait_for_sidecar_end(cluster, job_id, 240)
+    assert state == "COMPLETED", output[-3000:]
+    assert "source_writable_by_others" in output and "mode 0664" in output, output[-3000:]
+    assert "Decision: STOP" not in output, output[-3000:]
+    assert "source_damaged" in output or "a hole of 8.0 GB" in output, output[-3000:]

@@ -115,7 +115,9 @@ def test_everything_under_the_state_folder_is_private_whatever_the_umask(shared_
     project = cluster.copy_project(EXAMPLE, "umask-000")
     name = f"{EXAMPLE_NAME}-u{int(time.time()) % 100000}"
     script = project / "train.sh"
-    script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1))
+    script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1)
+                      .replace("set -euo pipefail\n", "set -euo pipefail\numask 022  # the trainer's files its own: a "
+                               "STOP is never read from files others can write (core/file_trust.py)\n", 1))
     notes = project / "NOTES.md"
     state = cluster.victim.home / "state-umask-000"
     cluster.fast_sidecar(cluster.victim)

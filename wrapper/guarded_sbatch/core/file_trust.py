@@ -14,12 +14,13 @@ import functools
 import grp
 import os
 import pwd
+import re
 import stat
 from dataclasses import dataclass, field
 
 _MAX_FILES = 4096  # a watcher opens a bounded set of files; past this the oldest facts are forgotten
-FIX = ("run the job with umask 022 or 077 (`umask 022` in the job script, or the site's `job_umask`), or write the "
-       "run's logs to a folder only you can write")
+FIX = ("run the job with umask 022 or 077 (`umask 022` at the top of the job script, or in the shell you submit from: "
+       "sbatch passes it on as SLURM_UMASK), or write the run's logs to a folder only you can write")
 
 
 @dataclass
@@ -79,6 +80,41 @@ def _private_group(gid: int, uid: int) -> bool:
     except KeyError:
         return False
     return group.gr_name == user.pw_name and user.pw_gid == gid and set(group.gr_mem) <= {user.pw_name}
+
+
+_SCRIPT_UMASK = re.compile(r"^\s*umask\s+0*[0-7]?[2367][2367]\s*(?:[;#]|$)", re.MULTILINE)
+
+
+def outputs_note(folder: str | os.PathLike[str], umask: int | None = None, script_text: str = "") -> str:
+    """The pre-flight's warning when the run's files will be writable by others: new files in `folder` under this
+    umask get write bits for a group that is not the user's own private one (or for everyone). "" when not, or
+    when the job script sets a umask that keeps them its owner's (`umask 022`)."""
+    if _SCRIPT_UMASK.search(script_text):
+        return ""
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
+    try:
+        info = os.stat(folder)
+    except OSError:
+        return ""
+    gid = info.st_gid if info.st_mode & stat.S_ISGID else os.getegid()
+    uid = os.geteuid()
+    if umask & 0o002 == 0:
+        who = "every user"
+    elif umask & 0o020 == 0 and not _private_group(gid, uid):
+        who = f"the group {_group_name(gid)}"
+    else:
+        return ""
+    return (f"the run's files will be writable by {who} (umask {umask:04o}): a co-worker could write what the sidecar "
+            f"reads, so it will WAIT, not STOP, on them; {FIX}")
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def note_opened(path: str | os.PathLike[str], info: os.stat_result) -> None:

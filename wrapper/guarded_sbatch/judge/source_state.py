@@ -47,7 +47,8 @@ def judge(
     if sources.untrusted and verdict.decision is Decision.STOP:
         return Verdict(Decision.WAIT, Reason.SOURCE_WRITABLE_BY_OTHERS,
                        f"would STOP ({verdict.reason.value}: {verdict.message}), but not on files others can write: "
-                       f"{sources.untrusted}; {FIX}", verdict.anomalies, verdict.last_step, verdict.summary)
+                       f"{sources.untrusted}; {FIX}" + (f"; damaged: {sources.damaged}" if sources.damaged else ""),
+                       verdict.anomalies, verdict.last_step, verdict.summary)
     if sources.damaged and verdict.decision is Decision.CONTINUE:
         return Verdict(Decision.WAIT, Reason.SOURCE_DAMAGED, f"damaged metric files ({sources.damaged}); the bytes "
                        "around the damage look healthy", verdict.anomalies, verdict.last_step, verdict.summary)
