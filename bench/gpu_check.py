@@ -17,6 +17,7 @@ status go to DIR (default $OUT or bench/out/gpu).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -75,6 +76,11 @@ def project_copy(work: Path, example: str, name: str) -> Path:
     target = work / name
     shutil.copytree(REPO / "examples" / example, target,
                     ignore=shutil.ignore_patterns("outputs", "logs", "runs", "wandb", "lightning_logs", "__pycache__"))
+    if importlib.util.find_spec("wandb") is None:  # a GPU image without wandb: the HF example reports to TensorBoard
+        for config in (target / "configs").glob("*.yaml"):
+            text = config.read_text(encoding="utf-8")
+            config.write_text(text.replace("report_to: [tensorboard, wandb]", "report_to: [tensorboard]"),
+                              encoding="utf-8")
     return target
 
 
