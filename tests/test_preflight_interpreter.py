@@ -94,3 +94,15 @@ def test_imports_in_helpers_or_try_blocks_are_optional(tmp_path: Path) -> None:
     code, found, _ = check(project(tmp_path, body=body), bare / "bin", tmp_path)
     assert found["status"] == "failed" and "yaml_is_not_here_either" in found["finding"], found
     assert "wandb" not in found["finding"] and "matplotlib" not in found["finding"]
+
+
+def test_an_integration_the_config_reports_to_must_be_importable_too(tmp_path: Path) -> None:
+    mine = user_env(tmp_path / "myenv", with_torch=True)
+    (mine / "lib").joinpath(next(p.name for p in (mine / "lib").iterdir()), "site-packages", "wandb.py").write_text(
+        "raise ImportError('a stand-in that must never be imported: find_spec only looks')\n", encoding="utf-8")
+    root = project(tmp_path, body="import torch\n")
+    (root / "train.sh").write_text((root / "train.sh").read_text().replace("--steps 10", "--config c.yaml"))
+    (root / "c.yaml").write_text("report_to: [tensorboard, wandb, comet_ml]\nlr: 0.1\n", encoding="utf-8")
+    code, found, _ = check(root, mine / "bin", tmp_path)
+    assert code == 3 and found["status"] == "failed", found
+    assert found["finding"].split(" cannot import ")[1].startswith("comet_ml (the config's report_to)"), found

@@ -30,6 +30,9 @@ ASK_TIMEOUT_S = 15.0
 ACTIVATE = re.compile(r"^\s*(?:source|\.)\s+(\S+)/bin/activate\b")
 CONDA = re.compile(r"^\s*(?:conda|mamba|micromamba)\s+activate\s+(\S+)")
 UNFOLLOWED = re.compile(r"^\s*(?:module\s+(?:load|add|swap)|ml\s+\w|eval\s|spack\s+load|pyenv\s|source\s+\S*conda\S*)")
+# `report_to` (HF Trainer, and the tools that copy it) names integrations the trainer imports when it starts
+REPORT_TO_MODULES = {"wandb": "wandb", "tensorboard": "tensorboard", "mlflow": "mlflow", "comet_ml": "comet_ml",
+                     "neptune": "neptune", "clearml": "clearml", "dvclive": "dvclive", "swanlab": "swanlab"}
 FIND = ("import importlib.util, json, sys\nmissing = []\nfor name in sys.argv[1:]:\n"
         "    try:\n        found = importlib.util.find_spec(name) is not None\n"
         "    except (ImportError, ValueError):\n        found = False\n"
@@ -162,6 +165,7 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
     python = executable if launcher.kind == "python" else _interpreter_of(executable)
     program = context.program_path()
     imports = top_imports(program) if program is not None and program.is_file() else []
+    imports += _reported_to(context, {name for name, _ in imports})
     try:
         # from "/": the current folder is on sys.path of `-c`, and nothing planted in the project may run as you
         answer = json.loads(run_command([str(python), "-c", FIND, *(n for n, _ in imports)],
@@ -176,8 +180,7 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
         found = ", ".join(n for n, _ in imports) or "no third-party package"
         return CheckResult(NAME, CheckStatus.PASSED, f"{answer['python']} imports what "
                            f"{program.name if program else 'the program'} imports: {found}", tuple(evidence))
-    names = ", ".join(n for n, _ in missing) + f" ({program.name if program else 'the program'} line" + \
-        ("s " if len(missing) > 1 else " ") + ", ".join(str(line) for _, line in missing) + ")"
+    names = _where_needed(missing, program.name if program else "the program")
     fix = ("that is guarded-sbatch's own environment, first on PATH: put only `guarded-sbatch` on PATH (README), "
            "or activate your environment in the script" if own else
            "activate the environment that has them in the script (`source ENV/bin/activate` before the launcher "
@@ -185,6 +188,25 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
     status = CheckStatus.WARNED if where.unfollowed else CheckStatus.FAILED
     return CheckResult(NAME, status, f"the job's {answer['python']} cannot import {names}: the job would die at "
                        f"once; {fix}", tuple(evidence), {"python": answer["python"], "missing": [n for n, _ in missing]})
+
+
+def _where_needed(missing: list[tuple[str, int]], program: str) -> str:
+    """`torch, transformers (train.py lines 1, 2), wandb (the config's report_to)`."""
+    in_script = [(n, line) for n, line in missing if line]
+    parts = [", ".join(n for n, _ in in_script) + f" ({program} line" + ("s " if len(in_script) > 1 else " ") +
+             ", ".join(str(line) for _, line in in_script) + ")"] if in_script else []
+    reported = [n for n, line in missing if not line]
+    parts += [", ".join(reported) + " (the config's report_to)"] if reported else []
+    return ", ".join(parts)
+
+
+def _reported_to(context: PreflightContext, known: set[str]) -> list[tuple[str, int]]:
+    """The integrations the run's config asks the trainer to report to (line 0: the config, not the script)."""
+    found = context.intended.find(("report_to",)) if context.intended is not None else None
+    value = found[1] if found else None
+    names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    modules = (REPORT_TO_MODULES.get(str(name).lower()) for name in names)
+    return [(module, 0) for module in dict.fromkeys(m for m in modules if m and m not in known)]
 
 
 def _launcher_command(text: str, kind: str) -> str:
