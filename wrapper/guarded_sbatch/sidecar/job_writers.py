@@ -20,6 +20,7 @@ from dataclasses import dataclass
 _MAX_PROCESSES = 20_000
 _MAX_HELD_PROCESSES = 256  # processes of one job whose open files are listed at one poll
 _MAX_HELD_FILES = 4096
+HELD_EVERY_S = 10.0  # a watcher lists a job's open files when its processes change, else at most this often
 _CACHE_S = 1.0  # one shared-monitor poll of many runs scans once; a new process is seen a second later
 
 

@@ -18,7 +18,7 @@ from guarded_sbatch.core.registry import list_runs, update_record
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
-from guarded_sbatch.sidecar.job_writers import held_files, job_processes
+from guarded_sbatch.sidecar.job_writers import HELD_EVERY_S, held_files, job_processes
 from guarded_sbatch.sources import kinds
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
@@ -64,6 +64,7 @@ class SourceSet:
         self._found_notes: list[str] = []
         self._held: dict[str, int] = {}  # files the job's processes hold open for writing -> the pid holding each
         self._held_ever: dict[str, int] = {}  # every file ever seen held, and by whom
+        self._held_at, self._held_pids = float("-inf"), set[int]()  # listed when the job's processes change, or 10 s on
         self._retired: set[int] = set()  # sources (by id) of runs stopped on their own: judged no more
         self._successive: set[int] = set()  # W&B runs (by source id) the job's processes were seen writing
         identity = settings.identity
@@ -117,8 +118,9 @@ class SourceSet:
         writer = self._writer.knowing(hosts=hosts, pids=tuple(sorted(own)), others=tuple(sorted(others)),
                                       pid_hosts=(this_host(), *sorted(table)))
         self._writer = replace(writer, since=since)
-        self._held = held_files(own) if own else {}
-        self._held_ever.update(self._held)
+        if time.monotonic() >= self._held_at + HELD_EVERY_S or own - self._held_pids:
+            self._held, self._held_at, self._held_pids = (held_files(own) if own else {}), time.monotonic(), own
+            self._held_ever.update(self._held)
         if self._writer != self._saved_writer and self.settings.identity is not None:
             self._record_seen()
 
