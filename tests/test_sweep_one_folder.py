@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import wait_for
+from e2e_helpers import Project, wait_for
 from framework_runs import STOP_REASONS, metric_lines
 from sweep_runs import HF, LIGHTNING, LIGHTNING_UNNAMED, SUMMARY_WRITER, Kind, Launched, launch_all, plan, sweep_project
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
@@ -45,7 +45,8 @@ def _writer(event_file: str) -> str:
     return ".".join(name.split(".")[1:-1])
 
 
-def assert_sweep(runs: list[Launched], project_state: Path, scheduler: Scheduler) -> None:
+def assert_sweep(runs: list[Launched], project: Project, scheduler: Scheduler) -> None:
+    project_state = project.state_dir
     writers: dict[str, set[str]] = {}
     for run in runs:
         run_dir = project_state / "runs" / run.record["run_id"]
@@ -67,6 +68,8 @@ def assert_sweep(runs: list[Launched], project_state: Path, scheduler: Scheduler
         else:
             assert state is JobState.COMPLETED and "Decision: STOP" not in output, where
             assert "ended COMPLETED" in output and "NaN" not in metric_lines(output), where
+        shown = project.cli_here("show", run.record["run_id"]).stdout  # after the end: the same files, the same verdict
+        assert f"judged now: {'STOP' if run.planned.broken else 'CONTINUE'}" in shown, (where, shown[:1500])
     every = [w for found in writers.values() for w in found]
     assert len(every) == len(set(every)), writers  # no two runs read one writer's files
 
@@ -85,7 +88,7 @@ def _sweep(tmp_path: Path, counts: dict[str, int], backend: str | None, timeout:
 
         scheduler = SlurmScheduler(state_dir=tmp_path / "test-slurm-cache")
     _wait(runs, scheduler, timeout)
-    assert_sweep(runs, project.state_dir, scheduler)
+    assert_sweep(runs, project, scheduler)
 
 
 @pytest.mark.waits
@@ -104,5 +107,5 @@ def test_eight_runs_of_three_frameworks_from_one_folder(tmp_path: Path) -> None:
 @pytest.mark.slurm
 @pytest.mark.long
 def test_three_runs_of_one_folder_on_slurm(slurm_cluster: None, tmp_path: Path) -> None:
-    """The same on the dev Slurm: two Lightning and two SummaryWriter runs, one of each broken."""
-    _sweep(tmp_path, {"lightning": 2, "summarywriter": 2}, None, timeout=400)
+    """The same on the dev Slurm: two runs of each kind, one of each broken."""
+    _sweep(tmp_path, {"lightning": 2, "summarywriter": 2, "hf": 2}, None, timeout=400)

@@ -205,7 +205,7 @@ def _names_run(spec: SourceSpec, name: str) -> bool:
 def _covers(locator: str, place: Path) -> bool:
     if not locator.startswith("/"):
         return False
-    base = Path(locator)
+    base = Path(os.path.realpath(locator))  # open files are named by their real path; a spec may go through a link
     return place == base or base in place.parents
 
 
