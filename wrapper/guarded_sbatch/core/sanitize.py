@@ -14,8 +14,10 @@ import re
 _CONTROLS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 _UNSAFE = re.compile(f"[{_CONTROLS}]")
 _UNSAFE_LINE = re.compile(f"[{_CONTROLS}\t\n]")
-# the colours the pre-flight report paints its own tags with (launch/preflight.py): kept, nothing else is
-_OWN_COLOURS = re.compile(f"(\x1b\\[(?:0|3[123])m)|[{_CONTROLS}]")
+# colours and bold (the pre-flight report's tags, `status`'s header): kept; any other sequence, and a concealing
+# or cursor-moving one, is shown. SGR parameters: reset, bold, dim, italic, underline, reverse, their ends, colours.
+_SGR = r"(?:0|1|2|3|4|7|22|23|24|27|3[0-79]|4[0-79]|9[0-7]|10[0-7])"
+_OWN_COLOURS = re.compile(f"(\x1b\\[(?:{_SGR}(?:;{_SGR}){{0,3}})?m)|[{_CONTROLS}]")
 
 
 def _escape(char: str) -> str:
@@ -44,7 +46,7 @@ def visible_line(text: str) -> str:
 
 
 def visible_keeping_colours(text: str) -> str:
-    """As visible(), keeping the pre-flight report's own colour codes (ESC[0m, ESC[31m..ESC[33m)."""
+    """As visible(), keeping colour and bold codes (ESC[0m, ESC[1m, ESC[31m ...): the CLI's own tables and tags."""
     if not isinstance(text, str) or not _UNSAFE.search(text):
         return text
     return _OWN_COLOURS.sub(lambda m: m.group(1) or _escape(m.group(0)), text)
