@@ -55,4 +55,6 @@ def test_too_early_holds_back_soft_findings_only() -> None:
     jump = [P(1, 0, "loss", 1.0), P(2, 0, "loss", 9.0), P(3, 0, "loss", 9.5), P(4, 0, "loss", 9.2)]
     assert _verdict(jump) == ("WAIT", "divergence")  # a short window's jump: named, not "too early", not STOP
     calm = [P(1, 0, "loss", 2.0), P(2, 0, "loss", 1.9)]
-    assert _verdict(calm) == ("WAIT", "too_early")
+    assert _verdict(calm) == ("CONTINUE", "healthy")  # nothing wrong in 2 points: healthy so far (issue 37)
+    rising = [P(1, 0, "loss", 2.0), P(2, 0, "loss", 2.5)]
+    assert _verdict(rising) == ("WAIT", "too_early")  # too few points to call a rise

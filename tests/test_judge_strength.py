@@ -112,12 +112,12 @@ def test_train_and_eval_non_finite_together_decide_at_once() -> None:
 def test_a_non_finite_loss_that_stays_the_newest_point_while_the_job_runs_decides_by_time() -> None:
     history = _history({"train_loss": [(10, 1.0), (20, 0.9), (30, NAN)]})
     assert decide(history).decision is Decision.WAIT  # files read after the fact: time never counts
-    soon = RunContext(job_live=True, seconds_since_last_point=5.0, point_interval_s=2.0)
+    soon = RunContext(job_live=True, seconds_since_last_point=5.0)
     assert decide(history, context=soon).decision is Decision.WAIT
-    later = RunContext(job_live=True, seconds_since_last_point=16.0, point_interval_s=2.0)
+    later = RunContext(job_live=True, seconds_since_last_point=16.0)
     verdict = decide(history, context=later)
     assert verdict.decision is Decision.STOP and "still the newest point 16 s later" in verdict.message
-    # a run that logs every 60 s: the hold is two of its own intervals
+    # a run that logs every 60 s: the hold is one and a half of its own intervals
     slow = RunContext(job_live=True, seconds_since_last_point=60.0, point_interval_s=60.0)
     assert decide(history, context=slow).decision is Decision.WAIT
     ended = RunContext(job_live=False, seconds_since_last_point=600.0)
@@ -128,7 +128,8 @@ def test_a_run_that_stalls_mid_run_with_a_noisy_grad_norm_is_stopped_after_its_o
     rng = np.random.default_rng(2)
     steps = np.arange(10, 3010, 10)
     loss = np.where(steps < 600, 3.0 - 2.0 * steps / 600, 1.0) + 0.08 * rng.standard_normal(len(steps))
-    grad = 10 + 60 * rng.random(len(steps))  # 10-70 all along, as in the real log
+    # 10-70 once it stalls, as in the real log; it grew there from 2 while the loss fell (no explosion on the way)
+    grad = np.where(steps < 600, 2 + 10 * steps / 600, 10 + 60 * rng.random(len(steps)))
     series = {"loss": list(zip(steps.tolist(), loss.tolist())), "grad_norm": list(zip(steps.tolist(), grad.tolist())),
               "lr": [(int(s), 3e-4) for s in steps]}
     history = _history(series)

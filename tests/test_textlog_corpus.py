@@ -221,8 +221,10 @@ def test_loss_scale_drop_recorded_with_its_new_value_at_its_step(tmp_path: Path)
     log.write_text("\r 14%|█▍        | 378/2724 [13:58:09<86:18:35, 132.44s/it][2023-06-07 22:16:00,018] [INFO] "
                    "[loss_scaler.py:181:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss "
                    "scale: 64, reducing to 32\n")
-    (point,) = TextLogSource(log).read_new()
+    points = TextLogSource(log).read_new()
+    (point,) = [p for p in points if p.key == "loss_scale"]
     assert (point.step, point.key, point.value) == (379, "loss_scale", 32.0)
+    assert [(p.step, p.key, p.value) for p in points if p.key != "loss_scale"] == [(379, "overflow", 1.0)]  # a skip
 
 
 PATHOLOGICAL = {

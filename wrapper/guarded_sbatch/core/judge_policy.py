@@ -36,8 +36,8 @@ class JudgePolicy:
     nonfinite_after_explosion_ratio: float = 1000.0
     # time is evidence: a non-finite training loss that stays the newest point while the job runs on is a STOP after
     # this long and this many of the run's own intervals between new points (a progress bar redraws one line)
-    nonfinite_hold_seconds: float = 15.0
-    nonfinite_hold_intervals: float = 2.0
+    nonfinite_hold_seconds: float = 10.0
+    nonfinite_hold_intervals: float = 1.5
     # evidence by strength (decides with any number of points): a training loss at >= 10**jump_orders x its level
     # before, reached within jump_within_points logged points and still there
     jump_orders: float = 3.0
@@ -51,6 +51,9 @@ class JudgePolicy:
     # started) is a big spike; spike_memory_count of them over the run, recovered or not, is a STOP (one: a note)
     spike_memory_ratio: float = 100.0
     spike_memory_count: int = 3
+    # a frozen training loss: the last N logged losses identical (>= 4 significant digits), or within 1e-4 of each
+    # other at ln(k) for k = 2..20 (a uniform guess): STOP with any number of points
+    frozen_points: int = 3
     # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are all non-finite
     nonfinite_patience_points: int = 3
     # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped
@@ -60,6 +63,10 @@ class JudgePolicy:
     # fp16: STOP when the scale dropped at each of the last N changes, with no growth between, and is now at or
     # below the floor (an initial search from 2**32 halves many times too, but stays far above it)
     loss_scale_drop_streak: int = 8
+    # fp16: STOP at an overflow at the floor at this many logged steps in a row (DeepSpeed's `Attempted loss scale: 1,
+    # reducing to 1`), or at drops at loss_scale_step_drops consecutive steps down to within 8x of the floor
+    loss_scale_floor_overflows: int = 3
+    loss_scale_step_drops: int = 5
 
     # spikes (robust z-score against the median / quantile scale of the trailing window, OLMo-like 6 sigma)
     baseline_window_steps: int = 400
@@ -99,6 +106,11 @@ class JudgePolicy:
     eval_regress_patience_steps: int = 300
     eval_regress_patience_points: int = 4
     eval_flat_rel: float = 0.005
+    # a higher-is-better key metric exactly 0 at each of its last N evaluations (never above): WAIT; STOP at 2 N
+    eval_zero_points: int = 3
+    # a key metric logged at every training step (an RL reward) within 0.5 % over its last N values while the loss
+    # moves by 30 % or more: WAIT
+    flat_score_points: int = 6
 
     # learning rate
     lr_zero_patience_steps: int = 100
@@ -130,4 +142,5 @@ class RunContext:
     total_steps: int | None = None
     job_live: bool | None = None  # None/False: files read after the fact, staleness (and time) never counts
     seconds_since_last_point: float | None = None  # the watcher's clock: since a poll last brought new points
-    point_interval_s: float | None = None  # the run's own pace: typical seconds between polls that brought points
+    # the run's own pace when it logs slower than the watcher polls: typical seconds between polls that brought points
+    point_interval_s: float | None = None

@@ -115,3 +115,39 @@ def recorded_policy(table: Mapping[str, Any], run_name: str) -> JudgePolicy:
         return policy_from_table(table, where=f"run record of {run_name}")
     except UsageError:
         return JudgePolicy()
+
+
+# config keys whose value is the number of classes a cross-entropy chooses among (first found wins)
+CHANCE_KEYS = ("vocab_size", "padded_vocab_size", "n_vocab", "num_labels", "num_classes", "n_classes", "num_class",
+               "nc")
+
+
+def chance_from_config(values: Mapping[str, Any] | None) -> tuple[float, str] | None:
+    """(ln k, "ln(<key> = k)") from a run's flat config ({"model.vocab_size": 1024, ...}); None when it names no
+    number of classes of 2 or more."""
+    if not values:
+        return None
+    found: dict[str, tuple[str, int]] = {}
+    for key, value in values.items():
+        name = str(key).rsplit(".", 1)[-1].replace("-", "_").lower()
+        if name in CHANCE_KEYS and name not in found and not isinstance(value, bool):
+            try:
+                count = int(value)
+            except (TypeError, ValueError):
+                continue
+            if count >= 2 and count == value:
+                found[name] = (str(key), count)
+    for name in CHANCE_KEYS:
+        if name in found:
+            key, count = found[name]
+            return math.log(count), f"ln({key} = {count})"
+    return None
+
+
+def with_chance(table: dict[str, Any], run_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The recorded [judge] table with `chance_loss` from the run's config when the table does not set it (the site
+    or user config's [judge] chance_loss wins)."""
+    if "chance_loss" in table:
+        return table
+    found = chance_from_config(run_config)
+    return {**table, "chance_loss": round(found[0], 6)} if found is not None else table

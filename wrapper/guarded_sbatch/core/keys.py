@@ -89,8 +89,17 @@ def _training_state_role(word_set: set[str], joined: str) -> KeyRole | None:
     return None
 
 
+_AP_AT = re.compile(r"m?ap\d{1,3}")  # YOLO's mAP50, mAP50-95 (`map50`), COCO's AP50 / AP75
+_LOSS_SUFFIX = re.compile(r"[a-z]{1,6}loss")  # `closs`, `dloss`, `gloss`: a loss glued to its short name
+
+
 def _metric_role(word_set: set[str]) -> KeyRole:
     """Losses and evaluation metrics (with their direction); OTHER for counters, timings and the rest."""
+    if any(_AP_AT.fullmatch(w) for w in word_set):
+        word_set = word_set | {"map"}
+    glued = {w for w in word_set if _LOSS_SUFFIX.fullmatch(w)}
+    if glued:
+        word_set = word_set | {"loss"} | ({"val"} if any(w.startswith(("v", "val", "test")) for w in glued) else set())
     if word_set & _NOT_METRIC_WORDS and not word_set & (_LOWER_WORDS | _HIGHER_WORDS):
         return KeyRole(Role.OTHER)
     is_eval = bool(word_set & _EVAL_WORDS)

@@ -1,125 +1,16 @@
-"""Non-finite values, fp16-aware: loss-scale collapse, NaN/Inf loss, hidden NaN, NaN grad norm / LR,
-evaluations that fail every time, and NaN in any other logged metric (a note only)."""
+"""Non-finite values, fp16-aware (checks_scale.py: the steps an fp16 optimizer skipped): NaN/Inf loss, hidden NaN,
+NaN grad norm / LR, evaluations that fail every time, and NaN in any other logged metric (a note only)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from guarded_sbatch.judge.checks_scale import looks_cumulative
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
-
-
-def fp16_skipped_steps(history: MetricHistory, keys: RunKeys) -> set[int]:
-    """Steps at which an fp16 optimizer skipped its update: the skip counter moved or the scale dropped."""
-    skipped: set[int] = set()
-    if keys.skipped:
-        steps, values = history.series(keys.skipped)
-        cumulative = _looks_cumulative(values, keys.skipped)
-        previous = 0.0
-        for step, value in zip(steps.tolist(), values.tolist()):
-            if (cumulative and value > previous) or (not cumulative and value > 0):
-                skipped.add(step)
-            previous = value
-    if keys.loss_scale:
-        steps, values = history.series(keys.loss_scale)
-        drops = np.nonzero(np.diff(values) < 0)[0] + 1
-        skipped.update(int(steps[i]) for i in drops)
-    return skipped
-
-
-def _looks_cumulative(values: np.ndarray, key: str = "") -> bool:
-    """A running count (DeepSpeed `skipped=`) never decreases and moves; a per-interval count goes up
-    and down. Megatron's `number of skipped/nan iterations` are per interval even when constant."""
-    if key.lower().startswith("number of"):
-        return False
-    finite = values[np.isfinite(values)]
-    if len(finite) < 2:
-        return False
-    diffs = np.diff(finite)
-    return bool(np.all(diffs >= 0) and np.any(diffs > 0))
-
-
-def skip_rate(history: MetricHistory, keys: RunKeys, first_step: int, last_step: int) -> float | None:
-    """Fraction of steps in (first_step, last_step] that were skipped; None without a skip counter."""
-    if not keys.skipped or last_step <= first_step:
-        return None
-    steps, values = history.series(keys.skipped)
-    if len(steps) == 0:
-        return None
-    inside = (steps > first_step) & (steps <= last_step)
-    if not np.any(inside):
-        return None
-    if _looks_cumulative(values, keys.skipped):
-        before = values[steps <= first_step]
-        start = float(before[-1]) if len(before) else float(values[inside][0])
-        count = float(values[inside][-1]) - start
-    else:
-        count = float(np.nansum(values[inside]))
-    return min(1.0, count / (last_step - first_step))
-
-
-def check_loss_scale_collapse(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    """The scale stuck at its floor with steps skipped every time, or driven down to it by a streak of drops with
-    no growth between: the optimizer skips every step. Judged on the scale alone (no loss point needed)."""
-    if not keys.loss_scale:
-        return None
-    steps, scales = history.series(keys.loss_scale)
-    if len(steps) < 2:
-        return None
-    at_floor = scales <= policy.loss_scale_floor * (1 + 1e-6)
-    if not at_floor[-1]:
-        return None
-    streak, before = _drop_streak(scales)
-    if streak >= policy.loss_scale_drop_streak:
-        first = int(steps[before])
-        return Finding.stop(
-            Reason.LOSS_SCALE_COLLAPSE,
-            f"fp16 loss scale dropped at each of its last {streak} changes with no growth between, from "
-            f"{fmt(float(scales[before]))} at step {first} to {fmt(float(scales[-1]))} at step {int(steps[-1])}: "
-            "every step overflows, the run no longer trains",
-            Anomaly("loss_scale_collapse", keys.loss_scale, first, float(scales[-1])),
-        )
-    # start of the current stretch at the floor
-    above = np.nonzero(~at_floor)[0]
-    first_at_floor = int(steps[above[-1] + 1]) if len(above) else int(steps[0])
-    last_step = int(steps[-1])
-    if last_step - first_at_floor < policy.loss_scale_window_steps:
-        return None
-    window_start = last_step - policy.loss_scale_window_steps
-    rate = skip_rate(history, keys, window_start, last_step)
-    if rate is None:  # no skip counter: a non-finite grad norm at almost every logged step says the same
-        rate = _nonfinite_fraction(history, keys.grad_norm or keys.train_loss, window_start, last_step)
-    if rate is None or rate < policy.loss_scale_min_skip_rate:
-        return None
-    return Finding.stop(
-        Reason.LOSS_SCALE_COLLAPSE,
-        f"fp16 loss scale stuck at its floor ({fmt(float(scales[-1]))}) since step {first_at_floor} with "
-        f"{rate:.0%} of the last {policy.loss_scale_window_steps} steps skipped: the run no longer trains",
-        Anomaly("loss_scale_collapse", keys.loss_scale, first_at_floor, float(scales[-1])),
-    )
-
-
-def _drop_streak(scales: np.ndarray) -> tuple[int, int]:
-    """(how many of the series' last changes of value were all drops, the index of the value before the first
-    of them); repeated values in between do not count."""
-    with np.errstate(invalid="ignore"):  # inf - inf (a garbage scale): no change, as NaN != 0 is not one either
-        moves = np.nonzero(np.nan_to_num(np.diff(scales)) != 0)[0]  # i: scales[i] -> scales[i + 1] changed
-    rises = np.nonzero(scales[moves + 1] > scales[moves])[0]
-    streak = moves[rises[-1] + 1 :] if len(rises) else moves
-    return len(streak), (int(streak[0]) if len(streak) else len(scales) - 1)
-
-
-def _nonfinite_fraction(history: MetricHistory, key: str | None, first_step: int, last_step: int) -> float | None:
-    if not key:
-        return None
-    steps, values = history.series(key)
-    inside = (steps > first_step) & (steps <= last_step)
-    if np.count_nonzero(inside) < 2:
-        return None
-    return float(np.mean(~np.isfinite(values[inside])))
 
 
 def _trailing_streak(bad: np.ndarray) -> int:
@@ -144,11 +35,17 @@ def check_nonfinite_loss(
         for i in np.nonzero(values == 0.0)[0]:
             grad = history.value_at(keys.grad_norm, int(steps[i]))
             hidden[i] = grad is not None and not np.isfinite(grad)
-    counted = (nonfinite | hidden) & ~np.isin(steps, list(excused))
+    bad = nonfinite | hidden
+    counted = bad & ~np.isin(steps, list(excused))
     if not np.any(counted):
-        return None
-    streak = _trailing_streak(counted)
+        return _nonfinite_loss_parts(history, keys, policy, excused)
+    # a skipped fp16 step excuses an isolated overflow; the non-finite losses before a newest one it does not
+    # excuse count with it
+    streak = _trailing_streak(bad) if counted[-1] else 0
     if streak == 0:
+        parts = _nonfinite_loss_parts(history, keys, policy, excused)
+        if parts is not None:
+            return parts
         first_bad = int(steps[np.nonzero(counted)[0][-1]])
         return Finding.note(
             Reason.NON_FINITE_LOSS,
@@ -169,6 +66,7 @@ def check_nonfinite_loss(
         return Finding.stop(reason, f"{what} at the last {streak} logged steps (since step {onset})", anomaly)
     confirmed = (_explosion_before(steps, values, counted, onset_index, policy)
                  or _eval_failed_too(history, keys, int(steps[onset_index - 1]) if onset_index else onset - 1)
+                 or _terms_failed_too(history, keys, onset)
                  or _held(policy, context))
     if confirmed:
         return Finding.stop(reason, f"{what} at step {onset}, {confirmed}", anomaly)
@@ -187,6 +85,39 @@ def _eval_failed_too(history: MetricHistory, keys: RunKeys, since_step: int) -> 
             return (f"and {key} is {values[-1]} at step {int(steps[-1])}: two independent non-finite signals "
                     "(training and evaluation) decide at once")
     return ""
+
+
+def _terms_failed_too(history: MetricHistory, keys: RunKeys, step: int) -> str:
+    """Every other loss term non-finite at the same step (two or more of them): the model's outputs are non-finite,
+    not one term ("" otherwise)."""
+    if len(keys.loss_parts) < 2:
+        return ""
+    failed = [k for k in keys.loss_parts if (v := history.value_at(k, step)) is not None and not np.isfinite(v)]
+    if len(failed) < 2 or len(failed) < len([k for k in keys.loss_parts if history.value_at(k, step) is not None]):
+        return ""
+    return (f"and every other loss term logged with it is non-finite too ({', '.join(failed[:5])}): the model's "
+            "outputs are non-finite, not one term")
+
+
+def _nonfinite_loss_parts(history: MetricHistory, keys: RunKeys, policy: JudgePolicy,
+                          excused: set[int]) -> Finding | None:
+    """Another training-loss series (an epoch mean, a loss term) non-finite at its last `nonfinite_loss_points`
+    logged points while the judged one is not: a STOP too."""
+    for key in keys.loss_parts:
+        steps, values = history.series(key)
+        counted = ~np.isfinite(values) & ~np.isin(steps, list(excused))
+        if not len(values) or not counted[-1]:
+            continue
+        streak = _trailing_streak(~np.isfinite(values))
+        if streak >= policy.nonfinite_loss_points:
+            onset = int(steps[len(steps) - streak])
+            return Finding.stop(
+                Reason.NON_FINITE_LOSS,
+                f"{key} (a training loss beside {keys.train_loss}) is {values[-1]} at the last {streak} logged steps "
+                f"(since step {onset})",
+                Anomaly("nan", key, onset, None, f"{key} non-finite"),
+            )
+    return None
 
 
 def _hold_seconds(policy: JudgePolicy, context: RunContext | None) -> float:
@@ -231,7 +162,7 @@ def check_nan_counter(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
     if not keys.nan_counter:
         return None
     steps, values = history.series(keys.nan_counter)
-    counts = np.diff(values, prepend=0.0) if _looks_cumulative(values, keys.nan_counter) else values
+    counts = np.diff(values, prepend=0.0) if looks_cumulative(values, keys.nan_counter) else values
     bad = np.nan_to_num(counts, nan=1.0) > 0
     streak = _trailing_streak(bad)
     if streak == 0:

@@ -4,7 +4,8 @@ The plateau check (checks_trend) looks only at a run flat from its start. A run 
 `stall_min_progress` of improvement, the smoothed training loss (the median of trailing windows) makes no new best
 for a span relative to the run's own pace: max(`stall_min_steps`, `stall_pace_factor` x the steps it took to reach
 that best). That alone is also what a converged run looks like, so it takes more: the gradient norm over the span is
-noisy ((q90 - q10) / median >= `stall_grad_spread`: the optimizer moves hard and gets nowhere), the learning rate,
+noisy ((q90 - q10) / median >= `stall_grad_spread`) and at least twice its median while the loss fell (the
+optimizer moves hard and gets nowhere), the learning rate,
 when logged, has not decayed to a tenth of its peak (a plateau at the end of a decayed schedule is convergence), and
 the key evaluation, when logged, made no new best during the span. WAIT from half the span, STOP after all of it.
 """
@@ -22,6 +23,7 @@ from guarded_sbatch.judge.verdict import Anomaly, Reason
 
 _MIN_POINTS = 20
 _BEST_MARGIN = 0.01  # a new best must beat the old one by 1 %
+_GRAD_RISE = 2.0  # the grad norm during the stall at least this x its median while the loss fell
 _NOISE_ERRORS = 3  # ... and by 3 standard errors of a window's median (noise makes a new low now and then)
 
 
@@ -42,14 +44,17 @@ def _track(steps: np.ndarray, values: np.ndarray,
 
 
 def _grad_spread(history: MetricHistory, key: str | None, since: int) -> float | None:
+    """(q90 - q10) / median of the grad norm after `since`, when it is also at least twice its median before
+    (the optimizer thrashing harder than while it made progress); None otherwise."""
     if not key:
         return None
     steps, values = history.series(key)
-    inside = values[(steps > since) & np.isfinite(values)]
-    if len(inside) < 8:
+    finite = np.isfinite(values)
+    inside, before = values[(steps > since) & finite], values[(steps <= since) & finite]
+    if len(inside) < 8 or len(before) < 4:
         return None
     mid = float(median(inside))
-    if mid <= 0:
+    if mid <= 0 or mid < _GRAD_RISE * float(median(before)):
         return None
     low, high = np.quantile(inside, [0.1, 0.9])
     return float(high - low) / mid

@@ -22,6 +22,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.core.keys import key_words
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.select import RunKeys
@@ -92,6 +93,13 @@ def chance_level(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> 
     return float(values[0]), f"the first logged loss {fmt(float(values[0]))} (step {int(steps[0])})"
 
 
+_DETECTION_WORDS = frozenset({"box", "bbox", "obj", "dfl", "rpn", "mask", "kpt", "seg", "giou", "iou"})
+
+
+def _detection_loss(keys: RunKeys) -> bool:
+    return any(set(key_words(k)) & _DETECTION_WORDS for k in (keys.train_loss or "", *keys.loss_parts))
+
+
 def check_above_chance(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
     """STOP when the last `chance_points` losses are all far above the chance level (or the first logged loss)."""
     steps, values = _finite_loss(history, keys)
@@ -99,6 +107,8 @@ def check_above_chance(history: MetricHistory, keys: RunKeys, policy: JudgePolic
     if found is None or len(values) < policy.chance_points:
         return None
     level, what = found
+    if policy.chance_loss and _detection_loss(keys):
+        return None  # a detector's loss (box, objectness, mask terms) is no cross-entropy over the classes
     multiple = policy.chance_multiple if policy.chance_loss else policy.first_loss_multiple
     if policy.chance_loss is None and len(values) <= policy.chance_points:
         return None  # the first loss is the level itself: it takes points after it

@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
-from guarded_sbatch.judge import (checks_climb, checks_crash, checks_eval, checks_finite, checks_schedule,
-                                  checks_stall, checks_strength, checks_trend, checks_window)
+from guarded_sbatch.judge import (checks_climb, checks_crash, checks_dead, checks_eval, checks_finite, checks_scale,
+                                  checks_schedule, checks_stall, checks_strength, checks_trend, checks_window)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
@@ -65,7 +65,7 @@ class CheckInput:
 # The checks, in the documented order (the first STOP wins, else the first WAIT). A new check is one function
 # in a judge/checks_*.py module and one line here.
 CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
-    ("loss_scale_collapse", lambda c: checks_finite.check_loss_scale_collapse(c.history, c.keys, c.policy)),
+    ("loss_scale_collapse", lambda c: checks_scale.check_loss_scale_collapse(c.history, c.keys, c.policy)),
     ("non_finite_loss", lambda c: checks_finite.check_nonfinite_loss(c.history, c.keys, c.policy, c.excused,
                                                                       c.context)),
     ("magnitude_jump", lambda c: checks_strength.check_magnitude_jump(c.history, c.keys, c.policy)),
@@ -77,11 +77,16 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("eval_failing", lambda c: checks_finite.check_eval_failing(c.history, c.keys, c.policy)),
     ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
     ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
+    ("short_window_grad_jump", lambda c: checks_window.check_short_window_grad_jump(c.history, c.keys, c.policy)),
     ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy, c.excused)),
     ("lr_schedule", lambda c: checks_schedule.check_lr_schedule(c.history, c.keys, c.policy)),
+    ("frozen_loss", lambda c: checks_dead.check_frozen_loss(c.history, c.keys, c.policy)),
+    ("zero_signal", lambda c: checks_dead.check_zero_signal(c.history, c.keys, c.policy)),
     ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
     ("stagnation", lambda c: checks_stall.check_stagnation(c.history, c.keys, c.policy)),
+    ("eval_at_zero", lambda c: checks_dead.check_eval_at_zero(c.history, c.keys, c.policy)),
+    ("flat_score", lambda c: checks_dead.check_flat_score(c.history, c.keys, c.policy)),
     ("eval_regressing", lambda c: checks_eval.check_eval_regressing(c.history, c.keys, c.policy)),
     ("stale", lambda c: _check_stale(c.policy, c.context)),
     ("eval_vs_baseline", lambda c: checks_eval.check_eval_vs_baseline(c.history, c.keys, c.policy)),
@@ -109,7 +114,7 @@ def decide(
     if nothing_to_judge:
         return _nothing_to_judge(history, policy, crashed, summary)
 
-    excused = checks_finite.fp16_skipped_steps(history, keys)
+    excused = checks_scale.fp16_skipped_steps(history, keys)
     inputs = CheckInput(history, keys, policy, context, excused)
     checks = [check(inputs) for _, check in CHECKS]
     findings = [*checks, crashed] if cause_unknown else [crashed, *checks]
@@ -122,7 +127,7 @@ def decide(
     if first is not None:
         decision, reason, message = first
         return Verdict(decision, reason, message, anomalies, last_step, summary)
-    if thin and keys.train_loss is not None:
+    if thin and keys.train_loss is not None and not _falling(history, keys.train_loss, policy):
         return Verdict(
             Decision.WAIT, Reason.TOO_EARLY,
             f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
@@ -136,6 +141,9 @@ def decide(
             anomalies, last_step, summary,
         )
     notes = [f.message for f in present]
+    if thin and keys.train_loss is not None:
+        notes.append(f"only {loss_points} training-loss points, not rising: trends are judged from "
+                     f"{policy.min_loss_points}")
     message = "healthy" + (f" ({'; '.join(notes)})" if notes else "")
     if keys.train_loss is None:
         message += f"; no training loss logged, judged on {keys.key_metric} only"
@@ -186,6 +194,16 @@ HARD_REASONS = frozenset({
 })
 
 
+def _falling(history: MetricHistory, key: str, policy: JudgePolicy) -> bool:
+    """A short loss series that shows nothing wrong: at least 2 finite points, the newest within noise (10 %) of the
+    first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
+    values = history.series(key)[1]
+    finite = values[np.isfinite(values)]
+    if policy.chance_loss is not None and len(finite) and finite[-1] >= policy.chance_multiple * policy.chance_loss:
+        return False  # far above the chance level: waiting for the points that decide it
+    return len(finite) >= 2 and finite[-1] <= 1.1 * finite[0] and float(np.max(finite)) <= 2 * max(float(finite[0]), 0.0)
+
+
 def _logged_steps(history: MetricHistory, keys: list[str]) -> int:
     """How many distinct steps the run has logged anything at (bounded: only whether it is a few matters)."""
     seen: set[int] = set()
@@ -215,7 +233,7 @@ def _summary(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> dict
     summary: dict[str, Any] = {"keys": {
         "train_loss": keys.train_loss, "key_metric": keys.key_metric, "lr": keys.lr,
         "grad_norm": keys.grad_norm, "loss_scale": keys.loss_scale,
-    }}
+    }, "loss_key": keys.loss_why}
     for label, key in (("train_loss", keys.train_loss), ("lr", keys.lr), ("grad_norm", keys.grad_norm),
                        ("loss_scale", keys.loss_scale)):
         if key:

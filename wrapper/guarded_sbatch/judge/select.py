@@ -30,6 +30,9 @@ class RunKeys:
     loss_scale: str | None = None
     skipped: str | None = None
     nan_counter: str | None = None  # Megatron's `number of nan iterations`: it prints no loss then
+    overflow: str | None = None  # the text log's mark of an fp16 overflow event (sources/textlog_formats.py)
+    loss_parts: tuple[str, ...] = ()  # the other training-loss series (a detector's loss terms, an epoch mean)
+    loss_why: str = ""  # one line: which key was taken as the training loss, and why
 
     @property
     def key_metric(self) -> str | None:
@@ -58,7 +61,8 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
             return None
         return max(keys, key=lambda k: (len(history.series(k)[0]), -_name_rank(k), -len(k), k))
 
-    train_loss = policy.train_loss_key or most_points(with_role(Role.TRAIN_LOSS))
+    losses = with_role(Role.TRAIN_LOSS)
+    train_loss = policy.train_loss_key or most_points(losses)
     # a `train`-tagged accuracy (a run without validation) is not an evaluation
     evals = [k for k in with_role(Role.EVAL_METRIC) if k != train_loss and not _train_tagged(k)]
     # eval losses before other eval metrics: the loss is what every run has and the judge knows best;
@@ -79,6 +83,7 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
     skipped = with_role(Role.SKIPPED_STEPS)
     nan_counters = [k for k in skipped if "nan" in key_words(k)]
     preferred_skipped = [k for k in skipped if k not in nan_counters]
+    overflows = [k for k in preferred_skipped if "overflow" in key_words(k)]
     return RunKeys(
         train_loss=train_loss,
         eval_keys=tuple(evals),
@@ -88,7 +93,28 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         loss_scale=most_points(with_role(Role.LOSS_SCALE)),
         skipped=most_points(preferred_skipped),
         nan_counter=most_points(nan_counters),
+        overflow=most_points(overflows),
+        loss_parts=tuple(k for k in losses if k != train_loss),
+        loss_why=_loss_why(history, train_loss, losses, policy),
     )
+
+
+def _loss_why(history: MetricHistory, chosen: str | None, losses: list[str], policy: JudgePolicy) -> str:
+    """One line: which key is judged as the training loss, and why."""
+    if chosen is None:
+        return "no training-loss key among the logged keys (name one with --train-loss-key)"
+    if policy.train_loss_key:
+        return f"{chosen}: named by --train-loss-key / [judge] train_loss_key"
+    others = [k for k in losses if k != chosen]
+    why = f"{chosen}: a training-loss name ({len(history.series(chosen)[0])} points)"
+    if not others:
+        return why
+    if _name_rank(chosen) < len(_PREFERRED_LOSS_NAMES) or "total" in key_words(chosen):
+        reason = "the plainest / total name"
+    else:
+        reason = "the most points"
+    shown = ", ".join(others[:4]) + (" ..." if len(others) > 4 else "")
+    return f"{why}, {reason} among {len(losses)} (also {shown}: judged for NaN only)"
 
 
 def _train_tagged(key: str) -> bool:
@@ -97,5 +123,8 @@ def _train_tagged(key: str) -> bool:
 
 
 def _name_rank(key: str) -> int:
+    """0.. for the most common names, then a total of several terms (`total_loss`, detectron2), then the rest."""
     lowered = key.lower()
-    return _PREFERRED_LOSS_NAMES.index(lowered) if lowered in _PREFERRED_LOSS_NAMES else len(_PREFERRED_LOSS_NAMES)
+    if lowered in _PREFERRED_LOSS_NAMES:
+        return _PREFERRED_LOSS_NAMES.index(lowered)
+    return len(_PREFERRED_LOSS_NAMES) + (0 if "total" in key_words(key) else 1)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.errors import GuardedError, UsageError
-from guarded_sbatch.core.judge_table import policy_from_table, policy_table
+from guarded_sbatch.core.judge_table import with_chance, policy_from_table, policy_table
 from guarded_sbatch.core.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
 from guarded_sbatch.launch.marking import MarkingScheduler
@@ -147,7 +147,8 @@ def plan_launch(
         job_poll_s=config.sidecar.job_poll_s,
     )
     record = RecordFields(
-        launched_by=launched_by, waivers=tuple(w.to_json() for w in report.waivers), judge=judge_table(config),
+        launched_by=launched_by, waivers=tuple(w.to_json() for w in report.waivers),
+        judge=with_chance(judge_table(config), report.intended_run_config.values if report.intended_run_config else None),
         config_path=report.intended_config or "", total_steps=report.total_steps,
         planned_end=planned_end(report),
         checkpoint_dir=str(_absolute(guard.checkpoint_dir, cwd)) if guard.checkpoint_dir else "",

@@ -247,6 +247,8 @@ class Sidecar:
         since = now - self.state.last_new_data_at if self.state.last_new_data_at else None
         gaps = sorted(b - a for a, b in zip(self._arrivals, self._arrivals[1:]))
         pace = gaps[len(gaps) // 2] if gaps else None  # the median gap between polls that brought new points
+        if pace is not None and pace <= 1.5 * self.settings.fast_interval_s:
+            pace = None  # new points at (nearly) every poll: the run logs faster than it is watched
         return judge_sources(self.sources, self.settings.policy,
                              RunContext(job_live=live, seconds_since_last_point=since, point_interval_s=pace))
 

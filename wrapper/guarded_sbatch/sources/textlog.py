@@ -82,6 +82,7 @@ class TextLogSource(SourceBase):
         self._overflow_step: int | None = None
         self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
         self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
+        self._bar_shows: dict[str, float] = {}  # what the progress bar's postfix shows now, per key
 
     def describe(self) -> str:
         return str(self.path)
@@ -177,6 +178,13 @@ class TextLogSource(SourceBase):
         self.lines_with_metrics += 1
         repeated = False
         for key, value in parsed.values.items():
+            if parsed.kind == "bar":
+                shown = self._bar_shows.get(key)
+                self._bar_shows[key] = value
+                if shown is not None and shown == value and math.isfinite(value):
+                    # the bar redrawn with the finite value it showed: a display of the last reading, not a new one (a
+                    # NaN shown again is kept: the run went on and its loss is still not a number)
+                    continue
             previous = self._last_step_per_key.get(key)
             if previous is None or step > previous:
                 self._last_step_per_key[key] = step

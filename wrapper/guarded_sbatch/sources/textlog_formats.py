@@ -72,7 +72,8 @@ _RICH_BAR = re.compile(r"Epoch (?P<epoch>\d+)/\d+\s+[━╸╺╴╶─ ]{1,400}
 _BANNER = re.compile(r"\b(?:params|parameters|num_parameters|n_params|FLOPs)\b\s*(?:size\s*\(\w+\)\s*)?[:=]"
                      r"|^\s*[\d.,]+\s*[KMGT]?\s+(?:Trainable|Non-trainable|Total) params|^Modules in \w+ mode:",
                      re.IGNORECASE)
-_COLUMN = re.compile(r"[A-Za-z][\w()\-@/%.]*:?")
+_HEADERLESS_ROW = re.compile(rf"[A-Za-z][\w\-]{{0,30}}(?:\s+(?:{_N})%?){{3,64}}\s*")
+_COLUMN = re.compile(r"[A-Za-z][\w()\-@/%.]*(?::[\w()\-@/%.]+)?:?")  # `mAP@.5:.95:` (YOLOv5's last column)
 _ROW_FIELD = re.compile(rf"(?:{_N})(?:/\d+)?[A-Za-z%]{{0,3}}:?|all")
 
 
@@ -136,7 +137,10 @@ def _loss_scale_event(message: str, wall: float) -> ParsedLine | None:
         if event is not None:
             iteration = _OVERFLOW_ITERATION.search(message)
             step = int(iteration.group(1)) if iteration else None
-            return ParsedLine({"loss_scale": parse_number(event["value"])}, step, kind="loss_scale", wall_time=wall)
+            # every scale event is a step the optimizer skipped on an overflow (DeepSpeed's `OVERFLOW! ... Attempted
+            # loss scale: 1, reducing to 1` keeps the scale where it was): `overflow` marks it for the judge
+            return ParsedLine({"loss_scale": parse_number(event["value"]), "overflow": 1.0}, step, kind="loss_scale",
+                              wall_time=wall)
     return None
 
 
@@ -177,8 +181,11 @@ def _keep(key: str, message: str, position: int) -> bool:
 
 
 def parse_text(message: str, wall: float) -> ParsedLine | None:
-    """Any non-dict line: key/number pairs (pipe cells when the line is a `|` table) and a step."""
+    """Any non-dict line: key/number pairs (pipe cells when the line is a `|` table) and a step. A table's row
+    printed before its header (`all   48   28   0   0`) is not `all = 48`: it is skipped."""
     head = message[:HEAD]
+    if _HEADERLESS_ROW.fullmatch(message):
+        return None
     parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
     found: dict[str, float] = {}
     if message.count("|", 0, HEAD) >= 2:
@@ -222,8 +229,11 @@ def table_row(message: str, columns: list[str]) -> ParsedLine | None:
     fields = fields[: len(columns)]
     if not all(_ROW_FIELD.fullmatch(f) for f in fields):
         return None
+    if columns[0].lower() == "epoch" and fields[0] == "all":
+        return None  # an evaluation's `all` row under a training header: not this table's
     is_eval = columns[0] == "Class"
     parsed = ParsedLine(is_eval=is_eval)
+    parts = set() if is_eval else _loss_parts(columns)
     for name, text in zip(columns, fields):
         number = NUMBER.match(text)
         if number is None:
@@ -232,8 +242,27 @@ def table_row(message: str, columns: list[str]) -> ParsedLine | None:
             parsed.step = int(parse_number(number.group()))
             continue
         key = re.sub(r"[()]", "", name)
+        if parts and key.lower() == "total":
+            key = "loss"  # YOLOv5's first tables: `box obj cls total`, the total is the training loss
+        elif key in parts and not key.endswith("_loss"):
+            key += "_loss"  # `box` of YOLOv3-v5's first tables is their later `box_loss`
         parsed.values[f"val/{key}" if is_eval else key] = parse_number(number.group())
+    if parts and "loss" not in parsed.values:
+        found = [parsed.values[p if p.endswith("_loss") else p + "_loss"] for p in parts
+                 if (p if p.endswith("_loss") else p + "_loss") in parsed.values]
+        if len(found) >= 2:  # YOLOv5 (v6+) and v8 print only the parts: their training loss is the sum
+            parsed.values["loss"] = math.fsum(found)
     return parsed if parsed.values else None
+
+
+_YOLO_PARTS = frozenset({"box", "obj", "cls", "dfl", "seg", "kobj", "pose", "rle", "l1", "giou"})
+
+
+def _loss_parts(columns: list[str]) -> set[str]:
+    """The loss parts of a YOLO-style table header (`box obj cls total`, `box_loss cls_loss dfl_loss`): two or
+    more of them, or none."""
+    parts = {c for c in columns if c.lower().removesuffix("_loss") in _YOLO_PARTS}
+    return parts if len(parts) >= 2 else set()
 
 
 def _rich_bar(message: str, rich: re.Match[str], wall: float) -> ParsedLine:

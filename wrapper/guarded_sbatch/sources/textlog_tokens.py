@@ -17,7 +17,8 @@ MAX_NUMBERS_PER_LINE = 1000  # a metric line has tens; more is a printed tensor 
 KEY_WINDOW = 96  # how far left of a number its key may start
 MAX_KEY_WORDS = 4
 
-_NONFINITE = r"[-+]?(?>nan|NaN|NAN|Infinity|infinity|INFINITY|inf|Inf|INF)(?![\w])"
+# PaddleOCR pads a NaN with x's (`loss: nanxxx`)
+_NONFINITE = r"[-+]?(?>nan|NaN|NAN|Infinity|infinity|INFINITY|inf|Inf|INF)(?:x{1,8}+)?(?![\w])"
 _FINITE = (
     r"[-+]?(?>\d{1,3}(?:,\d{3}){1,8}+(?!\d)(?:\.\d{1,40}+)?|\d{1,40}+(?:\.\d{0,40}+)?|\.\d{1,40}+)"
     r"(?:[eE][-+]?\d{1,4}+)?(?![\d.]\d)(?!\.\d)(?!\d)"
@@ -29,6 +30,7 @@ MAX_CANDIDATES_PER_LINE = 4 * MAX_NUMBERS_PER_LINE
 HEAD = 1024  # markers (step fields, eval words, events) are looked for in a line's first characters
 ANSI = re.compile(r"\x1b\[[0-9;?]{0,32}[A-Za-z]|\x1b\][^\x07\x1b]{0,256}(?:\x07|\x1b\\)")
 _WORD = re.compile(r"[A-Za-z_][\w./@\-]*+(?:\([\w/%]{1,16}\))?")
+_BRACKETED = re.compile(r"\[([A-Za-z_][\w./@\-]{0,63})\]")  # `[Loss] 1.23 | [step] 89`: a key in brackets
 _ATTACHED_KEY = re.compile(r"(?<=[=,(\[{|;/])[A-Za-z_][\w.@\-]{1,63}$")
 _NONFINITE_WORD = re.compile(r"[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
 _OPENER = re.compile(r"(?:np\.float\d{0,3}|tensor|float|Decimal)?\($|\[$")
@@ -141,6 +143,8 @@ def _key_of_words(words: list[str]) -> str | None:
     """The key in the last words before a number: up to MAX_KEY_WORDS plain words, or a key attached to the
     last word (`epoch=0/micro_step=40`); None when the last word is neither."""
     key_words: list[str] = []
+    if words and (bracketed := _BRACKETED.fullmatch(words[-1])) is not None:
+        return bracketed.group(1)
     for word in reversed(words):
         if not word or not _WORD.fullmatch(word) or _NONFINITE_WORD.fullmatch(word):
             if not key_words and word:
@@ -224,6 +228,8 @@ def cell_pairs(cell: str) -> list[tuple[str, float]]:
     first = numbers[0]
     head = " ".join(cell[: first.start()].split()).rstrip(":= ").strip()
     pairs: list[tuple[str, float]] = []
+    if (bracketed := _BRACKETED.fullmatch(head)) is not None:
+        head = bracketed.group(1)
     if head and len(head) <= 64 and not head.endswith((",", "(", "/")) and head[0].isalpha():
         pairs.append((head, parse_number(first.group())))
     elif not head:
