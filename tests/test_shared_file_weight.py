@@ -200,3 +200,30 @@ def test_a_live_run_is_not_cancelled_by_a_coworkers_nan_records_or_spun_by_his_h
     assert "source_writable_by_others" in output and "mode 0664" in output, output[-3000:]
     assert "Decision: STOP" not in output, output[-3000:]
     assert "source_damaged" in output or "a hole of 8.0 GB" in output, output[-3000:]
+
+
+def test_who_can_write_a_file_is_read_from_its_mode_its_group_and_its_folder(shared_cluster: SharedCluster) -> None:
+    from guarded_sbatch.core.file_trust import writable_by_others
+
+    cluster = shared_cluster
+    cases = {  # folder mode, file mode, the file's group: the project's (shared) or the victim's private one
+        "private": ("0755", "0644", "own", ""),
+        "group-file": ("0755", "0664", "shared", "writable by its group (mode 0664)"),
+        "own-group-file": ("0755", "0664", "own", ""),  # a user private group: nobody else is in it
+        "world-file": ("0755", "0646", "own", "writable by every user"),
+        "shared-folder": ("2775", "0644", "shared", "writable by its group (mode 2775): the file can be swapped"),
+        "sticky-folder": ("1777", "0644", "own", ""),  # /tmp: only the owner renames or deletes
+    }
+    base = cluster.base / "modes"
+    base.mkdir()
+    base.chmod(0o755)
+    for name, (folder_mode, file_mode, group, _) in cases.items():
+        gid = cluster.gid if group == "shared" else cluster.victim.gid
+        script = (f'mkdir {base / name} && chgrp {gid} {base / name} && chmod {folder_mode} {base / name} && '
+                  f'touch {base / name}/f && chgrp {gid} {base / name}/f && chmod {file_mode} {base / name}/f')
+        os.chown(base, cluster.victim.uid, cluster.gid)
+        assert cluster.run(cluster.victim, ["sh", "-c", script]).returncode == 0, name
+    for name, (*_, expected) in cases.items():
+        path = base / name / "f"
+        why = writable_by_others(path, os.stat(path))
+        assert (expected in why) if expected else why == "", (name, why)
