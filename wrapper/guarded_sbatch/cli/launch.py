@@ -171,11 +171,22 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     os.environ.pop("SBATCH_WAIT", None)  # sbatch itself must not block before the sidecar is submitted
     plan = plan_launch(launch, report, config, launched_by="cli", keep_script=keep_script)
 
+    submitted: list[str] = []
+
     def announce(job_id: str) -> None:
+        submitted.append(job_id)
         if not quiet:
             print(job_id if parsable else f"Submitted batch job {job_id}", flush=True)
 
-    launched = carry_out(plan, scheduler, config, on_submitted=announce)
+    try:
+        launched = carry_out(plan, scheduler, config, on_submitted=announce)
+    except KeyboardInterrupt:
+        if not submitted:
+            raise
+        # Ctrl-C is held from the job's submission until its guard's (launch/submit.py): both were submitted
+        print(f"guarded-sbatch: interrupted after job {submitted[0]} and its guard were submitted: both run "
+              f"(`guarded-sbatch status` shows them; `guarded-sbatch kill {submitted[0]}` stops them)", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     for warning in launched.warnings:
         print(f"guarded-sbatch: {warning}", file=sys.stderr)
     submission, record = launched.submission, launched.submission.record
@@ -191,7 +202,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
         print(f"guarded-sbatch: interrupted while submitting; the interrupt was held until job {submission.job_id} "
               f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {record.run_id}` "
               "stops them)", file=sys.stderr)
-        return 130
+        return int(ExitCode.INTERRUPTED)
     if wait:
         return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)

@@ -36,6 +36,34 @@ if TYPE_CHECKING:
 
 RUN_USAGE = ("usage: guarded-sbatch run [guard options] [--job-name NAME] [--time LIMIT] [--guard-tmux NAME] "
              "-- COMMAND...  (e.g. -- python train.py --config c.yaml)")
+RUN_HELP = """usage: guarded-sbatch run [options] -- COMMAND...
+
+A guarded run here, on a workstation or an interactive node, without a batch
+script: the pre-flight reads COMMAND as a launcher line; a clear (or waived)
+run starts in the background as a job of the local backend, with its watcher
+beside it, and shows in `guarded-sbatch status` like a Slurm job (`show`,
+`kill`, `restart` work on it). Exit 0 when started, 3 when blocked.
+
+options (before --):
+  --job-name NAME         the run's name (default: the program's, train.py ->
+                          train)
+  --time LIMIT            a time limit, as sbatch reads it (e.g. 2:00:00)
+  --guard-tmux NAME       run COMMAND in a new detached tmux session NAME (its
+                          output tee'd to a log the watcher reads); a STOP
+                          interrupts, then ends, the session
+  --guard-waive CHECK=REASON
+                          waive a failed check (recorded with the run)
+  --guard-config PATH     the run's config, when COMMAND names none
+  --guard-tb PATH, --guard-wandb PATH, --guard-log PATH
+                          a source to read besides what the launch finds
+  the other guard options as for a launch: guarded-sbatch --help
+
+examples:
+  guarded-sbatch run --job-name mnist-mlp-bs64-lr1e-3 -- python train.py \\
+      --config configs/mnist.yaml
+  guarded-sbatch run --guard-tmux train-a -- torchrun --nproc_per_node 2 \\
+      train.py --config configs/big.yaml
+"""
 TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run's 60 s
 
 
@@ -48,7 +76,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     if argv[:1] in (["-h"], ["--help"]):
-        print(RUN_USAGE)
+        print(RUN_HELP, end="")
         return int(ExitCode.OK)
     if "--" not in argv:
         raise UsageError(f"the command to run goes after `--`; {RUN_USAGE}")
@@ -176,18 +204,28 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
         # what `restart` repeats: restart_launch_argv() gives [guard words] [options] -- COMMAND...
         replay=(command[0], tuple(command[1:]), (*launch.sbatch_options, *([f"--guard-tmux={tmux}"] if tmux else []))),
     )
-    launched = carry_out(plan, scheduler, config)
+    try:
+        launched = carry_out(plan, scheduler, config)
+    except KeyboardInterrupt:  # held from the job's submission to its watcher's: after it, both run
+        print("guarded-sbatch: interrupted while starting; if a run started, `guarded-sbatch status` shows it "
+              "(`guarded-sbatch kill RUN` stops it)", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     for warning in launched.warnings:
         print(f"guarded-sbatch: {warning}", file=sys.stderr)
     submission = launched.submission
     print(submission.job_id)
+    if submission.interrupted:
+        print(f"guarded-sbatch: interrupted while starting; the interrupt was held until local job {submission.job_id} "
+              f"had its watcher: both run (`guarded-sbatch kill {submission.job_id}` stops them)", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
     record = submission.record
     output = str(record.sources.get("stdout") or "")
     follow = f"; its output goes to {output} (follow it: tail -f {shlex.quote(output)})" if output else ""
     print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} in the background as local job "
           f"{submission.job_id}; its watcher is local job {submission.sidecar_id}{follow}; "
-          f"`guarded-sbatch show {record.run_id}` shows it; run folder {record.folder}", file=sys.stderr)
+          f"`guarded-sbatch status` lists it, `guarded-sbatch show {record.run_id}` shows it; run folder {record.folder}",
+          file=sys.stderr)
     return int(ExitCode.OK)
 
 

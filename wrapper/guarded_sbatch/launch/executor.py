@@ -64,6 +64,7 @@ PATH_KEYWORDS = {"tb_dir": "--guard-tb", "wandb_dir": "--guard-wandb", "log_path
 OTHER_KEYWORDS = {"run_name": "--guard-run-name", "stop_command": "--guard-stop-command", "restart": "--guard-restart"}
 _WAIVE = re.compile(r"--guard-waive[ =]([A-Za-z_-]+|CHECK|NAME)=(\"[^\"]*\"|\S+)")
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
+WAIT_SAID_S = 2.0  # result() says it waits once it has waited this long
 
 
 class GuardStoppedError(utils.UncompletedJobError):
@@ -238,11 +239,28 @@ class _Guarded:
         verdict = evidence.get("verdict") if isinstance(evidence, dict) else None
         return verdict if isinstance(verdict, dict) and verdict.get("decision") == "STOP" else None
 
+    def wait(self) -> None:
+        """submitit's wait, saying so: a line once it lasts WAIT_SAID_S, then one a minute (the guard may be
+        deciding about the run meanwhile)."""
+        job = tp.cast(Job[tp.Any], self)
+        started = time.monotonic()
+        said_at = 0.0
+        while not job.done():
+            waited = time.monotonic() - started
+            if (not said_at and waited >= WAIT_SAID_S) or (said_at and time.monotonic() - said_at >= 60):
+                sys.stderr.write(f"guarded-sbatch: waiting for job {job.job_id} to end ({waited:.0f} s so far); its "
+                                 f"guard watches it: `guarded-sbatch show {job.job_id}` has its verdict so far\n")
+                said_at = time.monotonic()
+            time.sleep(1)
+
     def _guard_outcome(self) -> None:
         """Raise GuardStoppedError when the job has no result because its guard stopped it."""
         job = tp.cast(Job[tp.Any], self)
         if job.paths.result_pickle.exists() or not self.guard_run_dir:
             return
+        if self.guard_stop is None:
+            sys.stderr.write(f"guarded-sbatch: job {job.job_id} left no result; waiting up to {EVIDENCE_WAIT_S:.0f} s "
+                             "for its guard's verdict\n")
         deadline = time.monotonic() + EVIDENCE_WAIT_S
         while self.guard_stop is None and time.monotonic() < deadline and \
                 str(job.state).split(" ")[0] in ("CANCELLED", "RUNNING", "COMPLETING"):
