@@ -14,7 +14,7 @@ import pytest
 
 from conftest import require
 from e2e_helpers import make_project, submitted_job_id, wait_for
-from guarded_sbatch.scheduler.interface import JobState
+from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
 pytestmark = [pytest.mark.frameworks, pytest.mark.waits]
 
@@ -55,22 +55,34 @@ echo "agent: sweep done"
 '''
 
 
-def test_each_wandb_run_of_an_agent_job_is_judged_and_stopped_on_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_each_wandb_run_of_an_agent_job_is_judged_and_stopped_on_its_own(tmp_path: Path, backend: str,
+                                                                         request: pytest.FixtureRequest) -> None:
     require(importlib.util.find_spec("wandb") is not None, "wandb not installed")
+    if backend == "slurm":
+        request.getfixturevalue("slurm_cluster")
     project = make_project(tmp_path)
     tag = project.name[-6:]
     (project.root / "wandb_train.py").write_text(TRAINER, encoding="utf-8")
     (project.root / "agent.sh").write_text(JOB.format(name=project.name, tag=tag), encoding="utf-8")
-    project.env.update({"GUARDED_SBATCH_BACKEND": "local", "WANDB_MODE": "offline", "WANDB_SILENT": "true",
-                        "WANDB_PROJECT": "guarded-sweep"})
+    project.env.update({"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_PROJECT": "guarded-sweep"})
+    project.env.pop("GUARDED_SBATCH_BACKEND", None)
+    if backend == "local":
+        project.env["GUARDED_SBATCH_BACKEND"] = "local"
     launched = project.cli("agent.sh", timeout=120)
     assert launched.returncode == 0, launched.stderr
     job_id = submitted_job_id(launched.stdout)
     record = project.run_record(job_id)
 
-    from guarded_sbatch.scheduler.local import LocalScheduler
+    scheduler: Scheduler
+    if backend == "local":
+        from guarded_sbatch.scheduler.local import LocalScheduler
 
-    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+        scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    else:
+        from guarded_sbatch.scheduler.slurm import SlurmScheduler
+
+        scheduler = SlurmScheduler(state_dir=tmp_path / "test-slurm-cache")
     wait_for(lambda: scheduler.state(job_id).is_terminal, 240, 1, "the agent job to end")
     wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 90, 1, "its sidecar to end")
     output = project.sidecar_output(job_id)
