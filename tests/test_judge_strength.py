@@ -147,3 +147,22 @@ def test_a_run_that_stalls_mid_run_with_a_noisy_grad_norm_is_stopped_after_its_o
 def test_soft_evidence_still_waits_for_enough_points() -> None:
     verdict = decide(_loss([1.0, 0.9, 2.5, 2.6]))
     assert verdict.decision is Decision.WAIT
+
+
+def test_the_chance_level_comes_from_the_runs_config() -> None:
+    from guarded_sbatch.core.judge_table import chance_from_config, policy_from_table, with_chance
+
+    assert chance_from_config({"model.vocab_size": 1024, "lr": 3e-4}) == (math.log(1024), "ln(model.vocab_size = 1024)")
+    assert chance_from_config({"num_labels": 2})[0] == math.log(2)  # type: ignore[index]
+    assert chance_from_config({"data.nc": 80, "num_classes": 10})[1] == "ln(num_classes = 10)"  # type: ignore[index]
+    assert chance_from_config({"nc": 1}) is None and chance_from_config({"vocab_size": "big"}) is None
+    assert chance_from_config({"use_vocab_size": True}) is None and chance_from_config(None) is None
+    recorded = with_chance({}, {"vocab_size": 1024})
+    assert policy_from_table(recorded).chance_loss == round(math.log(1024), 6)  # the record reads back
+    assert with_chance({"chance_loss": 2.0}, {"vocab_size": 1024}) == {"chance_loss": 2.0}  # [judge] wins
+
+
+def test_a_detectors_loss_is_not_compared_with_the_chance_level_of_its_classes() -> None:
+    parts = {"loss": [(10 * i, 6.0 - 0.1 * i) for i in range(1, 8)],
+             "box_loss": [(10 * i, 2.0) for i in range(1, 8)], "cls_loss": [(10 * i, 3.0) for i in range(1, 8)]}
+    assert decide(_history(parts), JudgePolicy(chance_loss=math.log(2))).decision is not Decision.STOP

@@ -35,7 +35,7 @@ class CheckReport:
             "",
             f"- Data source: {self.data_source}",
             f"- Run: {self.run}",
-            f"- Recent metrics: {summarise_metrics(self.verdict)}",
+            f"- Recent metrics: {summarise_metrics(self.verdict)}{_loss_key(self.verdict)}",
             f"- Anomalies: {anomalies}",
             f"- Evidence: {', '.join(self.evidence) or 'none'}",
             f"- Decision: {self.verdict.decision.value}",
@@ -130,6 +130,12 @@ def one_line(verdict: Verdict, data_source: str) -> str:
     if isinstance(loss, dict) and "value" in loss:
         parts.append(f"{keys.get('train_loss') or 'loss'}={_fmt(loss['value'])}")
     return f"{' '.join(parts)}: {_reason(verdict)} [{data_source}]"
+
+
+def _loss_key(verdict: Verdict) -> str:
+    """`(loss judged: KEY, why)`: which key the judge took as the training loss (judge/select.py)."""
+    why = (verdict.summary or {}).get("loss_key")
+    return f" (loss judged: {why})" if isinstance(why, str) and why else ""
 
 
 def summarise_metrics(verdict: Verdict) -> str:
