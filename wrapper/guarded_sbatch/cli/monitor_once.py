@@ -47,7 +47,7 @@ def judge_runs_once(settings: SidecarSettings, named: str | None, all_runs: bool
     if as_json:
         print(json_dumps(_payload(judged, left)))
     else:
-        _print_lines(judged, note)
+        _print_lines(judged, note, split=len(runs) > 1 or bool(named and runs))
     return max(ONCE_EXIT.get(j.verdict.decision.value, int(ExitCode.OK)) for j in judged)
 
 
@@ -76,14 +76,15 @@ def _payload(judged: list[_Judged], left: list[Any]) -> dict[str, Any]:
     return {"decision": worst.verdict.decision.value, "runs": entries, "left_out": []}
 
 
-def _print_lines(judged: list[_Judged], note: str) -> None:
+def _print_lines(judged: list[_Judged], note: str, *, split: bool) -> None:
+    """One line per run judged; where a folder held several, each followed by the files it read."""
     from guarded_sbatch.sidecar.report import one_line
 
     several = len(judged) > 1
     for j in judged:
         prefix = f"{j.run.name()}: " if several and j.run is not None else ""
         print(prefix + one_line(j.verdict, j.data_source))
-        if j.files:
+        if split and j.files:
             print(f"  read: {', '.join(j.files)}")
     if note:
         print(note)
