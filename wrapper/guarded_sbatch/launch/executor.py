@@ -48,6 +48,7 @@ from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
+from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_folder, private_job_folder
 from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
@@ -100,6 +101,7 @@ class GuardedExecutor(submitit.AutoExecutor):
                 raise UsageError(f"cannot waive {check!r}: the checks are {', '.join(CHECK_NAMES)}")
         backend = "debug" if cluster == "debug" else choose_backend(load_config(), cluster)  # as the CLI's launch
         # the local backend runs submitit's own batch script (without srun), so both backends share one path
+        private_job_folder(Path(folder))  # before anything is written there: the user's own, 0700
         super().__init__(Path(folder), cluster="debug" if backend == "debug" else "slurm", **kwargs)
         self.guard_backend = backend
         if backend == "local":
@@ -189,6 +191,9 @@ class GuardedExecutor(submitit.AutoExecutor):
         if self.guard_backend == "local" and executor._num_tasks() > 1:
             raise UsageError(f"the local backend runs one task per job, not {executor._num_tasks()} "
                              "(tasks_per_node x nodes): use cluster='slurm', or one task")
+        setup = list(executor.parameters.get("setup") or [])
+        if setup[:1] != [JOB_UMASK]:  # the job's result pickle and logs: the user's alone (launch/job_folder.py)
+            executor.parameters["setup"] = [JOB_UMASK, *setup]
         tmp_uuid = uuid.uuid4().hex
         script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
         script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
@@ -256,6 +261,7 @@ class _Guarded:
     def _guard_outcome(self) -> None:
         """Raise GuardStoppedError when the job has no result because its guard stopped it."""
         job = tp.cast(Job[tp.Any], self)
+        check_result(job.paths.folder, job.paths.result_pickle)  # before submitit unpickles it
         if job.paths.result_pickle.exists() or not self.guard_run_dir:
             return
         if self.guard_stop is None:
@@ -308,7 +314,7 @@ def _make_job_folders(folder: Path, job_id: str, tasks: object) -> None:
     ids = [job_id, *(f"{job_id}_{n}" for n in range(tasks))] if isinstance(tasks, int) else [job_id]
     for one in ids:
         try:
-            utils.JobPaths(folder, job_id=one).folder.mkdir(parents=True, exist_ok=True)
+            make_job_folder(utils.JobPaths(folder, job_id=one).folder)
         except ValueError:  # `%a` in the folder names array tasks only: the job itself has no folder
             continue
 
