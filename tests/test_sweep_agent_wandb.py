@@ -92,6 +92,8 @@ def test_each_wandb_run_of_an_agent_job_is_judged_and_stopped_on_its_own(tmp_pat
     stop = re.search(r"^- Run: \S+ \(job \d+\) — (\S+)\n(?:- .*\n)*?- Decision: STOP\n", output, re.MULTILINE)
     assert stop and stop.group(1).endswith(f"diverging{tag}"), output[-3000:]
     assert f"stop of W&B run guarded-sweep/diverging{tag} done" in output, output[-3000:]
+    evidence = project.state_dir / "runs" / record["run_id"] / "evidence" / f"diverging{tag}" / "evidence.json"
+    assert evidence.is_file() and f"evidence {evidence}" in output, output[-3000:]  # that W&B run's own
     assert f"agent: run diverging{tag} ended with" in job_log and f"run healthy{tag} finished" in job_log, job_log
     # the second W&B run: judged on its own history (healthy), and the job ended of itself
     judged_after = output.split(f"stop of W&B run guarded-sweep/diverging{tag} done", 1)[1]

@@ -41,7 +41,7 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.registry import update_record
 from guarded_sbatch.sidecar.stop_record import append_stop_note, save_evidence
 from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
-from guarded_sbatch.sidecar.tracker_runs import stop_process_tree
+from guarded_sbatch.sidecar.agent_stop import stop_one_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
 
@@ -366,9 +366,7 @@ class Sidecar:
         agent_run = None if ended else self.sources.agent_process()
         if agent_run is not None:  # one of a sweep agent's W&B runs: its process alone, the watch goes on (tracker_runs.py)
             self._full_report(verdict, now, ending=False)
-            _, detail = stop_process_tree(agent_run, grace_s=self.settings.stop_grace_s)
-            self.emit(f"sidecar: stop of W&B run {self.sources.describe()} done: {detail}; the job goes on\n")
-            self.sources.retire_active()
+            self.emit(stop_one_run(self.settings, self.sources, verdict, data_source=self.state.data_source, pid=agent_run))
             self._remember(verdict)
             return None
         self._full_report(verdict, now, ending=True)

@@ -6,7 +6,8 @@ judged (a later one supersedes the earlier, never merged with it); one a STOP en
 What a STOP does there: when the judged W&B run is written by a process the agent started for it (a process of
 the job whose environment carries WANDB_SWEEP_ID, as `wandb agent` gives each run's process), only that process
 and its children are stopped (SIGTERM, then SIGKILL after the grace period): the agent goes on with its next run,
-and the watch goes on with it. Otherwise (one process running every W&B run) the job is stopped as any run is.
+and the watch goes on with it; that run's evidence is kept in `evidence/<W&B run>/` (sidecar/agent_stop.py).
+Otherwise (one process running every W&B run) the job is stopped as any run is.
 """
 
 from __future__ import annotations
@@ -112,3 +113,4 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):
         return False
+
