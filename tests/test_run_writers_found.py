@@ -129,3 +129,23 @@ def _depth(pid: int, root: int) -> int:
             pid = int(handle.read().rsplit(b")", 1)[-1].split()[1])
         depth += 1
     return depth
+
+
+def test_a_file_of_a_live_process_that_is_not_the_jobs_is_never_picked(tmp_path: Path) -> None:
+    """A plain `python train.py` beside the job (no guarded job of its own, so no one's `others`): running now in the
+    table where the job's processes are seen, it is someone else; the job's own file, once there, is picked."""
+    from guarded_sbatch.sources.writers import this_host
+
+    since = time.time() - 5
+    stamp, host = int(since) + 1, this_host()
+    neighbour = tmp_path / "runs" / "theirs"
+    neighbour.mkdir(parents=True)
+    (neighbour / f"events.out.tfevents.{stamp}.{host}.{os.getpid()}.0").write_bytes(b"")
+    job = WriterIdentity(hosts=(host,), pids=(4_000_000,), pid_hosts=(host,), since=since)
+    specs, note = discover(tmp_path, since=since, job=job)
+    assert specs == [] and note == ""
+    mine = tmp_path / "runs" / "mine"
+    mine.mkdir()
+    (mine / f"events.out.tfevents.{stamp}.{host}.4000000.0").write_bytes(b"")
+    specs, _ = discover(tmp_path, since=since, job=job)
+    assert [s.locator for s in specs] == [str(mine)]

@@ -87,11 +87,19 @@ def _pick(event_folders: list[Path], picking: Picking) -> list[Path]:
 def _by_writer(roots: dict[Path, list[Path]], job: WriterIdentity) -> tuple[list[Path], list[Path]]:
     """(the run folders holding a file of the job's processes, those holding a file nobody is known to write)."""
     from guarded_sbatch.core.run_sources import Attribution, attribute  # noqa: PLC0415
-    from guarded_sbatch.sources.writers import event_file_writer, owner_of  # noqa: PLC0415  lazy (see kind_base.py)
+    from guarded_sbatch.sources.writers import event_file_writer, owner_of, running_here  # noqa: PLC0415  lazy (see kind_base.py)
+
+    def verdict(path: Path) -> Attribution:
+        found = event_file_writer(path, owner_of(path))
+        said = attribute(job, found)[0]
+        # a process running now in the table where the job's own were seen, and not one of them, is someone else
+        if said is Attribution.UNKNOWN and job.pids and running_here(found, job.pid_hosts):
+            return Attribution.FOREIGN
+        return said
 
     own, open_ = [], []
     for root, files in roots.items():
-        seen = {attribute(job, event_file_writer(f, owner_of(f)))[0] for f in files}
+        seen = {verdict(f) for f in files}
         if Attribution.OWN in seen:
             own.append(root)
         elif Attribution.UNKNOWN in seen or not files:
