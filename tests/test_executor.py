@@ -225,8 +225,11 @@ def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env:
                                cluster="local", waivers=WAIVE_CONFIG)
     job = executor.submit(healthy_training, str(guarded_env / "runs" / "h"), 30, 3)
     assert job.result() == "done 3" and job.state == "COMPLETED" and job.guard_stop is None
-    with pytest.raises(UsageError, match="cannot run a job array"):
-        executor.map_array(healthy_training, ["a", "b"], [1, 1], [0, 1])
+    # a job array on the local backend (map_array): each call is a task with its own run record and result
+    runs = [str(guarded_env / "runs" / name) for name in ("a", "b")]
+    jobs = executor.map_array(healthy_training, runs, [30, 30], [3, 4])
+    assert [j.result() for j in jobs] == ["done 3", "done 4"]
+    assert len({j.job_id for j in jobs}) == 2 and all("_" in j.job_id for j in jobs)
     executor.update_parameters(tasks_per_node=2)
     with pytest.raises(UsageError, match="the local backend runs one task per job, not 2"):
         executor.submit(healthy_training, "x", 1, 0)

@@ -67,7 +67,9 @@ def check_output_path(path: str) -> str | None:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return None if os.path.isdir(parent) else f"the output folder {parent} does not exist; create it first"
+        # a folder that is not there yet is sbatch's case too (submitit makes logs/<job id> once the id is known):
+        # the job fails at its start if it is still missing, as Slurm's does (FAILED 0:53)
+        return None
     except OSError as exc:
         return f"{path}: {exc.strerror}"
     return refusal(path, info)
