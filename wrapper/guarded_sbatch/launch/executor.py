@@ -100,8 +100,8 @@ class GuardedExecutor(submitit.AutoExecutor):
             if check not in CHECK_NAMES:
                 raise UsageError(f"cannot waive {check!r}: the checks are {', '.join(CHECK_NAMES)}")
         backend = "debug" if cluster == "debug" else choose_backend(load_config(), cluster)  # as the CLI's launch
-        # the local backend runs submitit's own batch script (without srun), so both backends share one path
         private_job_folder(Path(folder))  # before anything is written there: the user's own, 0700
+        # the local backend runs submitit's own batch script (without srun), so both backends share one path
         super().__init__(Path(folder), cluster="debug" if backend == "debug" else "slurm", **kwargs)
         self.guard_backend = backend
         if backend == "local":
