@@ -190,9 +190,12 @@ def test_an_array_on_slurm_records_a_run_per_task_with_its_own_output(tmp_path: 
         SlurmScheduler(state_dir=tmp_path / "test-slurm-cache").cancel(job)
 
 
-def test_the_python_api_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("backend", ["local", pytest.param("slurm", marks=pytest.mark.slurm)])
+def test_the_python_api_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                request: pytest.FixtureRequest, backend: str) -> None:
     """docs/python-api.md's `executor = GuardedExecutor(folder="logs/%j", run_name=...)`, then `submit(fn, ...)`:
-    a function with no config file is launched (its launcher line is what is diffed), on the local backend."""
+    a function with no config file is launched (its launcher line is what is diffed). Where Slurm answers the line
+    as written goes to Slurm; the local backend is chosen as a user without Slurm would (GUARDED_SBATCH_BACKEND)."""
     from guarded_sbatch.launch.executor import GuardedExecutor
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "python-api.md").read_text(encoding="utf-8")
@@ -202,12 +205,16 @@ def test_the_python_api_example_runs_as_written(tmp_path: Path, monkeypatch: pyt
     for key in ("GUARDED_SBATCH_STATE_DIR", "GUARDED_SBATCH_USER_CONFIG", "PATH"):
         monkeypatch.setenv(key, env[key])
     monkeypatch.delenv("GUARDED_SBATCH_SITE_CONFIG", raising=False)
-    monkeypatch.setenv("GUARDED_SBATCH_BACKEND", "local")
+    if backend == "slurm":
+        request.getfixturevalue("slurm_cluster")
+        monkeypatch.delenv("GUARDED_SBATCH_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("GUARDED_SBATCH_BACKEND", "local")
     monkeypatch.chdir(root)
     namespace: dict[str, object] = {"GuardedExecutor": GuardedExecutor}
     exec(example, namespace)  # the documented line, run as a reader would
     executor = namespace["executor"]
-    assert isinstance(executor, GuardedExecutor) and executor.guard_backend == "local"
+    assert isinstance(executor, GuardedExecutor) and executor.guard_backend == backend
     job = executor.submit(sum, [1, 2, 3])
     assert job.result() == 6
     [run_json] = (Path(env["GUARDED_SBATCH_STATE_DIR"]) / "runs").glob("*/run.json")
