@@ -35,6 +35,7 @@ class SharedMonitorOptions:
 
 
 ARRAY_JOB_POLL_S = 30.0  # an array's watcher asks about all its tasks at once this often (<= 120 calls an hour)
+ARRAY_MAX_RUNNING = 1024  # tasks one watcher reads at once (a pending task costs nothing; more running ones wait)
 
 
 def array_watch_options(config: Config, run_name: str) -> SharedMonitorOptions:
@@ -42,7 +43,7 @@ def array_watch_options(config: Config, run_name: str) -> SharedMonitorOptions:
     once at most every ARRAY_JOB_POLL_S (so it leaves within a minute of the last task's end)."""
     job = config.sidecar
     return SharedMonitorOptions(
-        max_runs=max(job.max_runs_per_monitor, 1), time_limit=job.time, partition=job.partition, qos=job.qos,
+        max_runs=max(job.max_runs_per_monitor, ARRAY_MAX_RUNNING), time_limit=job.time, partition=job.partition, qos=job.qos,
         account=job.account, mem=job.mem, fast_interval_s=job.fast_interval_s,
         job_poll_s=min(job.job_poll_s, ARRAY_JOB_POLL_S), template_dirs=tuple(config.template_dirs),
         job_name=f"sidecar-{run_name}"[:128],

@@ -25,7 +25,7 @@ from guarded_sbatch.core import monitor_registry as registry
 from guarded_sbatch.core.redact import remember_fingerprints
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.fsutil import read_json
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.core.registry import RunRecord, mark_over, runs_root
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.core.judge_table import recorded_policy
@@ -224,6 +224,12 @@ class SharedMonitor:
         if code is not None:
             if run.sidecar.state.evidence:
                 self.stops += 1
+            ended, run_dir = run.sidecar.job_state, run.sidecar.settings.state_file.parent
+            if ended.is_terminal and run_dir.parent == runs_root():  # a launch never asks about this run again
+                try:
+                    mark_over({run_dir.name: ended.value})
+                except OSError:
+                    pass  # the launch asks the scheduler instead
             self.emit(f"monitor: run {run.sidecar.settings.run_name} (job {run.job_id}) done: "
                       f"{run.sidecar.state.last_decision} {run.sidecar.state.last_reason}\n")
             self._retire(run)
