@@ -54,15 +54,14 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        writer.add_scalar("Loss/train", loss.item(), step)
-        writer.add_scalar("learning_rate", optimizer.param_groups[0]["lr"], step)
-        if step % 10 == 0:
+        for tag, value in (("Loss/train", loss.item()), ("learning_rate", optimizer.param_groups[0]["lr"])):
+            writer.add_scalar(tag, value, step)
+        if not step % 10:  # what the job's log shows, and the events on disk up to here
             writer.flush()
-            print(f"step {step} loss {loss.item():.6f}", flush=True)
-        if step_seconds:
-            time.sleep(step_seconds)
+            print(f"step {step} loss {loss.item():.6f} lr {config['lr']} (array task {task})", flush=True)
+        time.sleep(step_seconds)
     writer.close()
-    print(f"training finished after {steps} steps", flush=True)
+    print(f"task {task}: {steps} steps done", flush=True)
     return 0
 
 

@@ -59,16 +59,17 @@ def register_run(folder: Path, job_id: str, entry: dict[str, Any]) -> Path:
     return path
 
 
-def registrations(folder: Path) -> list[dict[str, Any]]:
+def registrations(folder: Path, *, known: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The runs the monitor should watch, oldest registration first: only the user's own registration files (a
-    file another user left in the folder never makes the monitor read, run or alert as this user)."""
+    file another user left in the folder never makes the monitor read, run or alert as this user). `known`: job ids
+    whose registrations are not read again (an array's watcher lists its 256 every poll)."""
     found = []
     try:
         names = sorted(os.listdir(folder / "runs"))
     except OSError:
         return []
     for name in names:
-        if name.endswith(".json"):
+        if name.endswith(".json") and name[:-5] not in known:
             raw = read_json(folder / "runs" / name, own=True)
             if isinstance(raw, dict) and raw.get("job_id"):
                 found.append(raw)

@@ -50,7 +50,7 @@ class ArrayWatcher(SharedMonitor):
 
     def poll(self, now: float) -> None:
         self.polls += 1
-        for entry in registry.registrations(self.settings.folder):
+        for entry in registry.registrations(self.settings.folder, known=frozenset([*self.runs, *self.waiting])):
             job_id = str(entry["job_id"])
             if job_id not in self.runs:
                 self.waiting.setdefault(job_id, entry)
