@@ -18,6 +18,18 @@ from guarded_sbatch.core.registry import RunRecord, list_runs
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
 
+def array_tasks(key: str) -> list[RunRecord]:
+    """The run records of the tasks of job array `key` (`J`: their job ids are `J_T`), task order; [] when `key`
+    is no array's id (or a run of its own has that job id)."""
+    if not key.isdigit():
+        return []
+    runs = list_runs()
+    if any(record.job_id == key for record in runs):
+        return []
+    tasks = [r for r in runs if r.job_id.partition("_")[0] == key and r.job_id.partition("_")[2].isdigit()]
+    return sorted(tasks, key=lambda r: int(r.job_id.partition("_")[2]))
+
+
 def task_of(record: RunRecord) -> str | None:
     """The task index of an array task's run (`J_T` -> `T`); None for a run that is no array task."""
     job, sep, task = record.job_id.partition("_")

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from guarded_sbatch.cli.array_lifecycle import cancel_array, link_restarted, siblings, task_of, without_shared
-from guarded_sbatch.cli.lifecycle import array_tasks
+from guarded_sbatch.cli.array_lifecycle import (
+    array_tasks, cancel_array, link_restarted, siblings, task_of, without_shared,
+)
 
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config

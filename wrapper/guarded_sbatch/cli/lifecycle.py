@@ -62,18 +62,6 @@ def run_status(argv: list[str], *, color: bool) -> int:
     return int(ExitCode.OK)
 
 
-def array_tasks(key: str) -> list[RunRecord]:
-    """The run records of the tasks of job array `key` (`J`: their job ids are `J_T`), task order; [] when `key`
-    is no array's id (or a run of its own has that job id)."""
-    if not key.isdigit():
-        return []
-    runs = list_runs()
-    if any(record.job_id == key for record in runs):
-        return []
-    tasks = [r for r in runs if r.job_id.partition("_")[0] == key and r.job_id.partition("_")[2].isdigit()]
-    return sorted(tasks, key=lambda r: int(r.job_id.partition("_")[2]))
-
-
 def parse_states(text: str) -> set[str]:
     """`--state running,failed` to Slurm's state names; a mistyped one is a usage error with a suggestion."""
     states = set()

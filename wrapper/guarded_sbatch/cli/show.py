@@ -20,7 +20,8 @@ from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.actions.evidence_plot import plotted_keys
 from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.core.judge_table import recorded_policy
-from guarded_sbatch.cli.lifecycle import array_tasks, run_status_row
+from guarded_sbatch.cli.array_lifecycle import array_tasks
+from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.cli.status_table import render_table
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
