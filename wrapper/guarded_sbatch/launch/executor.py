@@ -46,7 +46,6 @@ from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.core.registry import new_run_id, runs_root
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
 from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_folder, private_job_folder
 from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
@@ -120,6 +119,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         self.last_report: PreflightReport | None = None
         self.run_ids: list[str] = []  # registry ids of the runs this executor submitted
         self._own_names: set[str] = set()  # run names of jobs this executor submitted (a sweep reuses them)
+        self._run_dirs: dict[str, str] = {}  # job or task id -> its run's folder, as the launch recorded it
         if run_name:
             self.update_parameters(name=run_name)
 
@@ -155,7 +155,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         """submitit's handle of one array task, as a guarded one (each task has its own run record)."""
         job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
         guarded = job_class(folder=self._executor.folder, job_id=job.job_id, tasks=list(range(job.num_tasks)))
-        tp.cast(_Guarded, guarded).guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job.job_id))
+        tp.cast(_Guarded, guarded).guard_run_dir = self._run_dirs.get(job.job_id, "")
         return guarded
 
     def _argv(self, script: Path) -> list[str]:
@@ -208,7 +208,7 @@ class GuardedExecutor(submitit.AutoExecutor):
                               on_submitted=lambda job_id: _make_job_folders(executor.folder, job_id, tasks))
         job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
         job = job_class(folder=executor.folder, job_id=job_id, tasks=list(range(executor._num_tasks())))
-        tp.cast(_Guarded, job).guard_run_dir = str(runs_root() / new_run_id(self.run_name(), job_id))
+        tp.cast(_Guarded, job).guard_run_dir = self._run_dirs.get(job_id, "")
         job.paths.move_temporary_file(script, "submission_file", keep_as_symlink=True)
         executor._write_job_id(job.job_id, tmp_uuid)
         executor._set_job_permissions(job.paths.folder)
@@ -224,6 +224,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         for warning in launched.warnings:
             warnings.warn(f"guarded-sbatch: {warning}", RuntimeWarning, stacklevel=4)
         self.run_ids.extend(record.run_id for record in launched.records)
+        self._run_dirs.update((record.job_id, str(record.folder)) for record in launched.records)
         return launched.submission.job_id
 
 
