@@ -6,12 +6,14 @@ Nothing here runs a shell: lines are split by shell_words, variables are those t
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.fsutil import TooLargeError, read_bounded
 from guarded_sbatch.core.sbatch.argv import ParsedOption
 from guarded_sbatch.core.sbatch.directives import scan_directives
 from guarded_sbatch.core.sbatch.launcher import LauncherLine, detect_launcher
@@ -71,12 +73,16 @@ def read_script_text(path: Path) -> str:
     try:
         if path.is_dir():
             raise UsageError(f"batch script {path} is a folder; give the script file")
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_SCRIPT_BYTES)  # a FIFO or a device put in its place never hangs the shim
     except UsageError:
         raise
     except FileNotFoundError:
         raise UsageError(f"batch script {path} does not exist; check the path") from None
+    except TooLargeError as exc:
+        raise UsageError(f"batch script {path} is {exc.size} bytes, over sbatch's 4 MB limit; is it the right file?") from None
     except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise UsageError(f"batch script {path} is {exc.strerror}; give the script file") from None
         raise UsageError(f"cannot read batch script {path}: {exc.strerror or exc}; check its permissions") from None
     if len(raw) > MAX_SCRIPT_BYTES:
         raise UsageError(f"batch script {path} is {len(raw)} bytes, over sbatch's 4 MB limit; is it the right file?")
