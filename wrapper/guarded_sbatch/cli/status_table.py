@@ -60,6 +60,12 @@ def middle_cut(text: str, size: int) -> str:
     return text[:head] + "…" + text[len(text) - (size - 1 - head):]
 
 
+def _style(decision: str) -> str | None:
+    """A run's colour by its decision; an array's row (`CONTINUE(3),STOP(1)`) by the worst of its tasks'."""
+    return next((STYLES[d] for d in STYLES if decision == d or decision.startswith(f"{d}(") or f",{d}(" in decision),
+                None)
+
+
 def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | None = None) -> str:
     """The table for a terminal: the columns that fit `width`, the run name cut in the middle, coloured rows."""
     from rich.console import Console  # lazy: see the module's docstring
@@ -75,7 +81,7 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
         size_of[key] = max(MIN_RUN_WIDTH, min(natural, width - fixed)) if key == SHRINKABLE else natural
         table.add_column(title, overflow="ellipsis", no_wrap=True, width=size_of[key])
     for row in rows:
-        style = STYLES.get(str(row.get("decision"))) if color else None
+        style = _style(str(row.get("decision"))) if color else None
         table.add_row(*(middle_cut(cell(row, key), size_of[key]) for _, key, _ in columns), style=style)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color, color_system="standard",
