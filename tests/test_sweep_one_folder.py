@@ -67,7 +67,7 @@ def assert_sweep(runs: list[Launched], project: Project, scheduler: Scheduler) -
             assert re.search(rf"- Reason: ({'|'.join(STOP_REASONS)})", output), where
         else:
             assert state is JobState.COMPLETED and "Decision: STOP" not in output, where
-            assert "ended COMPLETED" in output and "NaN" not in metric_lines(output), where
+            assert "ended COMPLETED" in output and not re.search(r"=NaN\b|\bnan in ", metric_lines(output)), where
         shown = project.cli_here("show", run.record["run_id"]).stdout  # after the end: the same files, the same verdict
         assert f"judged now: {'STOP' if run.planned.broken else 'CONTINUE'}" in shown, (where, shown[:1500])
     every = [w for found in writers.values() for w in found]
