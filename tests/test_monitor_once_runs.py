@@ -19,6 +19,8 @@ import pytest
 
 from conftest import require
 
+pytestmark = pytest.mark.frameworks
+
 WRITER = """
 import math, sys, time
 from torch.utils.tensorboard import SummaryWriter
