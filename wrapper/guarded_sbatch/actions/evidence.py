@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +37,14 @@ def _finite_or_text(value: float) -> float | str:
     return json_number(value)
 
 
+_ZERO_RUN = re.compile("\0{16,}")
+
+
 def tail_snippet(path: Path, max_bytes: int = SNIPPET_BYTES) -> str:
     data, size = read_tail(path, max_bytes, own=True)  # the job's own log: never a link, never another's file
     if not data:
         return ""
-    text = data.decode("utf-8", errors="replace")
+    text = _ZERO_RUN.sub(lambda m: f"[{len(m.group(0))} zero bytes: a hole?]", data.decode("utf-8", errors="replace"))
     if size > max_bytes:
         text = text.split("\n", 1)[-1]
     return visible(redact(text))  # a log line that carried ESC]0;... reaches nobody's terminal
