@@ -186,10 +186,12 @@ def submit_guarded(
         if on_training_submitted is not None:
             on_training_submitted(job_id)
         fields = record or RecordFields()
+        guarded: list[GuardedSubmission] = []
         try:
-            guarded = [_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar, resources,
-                                        fields, sources_for_job, shared)
-                       for watched in (task_ids(job_id) if task_ids is not None else [job_id])]
+            for watched in task_ids(job_id) if task_ids is not None else [job_id]:
+                watcher = guarded[-1].record.monitor_id if guarded else ""  # an array's tasks: one watcher
+                guarded.append(_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar,
+                                                resources, fields, sources_for_job, shared, watcher))
         except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
             raise _unguarded(scheduler, job_id, exc) from None
     submission = guarded[0] if task_ids is None else \
@@ -244,15 +246,19 @@ def _guard_submitted(
     scheduler: Scheduler, request: SubmitRequest, job_id: str, run_name: str, template_text: str,
     sidecar: SidecarOptions, resources: SidecarResources, fields: RecordFields,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
-    shared: SharedMonitorOptions | None = None,
+    shared: SharedMonitorOptions | None = None, watcher: str = "",
 ) -> GuardedSubmission:
+    """One guarded job (or array task): its record, then its watcher. `watcher`: the shared job the array's earlier
+    tasks registered with, recorded at once (the record is written once per task, not twice)."""
     record = create_run(run_name, scheduler.name, job_id, **fields.values(request, sidecar),
-                        sources=sources_for_job(job_id) if sources_for_job else {})
+                        sources=sources_for_job(job_id) if sources_for_job else {},
+                        monitor_id=watcher if shared is not None else "")
     if shared is not None:  # per-user monitor mode: register with it instead of a sidecar of our own
         monitor_id = register_with_monitor(scheduler, record, shared_entry(sidecar), shared)
-        if monitor_id is not None:
-            record.monitor_id = monitor_id  # not sidecar_id: kill/restart cancel that one, and this job is shared
+        if monitor_id != record.monitor_id:
+            record.monitor_id = monitor_id or ""  # not sidecar_id: kill/restart cancel that one, and it is shared
             record.save()
+        if monitor_id is not None:
             return GuardedSubmission(record, job_id, monitor_id)
     script_text = render_sidecar_script(template_text, record, sidecar, resources)
     script_path = record.folder / "sidecar.sbatch"
