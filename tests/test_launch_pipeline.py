@@ -139,6 +139,7 @@ def test_each_task_of_an_array_has_its_own_sources(tmp_path: Path, where: str, s
         assert sources.stdout == str(root / "logs" / f"lr-sweep-mlp-900_{task}.out")
         assert sources.tb_paths == [str(root / "runs" / f"lr-{task}")], sources.tb_paths
     assert not any("needs a shell" in item for item in plan.sources.unresolved), plan.sources.unresolved
+    assert any(f"a job array of {plan.array.count} tasks: a guarded run each" in note for note in report.notes)
 
 
 def test_outside_an_array_the_task_variable_is_not_taken_for_a_task(tmp_path: Path) -> None:

@@ -59,7 +59,10 @@ class SourcePlan:
         own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs)
         error = f" and {self.error_pattern}" if self.error_pattern else ""
         own.append(f"the job's log {self.output_pattern}{error}")
-        return [f"the sidecar reads this run's own: {'; '.join(own)}",
+        tasks = [] if self.array is None else [
+            f"a job array of {self.array.count} tasks: a guarded run each, watched by one watcher job; "
+            "$SLURM_ARRAY_TASK_ID and %a above are each task's own"]
+        return [*tasks, f"the sidecar reads this run's own: {'; '.join(own)}",
                 *(f"not pinned to this run: {item}" for item in self.sources.unresolved)]
 
     def for_job(self, job_id: str, *, since: float | None = None) -> RunSources:
