@@ -265,3 +265,13 @@ def test_map_array_on_the_local_backend_is_a_run_per_call_with_one_watcher(tmp_p
                for run_id in executor.run_ids]
     assert [r["job_id"] for r in records] == [job.job_id for job in jobs] and all("_" in r["job_id"] for r in records)
     assert len({r["monitor_id"] for r in records}) == 1 and all(r["monitor_id"] and not r["sidecar_id"] for r in records)
+
+
+def test_every_executor_keyword_stands_for_a_real_guard_option(tmp_path: Path) -> None:
+    """The executor's keywords become guard options on its launch's argv: each must be one the CLI parses."""
+    from guarded_sbatch.launch.executor import OTHER_KEYWORDS, PATH_KEYWORDS
+
+    for keyword, flag in {**PATH_KEYWORDS, **OTHER_KEYWORDS}.items():
+        words = [flag] if keyword == "restart" else [f"{flag}={tmp_path / 'x'}"]
+        launch = split_sbatch_argv([*words, "train.sh"])
+        assert launch.guard_words and launch.script == Path("train.sh"), (keyword, flag)
