@@ -56,7 +56,8 @@ def test_files_held_open_become_specs_unless_a_known_spec_covers_them(tmp_path: 
     event = tmp_path / "elsewhere" / "runs" / "a" / "events.out.tfevents.1700000000.vm.4242.0"
     wandb_log = tmp_path / "wandb" / "offline-run-20250101_000000-abc123" / "run-abc123.wandb"
     other_log = tmp_path / "wandb" / "offline-run-20250101_000100-zzz999" / "run-zzz999.wandb"
-    held = {str(event): 4242, str(wandb_log): 4300, str(other_log): 4301, str(tmp_path / "slurm-1.out"): 4242}
+    held = {str(event): 4242, str(wandb_log): 4300, str(other_log): 4301, str(tmp_path / "slurm-1.out"): 4242,
+            str(tmp_path / "mlflow.db"): 4242}  # a store of many runs: never a held spec
     recorded = [SourceSpec("wandb", "abc123", "the job's WANDB_RUN_ID", WriterIdentity(run_id="abc123"))]
     specs = held_specs(held, recorded)
     assert sorted((s.kind, s.locator) for s in specs) == [("tensorboard", str(event.parent)), ("wandb", str(other_log))]

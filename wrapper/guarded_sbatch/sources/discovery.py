@@ -181,7 +181,8 @@ def discover_unnamed(root: Path, recorded: list[SourceSpec], *, since: float, cl
 def held_specs(held: dict[str, int], known: list[SourceSpec]) -> list[SourceSpec]:
     """Specs of the metric files the job's processes hold open for writing (path -> pid): what the run really
     writes, wherever it lies and whatever key named it. A file is taken for the first kind that claims its name
-    (a holder kind: its folder), unless a known spec of that kind covers it already."""
+    (a holder kind: its folder), unless a known spec of that kind covers it already or the kind's files are stores
+    of many runs."""
     specs: list[SourceSpec] = []
     for path_text, pid in sorted(held.items()):
         path = Path(path_text)
@@ -189,6 +190,8 @@ def held_specs(held: dict[str, int], known: list[SourceSpec]) -> list[SourceSpec
             finds = kind.finds
             if finds is None or finds.file is None or not finds.file(path.name):
                 continue
+            if finds.folder is not None:
+                break  # a store of many runs (MLflow's mlflow.db): the job's run in it is its tag's, never the store
             place = path.parent if finds.holder else path
             if not any(spec.kind == kind.name and (_covers(spec.locator, place) or _names_run(spec, path.name))
                        for spec in [*known, *specs]):
