@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.registry import list_runs, update_record
+from guarded_sbatch.core.registry import update_record
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sidecar.crash_confirm import CrashConfirmation
 from guarded_sbatch.sidecar.job_writers import HELD_EVERY_S, held_files, job_processes
+from guarded_sbatch.sidecar.run_claims import claimed_by_others
 from guarded_sbatch.sources import kinds
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.command_log import CommandLogSource
@@ -251,16 +252,7 @@ class SourceSet:
 
     def _claimed_by_others(self) -> list[str]:
         """Folders other guarded runs call their own (theirs even when written since this run started)."""
-        claimed: list[str] = []
-        for record in list_runs():
-            if record.job_id == self.settings.job_id:
-                continue
-            claimed.extend(record.tb_paths)
-            claimed.extend(record.wandb_paths)
-            other = RunSources.from_json(record.sources)
-            if other is not None:
-                claimed.extend(other.claimed_folders())
-        return claimed
+        return claimed_by_others(self.settings.job_id)  # the records read once for every run of a watcher
 
     def read(self) -> int:
         """Read every source; return the number of new points of the active one."""
