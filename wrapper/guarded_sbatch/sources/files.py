@@ -89,6 +89,7 @@ def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
     info = os.stat(path)
     _refuse_unless_metric_file(path, info)
     check_owner(path, info)
+    file_trust.note_opened(path, info)  # readers that open it themselves (SQLite) are weighed too
     return info
 
 
