@@ -161,3 +161,21 @@ def test_the_verdict_says_which_key_was_taken_as_the_loss_and_why(tmp_path: Path
     _, verdict = _judge(tmp_path, text)
     assert verdict.summary["keys"]["train_loss"] == "total_loss"
     assert "the plainest / total name among 3" in verdict.summary["loss_key"], verdict.summary["loss_key"]
+
+
+def test_yolo_results_csv_is_read_per_epoch_with_its_loss_as_the_sum_of_its_parts(tmp_path: Path) -> None:
+    from guarded_sbatch.sources.csvlog import LightningCsvSource
+
+    header = ("               epoch,      train/box_loss,      train/obj_loss,      train/cls_loss,   metrics/precision,"
+              "      metrics/recall,     metrics/mAP_0.5,metrics/mAP_0.5:0.95,        val/box_loss,        val/obj_loss,"
+              "        val/cls_loss,               x/lr0,               x/lr1,               x/lr2\n")
+    rows = ["0,0.094566,0.036931,0.032046,0.00199,0.012195,0.00046836,0.00010537,0.077889,0.025781,0.030018,0.07011,"
+            "0.0033099,0.0033099\n"] + [f"{e},nan,nan,nan,0,0,0,0,nan,nan,nan,0.040037,0.0066111,0.0066111\n"
+                                        for e in (1, 2)]
+    path = tmp_path / "results.csv"
+    path.write_text(header + "".join(f"{' ' * 19}{row}" for row in rows), encoding="utf-8")
+    history = MetricHistory.from_reader(LightningCsvSource(path))
+    assert history.series("train/loss")[0].tolist() == [0, 1, 2]
+    assert history.series("train/loss")[1][0] == pytest.approx(0.094566 + 0.036931 + 0.032046)
+    verdict = decide(history)
+    assert verdict.decision is Decision.STOP and verdict.summary["keys"]["lr"].startswith("x/lr"), verdict.message

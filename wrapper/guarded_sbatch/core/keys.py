@@ -55,6 +55,7 @@ _NOT_METRIC_WORDS = {"runtime", "samples", "second", "seconds", "steps", "per", 
                      "ups", "wpb", "bsz", "it", "s", "ms", "lrm"}
 
 _SPLIT = re.compile(r"[^0-9a-z]+")
+_LR_GROUP = re.compile(r"lr\d{1,2}")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 
@@ -81,8 +82,8 @@ def _training_state_role(word_set: set[str], joined: str) -> KeyRole | None:
         return KeyRole(Role.LOSS_SCALE)
     if word_set & {"lr", "learning"} and not word_set & {"lrm"}:
         return KeyRole(Role.LEARNING_RATE)
-    if joined.startswith("lr_") or joined.endswith("_lr"):
-        return KeyRole(Role.LEARNING_RATE)
+    if joined.startswith("lr_") or joined.endswith("_lr") or any(_LR_GROUP.fullmatch(w) for w in word_set):
+        return KeyRole(Role.LEARNING_RATE)  # `x/lr0` (YOLO's results.csv: the LR of parameter group 0)
     if word_set & {"gnorm", "gradnorm"} or "grad_norm" in joined or "gradient_norm" in joined \
             or joined in {"norm", "total_grad_norm"} or ("grad" in word_set and "norm" in word_set):
         return KeyRole(Role.GRAD_NORM)

@@ -2,7 +2,9 @@
 
 When a new key appears Lightning rewrites the whole file with the wider header, so the header is
 re-checked on every poll: if it changed (or the file shrank), the file is read again from the top and
-the already-seen (key, step) pairs are not reported twice.
+the already-seen (key, step) pairs are not reported twice. Other CSV logs read the same way: YOLO's `results.csv`
+(names padded with spaces, one row per `epoch`, its loss printed in parts `train/box_loss`, `train/obj_loss`, ...:
+their sum is `train/loss`).
 """
 
 from __future__ import annotations
@@ -16,8 +18,26 @@ from pathlib import Path
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import guarded_reader, read_whole
+from guarded_sbatch.sources.textlog_formats import yolo_loss_sum
 
 _STEP_COLUMNS = ("step", "global_step", "trainer/global_step")
+_EPOCH_COLUMN = "epoch"  # the axis of a file without a step column (YOLO's results.csv: one row per epoch)
+
+
+def _row_values(header: list[str], row: list[str], axis: str | None) -> dict[str, float]:
+    """A row's numbers by column (not the step axis), with YOLO's `train/loss` = the sum of its parts."""
+    values: dict[str, float] = {}
+    for column, cell in zip(header, row):
+        if column in _STEP_COLUMNS or column == axis or not cell.strip():
+            continue
+        try:
+            values[column] = float(cell)
+        except ValueError:
+            continue
+    total = yolo_loss_sum(values, prefix="train/")
+    if total is not None:
+        values["train/loss"] = total
+    return values
 
 
 @guarded_reader
@@ -53,13 +73,14 @@ class LightningCsvSource(SourceBase):
         body_end = data.rfind(b"\n") + 1
         if body_end <= self._offset:
             return []
-        header = next(csv.reader([header_bytes.decode("utf-8", "replace")]))
+        header = [name.strip() for name in next(csv.reader([header_bytes.decode("utf-8", "replace")]))]
         body = data[self._offset : body_end].decode("utf-8", "replace")
         self._offset = body_end
         try:
-            step_column = next(header.index(c) for c in _STEP_COLUMNS if c in header)
+            step_column = next(header.index(c) for c in (*_STEP_COLUMNS, _EPOCH_COLUMN) if c in header)
         except StopIteration:
             step_column = None
+        axis = header[step_column] if step_column is not None else None
         points: list[MetricPoint] = []
         rows = list(csv.reader(io.StringIO(body)))
         first_row = self._rows_before
@@ -68,13 +89,7 @@ class LightningCsvSource(SourceBase):
             step = self._step(row, step_column, row_number)
             if step is None:
                 continue
-            for column, cell in zip(header, row):
-                if column in _STEP_COLUMNS or not cell.strip():
-                    continue
-                try:
-                    value = float(cell)
-                except ValueError:
-                    continue
+            for column, value in _row_values(header, row, axis).items():
                 previous = self._seen.get((column, step))
                 if previous is not None and (previous == value or (math.isnan(previous) and math.isnan(value))):
                     continue  # already reported before the file was rewritten

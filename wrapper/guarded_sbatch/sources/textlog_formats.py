@@ -248,11 +248,20 @@ def table_row(message: str, columns: list[str]) -> ParsedLine | None:
             key += "_loss"  # `box` of YOLOv3-v5's first tables is their later `box_loss`
         parsed.values[f"val/{key}" if is_eval else key] = parse_number(number.group())
     if parts and "loss" not in parsed.values:
-        found = [parsed.values[p if p.endswith("_loss") else p + "_loss"] for p in parts
-                 if (p if p.endswith("_loss") else p + "_loss") in parsed.values]
-        if len(found) >= 2:  # YOLOv5 (v6+) and v8 print only the parts: their training loss is the sum
-            parsed.values["loss"] = math.fsum(found)
+        total = yolo_loss_sum(parsed.values)
+        if total is not None:  # YOLOv5 (v6+) and v8 print only the parts: their training loss is the sum
+            parsed.values["loss"] = total
     return parsed if parsed.values else None
+
+
+def yolo_loss_sum(values: dict[str, float], prefix: str = "") -> float | None:
+    """The sum of a YOLO row's loss parts (`box_loss`, `obj_loss`, `cls_loss`, `dfl_loss`, ... after `prefix`), when
+    there are two or more and no total among them; None otherwise."""
+    if f"{prefix}loss" in values:
+        return None
+    found = [v for k, v in values.items()
+             if k.startswith(prefix) and k[len(prefix):].removesuffix("_loss") in _YOLO_PARTS and k.endswith("_loss")]
+    return math.fsum(found) if len(found) >= 2 else None
 
 
 _YOLO_PARTS = frozenset({"box", "obj", "cls", "dfl", "seg", "kobj", "pose", "rle", "l1", "giou"})
