@@ -166,3 +166,11 @@ def test_a_detectors_loss_is_not_compared_with_the_chance_level_of_its_classes()
     parts = {"loss": [(10 * i, 6.0 - 0.1 * i) for i in range(1, 8)],
              "box_loss": [(10 * i, 2.0) for i in range(1, 8)], "cls_loss": [(10 * i, 3.0) for i in range(1, 8)]}
     assert decide(_history(parts), JudgePolicy(chance_loss=math.log(2))).decision is not Decision.STOP
+
+
+def test_a_best_value_printed_again_until_it_is_next_computed_is_not_a_frozen_loss() -> None:
+    stale = [2.3145, 1.9876, 1.5432, 1.2345, 1.2345, 1.2345]  # a smoothed loss updated every few log lines
+    assert decide(_loss(stale)).decision is not Decision.STOP
+    frozen = [2.3145, 1.9876, 1.5432, 1.6021, 1.6021, 1.6021]  # the same value above where the run had been
+    verdict = decide(_loss(frozen))
+    assert verdict.decision is Decision.STOP and verdict.reason is Reason.FROZEN_LOSS, verdict.message

@@ -3,8 +3,9 @@
 - Zero signal: every logged training loss so far exactly 0.0, with the gradient norm exactly 0.0 beside it, at
   `min_loss_points` points or more: there is nothing to learn from (the labels all masked, the loss detached).
   A loss that reaches about 0 after training (a small data set learned by heart) had non-zero values before.
-- A frozen loss: the last `frozen_points` logged losses identical to 4 significant digits or more (an average over
-  thousands of samples does not repeat itself while the weights move), or equal to 1e-4 and at ln(k), the loss of a
+- A frozen loss: the last `frozen_points` logged losses identical to 4 significant digits or more, above a better
+  value the run had before (an average over thousands of samples does not repeat itself while the weights move; a
+  best value printed again until it is next computed is no sign), or equal to 1e-4 and at ln(k), the loss of a
   uniform guess over k = 2..20 classes (a classifier stuck at chance). Strong evidence: any number of points.
   A progress bar's postfix redrawn unchanged is not a new reading (sources/textlog.py keeps only changed values).
 - The key evaluation at its worst: a higher-is-better key metric exactly 0 at each of its last `eval_zero_points`
@@ -66,7 +67,11 @@ def check_frozen_loss(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
     if high - low > _FROZEN_SPREAD * high:
         return None
     chance = next((k for k in _CHANCE_CLASSES if abs(high - math.log(k)) <= _CHANCE_CLOSE * math.log(k)), None)
-    identical = low == high and _significant_digits(high) >= _MIN_DIGITS
+    # identical values that are also the run's best may be a value printed again until it is next computed (a
+    # smoothed loss updated every N steps): frozen only above a better value the run had before
+    earlier = values[:-n][np.isfinite(values[:-n])]
+    identical = (low == high and _significant_digits(high) >= _MIN_DIGITS and len(earlier) > 0
+                 and float(np.min(earlier)) < high)
     if chance is None and not identical:
         return None
     what = (f"at {fmt(high)} = ln {chance}, the loss of a uniform guess over {chance} classes" if chance is not None
