@@ -164,7 +164,13 @@ def _quoted_mask(value: str) -> str:
 def redact(text: str, environ: dict[str, str] | None = None) -> str:
     if not isinstance(text, str) or not text:
         return text
-    pattern = _secret_pattern(_secret_values(_env_key(environ)))
+    return _redact(text, _secret_pattern(_secret_values(_env_key(environ))))
+
+
+def _redact(text: str, pattern: re.Pattern[str] | None) -> str:
+    """redact() with the environment's secrets already compiled (a tree or an argument list compiles them once)."""
+    if not text:
+        return text
     if pattern is not None:
         text = pattern.sub(MASK, text)
     if _FINGERPRINTS:
@@ -194,6 +200,10 @@ def redact(text: str, environ: dict[str, str] | None = None) -> str:
 def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> list[str]:
     """An argument list with secrets masked, including a value given as the word after its flag
     (`--api-key VALUE`, `--comment TEXT`, `--export LIST`)."""
+    return _redact_args(args, _secret_pattern(_secret_values(_env_key(environ))))
+
+
+def _redact_args(args: Sequence[str], pattern: re.Pattern[str] | None) -> list[str]:
     out: list[str] = []
     mask_next = False
     for arg in args:
@@ -207,7 +217,7 @@ def redact_args(args: Sequence[str], environ: dict[str, str] | None = None) -> l
             "--export",
         ):
             mask_next = True
-        out.append(redact(arg, environ))
+        out.append(_redact(arg, pattern))
     return out
 
 
@@ -223,13 +233,17 @@ def _secret_item(key: object, item: object) -> bool:
 def redact_tree(value: object) -> object:
     """A JSON-like structure with every string (keys included) redacted, the value of every secret-named key
     masked whatever its shape; lists of words as arguments."""
+    return _redact_tree(value, _secret_pattern(_secret_values(_env_key(None))))
+
+
+def _redact_tree(value: object, pattern: re.Pattern[str] | None) -> object:
     if isinstance(value, str):
-        return redact(value)
+        return _redact(value, pattern)
     if isinstance(value, dict):
-        return {redact_tree(key) if isinstance(key, str) else key: MASK if _secret_item(key, item) else redact_tree(item)
-                for key, item in value.items()}
+        return {_redact(key, pattern) if isinstance(key, str) else key:
+                MASK if _secret_item(key, item) else _redact_tree(item, pattern) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         if value and all(isinstance(item, str) for item in value):
-            return redact_args(list(value))
-        return [redact_tree(item) for item in value]
+            return _redact_args(list(value), pattern)
+        return [_redact_tree(item, pattern) for item in value]
     return value
