@@ -276,7 +276,9 @@ class TensorBoardSource(SourceBase):
                     if event_file.offset + needed > data_end < size:  # a record cut by a hole: damage, resync
                         event_file.offset, event_file.resyncing = event_file.offset + 1, True
                         continue
-                    if len(chunk) < wanted or needed <= len(chunk):
+                    # every written byte is in the chunk (a half-written tail): the rest comes at a later poll;
+                    # reading it again would spin until the byte budget (seconds of CPU at every poll)
+                    if len(chunk) < wanted or needed <= len(chunk) or event_file.offset + len(chunk) >= data_end:
                         break
                     chunk_bytes = max(chunk_bytes, needed)
                     event_file.bytes_per_point = 0.0
