@@ -139,6 +139,7 @@ class Config:
     launcher: LauncherSettings = LauncherSettings()
     template_dirs: tuple[Path, ...] = setting("template_dirs")
     scheduler: str = setting("scheduler")  # "slurm" | "local" | "auto"
+    job_umask: str = setting("job_umask")  # "" (the user's own) or an octal umask every guarded job starts with
     check_interval_s: float = setting("check_interval_minutes", scale=60.0)
     reference_dirs: tuple[str, ...] = setting("preflight.reference_dirs")
     reference_max_depth: int = setting("preflight.reference_max_depth")

@@ -81,6 +81,16 @@ SCHEMA: tuple[Key, ...] = (
         choices=("slurm", "local", "auto"),
     ),
     Key(
+        "job_umask",
+        "choice",
+        "",
+        "The umask every guarded job starts with (its training job and its guard; sbatch passes the launching\n"
+        "process's umask on). Empty: the user's own. Where users work with umask 002 in shared project folders,\n"
+        '"022" keeps co-workers from writing a run\'s logs and event files, so the sidecar may STOP on them\n'
+        "(a file others can write never decides a STOP alone: docs/threat-model.md).",
+        choices=("", "022", "027", "077"),
+    ),
+    Key(
         "check_interval_minutes",
         "float",
         30.0,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -170,12 +171,13 @@ def carry_out(plan: LaunchPlan, scheduler: Scheduler, config: Config, *,
     """Submit the training job and its guard, record each run (its config kept beside it), audit the launch."""
     sources = plan.sources
     try:
-        submission = submit_guarded(
-            scheduler, plan.request, run_name=plan.run_name, sidecar=plan.sidecar, resources=plan.resources,
-            record=plan.record, on_training_submitted=on_submitted, shared=plan.shared, task_ids=plan.task_ids(),
-            sources_for_job=(lambda job_id: sources.for_job(job_id, since=plan.since).to_json())
-            if sources is not None else None,
-        )
+        with job_umask(config.job_umask):
+            submission = submit_guarded(
+                scheduler, plan.request, run_name=plan.run_name, sidecar=plan.sidecar, resources=plan.resources,
+                record=plan.record, on_training_submitted=on_submitted, shared=plan.shared, task_ids=plan.task_ids(),
+                sources_for_job=(lambda job_id: sources.for_job(job_id, since=plan.since).to_json())
+                if sources is not None else None,
+            )
     except GuardedError as exc:
         if exc.message.startswith("training job "):
             raise  # submit_guarded says what became of the training job
@@ -186,6 +188,20 @@ def carry_out(plan: LaunchPlan, scheduler: Scheduler, config: Config, *,
     for record in launched.records:
         warnings.extend(audit_launch(config, record))
     return dataclasses.replace(launched, warnings=tuple(warnings))
+
+
+@contextmanager
+def job_umask(octal: str) -> Iterator[None]:
+    """The site's umask for guarded jobs (config `job_umask`) while they are submitted: sbatch hands the launching
+    process's umask to the job (SLURM_UMASK), the local backend's supervisor inherits it."""
+    if not octal:
+        yield
+        return
+    previous = os.umask(int(octal, 8))
+    try:
+        yield
+    finally:
+        os.umask(previous)
 
 
 def _keep_with_runs(plan: LaunchPlan, records: tuple[RunRecord, ...]) -> list[str]:

@@ -159,7 +159,8 @@ def run_preflight(
     name, _ = run_name_of(context)
     notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
     # outputs others can write never bear a STOP alone (core/file_trust.py): say so before the run starts
-    notes.extend(filter(None, [outputs_note(base, script_text=script.text)]))
+    umask = int(config.job_umask, 8) if config.job_umask else None  # the site's, which the launch applies
+    notes.extend(filter(None, [outputs_note(base, umask, script_text=script.text)]))
     return PreflightReport(
         results=results,
         waivers=tuple(applied),
