@@ -145,7 +145,7 @@ def new_project_launches_clean(tmp_path: Path, backend: str, scheduler: Any) -> 
     job_id, record, report = launch(project, "train.sh", "--steps", "200", "--step-seconds", "0.02")
     assert record["waivers"] == []
     assert "[warn] config-diff: not checked: no reference run yet" in report
-    assert re.search(r"\[warn\] eta: not checked: cannot estimate the run time \(no reference run", report)
+    assert re.search(r"\[warn\] eta: not checked: cannot estimate the run time \(no earlier run of this config has a log", report)
     assert "the trainer must create it" in report and "BLOCKED" not in report
     state, output = wait_ended(project, scheduler, job_id)
     assert state is JobState.COMPLETED and "Decision: STOP" not in output, output
