@@ -271,5 +271,16 @@ def test_warnings_never_block(tree: Tree) -> None:
 
 def test_json_report_shape(tree: Tree) -> None:
     data = tree.run().to_json()
-    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "interpreter", "monitoring", "eta", "own-folder"]
+    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "interpreter", "monitoring", "eta",
+                                                   "own-folder"]
     assert all({"name", "status", "finding", "evidence"} <= set(c) for c in data["checks"])
+
+
+def test_a_mistyped_config_path_fails_once_naming_the_file_meant(tree: Tree) -> None:
+    tree.write("train.sh", TRAIN_SH.replace('CONFIG=configs/coco_resnet50.yaml', 'CONFIG=configs/coco_resnet05.yaml'))
+    report = tree.run(["--guard-seconds-per-epoch=600", "train.sh"])
+    assert report.blocking_checks == ["paths"]  # one failure, the one whose fix applies
+    paths = result(report, "paths")
+    assert f"does not exist; did you mean {tree.root / 'configs' / 'coco_resnet50.yaml'}?" in paths.finding
+    diff = result(report, "config-diff")
+    assert diff.status is CheckStatus.WARNED and "(see paths)" in diff.finding and "--guard-config" not in diff.finding

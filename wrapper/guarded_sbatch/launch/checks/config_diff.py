@@ -20,6 +20,9 @@ MAX_LISTED_DIFFS = 12
 
 def check_config_diff(context: PreflightContext) -> CheckResult:
     intended = context.intended
+    if intended is None and (context.intended_problem or "").endswith("does not exist"):
+        # a mistyped path: the paths check fails on it and names the fix; the diff flags are not it
+        return CheckResult(NAME, CheckStatus.WARNED, f"not checked: {context.intended_problem} (see paths)")
     if intended is None:
         fix = "name it with {config} and the reference with {reference}"
         return _fixed(CheckStatus.FAILED, f"cannot diff: {context.intended_problem or 'no config for this run'}", fix)

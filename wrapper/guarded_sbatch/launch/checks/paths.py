@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import getpass
+import itertools
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.sources.kinds import written_folder_keys
 from guarded_sbatch.core.sbatch.script_shell import needs_shell
+from guarded_sbatch.core.suggest import closest
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -195,9 +199,23 @@ def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None
             )
         return None if outcome.is_dir else f"has a parent {outcome.path} that is not a folder"
     if not outcome.exists:
-        return "does not exist"
+        near = _near_name(outcome.path, timeout_s) if not outcome.error else None
+        return f"does not exist; did you mean {near}?" if near else "does not exist"
     if ref.role == "config" and outcome.is_dir:
         return "is a folder, not a config file; name the file itself"
     if ref.must_be == "folder" and not outcome.is_dir:
         return "is not a folder"
     return None
+
+
+def _near_name(path: Path, timeout_s: float) -> Path | None:
+    """A file beside a missing one whose name is a likely typo's target (`synthetic-tanh-mpl.yaml` for `-mlp`): the
+    folder listed under the stat deadline (a hung mount never holds the check), the first 500 names only."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(lambda: list(itertools.islice(os.scandir(path.parent), 500)))
+        try:
+            names = [entry.name for entry in future.result(timeout=timeout_s)]
+        except (OSError, TimeoutError):
+            return None
+    near = closest(path.name, names)
+    return path.parent / near if near else None
