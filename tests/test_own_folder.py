@@ -39,7 +39,9 @@ def test_one_config_launched_twice_is_refused_then_waived(tmp_path: Path, backen
         assert second.stdout == ""  # nothing submitted
         line = next(li for li in second.stderr.splitlines() if li.startswith("[FAIL] own-folder:"))
         assert f"{folder} is written by run {project.name} (job {first_id}, RUNNING)" in line
-        assert f"give this run its own logdir: e.g. --logdir runs/{other}" in line
+        # the fix in the forms this script takes: the config key it came from, and the flag train.py parses
+        assert f"give this run its own logdir: set logdir: runs/{other} in configs/" in line
+        assert f"; or --logdir runs/{other} on the launcher line" in line
         assert 'runs/${SLURM_JOB_ID}' in line and "--guard-waive own-folder=" in line
 
         fixed = project.cli_here("check", "--json", "--guard-backend", backend, "--job-name", other, "train.sh",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.core.registry import ENDED, mark_over, open_runs
 from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
 from guarded_sbatch.launch.checks.run_name import run_name_of
@@ -159,6 +160,8 @@ def _number(value: object) -> float:
 
 
 def _fix(folder: Folder, context: PreflightContext) -> str:
+    """The fix in a form this script can take: the config key where the folder came from, the flag where the
+    launcher line has it or the program parses it, else a folder of its own written into the script."""
     name = run_name_of(context)[0] or "<run name>"
     option = folder.label.rsplit(" ", 1)[-1].lstrip("-") if folder.label.startswith(("--", "config key")) else "logdir"
     option = option.rsplit(".", 1)[-1]
@@ -166,6 +169,27 @@ def _fix(folder: Folder, context: PreflightContext) -> str:
     suffix = os.path.splitext(folder.path)[1] if folder.is_file else ""  # a file keeps its extension
     mine = os.path.relpath(os.path.join(parent, name + suffix), context.workdir)
     by_id = os.path.relpath(os.path.join(parent, "${SLURM_JOB_ID}" + suffix), context.workdir)
-    own = (f"give this run its own {option}: e.g. --{option} {shlex.quote(mine)} on the launcher line (or after the "
-           f"script, when it passes \"$@\"), or --{option} \"{by_id}\" in the job script")
+    ways: list[str] = []
+    config_file = context.intended.path if context.intended is not None else None
+    if folder.label.startswith("config key") and config_file is not None:
+        shown = os.path.relpath(config_file, context.workdir)
+        ways.append(f"set {folder.label.rsplit(' ', 1)[-1]}: {mine} in {shown} (or in a copy of it for this run)")
+    if folder.label.startswith("--") or _program_parses(context, option):
+        ways.append(f"--{option} {shlex.quote(mine)} on the launcher line (or after the script, when it passes "
+                    f"\"$@\"), or --{option} \"{by_id}\" in the job script")
+    if not ways:
+        ways.append(f"make the job write to a folder of its own (e.g. \"{by_id}\" in the job script)")
+    own = f"give this run its own {option}: " + "; or ".join(ways)
     return own.replace("{", "{{").replace("}", "}}") + "; or waive with {waive}"  # a template: see CheckResult.fix
+
+
+def _program_parses(context: PreflightContext, option: str) -> bool:
+    """Whether the training program names `--option` (an argparse/click flag it takes), read within bounds."""
+    program = context.program_path()
+    if program is None:
+        return False
+    try:
+        text = read_bounded(program, 1 << 20, head=True).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return re.search(r"""["']--%s["']""" % re.escape(option).replace("_", "[-_]"), text) is not None
