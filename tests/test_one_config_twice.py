@@ -35,7 +35,8 @@ def test_one_config_launched_twice_each_run_is_judged_on_its_own_files(
         other = f"{project.name}-seed2"
         refused = project.cli("--guard-backend", backend, "--job-name", other, "train.sh", "--nan-at", "150")
         assert refused.returncode == 3 and refused.stdout == "", refused.stderr
-        assert f"give this run its own logdir: e.g. --logdir runs/{other}" in refused.stderr
+        assert f"give this run its own logdir: set logdir: runs/{other} in configs/" in refused.stderr
+        assert f"--logdir runs/{other} on the launcher line" in refused.stderr  # train.py parses --logdir
 
         broken = project.cli("--guard-backend", backend, "--job-name", other,
                              "--guard-waive", "own-folder=two seeds side by side in one folder",

@@ -275,7 +275,8 @@ def test_one_config_launched_twice_is_refused_on_the_new_kinds_file(tmp_path: Pa
         report = json.loads(project.cli("check", "--json", "--guard-backend", "local", "train.sh").stdout)
         own = next(c for c in report["checks"] if c["name"] == "own-folder")
         assert own["status"] == "failed" and f"{metrics} is written by run {project.name}" in own["finding"], own
-        assert "give this run its own metrics_jsonl: e.g. --metrics_jsonl out/" in own["finding"], own
-        assert '--metrics_jsonl "out/${SLURM_JOB_ID}.jsonl"' in own["finding"], own
+        # the file comes from the config and train.py takes no --metrics_jsonl flag: the fix is the config key
+        assert "give this run its own metrics_jsonl: set metrics_jsonl: out/" in own["finding"], own
+        assert "--metrics_jsonl" not in own["finding"], own
     finally:
         scheduler.cancel(job_id)
