@@ -5,6 +5,7 @@ watcher leaving within one query of the last task's end. (The same on the dev Sl
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class FakeArray:
         self.tasks = {task: JobState.PENDING for task in TASKS}
         self.asked: list[list[str]] = []
         self.single = 0
+        self.infos = 0
         self.cancelled: list[str] = []
 
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
@@ -41,6 +43,7 @@ class FakeArray:
         return self.tasks.get(job_id, JobState.UNKNOWN)
 
     def info(self, job_id: str) -> JobInfo:
+        self.infos += 1
         return JobInfo(job_id, self.tasks[job_id], owner="me")
 
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
@@ -58,6 +61,10 @@ def _task(tmp_path: Path, folder: Path, task: str, nan_from: int | None, steps: 
         loss = math.nan if nan_from is not None and step >= nan_from else 1.0 / step + 0.5
         events += [tb_event(step, "train/loss", loss), tb_event(step, "train/lr", 0.01)]
     write_tb_events(run_dir / "tb", events)
+    (run_dir / "run.json").write_text(json.dumps({  # the task's record: its folder and output, as the launch wrote them
+        "run_id": run_dir.name, "run_name": f"lrsweep-{task}", "backend": "slurm", "job_id": task,
+        "tb_paths": [str(run_dir / "tb")],
+        "sources": {"workdir": str(run_dir), "stdout": str(run_dir / f"slurm-{task}.out"), "since": 1.0}}))
     registry.register_run(folder, task, {"run_dir": str(run_dir), "run_name": f"lrsweep-{task}",
                                          "tb": [str(run_dir / "tb")], "notes": str(tmp_path / "NOTES.md")})
     return run_dir
@@ -97,6 +104,7 @@ def test_tasks_are_adopted_as_they_start_and_only_the_nan_task_is_cancelled(tmp_
     assert watcher.run() == 0  # runs until every task has ended, then leaves
     assert slurm.cancelled == ["77_2"]
     assert slurm.single == 1  # the stop's confirmation; every other question was one query for the array
+    assert slurm.infos == 0  # a task's folder and output come from its record, not a call per task
     assert all(sorted(asked) == sorted(set(asked)) for asked in slurm.asked)
     assert len(slurm.asked) <= (clock[0] - 1000) / 30 + 2
     for task in TASKS:

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.core import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import JobState, Scheduler
-from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
+from guarded_sbatch.core.run_sources import RunSources
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler
+from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, _record
 
 ARRAY_JOB_POLL_S = 30.0  # the one scheduler query for the whole array: a task's end is seen within this
 _NOT_STARTED = (JobState.PENDING, JobState.REQUEUED, JobState.UNKNOWN)
@@ -37,6 +39,7 @@ class ArrayWatcher(SharedMonitor):
         super().__init__(settings, scheduler, out, clock=clock, sleep=sleep)
         self.waiting: dict[str, dict[str, Any]] = {}  # registered tasks that have not started
         self.next_poll: dict[str, float] = {}
+        self.entries: dict[str, dict[str, Any]] = {}  # the adopted tasks' registrations
 
     def refresh_snapshot(self, now: float) -> None:
         ids = [*self.runs, *self.waiting]
@@ -75,8 +78,21 @@ class ArrayWatcher(SharedMonitor):
             if self.snapshot.get(job_id, JobState.UNKNOWN) in _NOT_STARTED:
                 continue
             entry = self.waiting.pop(job_id)
+            self.entries[job_id] = entry
             if self.adopt_entry(entry, free_states=True) is not None:
                 self.next_poll[job_id] = now
+
+    def run_info(self, job_id: str) -> JobInfo:
+        """A task's folder and output as its record has them (the launch expanded %A/%a for it) and its state from
+        the array's last query: on Slurm asking `scontrol show job J_T` once per task would be a call per task. Where
+        a question costs nothing (the local backend, whose job info carries the task's process group) it is asked."""
+        entry = self.entries.get(job_id)
+        record = _record(Path(entry["run_dir"])) if entry is not None and not self.scheduler.free_state_queries else None
+        sources = RunSources.from_json(record.sources) if record is not None else None
+        if sources is None or not sources.workdir:
+            return self.scheduler.info(job_id)
+        return JobInfo(job_id, self.snapshot_state(job_id), owner="", work_dir=sources.workdir,
+                       stdout_path=sources.stdout)
 
     def pause(self, now: float) -> float:
         """Until the earliest of: a task's next poll, the next scheduler query (at most fast_interval_s)."""

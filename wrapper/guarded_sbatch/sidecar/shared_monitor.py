@@ -70,7 +70,7 @@ class _SharedView:
         return self.monitor.snapshot_state(job_id)
 
     def info(self, job_id: str) -> JobInfo:
-        return self.monitor.scheduler.info(job_id)
+        return self.monitor.scheduler.info(job_id) if self.stopping else self.monitor.run_info(job_id)
 
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         self.stopping = True
@@ -149,6 +149,10 @@ class SharedMonitor:
             # registered after the last query: it was just submitted, so it is at least queued
             return JobState.PENDING if run is not None and run.registered_at >= self.snapshot_at else JobState.UNKNOWN
         return state
+
+    def run_info(self, job_id: str) -> JobInfo:
+        """What a run's loop is told of its job (its folder, output, start; asked once per run)."""
+        return self.scheduler.info(job_id)
 
     def refresh_snapshot(self, now: float) -> None:
         ids = list(self.runs)
