@@ -4,8 +4,8 @@ variant once, the order shifted by one each round), its samples/s (the Trainer's
 side by side with the machine's load, then per variant: mean, spread and the guarded/plain ratio (of the means,
 and the mean of each round's own ratio, which cancels the load's drift between rounds). Asserts nothing.
 
-    .venv/bin/python bench/bench_guard_cost.py [--rounds 3] [--steps 600] [--threads 1] [--variants plain,sh,run]
-        [--ablate] [--slurm] [--poll 5] [--work DIR]
+    .venv/bin/python bench/bench_guard_cost.py [--rounds 3] [--steps 300] [--threads 1] [--variants plain,sh,run]
+        [--ablate] [--slurm] [--poll 5] [--precision fp16] [--code-before DIR] [--work DIR]
 
 Variants (--variants, comma-separated; the first is the anchor the ratios divide by):
   plain          python train.py --config configs/tiny-gpt2.yaml --max-steps N (the user's environment, which also
@@ -19,7 +19,9 @@ Variants (--variants, comma-separated; the first is the anchor the ratios divide
   plain-setsid   plain in a session of its own, as the local backend starts a job (its own CFS autogroup where
                  the kernel has sched_autogroup_enabled: its CPU share no longer shared with the shell's)
   plain-nowandb  plain with WANDB_MODE=disabled (not the guard's cost: how much W&B offline logging weighs)
-  slurm-plain    sbatch train.sh on the dev Slurm;  slurm-sh: guarded-sbatch train.sh on the dev Slurm
+  slurm-plain    sbatch train.sh on the dev Slurm;  slurm-sh: guarded-sbatch train.sh on the dev Slurm;
+                 slurm-nosidecar: slurm-sh with the sidecar job replaced by one that exits at once
+  sh-before      sh with the code of --code-before DIR (an earlier commit's wrapper/): the fix's anchor
 --ablate adds sh-nosidecar, sh-poll60, plain-jobenv, plain-nowandb; --slurm adds slurm-plain, slurm-sh.
 The bench waits for a run's sidecar to end before the next run starts, and reads job states from the local
 backend's job files (no CLI polling beside a run). Each guarded run's sidecar and supervisors' CPU seconds are
@@ -46,7 +48,7 @@ CONFIG = "configs/tiny-gpt2.yaml"
 SPEED = re.compile(r"'train_samples_per_second': '?([0-9.]+)")
 RUNTIME = re.compile(r"'train_runtime': '?([0-9.]+)")
 ABLATIONS = ["sh-nosidecar", "sh-poll60", "plain-jobenv", "plain-setsid", "plain-nowandb"]
-SLURM = ["slurm-plain", "slurm-sh"]
+SLURM = ["slurm-plain", "slurm-sh", "slurm-nosidecar"]
 ENDED = {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
          "DEADLINE"}
 WAIVE = ["--guard-waive", "config-diff=bench: the same config run again and again",
@@ -60,6 +62,8 @@ class Bench:
     project: Path
     env: dict[str, str]
     steps: int
+    precision: str
+    code_before: str
     poll: float
     timeout: float
     job_env: dict[str, str] | None = None  # the guarded trainer's environment, read once
@@ -72,11 +76,17 @@ class Outcome:
     sidecar_cpu: float | None = None  # CPU seconds of the sidecar, and of the two supervisors, over the run
     supervisor_cpu: float | None = None
     trainer_cpu: float | None = None  # the trainer process's own CPU seconds, last seen (sampled every 0.5 s)
+    window_cpu: float | None = None  # the guard's CPU seconds while the training loop ran (train_runtime)
     note: str = ""
 
 
+def script_args(bench: Bench) -> list[str]:
+    """What every variant hands train.py beyond its config (train.sh passes its own arguments on)."""
+    return ["--max-steps", str(bench.steps), *(["--precision", bench.precision] if bench.precision else [])]
+
+
 def train_args(bench: Bench) -> list[str]:
-    return ["--config", CONFIG, "--max-steps", str(bench.steps)]
+    return ["--config", CONFIG, *script_args(bench)]
 
 
 def figures(path: Path, note: str = "") -> Outcome:
@@ -193,52 +203,90 @@ def catch_job_env(bench: Bench, pid: int) -> None:
     bench.job_env = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
 
 
+def finished_training(path: Path) -> bool:
+    """The Trainer printed its closing metrics (the last few KB of the job's output)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 4096))
+            return b"train_runtime" in handle.read()
+    except OSError:
+        return False
+
+
+def in_window(timeline: list[tuple[float, float]], end: float | None, runtime: float | None) -> float | None:
+    """The guard's CPU seconds between the training loop's start (its end less train_runtime) and its end."""
+    if end is None or not runtime or not timeline:
+        return None
+
+    def at(moment: float) -> float:
+        return max((cpu for t, cpu in timeline if t <= moment), default=0.0)
+
+    return at(end) - at(end - runtime)
+
+
+def sample(bench: Bench, job: str, sidecar: str, used: dict[tuple[str, str], float]) -> None:
+    """Every CPU counter of one 0.5 s tick: the trainer (its pid found once) and the guard's processes."""
+    trainer = next((int(pid) for role, pid in used if role == "trainer"), None) or trainer_pid(bench, job)
+    if trainer:
+        catch_job_env(bench, trainer)
+        used[("trainer", str(trainer))] = cpu_seconds(trainer) or used.get(("trainer", str(trainer)), 0.0)
+    for role, pid in guard_pids(bench, job, sidecar):
+        seconds = cpu_seconds(pid)
+        if seconds is not None:
+            used[(role, str(pid))] = seconds
+
+
 def wait_local(bench: Bench, job: str, sidecar: str) -> Outcome:
-    """Until the job and its sidecar have ended; the guard's CPU seconds seen last (read every 0.5 s)."""
+    """Until the job and its sidecar have ended; CPU counters read every 0.5 s, the guard's kept as a timeline."""
     deadline = time.monotonic() + bench.timeout
     used: dict[tuple[str, str], float] = {}
-    trainer: int | None = None
+    timeline: list[tuple[float, float]] = []
+    output, ended_at = bench.project / f"slurm-{job}.out", None
     while time.monotonic() < deadline:
-        trainer = trainer or trainer_pid(bench, job)
-        if trainer:
-            catch_job_env(bench, trainer)
-            used[("trainer", str(trainer))] = cpu_seconds(trainer) or used.get(("trainer", str(trainer)), 0.0)
-        for role, pid in guard_pids(bench, job, sidecar):
-            seconds = cpu_seconds(pid)
-            if seconds is not None:
-                used[(role, str(pid))] = seconds
+        sample(bench, job, sidecar, used)
+        now = time.monotonic()
+        timeline.append((now, sum(v for (role, _), v in used.items() if role != "trainer")))
+        if ended_at is None and finished_training(output):
+            ended_at = now
         states = [str(local_status(bench, one).get("state", "")) for one in (job, sidecar) if one]
         if all(state in ENDED for state in states):
             break
         time.sleep(0.5)
     state = str(local_status(bench, job).get("state", "?"))
-    outcome = figures(bench.project / f"slurm-{job}.out", "" if state == "COMPLETED" else state)
+    outcome = figures(output, "" if state == "COMPLETED" else state)
     outcome.sidecar_cpu = sum(v for (role, _), v in used.items() if role == "sidecar")
     outcome.supervisor_cpu = sum(v for (role, _), v in used.items() if role == "supervisor")
     outcome.trainer_cpu = sum(v for (role, _), v in used.items() if role == "trainer") or None
+    outcome.window_cpu = in_window(timeline, ended_at, outcome.runtime)
     return outcome
 
 
-def guarded(bench: Bench, name: str, *, run: bool = False, top: str = "", sidecar: str = "") -> Outcome:
+def guarded(bench: Bench, name: str, *, run: bool = False, top: str = "", sidecar: str = "",
+            env: dict[str, str] | None = None) -> Outcome:
     """A guarded launch on the local backend with its own user config (`top`: top-level keys, `sidecar`: more of
     [sidecar]); the sidecar reads every --poll seconds unless `sidecar` says otherwise."""
     poll = "" if "fast_interval_seconds" in sidecar else f"fast_interval_seconds = {bench.poll}\n"
-    env = config_env(bench, name, f"{top}[sidecar]\n{poll}{sidecar}")
+    env = {**config_env(bench, name, f"{top}[sidecar]\n{poll}{sidecar}"), **(env or {})}
     if run:
         argv = [*guarded_cli(), "run", *WAIVE, "--job-name", "synthetic-counting-gpt2-tiny-lr1e-3", "--",
                 "python", "train.py", *train_args(bench)]
     else:
-        argv = [*guarded_cli(), "--parsable", *WAIVE, "train.sh", "--max-steps", str(bench.steps)]
+        argv = [*guarded_cli(), "--parsable", *WAIVE, "train.sh", *script_args(bench)]
     job, side = submit(bench, argv, env)
     return wait_local(bench, job, side)
 
 
-def no_sidecar(bench: Bench) -> Outcome:
+def sidecar_off(bench: Bench) -> str:
+    """A user config's lines that replace the sidecar job by one that exits at once."""
     templates = bench.work / "templates"
     templates.mkdir(exist_ok=True)
     (templates / "sidecar-off.sbatch").write_text("#!/bin/bash\n# bench: no sidecar\nexit 0\n", encoding="utf-8")
-    return guarded(bench, "nosidecar", top=f'template_dirs = ["{templates}"]\n',
-                   sidecar='template = "sidecar-off.sbatch"\n')
+    return f'template_dirs = ["{templates}"]\n[sidecar]\ntemplate = "sidecar-off.sbatch"\n'
+
+
+def no_sidecar(bench: Bench) -> Outcome:
+    top, _, sidecar = sidecar_off(bench).partition("[sidecar]\n")
+    return guarded(bench, "nosidecar", top=top, sidecar=sidecar)
 
 
 def slurm_live(jobs: list[str]) -> bool:
@@ -249,16 +297,17 @@ def slurm_live(jobs: list[str]) -> bool:
     return any(state.strip() not in ENDED for state in done.stdout.split())
 
 
-def on_slurm(bench: Bench, guard: bool) -> Outcome:
+def on_slurm(bench: Bench, guard: bool, *, sidecar: bool = True) -> Outcome:
     """plain `sbatch train.sh` or `guarded-sbatch train.sh` on the dev Slurm; squeue asked every 2 s for both."""
     env = {k: v for k, v in bench.env.items() if k != "GUARDED_SBATCH_BACKEND"}
     if guard:
-        env = {k: v for k, v in config_env(bench, "slurm", f"[sidecar]\nfast_interval_seconds = {bench.poll}\n").items()
+        config = f"[sidecar]\nfast_interval_seconds = {bench.poll}\n" if sidecar else sidecar_off(bench)
+        env = {k: v for k, v in config_env(bench, "slurm" if sidecar else "slurm-off", config).items()
                if k != "GUARDED_SBATCH_BACKEND"}
         job, side = submit(bench, [*guarded_cli(), "--guard-backend", "slurm", "--parsable", *WAIVE, "train.sh",
-                                   "--max-steps", str(bench.steps)], env)
+                                   *script_args(bench)], env)
     else:
-        job, side = submit(bench, ["sbatch", "--parsable", "train.sh", "--max-steps", str(bench.steps)], env)
+        job, side = submit(bench, ["sbatch", "--parsable", "train.sh", *script_args(bench)], env)
     jobs = [one.split(";")[0] for one in (job, side) if one]
     deadline = time.monotonic() + bench.timeout
     while time.monotonic() < deadline and slurm_live(jobs):
@@ -274,6 +323,7 @@ VARIANTS: dict[str, Callable[[Bench], Outcome]] = {
     "plain": plain,
     "sh": lambda b: guarded(b, "sh"),
     "run": lambda b: guarded(b, "run", run=True),
+    "sh-before": lambda b: guarded(b, "before", env={"PYTHONPATH": b.code_before}),
     "sh-nosidecar": no_sidecar,
     "sh-poll60": lambda b: guarded(b, "poll60", sidecar="fast_interval_seconds = 60\n"),
     "plain-jobenv": plain_jobenv,
@@ -281,6 +331,7 @@ VARIANTS: dict[str, Callable[[Bench], Outcome]] = {
     "plain-setsid": lambda b: plain(b, session=True),
     "slurm-plain": lambda b: on_slurm(b, False),
     "slurm-sh": lambda b: on_slurm(b, True),
+    "slurm-nosidecar": lambda b: on_slurm(b, True, sidecar=False),
 }
 
 
@@ -323,13 +374,15 @@ def guard_share(runs: list[Outcome]) -> str:
     sup = statistics.mean(o.supervisor_cpu or 0.0 for o in runs)
     shares = [((o.sidecar_cpu or 0.0) + (o.supervisor_cpu or 0.0)) / o.runtime for o in runs if o.runtime]
     share = f"{100 * statistics.mean(shares):.1f}%" if shares else "n/a"
-    return f"{side:6.2f} {sup:6.2f} {share:>7}"
+    during = [o.window_cpu / o.runtime for o in runs if o.window_cpu is not None and o.runtime]
+    window = f"{100 * statistics.mean(during):.2f}%" if during else "n/a"
+    return f"{side:6.2f} {sup:6.2f} {share:>7} {window:>8}"
 
 
 def summary(names: list[str], rows: list[dict[str, Outcome]]) -> list[str]:
     base = speeds_of(rows, names[0])
     lines = [f"{'variant':14} {'n':>2} {'mean':>8} {'sd':>7} {'min':>8} {'max':>8}  {'ratio':>6}  "
-             f"{'paired (sd)':>15}  {'CPU s':>7}  {'sidecar':>6} {'superv':>6} {'guard %':>7}"]
+             f"{'paired (sd)':>15}  {'CPU s':>7}  {'sidecar':>6} {'superv':>6} {'guard %':>7} {'in loop':>8}"]
     for name in names:
         speeds, paired = speeds_of(rows, name), paired_ratios(rows, name, names[0])
         if not speeds:
@@ -372,25 +425,29 @@ def setup(options: argparse.Namespace) -> Bench:
         env.pop(name, None)  # a user's shell has none of them; the guard's own additions show in the diff
     if options.threads:
         env["OMP_NUM_THREADS"] = str(options.threads)
-    return Bench(work, project, env, options.steps, options.poll, options.timeout)
+    return Bench(work, project, env, options.steps, options.precision, str(options.code_before or ""), options.poll,
+                 options.timeout)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1,
                         help="OMP_NUM_THREADS for every variant alike (0: torch's default, one per core; on a busy "
                              "2-core machine its spinning threads make a run 5-40x slower at random)")
+    parser.add_argument("--precision", default="", help="fp16/bf16 on a GPU (train.py's flag; default: the config's)")
     parser.add_argument("--poll", type=float, default=5.0, help="the sidecar's read interval (the report's 5 s)")
     parser.add_argument("--variants", default="plain,sh,run")
     parser.add_argument("--ablate", action="store_true", help="add " + ",".join(ABLATIONS))
     parser.add_argument("--slurm", action="store_true", help="add " + ",".join(SLURM))
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds one run may take")
     parser.add_argument("--work", type=Path)
+    parser.add_argument("--code-before", type=Path, help="a `wrapper` folder of an earlier commit: adds sh-before, "
+                        "the same guarded launch with that code (e.g. git archive COMMIT wrapper | tar -x -C DIR)")
     options = parser.parse_args()
     names = [n for n in options.variants.split(",") if n] + (ABLATIONS if options.ablate else []) + \
-        (SLURM if options.slurm else [])
+        (SLURM if options.slurm else []) + (["sh-before"] if options.code_before else [])
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         parser.error(f"unknown variant(s) {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
@@ -408,8 +465,8 @@ def main() -> int:
     rows = [one_round(bench, names[r % len(names):] + names[:r % len(names)], r) for r in range(options.rounds)]
     print(f"samples/s of {options.steps} steps, {options.rounds} rounds; ratio = mean / mean of {names[0]}, "
           f"paired = each round's own ratio; CPU s = the trainer process's own CPU seconds per run (its work, "
-          f"whatever the load); sidecar/superv = their CPU s per run, guard % = both over the run's "
-          f"train_runtime", flush=True)
+          f"whatever the load); sidecar/superv = their CPU s per run (start-up included), guard % = both over "
+          f"the run's train_runtime, in loop = the guard's CPU while the training loop ran, over it", flush=True)
     print("\n".join(summary(names, rows)), flush=True)
     print(f"total {time.monotonic() - started:.0f} s; work folder {bench.work}", flush=True)
     return 0
