@@ -93,7 +93,9 @@ def throughput(work: Path, env: dict[str, str], pairs: int, steps: int, precisio
     """HF fp16 samples/s, plain and guarded in turn (plain first in odd pairs, guarded first in even ones)."""
     project = project_copy(work, "hf_trainer", "throughput")
     args = ["--precision", precision, "--max-steps", str(steps)]
-    plain_env = {**env, "WANDB_MODE": "disabled"}
+    # like for like: the plain run gets what train.sh exports (W&B offline, its project), and the guarded one is
+    # waited for by its output file, not by a status call every few seconds beside it
+    plain_env = {**env, "WANDB_MODE": "offline", "WANDB_PROJECT": "synthetic-counting-gpt2"}
     results: list[tuple[str, float | None]] = []
     for pair in range(pairs):
         order = ("plain", "guarded") if pair % 2 == 0 else ("guarded", "plain")
@@ -104,8 +106,12 @@ def throughput(work: Path, env: dict[str, str], pairs: int, steps: int, precisio
                 results.append(("plain", samples_per_second(done.stdout + done.stderr)))
             else:
                 job = launch(project, "train.sh", args, plain_env, f"gpu-check-throughput-{pair}-{os.getpid()}")
-                wait_ended([job], env, project, 180)
                 out = project / f"slurm-{job}.out"
+                deadline = time.monotonic() + 180
+                while time.monotonic() < deadline and not (out.exists() and samples_per_second(out.read_text(
+                        errors="replace"))):
+                    time.sleep(2)
+                wait_ended([job], env, project, 60)  # its sidecar gone before the next run starts
                 results.append(("guarded", samples_per_second(out.read_text(errors="replace")) if out.exists() else None))
     return results
 
