@@ -174,3 +174,11 @@ def test_a_best_value_printed_again_until_it_is_next_computed_is_not_a_frozen_lo
     frozen = [2.3145, 1.9876, 1.5432, 1.6021, 1.6021, 1.6021]  # the same value above where the run had been
     verdict = decide(_loss(frozen))
     assert verdict.decision is Decision.STOP and verdict.reason is Reason.FROZEN_LOSS, verdict.message
+
+
+def test_an_infinite_loss_scale_in_a_drop_streak_is_judged_not_raised() -> None:
+    # found by the fuzz campaign: a scale of inf before the last drop made the halving count overflow
+    scales = [(8, 2.33), (10, 0.141), (11, 2.79), (40, 3.55), (45, math.inf), (50, 1.66)]
+    history = _history({"loss_scale": scales, "loss": [(s, 0.5) for s, _ in scales]})
+    verdict = decide(history, JudgePolicy(), RunContext())
+    assert verdict.decision in (Decision.CONTINUE, Decision.WAIT, Decision.STOP)

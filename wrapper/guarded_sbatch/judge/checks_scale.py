@@ -111,7 +111,9 @@ def _dropped_to_floor(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
     streak, before = _drop_streak(scales)
     if not streak or scales[-1] > _NEAR * floor or not scales[-1] > 0:
         return None
-    halvings = int(round(math.log2(float(scales[before]) / float(scales[-1])))) if scales[before] > 0 else streak
+    ratio = float(scales[before]) / float(scales[-1])
+    # a non-finite scale (a fuzzed or broken log) counts as one drop: no halvings can be told from it
+    halvings = int(round(math.log2(ratio))) if scales[before] > 0 and math.isfinite(ratio) else streak
     first, last = int(steps[before]), int(steps[-1])
     every_step = streak >= policy.loss_scale_step_drops and last - int(steps[before + 1]) <= 2 * streak
     if not (every_step or (max(streak, halvings) >= policy.loss_scale_drop_streak and scales[-1] <= floor)):
