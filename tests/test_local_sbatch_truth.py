@@ -7,6 +7,7 @@ it will be (issue 35: `slurm-<next id>.out -> ~victim/.bashrc`)."""
 from __future__ import annotations
 
 import os
+import time
 import subprocess
 from pathlib import Path
 
@@ -112,8 +113,13 @@ def test_an_output_file_of_another_name_or_owner_is_refused(tmp_path: Path) -> N
     os.link(tmp_path / "mine.txt", tmp_path / "linked.out")
     with pytest.raises(UsageError, match="hard link"):
         scheduler.submit(SubmitRequest(script=script, sbatch_options=("-o", "linked.out"), workdir=tmp_path))
-    with pytest.raises(UsageError, match="output folder .* does not exist"):
-        scheduler.submit(SubmitRequest(script=script, sbatch_options=("-o", "missing/x.out"), workdir=tmp_path))
+    # a folder not there yet is sbatch's case too (submitit makes logs/<id> after submitting): the job fails at its
+    # start if it is still missing, as Slurm's does (FAILED 0:53), and nothing is created for it
+    job = scheduler.submit(SubmitRequest(script=script, sbatch_options=("-o", "missing/x.out"), workdir=tmp_path))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not scheduler.state(job).is_terminal:
+        time.sleep(0.2)
+    assert scheduler.state(job) is JobState.FAILED and not (tmp_path / "missing").exists()
     assert (tmp_path / "mine.txt").read_text() == "keep\n"
 
 
