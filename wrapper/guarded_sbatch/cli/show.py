@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import textwrap
 import sys
 import tempfile
 from pathlib import Path
@@ -156,16 +157,16 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
             + (f", exit {view['exit']}" if view.get("exit") else ""),
             f"age {view['age'] or '-'}, ran {view['elapsed'] or '-'}; metrics: {view['source']}",
             f"judged now: {view['decision_now'] or '-'}: {view['reason_now'] or '-'}", ""]
-    parts = ["\n".join(head)]
-    parts.append(view["report"] or "(no sidecar report yet)")
+    width = shutil.get_terminal_size((100, 40)).columns - 1 if terminal else None
+    parts = [_fit("\n".join(head), width)]
+    parts.append(_fit(view["report"] or "(no sidecar report yet)", width))
     curves = plot_terminal(view, color=color) if terminal else plot_plain(view)
     parts.append(curves)
-    if terminal:  # one line each, cut to the terminal's width
-        width = shutil.get_terminal_size((100, 40)).columns - 1
+    if width is not None:  # anomalies one line each, cut to the terminal's width; the rest wrapped to it
         parts.append("\n".join(["Anomalies: " + ("" if view["anomalies"] else "none")]
                                + [_cut(f"  - {a}", width) for a in view["anomalies"]]))
         names = ", ".join(Path(p).name for p in view["evidence"])
-        parts.append(f"Evidence: {names or 'none yet'}\nRun folder (evidence/ inside): {view['folder']}")
+        parts.append(_fit(f"Evidence: {names or 'none yet'}\nRun folder (evidence/ inside): {view['folder']}", width))
     else:
         parts.append("Anomalies: " + ("; ".join(view["anomalies"]) or "none"))
         parts.append("Evidence: " + (", ".join(view["evidence"]) or "none yet") + f"\nRun folder: {view['folder']}")
@@ -191,6 +192,14 @@ def plot_plain(view: dict[str, Any]) -> str:
         lines.append(f"{key} ({label}), last {len(picked)} of {len(steps)} points:")
         lines.extend(f"  step {s:>8}  {_number(v)}" for s, v in picked)
     return "\n".join(lines) or "(no metrics yet)"
+
+
+def _fit(text: str, width: int | None) -> str:
+    """Each line wrapped to a terminal's width (a report's `- Key: value` lines go on indented); a pipe's as is."""
+    if width is None:
+        return text
+    return "\n".join(textwrap.fill(line, width=max(width, 40), subsequent_indent="  ", break_on_hyphens=False)
+                     if len(line) > width else line for line in text.splitlines())
 
 
 def _cut(text: str, width: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import textwrap
 from collections import Counter
 from typing import Any
 
@@ -29,35 +30,26 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# When the terminal is too narrow for every column, these go first, in this order; RUN, JOB, STATE,
-# EXIT, STOPPED BY and DECISION always stay (a long run name is shortened with an ellipsis instead).
-DROP_ORDER = ("evidence", "age", "reason", "eta", "elapsed", "ended_at", "last_step")
-SHRINKABLE = "run"
+# When the terminal is too narrow for every column, these go first, in this order; RUN (always whole: a name cut in
+# the middle is no name), STATE and DECISION always stay. Too narrow even for those: a list, a run's name on a line
+# of its own and its facts under it.
+DROP_ORDER = ("evidence", "age", "eta", "ended_at", "elapsed", "reason", "last_step", "exit", "job_id", "stopped_by")
 GAP = 2
 STYLES = {"STOP": "red", "WAIT": "yellow", "CONTINUE": "green"}
-MIN_RUN_WIDTH = 12
 
 
 def fitted_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, str, int]]:
-    """(title, key, natural width) of the columns shown at this width."""
+    """(title, key, natural width) of the columns shown at this width, every one at its natural width."""
     columns = [(title, key, max(len(title), *(len(cell(row, key)) for row in rows))) for title, key in COLUMNS]
 
     def needed(cols: list[tuple[str, str, int]]) -> int:
-        return sum(min(w, MIN_RUN_WIDTH) if key == SHRINKABLE else w for _, key, w in cols) + GAP * (len(cols) - 1)
+        return sum(w for _, _, w in cols) + GAP * (len(cols) - 1)
 
     for key in DROP_ORDER:
         if needed(columns) <= width:
             break
         columns = [c for c in columns if c[1] != key]
     return columns
-
-
-def middle_cut(text: str, size: int) -> str:
-    """Too long for its column: keep both ends (run names differ at the end: `...-bs64-lr3e-4`)."""
-    if len(text) <= size:
-        return text
-    head = (size - 1) // 2
-    return text[:head] + "…" + text[len(text) - (size - 1 - head):]
 
 
 def _style(decision: str) -> str | None:
@@ -67,22 +59,22 @@ def _style(decision: str) -> str | None:
 
 
 def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | None = None) -> str:
-    """The table for a terminal: the columns that fit `width`, the run name cut in the middle, coloured rows."""
+    """The table for a terminal: the columns that fit `width` (run names whole), coloured rows; a list when even
+    the name, state and decision do not fit side by side."""
+    width = width or shutil.get_terminal_size((100, 24)).columns
+    columns = fitted_columns(rows, width)
+    if sum(w for _, _, w in columns) + GAP * (len(columns) - 1) > width:
+        return _render_list(rows, color=color, width=width)
     from rich.console import Console  # lazy: see the module's docstring
     from rich.table import Table
 
-    width = width or shutil.get_terminal_size((100, 24)).columns
-    columns = fitted_columns(rows, width)
-    fixed = sum(w for _, key, w in columns if key != SHRINKABLE) + GAP * (len(columns) - 1)
     table = Table(box=None, padding=(0, GAP, 0, 0), pad_edge=False, show_edge=False, collapse_padding=True,
                   header_style="bold" if color else "")
-    size_of = {}
     for title, key, natural in columns:
-        size_of[key] = max(MIN_RUN_WIDTH, min(natural, width - fixed)) if key == SHRINKABLE else natural
-        table.add_column(title, overflow="ellipsis", no_wrap=True, width=size_of[key])
+        table.add_column(title, no_wrap=True, width=natural)
     for row in rows:
         style = _style(str(row.get("decision"))) if color else None
-        table.add_row(*(middle_cut(cell(row, key), size_of[key]) for _, key, _ in columns), style=style)
+        table.add_row(*(cell(row, key) for _, key, _ in columns), style=style)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color, color_system="standard",
                       highlight=False, emoji=False, soft_wrap=False)
@@ -93,6 +85,20 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
         note = f"(not shown at {width} columns: {', '.join(dropped)}; status --json has every field)"
         text += (note if len(note) <= width else "(more in: guarded-sbatch status --json)") + "\n"
     return text
+
+
+def _render_list(rows: list[dict[str, Any]], *, color: bool, width: int) -> str:
+    """A run per paragraph: its name whole, then its job, state, decision, reason and step, wrapped to `width`."""
+    lines: list[str] = []
+    for row in rows:
+        lines.append(str(row.get("run") or "-"))
+        facts = (f"job {cell(row, 'job_id')}  {cell(row, 'state')}  {cell(row, 'decision')}  {cell(row, 'reason')}  "
+                 f"step {cell(row, 'last_step')}")
+        text = textwrap.fill(facts, width=max(width, 20), initial_indent="  ", subsequent_indent="  ")
+        style = _style(str(row.get("decision"))) if color else None
+        code = {"red": "31", "yellow": "33", "green": "32"}.get(style or "")
+        lines.append(f"\033[{code}m{text}\033[0m" if code else text)
+    return "\n".join(lines) + "\n"
 
 
 def collapse_arrays(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -17,7 +17,9 @@ _UNSAFE_LINE = re.compile(f"[{_CONTROLS}\t\n]")
 # colours and bold (the pre-flight report's tags, `status`'s header): kept; any other sequence, and a concealing
 # or cursor-moving one, is shown. SGR parameters: reset, bold, dim, italic, underline, reverse, their ends, colours.
 _SGR = r"(?:0|1|2|3|4|7|22|23|24|27|3[0-79]|4[0-79]|9[0-7]|10[0-7])"
-_OWN_COLOURS = re.compile(f"(\x1b\\[(?:{_SGR}(?:;{_SGR}){{0,3}})?m)|[{_CONTROLS}]")
+# 256-colour and true-colour forms (38;5;N, 48;5;N, 38;2;R;G;B), which the terminal plots (plotext) draw with
+_EXTENDED = r"(?:[34]8;5;\d{1,3}|[34]8;2;\d{1,3};\d{1,3};\d{1,3})"
+_OWN_COLOURS = re.compile(f"(\x1b\\[(?:(?:{_SGR}|{_EXTENDED})(?:;(?:{_SGR}|{_EXTENDED})){{0,3}})?m)|[{_CONTROLS}]")
 
 
 def _escape(char: str) -> str:
