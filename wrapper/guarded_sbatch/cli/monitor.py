@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
-from argparse import Namespace
+import textwrap
+from argparse import Namespace, RawDescriptionHelpFormatter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -48,6 +49,12 @@ def _guarded_run(job_id: str, backend: str) -> object | None:
     return matches[-1] if matches else None
 
 
+EXAMPLES = """examples:
+  judge a TensorBoard folder now:
+    guarded-sbatch monitor --once --tb runs/exp
+  watch a run started anywhere, and stop its tmux session on STOP:
+    guarded-sbatch monitor --log-command "ssh gpu07 tail -c 2000000 train.log" \\
+        --stop tmux:train"""
 ONCE_CODES = ("exit codes with --once: 0 CONTINUE, 10 WAIT, 11 STOP (the same with --json); 2 bad usage, "
               "e.g. a --tb/--wandb/--log path that is not there. A watch (no --once) exits 0 when it ends. "
               "Without --fast-interval/--full-interval/--job-poll a watch follows the config "
@@ -79,19 +86,21 @@ def _refuse_missing_paths(args: Namespace) -> None:
 def run_monitor(argv: list[str]) -> int:
     """`guarded-sbatch monitor`: judge a run once (--once, the decision is the exit code) or watch it."""
     parser = ArgumentParser(prog="guarded-sbatch monitor", description="judge a run now (--once) or watch it",
-                            epilog=ONCE_CODES)
+                            epilog=f"{textwrap.fill(ONCE_CODES, 79)}\n\n{EXAMPLES}", formatter_class=RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?", help="a folder to search, a log file, or a W&B run path/URL")
     parser.add_argument("--once", action="store_true", help="read what is there now, judge once, exit")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     parser.add_argument("--run", help="with --once, of a folder's several runs judge this one (a writer's pid, or "
                                       "a part of its folder or file); default: the newest writer")
     parser.add_argument("--all-runs", action="store_true", help="with --once, judge each run of the folder")
-    parser.add_argument("--job", help="a job id to watch (and stop on STOP)")
-    parser.add_argument("--backend", choices=["slurm", "local", "process"])
-    parser.add_argument("--stop-command")
+    parser.add_argument("--job", metavar="ID", help="a job id to watch (and stop on STOP)")
+    parser.add_argument("--backend", choices=["slurm", "local", "process"],
+                        help="where the job of --job runs (default: GUARDED_SBATCH_BACKEND, else the config's)")
+    parser.add_argument("--stop-command", metavar="CMD", help="a command that stops the run, run on STOP (wins over "
+                                                             "cancelling the job)")
     add_stop_flags(parser)
-    parser.add_argument("--notes", type=Path)
-    parser.add_argument("--state-dir", type=Path, help="where the watcher keeps state and evidence")
+    parser.add_argument("--notes", type=Path, metavar="FILE", help="the project notes file a STOP appends to")
+    parser.add_argument("--state-dir", type=Path, metavar="DIR", help="where the watcher keeps state and evidence")
     add_source_flags(parser)
     add_interval_flags(parser, from_config=True)
     args = parser.parse_args(argv)

@@ -77,15 +77,15 @@ def add_source_flags(parser: ArgumentParser) -> None:
     for kind in flagged_kinds():  # every kind in sources/kinds.py with a flag gets it here
         if kind.flag:
             parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
-                                help=kind.help)
+                                metavar="PATH", help=kind.help)
     parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
                         help="a command whose stdout is the run's recent log, run at each poll "
                              "(e.g. \"ssh gpu07 tail -c 2000000 /scratch/run/train.log\"); failure means WAIT")
     parser.add_argument("--log-command-timeout", type=positive_float, default=30.0, metavar="S",
                         help="seconds the log command may take (default 30)")
-    parser.add_argument("--train-loss-key", help="the metric to judge as training loss")
-    parser.add_argument("--eval-key", help="the key eval metric")
-    parser.add_argument("--baseline", type=float, help="the key metric of a reference run")
+    parser.add_argument("--train-loss-key", metavar="KEY", help="the metric to judge as training loss")
+    parser.add_argument("--eval-key", metavar="KEY", help="the key eval metric")
+    parser.add_argument("--baseline", type=float, metavar="VALUE", help="the key metric of a reference run")
     parser.add_argument("--target", dest="target_value", type=float,
                         help="the key metric that would count as success")
 
@@ -97,12 +97,13 @@ def given_sources(args: Namespace) -> list[SourceSpec]:
 
 def add_interval_flags(parser: ArgumentParser, *, from_config: bool = False) -> None:
     """from_config: no default here; the config's cadence fills what the command line leaves out."""
-    parser.add_argument("--fast-interval", type=positive_float,
+    parser.add_argument("--fast-interval", type=positive_float, metavar="S",
                         default=None if from_config else SidecarSettings.fast_interval_s, help="seconds between reads")
-    parser.add_argument("--full-interval", type=positive_float,
+    parser.add_argument("--full-interval", type=positive_float, metavar="S",
                         default=None if from_config else SidecarSettings.full_interval_s,
                         help="seconds between full reports")
-    parser.add_argument("--job-poll", type=positive_float, default=None if from_config else SidecarSettings.job_poll_s,
+    parser.add_argument("--job-poll", type=positive_float, metavar="S",
+                        default=None if from_config else SidecarSettings.job_poll_s,
                         help="seconds between scheduler calls")
 
 
