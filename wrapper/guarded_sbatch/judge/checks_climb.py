@@ -7,10 +7,9 @@ evaluated since the climb began, is at or near its best."""
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
-from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in
+from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in, window_medians
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.core.judge_policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
@@ -26,14 +25,7 @@ def check_loss_climb(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
     w = points_in(policy.climb_window_steps, steps, minimum=8, maximum=policy.baseline_max_points)
     if len(values) < 2 * w:
         return None
-    # track[k]: median of the w points ending at ends[k]; every `stride`-th window from the first, and
-    # the newest (a few medians per window are enough to find the best, and cheap at every poll)
-    stride = max(1, w // 8)
-    end_index = np.arange(w - 1, len(values), stride)
-    if end_index[-1] != len(values) - 1:
-        end_index = np.append(end_index, len(values) - 1)
-    windows = sliding_window_view(values, w)[end_index - (w - 1)]
-    track = median(windows, axis=1)
+    end_index, windows, track = window_medians(values, w)  # track[k]: median of the w points ending at ends[k]
     ends = steps[end_index]
     best_index = int(np.argmin(track))
     best = float(track[best_index])

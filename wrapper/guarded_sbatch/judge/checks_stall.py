@@ -13,10 +13,9 @@ the key evaluation, when logged, made no new best during the span. WAIT from hal
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.core.judge_policy import JudgePolicy
-from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in
+from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in, window_medians
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
@@ -33,12 +32,7 @@ def _track(steps: np.ndarray, values: np.ndarray,
     the noise of one such median (its standard error, from the newest window's spread)."""
     w = points_in(policy.climb_window_steps, steps, minimum=8, maximum=policy.baseline_max_points)
     w = min(w, max(4, len(values) // 4))
-    stride = max(1, w // 8)
-    end_index = np.arange(w - 1, len(values), stride)
-    if end_index[-1] != len(values) - 1:
-        end_index = np.append(end_index, len(values) - 1)
-    windows = sliding_window_view(values, w)[end_index - (w - 1)]
-    track = median(windows, axis=1)
+    end_index, windows, track = window_medians(values, w)
     spread = MAD_TO_SIGMA * float(median(np.abs(windows[-1] - track[-1])))
     return track, steps[end_index], w, 1.2533 * spread / np.sqrt(w)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason
 
@@ -76,3 +77,15 @@ def points_in(window_steps: int, steps: np.ndarray, minimum: int = 8, maximum: i
 
 def fmt(value: float) -> str:
     return f"{value:.4g}"
+
+
+def window_medians(values: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(index of each window's last point, the windows, their medians) for the w-point windows ending every
+    max(1, w // 8) points from the first, and at the newest: a few medians per window are enough to follow a
+    series' level, and cheap at every poll."""
+    stride = max(1, w // 8)
+    end_index = np.arange(w - 1, len(values), stride)
+    if end_index[-1] != len(values) - 1:
+        end_index = np.append(end_index, len(values) - 1)
+    windows = sliding_window_view(values, w)[end_index - (w - 1)]
+    return end_index, windows, median(windows, axis=1)
