@@ -128,7 +128,8 @@ def test_a_cancelled_job_reports_the_exit_code_slurm_reports(tmp_path: Path, bac
                                                             request: pytest.FixtureRequest) -> None:
     """Read off the dev Slurm 22.05 for a scancel'd `sleep`: scontrol `ExitCode=0:15`, sacct `0:15` on the
     `.batch` line (the job's own line says 0:0): the batch script's wait status, which the local backend reports."""
-    script = _script(tmp_path, "set -euo pipefail\nsleep 120")
+    # `exec`: a shell waiting on `sleep` races it to the SIGTERM and exits 143:0 or dies 0:15, as it happens to
+    script = _script(tmp_path, "set -euo pipefail\nexec sleep 120")
     if backend == "slurm":
         request.getfixturevalue("slurm_cluster")
         from guarded_sbatch.scheduler.slurm import SlurmScheduler

@@ -62,8 +62,9 @@ def test_the_jobs_environment_holds_what_the_preflight_says_it_exports(tmp_path:
 
 def test_its_wandb_offline_run_is_the_one_the_sidecar_reads(tmp_path: Path) -> None:
     project = _project(tmp_path, **WANDB_ENV)
+    # W&B's offline writer has its first points on disk a few seconds in: a jump 1 s in is decided on TensorBoard
     result = project.cli("run", "--guard-run-name", NAME, "--", "python", "train.py", "--config", CONFIG, "--wandb",
-                         "--steps", "3000", "--step-seconds", "0.02", "--diverge-at", "60", timeout=180)
+                         "--steps", "3000", "--step-seconds", "0.02", "--diverge-at", "500", timeout=180)
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip()
     record = _record(project, job_id)
