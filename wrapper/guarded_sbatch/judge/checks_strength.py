@@ -140,7 +140,7 @@ def big_spikes(steps: np.ndarray, values: np.ndarray, ratio: float) -> list[tupl
     padded = np.concatenate([np.full(width, np.inf), values[:-1]])
     lowest = np.min(sliding_window_view(padded, width), axis=1)  # lowest[i]: min of the points before i
     head = float(median(values[:_HEAD_POINTS]))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # ratio x a huge value is inf: no spike above it
         candidates = np.nonzero((values >= ratio * lowest) & (lowest > 0) & (values >= _ABOVE_HEAD * head))[0]
     spikes: list[tuple[int, float, float]] = []
     last_index = -2
