@@ -18,7 +18,7 @@ from guarded_sbatch.core.config import DEFAULTS, SITE_CONFIG_ENV, read_toml, sit
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.launcher import LauncherLine
 from guarded_sbatch.core.sbatch.script import ParsedScript
-from guarded_sbatch.site.launch_forms import unclassified_launch
+from guarded_sbatch.site import launch_forms
 
 MODES = ("reject", "tag", "allow")
 LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")
@@ -97,9 +97,7 @@ def load_policy(site_path: Path | None = None, env: Mapping[str, str] | None = N
 
 
 def is_exempt(program: str, policy: EnforcementPolicy) -> bool:
-    """`guarded_sbatch` exempts guarded_sbatch and guarded_sbatch.x; `prep.py` exempts any .../prep.py."""
-    base = program.rsplit("/", 1)[-1]
-    return any(program == entry or program.startswith(entry + ".") or base == entry for entry in policy.exempt_programs)
+    return launch_forms.is_exempt(program, policy.exempt_programs)
 
 
 # Wrappers whose own options the launcher-line parser does not know: a launcher anywhere after one of them counts
@@ -108,7 +106,6 @@ WRAPPERS = frozenset({"srun", "mpirun", "mpiexec", "timeout", "singularity", "ap
                       "numactl", "taskset"})
 _PREFIXES = frozenset({"exec", "time", "nohup", "command", "do", "then", "else", "builtin", "stdbuf", "{", "(", "env"})
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_PYTHON_WORD = re.compile(r"^python[0-9.]*$")
 _PYTHON_SHEBANG = re.compile(r"^#!\S*python[0-9.]*(?:\s|$)|^#!\S*/env\s+(?:-\S+\s+)*python[0-9.]*(?:\s|$)")
 
 
@@ -121,16 +118,10 @@ def wrapped_launcher(words: Sequence[str]) -> tuple[str, str] | None:
     if index >= len(words) or words[index].rsplit("/", 1)[-1] not in WRAPPERS:
         return None
     for at in range(index + 1, len(words)):
-        base = words[at].rsplit("/", 1)[-1]
-        rest = list(words[at + 1:])
-        if _PYTHON_WORD.match(base):
-            kind = "python"
-        elif base in ("torchrun", "deepspeed"):
-            kind = base
-        elif base == "accelerate" and rest[:1] == ["launch"]:
-            kind, rest = "accelerate", rest[1:]
-        else:
+        found = launch_forms.launcher_kind(words, at)
+        if found is None:
             continue
+        kind, rest = found
         if kind == "python" and rest[:1] == ["-c"]:
             return None  # inline code, as without a wrapper
         return kind, next((word for word in rest if not word.startswith("-")), "")
@@ -154,7 +145,7 @@ def training_reason(script: ParsedScript, policy: EnforcementPolicy) -> str | No
         for needle in policy.training_commands:
             if needle in command.text:
                 return f"line {command.line_number}: {command.text}"
-    return unclassified_launch(script.text, policy.launchers, policy.exempt_programs)  # fails closed
+    return launch_forms.unclassified_launch(script.text, policy.launchers, policy.exempt_programs)  # fails closed
 
 
 def lua_string(text: str) -> str:

@@ -44,18 +44,26 @@ def _base(word: str) -> str:
     return word.rsplit("/", 1)[-1]
 
 
-def _launcher_at(words: Sequence[str], at: int) -> tuple[str, str] | None:
-    """(kind, program) when words[at] starts a launcher, else None (`python -c` is inline code: None)."""
+def launcher_kind(words: Sequence[str], at: int) -> tuple[str, list[str]] | None:
+    """(kind, the words after it) when words[at] names a launcher (`python3.11`, `torchrun`, `deepspeed`,
+    `accelerate launch`), else None. Shared with enforcement.wrapped_launcher (Lua twin: launcher_kind)."""
     base = _base(words[at])
     rest = list(words[at + 1:])
     if _PYTHON.match(base):
-        kind = "python"
-    elif base in ("torchrun", "deepspeed"):
-        kind = base
-    elif base == "accelerate" and rest[:1] == ["launch"]:
-        kind, rest = "accelerate", rest[1:]
-    else:
+        return "python", rest
+    if base in ("torchrun", "deepspeed"):
+        return base, rest
+    if base == "accelerate" and rest[:1] == ["launch"]:
+        return "accelerate", rest[1:]
+    return None
+
+
+def _launcher_at(words: Sequence[str], at: int) -> tuple[str, str] | None:
+    """(kind, program) when words[at] starts a launcher, else None (`python -c` is inline code: None)."""
+    found = launcher_kind(words, at)
+    if found is None:
         return None
+    kind, rest = found
     for index, word in enumerate(rest):
         if kind == "python" and word == "-c":
             return None
@@ -132,11 +140,12 @@ def unclassified_launch(text: str, launchers: Sequence[str], exempt: Sequence[st
         code = re.sub(r"\s#.*$", "", stripped).replace("\\", "").replace('"', "").replace("'", "")
         for command in _CUT.split(code):
             found = _command_launcher(command.split())
-            if found is not None and found[0] in launchers and not _is_exempt(found[1], exempt):
+            if found is not None and found[0] in launchers and not is_exempt(found[1], exempt):
                 return f"line {number}: {stripped}"
     return None
 
 
-def _is_exempt(program: str, exempt: Sequence[str]) -> bool:
+def is_exempt(program: str, exempt: Sequence[str]) -> bool:
+    """`guarded_sbatch` exempts guarded_sbatch and guarded_sbatch.x; `prep.py` exempts any .../prep.py."""
     base = _base(program)
     return any(program == entry or program.startswith(entry + ".") or base == entry for entry in exempt)

@@ -71,6 +71,14 @@ function lib.is_guarded(comment, script)
   return false
 end
 
+local function base_of(word)
+  return string.match(word, "([^/]+)$") or word
+end
+
+local function is_python(word)
+  return string.match(base_of(word), "^python[%d%.]*$") ~= nil
+end
+
 local PREFIX = { exec = true, time = true, nohup = true, command = true, ["do"] = true, ["then"] = true,
   ["else"] = true, builtin = true, stdbuf = true, ["{"] = true, ["("] = true, env = true }
 local RUNNERS = { srun = true, mpirun = true, mpiexec = true }
@@ -125,7 +133,7 @@ local function contains(list, value)
 end
 
 local function exempt(program, policy)
-  local base = string.match(program, "([^/]+)$") or program
+  local base = base_of(program)
   for _, entry in ipairs(policy.exempt_programs) do
     if program == entry or base == entry or string.sub(program, 1, #entry + 1) == entry .. "." then return true end
   end
@@ -137,7 +145,7 @@ local function launcher_of(words)
   local i = 1
   while i <= #words do
     local word = words[i]
-    local base = string.match(word, "([^/]+)$") or word
+    local base = base_of(word)
     if PREFIX[word] or string.match(word, "^[%a_][%w_]*=") then
       i = i + 1
     elseif RUNNERS[base] then
@@ -148,8 +156,8 @@ local function launcher_of(words)
   end
   local head = words[i]
   if head == nil then return nil end
-  local base = string.match(head, "([^/]+)$") or head
-  if string.match(base, "^python[%d%.]*$") then
+  local base = base_of(head)
+  if is_python(head) then
     i = i + 1
     while i <= #words do
       local word = words[i]
@@ -188,14 +196,15 @@ local function launcher_of(words)
   return kind, words[j]
 end
 
-local function logical_lines(script)
+-- { first line number, text } of each line with its backslash-newlines joined by `joiner` ("" as bash does)
+local function logical_lines(script, joiner)
   local lines, buffer, start, number = {}, "", 0, 0
   for line in string.gmatch(script .. "\n", "([^\n]*)\n") do
     number = number + 1
     line = string.gsub(line, "\r$", "")
     if buffer == "" then start = number end
     if string.sub(line, -1) == "\\" and not string.match(line, "^%s*#") then
-      buffer = buffer .. string.sub(line, 1, -2) .. " "
+      buffer = buffer .. string.sub(line, 1, -2) .. joiner
     else
       lines[#lines + 1] = { start, buffer .. line }
       buffer = ""
@@ -204,24 +213,44 @@ local function logical_lines(script)
   return lines
 end
 
+-- { number, stripped text } of each line of code: not line 1, a blank line, a comment or a here-document's body
+local function code_lines(script, joiner)
+  local code, heredoc_end = {}, nil
+  for index, entry in ipairs(logical_lines(script, joiner)) do
+    local stripped = string.match(entry[2], "^%s*(.-)%s*$")
+    if heredoc_end then
+      if stripped == heredoc_end then heredoc_end = nil end
+    elseif index > 1 and stripped ~= "" and string.sub(stripped, 1, 1) ~= "#" then
+      heredoc_end = string.match(entry[2], "<<%-?%s*[\"']?([%a_][%w_]*)")
+      code[#code + 1] = { entry[1], stripped }
+    end
+  end
+  return code
+end
+
+local function counts(policy, kind, program)
+  return kind ~= nil and contains(policy.launchers, kind) and not exempt(program, policy)
+end
+
 -- Wrappers whose own options are not parsed: a launcher anywhere after one counts (site/enforcement.py: WRAPPERS).
 local WRAPPERS = { srun = true, mpirun = true, mpiexec = true, timeout = true, singularity = true, apptainer = true,
   enroot = true, podman = true, docker = true, numactl = true, taskset = true }
 
+-- kind, index of the first word after it when words[at] names a launcher, else nil (launch_forms.launcher_kind)
+local function launcher_kind(words, at)
+  local base = base_of(words[at])
+  if is_python(words[at]) then return "python", at + 1 end
+  if base == "torchrun" or base == "deepspeed" then return base, at + 1 end
+  if base == "accelerate" and words[at + 1] == "launch" then return "accelerate", at + 2 end
+  return nil
+end
+
 function lib.wrapped_launcher(words)
   local i = 1
   while i <= #words and (PREFIX[words[i]] or string.match(words[i], "^[%a_][%w_]*=")) do i = i + 1 end
-  if words[i] == nil or not WRAPPERS[string.match(words[i], "([^/]+)$") or words[i]] then return nil end
+  if words[i] == nil or not WRAPPERS[base_of(words[i])] then return nil end
   for at = i + 1, #words do
-    local base = string.match(words[at], "([^/]+)$") or words[at]
-    local kind, first = nil, at + 1
-    if string.match(base, "^python[%d%.]*$") then
-      kind = "python"
-    elseif base == "torchrun" or base == "deepspeed" then
-      kind = base
-    elseif base == "accelerate" and words[at + 1] == "launch" then
-      kind, first = "accelerate", at + 2
-    end
+    local kind, first = launcher_kind(words, at)
     if kind then
       if kind == "python" and words[first] == "-c" then return nil end
       for j = first, #words do
@@ -256,26 +285,9 @@ local RUNS_ARGUMENTS = {
   ["if"] = {}, ["while"] = {}, ["until"] = {}, ["!"] = {}, coproc = {},
 }
 
-local function base_of(word)
-  return string.match(word, "([^/]+)$") or word
-end
-
-local function is_python(word)
-  return string.match(base_of(word), "^python[%d%.]*$") ~= nil
-end
-
 local function launcher_at(words, at)
-  local base = base_of(words[at])
-  local kind, first = nil, at + 1
-  if is_python(words[at]) then
-    kind = "python"
-  elseif base == "torchrun" or base == "deepspeed" then
-    kind = base
-  elseif base == "accelerate" and words[at + 1] == "launch" then
-    kind, first = "accelerate", at + 2
-  else
-    return nil
-  end
+  local kind, first = launcher_kind(words, at)
+  if kind == nil then return nil end
   for j = first, #words do
     local word = words[j]
     if kind == "python" and word == "-c" then return nil end
@@ -331,40 +343,14 @@ local function command_launcher(words)
   return nil
 end
 
-local function joined_lines(script)
-  local lines, buffer, start, number = {}, "", 0, 0
-  for line in string.gmatch(script .. "\n", "([^\n]*)\n") do
-    number = number + 1
-    line = string.gsub(line, "\r$", "")
-    if buffer == "" then start = number end
-    if string.sub(line, -1) == "\\" and not string.match(line, "^%s*#") then
-      buffer = buffer .. string.sub(line, 1, -2)
-    else
-      lines[#lines + 1] = { start, buffer .. line }
-      buffer = ""
-    end
-  end
-  return lines
-end
-
 function lib.unclassified_launch(script, policy)
-  local heredoc_end = nil
-  for index, entry in ipairs(joined_lines(script)) do
-    local number, line = entry[1], entry[2]
-    local stripped = string.match(line, "^%s*(.-)%s*$")
-    if heredoc_end then
-      if stripped == heredoc_end then heredoc_end = nil end
-    elseif index > 1 and stripped ~= "" and string.sub(stripped, 1, 1) ~= "#" then
-      heredoc_end = string.match(line, "<<%-?%s*[\"']?([%a_][%w_]*)")
-      local code = string.gsub(string.gsub(stripped, "%s#.*$", ""), "[\\\"']", "")
-      for command in string.gmatch(code .. ";", "([^;&|(){}`]*)[;&|(){}`]") do
-        local words = {}
-        for word in string.gmatch(command, "%S+") do words[#words + 1] = word end
-        local kind, program = command_launcher(words)
-        if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
-          return "line " .. number .. ": " .. stripped
-        end
-      end
+  for _, entry in ipairs(code_lines(script, "")) do
+    local number, stripped = entry[1], entry[2]
+    local code = string.gsub(string.gsub(stripped, "%s#.*$", ""), "[\\\"']", "")
+    for command in string.gmatch(code .. ";", "([^;&|(){}`]*)[;&|(){}`]") do
+      local words = {}
+      for word in string.gmatch(command, "%S+") do words[#words + 1] = word end
+      if counts(policy, command_launcher(words)) then return "line " .. number .. ": " .. stripped end
     end
   end
   return nil
@@ -374,28 +360,16 @@ function lib.training_line(script, policy)
   if script == nil then return nil end
   local first = string.match(string.match(script, "^[^\n]*"), "^%s*(.-)%s*$")
   if contains(policy.launchers, "python") and python_shebang(first) then return "line 1: " .. first end
-  local heredoc_end = nil
-  for index, entry in ipairs(logical_lines(script)) do
-    local number, line = entry[1], entry[2]
-    local stripped = string.match(line, "^%s*(.-)%s*$")
-    if heredoc_end then
-      if stripped == heredoc_end then heredoc_end = nil end
-    elseif index > 1 and stripped ~= "" and string.sub(stripped, 1, 1) ~= "#" then
-      heredoc_end = string.match(line, "<<%-?%s*[\"']?([%a_][%w_]*)")
-      for _, needle in ipairs(policy.training_commands) do
-        if string.find(stripped, needle, 1, true) then return "line " .. number .. ": " .. stripped end
-      end
-      local code = string.gsub(stripped, "%s#.*$", "")
-      for command in string.gmatch(code .. ";", "([^;&|]+)[;&|]+") do
-        local words = words_of(command)
-        local kind, program = launcher_of(words)
-        if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
-          return "line " .. number .. ": " .. stripped
-        end
-        kind, program = lib.wrapped_launcher(words)
-        if kind and contains(policy.launchers, kind) and not exempt(program, policy) then
-          return "line " .. number .. ": " .. stripped
-        end
+  for _, entry in ipairs(code_lines(script, " ")) do
+    local number, stripped = entry[1], entry[2]
+    for _, needle in ipairs(policy.training_commands) do
+      if string.find(stripped, needle, 1, true) then return "line " .. number .. ": " .. stripped end
+    end
+    local code = string.gsub(stripped, "%s#.*$", "")
+    for command in string.gmatch(code .. ";", "([^;&|]+)[;&|]+") do
+      local words = words_of(command)
+      if counts(policy, launcher_of(words)) or counts(policy, lib.wrapped_launcher(words)) then
+        return "line " .. number .. ": " .. stripped
       end
     end
   end
