@@ -115,6 +115,18 @@ class SourceBase:
         return ""
 
 
+class OneFileSource(SourceBase):
+    """A reader of one file, named by its path (a text log, a CSV, a trainer state)."""
+
+    path: Path
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def files_inspected(self) -> list[str]:
+        return [str(self.path)]
+
+
 class SourceError(GuardedError):
     """A metric source could not be opened or read (not: a half-written tail, which is retried)."""
 

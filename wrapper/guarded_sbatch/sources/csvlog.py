@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
-from guarded_sbatch.sources.base import SourceBase
+from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.files import guarded_reader, read_whole
 from guarded_sbatch.sources.textlog_formats import yolo_loss_sum
 
@@ -41,7 +41,7 @@ def _row_values(header: list[str], row: list[str], axis: str | None) -> dict[str
 
 
 @guarded_reader
-class LightningCsvSource(SourceBase):
+class LightningCsvSource(OneFileSource):
     kind = "csv"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -50,12 +50,6 @@ class LightningCsvSource(SourceBase):
         self._offset = 0  # bytes consumed, at a line boundary
         self._seen: dict[tuple[str, int], float] = {}
         self._rows_before = 0  # data rows consumed, for files without a step column
-
-    def describe(self) -> str:
-        return str(self.path)
-
-    def files_inspected(self) -> list[str]:
-        return [str(self.path)]
 
     def read_new(self) -> list[MetricPoint]:
         try:

@@ -26,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint, newest_per_key_step
-from guarded_sbatch.sources.base import SourceBase
+from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
@@ -60,7 +60,7 @@ def _complete_up_to(data: bytes) -> int:
 
 
 @guarded_reader
-class TextLogSource(SourceBase):
+class TextLogSource(OneFileSource):
     """Metric points parsed from a trainer's log file, read incrementally."""
 
     kind = "textlog"
@@ -84,14 +84,8 @@ class TextLogSource(SourceBase):
         self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
         self._bar_shows: dict[str, float] = {}  # what the progress bar's postfix shows now, per key
 
-    def describe(self) -> str:
-        return str(self.path)
-
     def log_file(self) -> Path | None:
         return self.path
-
-    def files_inspected(self) -> list[str]:
-        return [str(self.path)]
 
     def read_new(self) -> list[MetricPoint]:
         chunk = self._read_bytes()
@@ -320,7 +314,7 @@ class _HFSteps:
 
 
 @guarded_reader
-class TrainerStateSource(SourceBase):
+class TrainerStateSource(OneFileSource):
     """HF Trainer's trainer_state.json (`log_history`): rewritten at each checkpoint, re-read when it changes."""
 
     kind = "textlog"
@@ -329,12 +323,6 @@ class TrainerStateSource(SourceBase):
         self.path = Path(path)
         self._seen = 0
         self._signature: tuple[int, int] | None = None
-
-    def describe(self) -> str:
-        return str(self.path)
-
-    def files_inspected(self) -> list[str]:
-        return [str(self.path)]
 
     def read_new(self) -> list[MetricPoint]:
         try:
