@@ -248,9 +248,9 @@ READERS: dict[str, Callable[[bytes, Path], list[MetricPoint]]] = {
 
 def judge(data: bytes, work: Path) -> None:
     """Raw points as hostile as a reader could ever make them -> sanitise -> history -> decide."""
-    from guarded_sbatch.judge.decide import decide
+    from guarded_sbatch.judge.ordered_checks import decide
     from guarded_sbatch.judge.history import MetricHistory
-    from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+    from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 
     rng = random.Random(data)
     steps = [0, 1, 2, 10**20, -(10**20), 2**63 - 1, 2**63, -(2**63), 7, 40, 10**6]

@@ -19,7 +19,8 @@ ALLOWED: dict[str, set[str]] = {
     "sources": {"core"},
     "scheduler": {"core"},
     "actions": {"core", "scheduler", "judge"},
-    "launch": {"core", "scheduler", "sources"},  # sources: the registry of kinds and their declarations only
+    "launch": {"core", "scheduler", "sources", "judge"},  # sources: the registry of kinds and their declarations
+    # only; judge: its policy types, which a launch checks and records (the run's [judge] settings)
     "site": {"core", "launch", "scheduler"},
     "sidecar": {"core", "sources", "judge", "scheduler", "actions"},
     "cli": {"core", "launch", "scheduler", "sidecar", "sources", "judge", "actions", "site"},
@@ -29,12 +30,16 @@ ALLOWED: dict[str, set[str]] = {
 REFUSED: list[tuple[str, str]] = [
     ("actions", "scheduler.slurm"),  # actions use the scheduler interface, not a concrete backend
     ("actions", "scheduler.local"),
-    ("actions", "judge.decide"),  # actions carry out a verdict; they never judge
+    ("actions", "judge.ordered_checks"),  # actions carry out a verdict; they never judge
 ]
+# the judge's policy types: what it may be told (thresholds, the run's context) and the [judge] config table; at
+# module level they import core and each other only, so the launch records a run's settings without the judge
+JUDGE_POLICY = ("judge.policy", "judge.table", "judge.keys")
 # inside an allowed arrow, the only modules it may import: the login path reads the registry of source kinds
 # (sources/kinds.py) and each kind's light declaration, never a reader
 ONLY: dict[tuple[str, str], tuple[str, ...]] = {
     ("launch", "sources"): ("sources.kinds", "sources.kind_", "sources.base"),
+    ("launch", "judge"): JUDGE_POLICY,
 }
 # the light modules of sources/: at module level they import core and each other only (a reader is imported
 # inside the function that opens it), so importing the registry loads no reader, numpy or protobuf decoder
@@ -120,6 +125,21 @@ def test_the_launch_may_read_the_registry_of_source_kinds_and_no_reader() -> Non
         assert _against_rules("launch", light) == [], light
     for reader in ("sources.tensorboard", "sources.discovery", "sources.wandb_log", "sources.writers", "sidecar.loop"):
         assert _against_rules("launch", reader) != [], reader
+
+
+def test_the_launch_may_read_the_judges_policy_and_never_judge() -> None:
+    for light in ("judge.policy", "judge.table", "judge.keys"):
+        assert _against_rules("launch", light) == [], light
+    for heavy in ("judge.ordered_checks", "judge.history", "judge.checks_finite", "judge"):
+        assert _against_rules("launch", heavy) != [], heavy
+    wrong = []
+    for module in JUDGE_POLICY:
+        path = PACKAGE_ROOT / f"{module.replace('.', '/')}.py"
+        for target, line in _module_level_imports(path):
+            name = target.removeprefix("guarded_sbatch.")
+            if not (name.startswith("core.") or name in JUDGE_POLICY):
+                wrong.append(f"{module}:{line} imports {name} at module level")
+    assert wrong == [], "the judge's policy types load the judge (the launch imports them):\n" + "\n".join(wrong)
 
 
 def _module_level_imports(path: Path) -> list[tuple[str, int]]:

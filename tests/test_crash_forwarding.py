@@ -14,7 +14,7 @@ from guarded_sbatch.core.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.crash_confirm import ALIVE_MARGIN_S, CRASH_CONFIRM_S
 from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.core.judge_policy import RunContext
+from guarded_sbatch.judge.policy import RunContext
 from source_writers import append_tb_events, tb_event, write_tb_events
 
 T0 = 1_800_000_000.0

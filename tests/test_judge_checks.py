@@ -328,7 +328,7 @@ def test_a_check_added_to_the_ordered_list_is_judged_like_the_others(monkeypatch
     from guarded_sbatch.judge.findings import Finding
     from guarded_sbatch.judge.verdict import Anomaly
 
-    decide_module = importlib.import_module("guarded_sbatch.judge.decide")  # the package exports decide()
+    decide_module = importlib.import_module("guarded_sbatch.judge.ordered_checks")  # the package exports decide()
 
     def check_lr_too_high(c: "decide_module.CheckInput") -> Finding | None:  # type: ignore[name-defined]
         steps, values = c.history.series(c.keys.lr) if c.keys.lr else ((), ())

@@ -18,7 +18,7 @@ from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, decide
-from guarded_sbatch.core.judge_table import policy_from_table, policy_table, threshold_names
+from guarded_sbatch.judge.table import policy_from_table, policy_table, threshold_names
 from guarded_sbatch.core.points import MetricPoint
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "judge.md"
@@ -110,7 +110,7 @@ def test_every_watcher_judges_a_run_with_its_records_thresholds() -> None:
     import inspect
 
     from guarded_sbatch.cli import show
-    from guarded_sbatch.core.judge_table import recorded_policy
+    from guarded_sbatch.judge.table import recorded_policy
     from guarded_sbatch.sidecar import shared_monitor
 
     assert recorded_policy({"spike_z": 7.0}, "r1").spike_z == 7.0

@@ -150,7 +150,7 @@ def test_soft_evidence_still_waits_for_enough_points() -> None:
 
 
 def test_the_chance_level_comes_from_the_runs_config() -> None:
-    from guarded_sbatch.core.judge_table import chance_from_config, policy_from_table, with_chance
+    from guarded_sbatch.judge.table import chance_from_config, policy_from_table, with_chance
 
     assert chance_from_config({"model.vocab_size": 1024, "lr": 3e-4}) == (math.log(1024), "ln(model.vocab_size = 1024)")
     assert chance_from_config({"num_labels": 2})[0] == math.log(2)  # type: ignore[index]

@@ -14,7 +14,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.fsutil import write_json_atomic
 from guarded_sbatch.core.jsonnum import dumps, json_safe
 from guarded_sbatch.judge.checks_eval import eval_trend
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.report import CheckReport, one_line, summarise_metrics

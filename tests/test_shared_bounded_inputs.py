@@ -16,7 +16,7 @@ from pathlib import Path
 from e2e_helpers import EXAMPLE
 from shared_cluster import SharedCluster, shared_cluster_fixture  # noqa: F401 - the fixture
 from source_writers import tb_event, write_tb_events
-from guarded_sbatch.core.judge_policy import RunContext
+from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.core.run_sources import specs_from_flags

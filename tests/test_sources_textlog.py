@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.keys import Direction, KeyClassifier, Role, classify_key
+from guarded_sbatch.judge.keys import Direction, KeyClassifier, Role, classify_key
 from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
 from guarded_sbatch.sources.textlog_formats import parse_line
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.keys import Role, classify_key
+from guarded_sbatch.judge.keys import Role, classify_key
 from guarded_sbatch.judge import Decision, MetricHistory, Reason, decide
 from guarded_sbatch.sources.textlog import TextLogSource
 

@@ -32,9 +32,9 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:  # for type checkers only; at run time __getattr__ imports on first use
     from guarded_sbatch.sidecar.api import SOURCE_KINDS, judge, open_source, read_history, read_metrics
     from guarded_sbatch.core.points import MetricPoint
-    from guarded_sbatch.judge.decide import decide
+    from guarded_sbatch.judge.ordered_checks import decide
     from guarded_sbatch.judge.history import MetricHistory
-    from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+    from guarded_sbatch.judge.policy import JudgePolicy, RunContext
     from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
     from guarded_sbatch.launch.executor import GuardedExecutor
 
@@ -46,10 +46,10 @@ _LAZY = {
     "open_source": "guarded_sbatch.sidecar.api",
     "judge": "guarded_sbatch.sidecar.api",
     "SOURCE_KINDS": "guarded_sbatch.sidecar.api",
-    "decide": "guarded_sbatch.judge.decide",
+    "decide": "guarded_sbatch.judge.ordered_checks",
     "MetricHistory": "guarded_sbatch.judge.history",
-    "JudgePolicy": "guarded_sbatch.core.judge_policy",
-    "RunContext": "guarded_sbatch.core.judge_policy",
+    "JudgePolicy": "guarded_sbatch.judge.policy",
+    "RunContext": "guarded_sbatch.judge.policy",
     "Verdict": "guarded_sbatch.judge.verdict",
     "Decision": "guarded_sbatch.judge.verdict",
     "Reason": "guarded_sbatch.judge.verdict",

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.keys import KeyClassifier, Role, key_words
+from guarded_sbatch.judge.keys import KeyClassifier, Role, key_words
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
 MAX_PLOT_POINTS = 5000  # per key; the most recent points are always kept in full
@@ -28,7 +28,7 @@ PLOT_BOUND = 1e100
 
 
 def plotted_keys(keys: Iterable[str], chosen: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """{label: key} for the panels, by role (core/keys.py), never by substring: the judge's own choice when
+    """{label: key} for the panels, by role (judge/keys.py), never by substring: the judge's own choice when
     it made one (the verdict's summary["keys"]), else the key the role classifier picks. An HF run's
     eval/runtime or eval/samples_per_second is no eval metric; its train/loss, lr and grad norm are plotted."""
     names = [k for k in keys if not k.startswith("crash/")]

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.actions.evidence_plot import plotted_keys
 from guarded_sbatch.cli.args import ArgumentParser
-from guarded_sbatch.core.judge_table import recorded_policy
+from guarded_sbatch.judge.table import recorded_policy
 from guarded_sbatch.cli.array_lifecycle import array_tasks
 from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.cli.status_table import render_table
@@ -29,7 +29,7 @@ from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.registry import RunRecord, find_run
 from guarded_sbatch.core.run_sources import flagged_specs, recorded_sources
-from guarded_sbatch.core.judge_policy import RunContext
+from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.one_shot import judge_sources, read_whole_run, with_note
 from guarded_sbatch.sidecar.settings import SidecarSettings

@@ -20,7 +20,7 @@ from guarded_sbatch.core.run_sources import SourceSpec, specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:
-    from guarded_sbatch.core.judge_policy import JudgePolicy
+    from guarded_sbatch.judge.policy import JudgePolicy
     from guarded_sbatch.core.registry import RunRecord
     from guarded_sbatch.core.run_sources import RunSources
     from guarded_sbatch.sources.kinds import SourceKind
@@ -140,8 +140,8 @@ def anywhere_settings(args: Namespace, watched: Watched) -> dict[str, Any]:
 def policy_for(args: Namespace, record: RunRecord | None = None, *, strict: bool = True) -> JudgePolicy:
     """The thresholds the guarded run was launched with (its record's [judge]: a requeued or restarted sidecar judges
     the same), else the config's [judge]; the flags name the keys on top."""
-    from guarded_sbatch.core.judge_policy import JudgePolicy
-    from guarded_sbatch.core.judge_table import policy_from_table
+    from guarded_sbatch.judge.policy import JudgePolicy
+    from guarded_sbatch.judge.table import policy_from_table
 
     try:
         if record is not None and record.judge:

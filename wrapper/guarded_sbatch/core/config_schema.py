@@ -304,12 +304,12 @@ SCHEMA: tuple[Key, ...] = (
         "judge",
         "table",
         {},
-        "The judge's thresholds by name (every field of core/judge_policy.py's JudgePolicy; docs/judge.md lists them with\n"
+        "The judge's thresholds by name (every field of judge/policy.py's JudgePolicy; docs/judge.md lists them with\n"
         "their defaults and ranges, checked when the run is judged). Empty: the built-in ones.",
     ),
 )
 KEYS: dict[str, Key] = {key.path: key for key in SCHEMA}
-# Tables whose names their reader checks (the judge's thresholds: core/judge_table.py)
+# Tables whose names their reader checks (the judge's thresholds: judge/table.py)
 OPEN_TABLES = tuple(key.path for key in SCHEMA if key.kind == "table")
 
 

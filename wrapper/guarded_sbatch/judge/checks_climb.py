@@ -11,7 +11,7 @@ import numpy as np
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
 from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in, window_medians
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 

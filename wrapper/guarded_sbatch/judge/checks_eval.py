@@ -9,7 +9,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 

@@ -8,7 +8,7 @@ import numpy as np
 from guarded_sbatch.judge.checks_scale import looks_cumulative
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.findings import MAD_TO_SIGMA, Finding, fmt, median, points_in, window_medians
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.select import RunKeys

@@ -21,8 +21,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from guarded_sbatch.core.judge_policy import JudgePolicy
-from guarded_sbatch.core.keys import key_words
+from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.judge.keys import key_words
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.select import RunKeys

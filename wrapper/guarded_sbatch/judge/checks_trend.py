@@ -28,7 +28,7 @@ from guarded_sbatch.judge.baseline import trailing_baselines
 from guarded_sbatch.judge.eval_gate import eval_near_best_since
 from guarded_sbatch.judge.findings import Finding, fmt, median, points_in, typical_spacing
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 

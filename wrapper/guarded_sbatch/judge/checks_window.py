@@ -13,7 +13,7 @@ import numpy as np
 from guarded_sbatch.judge.baseline import MIN_BASELINE_POINTS
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from guarded_sbatch.judge.findings import fmt
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.select import RunKeys
 
 

@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, field
 
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.keys import Direction, KeyRole, Role, classify_key, key_words
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.keys import Direction, KeyRole, Role, classify_key, key_words
+from guarded_sbatch.judge.policy import JudgePolicy
 
 
 # most common training-loss names first: used to break ties between several loss keys

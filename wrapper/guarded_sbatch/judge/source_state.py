@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guarded_sbatch.core.file_trust import FIX
-from guarded_sbatch.judge.decide import decide
+from guarded_sbatch.judge.ordered_checks import decide
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 
 

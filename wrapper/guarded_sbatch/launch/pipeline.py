@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.errors import GuardedError, UsageError
-from guarded_sbatch.core.judge_table import with_chance, policy_from_table, policy_table
+from guarded_sbatch.judge.table import with_chance, policy_from_table, policy_table
 from guarded_sbatch.core.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
 from guarded_sbatch.launch.marking import MarkingScheduler

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from guarded_sbatch.core.points import MetricPoint, sanitize_points
-from guarded_sbatch.judge.decide import decide
+from guarded_sbatch.judge.ordered_checks import decide
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kinds import readable_kinds

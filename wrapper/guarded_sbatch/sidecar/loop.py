@@ -19,8 +19,8 @@ from typing import TextIO
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.logs import stream_logger
-from guarded_sbatch.core.judge_policy import RunContext
-from guarded_sbatch.core.judge_table import policy_table
+from guarded_sbatch.judge.policy import RunContext
+from guarded_sbatch.judge.table import policy_table
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
 from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.sources.files import OUT_OF_MEMORY

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from guarded_sbatch.core.file_trust import damage_note, untrusted_note
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.settings import SidecarSettings

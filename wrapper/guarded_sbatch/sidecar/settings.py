@@ -9,7 +9,7 @@ from guarded_sbatch.actions.notify import NotifySettings
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.policy import JudgePolicy
 
 
 @dataclass(frozen=True)

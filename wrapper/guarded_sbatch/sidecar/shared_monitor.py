@@ -27,8 +27,8 @@ from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord, mark_over, runs_root
 from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
-from guarded_sbatch.core.judge_policy import JudgePolicy
-from guarded_sbatch.core.judge_table import recorded_policy
+from guarded_sbatch.judge.policy import JudgePolicy
+from guarded_sbatch.judge.table import recorded_policy
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar

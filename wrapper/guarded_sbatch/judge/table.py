@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.keys import Direction
-from guarded_sbatch.core.judge_policy import JudgePolicy
+from guarded_sbatch.judge.keys import Direction
+from guarded_sbatch.judge.policy import JudgePolicy
 
 _FIELDS = {f.name: f for f in dataclasses.fields(JudgePolicy)}
 _NAMES = ("train_loss_key", "key_metric")  # metric names (strings)

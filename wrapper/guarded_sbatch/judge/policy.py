@@ -1,12 +1,12 @@
 """What the decision core may be told: thresholds and windows (in steps), and the run's context.
 
 Every field of JudgePolicy can be set by name in the `[judge]` table of the site or user config (docs/judge.md;
-core/judge_table.py checks the names and ranges)."""
+judge/table.py checks the names and ranges)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from guarded_sbatch.core.keys import Direction
+from guarded_sbatch.judge.keys import Direction
 
 __all__ = ["Direction", "JudgePolicy"]
 

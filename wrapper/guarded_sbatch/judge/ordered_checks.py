@@ -46,7 +46,7 @@ from guarded_sbatch.judge import (checks_climb, checks_crash, checks_dead, check
                                   checks_schedule, checks_stall, checks_strength, checks_trend, checks_window)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.core.judge_policy import JudgePolicy, RunContext
+from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys, select_keys
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 
