@@ -285,16 +285,20 @@ class SlurmScheduler:
         return JobState.UNKNOWN
 
     def _sacct_row(self, job_id: str) -> dict[str, str] | None:
-        argv = ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", ",".join(_SACCT_FIELDS)]
+        """The job's sacct line, its ExitCode the batch step's when there is one: for a cancelled job the job's line
+        says 0:0 where the `.batch` line (and scontrol, while it knows the job) says 0:15, as the local backend does."""
+        argv = ["sacct", "-n", "-P", "-j", job_id, "-o", ",".join(_SACCT_FIELDS)]
         result = self._run(argv, timeout=self.query_timeout_s, env=self._query_env())
         if result.returncode != 0:
             self._raise_if_unreachable(result)
             raise SchedulerError(f"sacct failed: {error_lines(result.stderr, 'sacct')}")
-        for line in result.stdout.splitlines():
-            values = line.split("|")
-            if len(values) == len(_SACCT_FIELDS) and values[0] == job_id:
-                return dict(zip(_SACCT_FIELDS, values))
-        return None
+        lines = (line.split("|") for line in result.stdout.splitlines())
+        rows = {values[0]: dict(zip(_SACCT_FIELDS, values)) for values in lines if len(values) == len(_SACCT_FIELDS)}
+        row = rows.get(job_id)
+        batch = rows.get(f"{job_id}.batch")
+        if row is not None and batch is not None:
+            row["ExitCode"] = batch["ExitCode"]
+        return row
 
     def _slurm_config(self) -> dict[str, str]:
         if self._config is None:
