@@ -269,9 +269,11 @@ def test_map_array_on_the_local_backend_is_a_run_per_call_with_one_watcher(tmp_p
 
 def test_every_executor_keyword_stands_for_a_real_guard_option(tmp_path: Path) -> None:
     """The executor's keywords become guard options on its launch's argv: each must be one the CLI parses."""
-    from guarded_sbatch.launch.executor import OTHER_KEYWORDS, PATH_KEYWORDS
+    from guarded_sbatch.core.sbatch.guard_options import executor_keywords
 
-    for keyword, flag in {**PATH_KEYWORDS, **OTHER_KEYWORDS}.items():
-        words = [flag] if keyword == "restart" else [f"{flag}={tmp_path / 'x'}"]
+    for keyword, row in executor_keywords().items():
+        value = {"flag": "", "waiver": "eta=known", "choice": row.choices[:1] and row.choices[0],
+                 "positive_float": "1.5", "positive_int": "2"}.get(row.kind, str(tmp_path / "x"))
+        words = [f"{row.flag}={value}" if value else row.flag]
         launch = split_sbatch_argv([*words, "train.sh"])
-        assert launch.guard_words and launch.script == Path("train.sh"), (keyword, flag)
+        assert launch.guard_words and launch.script == Path("train.sh"), (keyword, row.flag)

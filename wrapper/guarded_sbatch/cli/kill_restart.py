@@ -39,7 +39,7 @@ class LifecycleArgs:
 
 def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: bool) -> LifecycleArgs:
     """RUN, --yes and (restart only) guard options; anything else is a usage error."""
-    from guarded_sbatch.core.sbatch.argv import GUARD_OPTIONS
+    from guarded_sbatch.core.sbatch.guard_options import guard_option
 
     run: str | None = None
     yes = False
@@ -53,9 +53,9 @@ def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: 
         elif word == "--json":
             raise UsageError(f"`guarded-sbatch {command}` has no --json output; `guarded-sbatch status --json` "
                              "shows the run's state afterwards")
-        elif allow_guard_options and name in GUARD_OPTIONS:
+        elif allow_guard_options and (row := guard_option(name)) is not None:
             guard.append(word)
-            if GUARD_OPTIONS[name] and "=" not in word:
+            if row.takes_value and "=" not in word:
                 if index + 1 >= len(argv):
                     raise UsageError(f"{name} needs a value, e.g. {name}=VALUE")
                 index += 1
@@ -185,31 +185,29 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...], *, wh
     sbatch options, script and args. Later single-valued guard options win; a re-given waiver replaces the
     recorded one for that check. One task of an array is relaunched as an array of that task alone (`--array=T`,
     so it picks the same settings from SLURM_ARRAY_TASK_ID); `whole_array`: the array as it was launched."""
-    if any("[redacted]" in word for word in [*record.sbatch_options, record.script, *record.script_args]):
+    from guarded_sbatch.core.sbatch.guard_options import replay_words
+
+    if any("[redacted]" in word for word in [*record.sbatch_options, record.script, *record.script_args,
+                                             *record.guard_words]):
         raise UsageError(f"run {record.run_id} was launched with a secret on its command line, which was not recorded: "
                          "relaunch it by hand, with the secret in an environment variable")
-    given = set()
-    for word in guard_options:
-        given.add(word.partition("=")[0])
-    rewaived = {w.partition("=")[2].partition("=")[0] for w in guard_options if w.startswith("--guard-waive=")}
-    rewaived |= {guard_options[i + 1].partition("=")[0] for i, w in enumerate(guard_options[:-1]) if w == "--guard-waive"}
-    recorded: list[str] = [f"--guard-backend={record.backend}", f"--guard-run-name={record.run_name}"]
-    for flag, value in (("--guard-checkpoint-dir", record.checkpoint_dir), ("--guard-artifact-dir", record.artifact_dir)):
-        if value and flag not in given:
-            recorded.append(f"{flag}={value}")
-    for flag, values in (("--guard-tb", record.tb_paths), ("--guard-wandb", record.wandb_paths),
-                         ("--guard-log", record.log_paths)):
-        if flag not in given:
-            recorded.extend(f"{flag}={value}" for value in values)
-    for waiver in record.waivers:
-        if waiver.get("check") and waiver["check"] not in rewaived:
-            recorded.append(f"--guard-waive={waiver['check']}={waiver.get('reason', '')}")
+    recorded = replay_words(record.guard_words or _older_record_words(record), guard_options, record)
     needs_dashes = record.launched_by == "run" and record.script != "--"  # older records kept "--" as the script
     command = ["--", record.script] if needs_dashes else [record.script]  # `run [options] -- COMMAND`
     task = None if whole_array else task_of(record)
     one_task = [f"--array={task}"] if task is not None else []  # after the recorded options: the last --array wins
     return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, *one_task, *command,
             *record.script_args]
+
+
+def _older_record_words(record: RunRecord) -> list[str]:
+    """The guard options a record written before `guard_words` was kept holds in its own fields."""
+    words = [f"--guard-{name}={value}" for name, value in (("checkpoint-dir", record.checkpoint_dir),
+                                                           ("artifact-dir", record.artifact_dir)) if value]
+    for flag, values in (("--guard-tb", record.tb_paths), ("--guard-wandb", record.wandb_paths),
+                         ("--guard-log", record.log_paths)):
+        words += [f"{flag}={value}" for value in values]
+    return words + [f"--guard-waive={w['check']}={w.get('reason', '')}" for w in record.waivers if w.get("check")]
 
 
 def _job_live(record: RunRecord) -> bool:

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from guarded_sbatch import __version__
-from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 
-USAGE = f"""\
+_USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
        guarded-sbatch [guard options] [sbatch options] torchrun|accelerate|deepspeed|python ARGS...
        guarded-sbatch check [--json] [guard options] [sbatch options] script.sh [script args]
@@ -39,21 +38,7 @@ blocks on a failed check unless you waive it, then submits the job unchanged plu
 that watches its metrics and stops it when it breaks.
 
 guard options (before the script; sbatch has none of these):
-  --guard-waive CHECK=REASON    waive a failed check ({", ".join(CHECK_NAMES)})
-  --guard-reference PATH        the reference run's config to diff against
-  --guard-config PATH           the intended run's config, when the launcher line does not name it
-  --guard-run-name NAME         the run name, when --job-name does not give it
-  --guard-epochs N, --guard-seconds-per-epoch S   for the ETA
-  --guard-restart               this is a restart: the name and output folder may exist
-  --guard-tb PATH, --guard-wandb PATH, --guard-log PATH   where the sidecar reads metrics
-                                (default: the run's own, resolved from its config and arguments)
-  --guard-stop-command CMD      how the sidecar stops the run (default: cancel the job)
-  --guard-notes PATH            the project notes file the sidecar appends to on STOP
-  --guard-backend slurm|local   where jobs run (default: slurm when sbatch answers, else local)
-  --guard-checkpoint-dir PATH, --guard-artifact-dir PATH   the run's folders (kill/restart purge them)
-  --guard-print-script          with a launcher command: print the batch script it renders; submit nothing
-  --guard-signal-margin S, --guard-max-requeues N   USR1 S seconds before the time limit, then the job
-                                checkpoints and requeues itself up to N times (launcher commands)
+{{guard_options}}
 
 With a launcher command instead of a script, guarded-sbatch writes the batch script itself from
 sbatch_templates/ (rendezvous, one task per node, signal before the limit, requeue), checks it
@@ -65,6 +50,13 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 
 {ExitCode.help_text()}
 """
+
+
+def usage() -> str:
+    """`guarded-sbatch --help`: the guard options listed from their one table (core/sbatch/guard_options.py)."""
+    from guarded_sbatch.core.sbatch.guard_options import usage_lines
+
+    return _USAGE.replace("{guard_options}", "\n".join(usage_lines()))
 
 
 @dataclass(frozen=True)
@@ -192,7 +184,7 @@ def _internal(exc: BaseException) -> int:
 
 def dispatch(args: list[str]) -> int:
     if not args or args[0] in HELP_WORDS:
-        print(USAGE, file=sys.stdout if args else sys.stderr, end="")
+        print(usage(), file=sys.stdout if args else sys.stderr, end="")
         return int(ExitCode.OK if args else ExitCode.USAGE)
     if args[0] in ("-V", "--version"):
         print(f"guarded-sbatch {__version__}")

@@ -51,12 +51,7 @@ options (before --):
   --guard-tmux NAME       run COMMAND in a new detached tmux session NAME (its
                           output tee'd to a log the watcher reads); a STOP
                           interrupts, then ends, the session
-  --guard-waive CHECK=REASON
-                          waive a failed check (recorded with the run)
-  --guard-config PATH     the run's config, when COMMAND names none
-  --guard-tb PATH, --guard-wandb PATH, --guard-log PATH
-                          a source to read besides what the launch finds
-  the other guard options as for a launch: guarded-sbatch --help
+{guard_options}
 
 examples:
   guarded-sbatch run --job-name mnist-mlp-bs64-lr1e-3 -- python train.py \\
@@ -64,6 +59,15 @@ examples:
   guarded-sbatch run --guard-tmux train-a -- torchrun --nproc_per_node 2 \\
       train.py --config configs/big.yaml
 """
+
+
+def run_help() -> str:
+    """`guarded-sbatch run --help`: the guard options listed from their one table (core/sbatch/guard_options.py)."""
+    from guarded_sbatch.core.sbatch.guard_options import usage_lines
+
+    return RUN_HELP.replace("{guard_options}", "\n".join(usage_lines(width=26)))
+
+
 TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run's 60 s
 
 
@@ -76,7 +80,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     if argv[:1] in (["-h"], ["--help"]):
-        print(RUN_HELP, end="")
+        print(run_help(), end="")
         return int(ExitCode.OK)
     if "--" not in argv:
         raise UsageError(f"the command to run goes after `--`; {RUN_USAGE}")

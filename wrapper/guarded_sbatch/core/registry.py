@@ -47,6 +47,7 @@ class RunRecord:
     stopped_by: str = ""  # who ended a live job, written by the command that did ("user (kill)", ...)
     launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
     judge: dict[str, Any] = field(default_factory=dict)  # [judge] thresholds at launch: its sidecar judges with these
+    guard_words: list[str] = field(default_factory=list)  # the launch's guard options as given: what restart replays
 
     @property
     def folder(self) -> Path:

@@ -47,6 +47,9 @@ from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
+from guarded_sbatch.core.sbatch.guard_options import (
+    GuardOption, build_guard_options, executor_keywords, guard_pairs, keyword_words,
+)
 from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_folder, private_job_folder
 from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
@@ -55,13 +58,9 @@ from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
-# the executor's path keywords and the guard flags they stand for: one table for the launch's argv and for the
-# hints of the pre-flight, which speak the API here (`config=`, not --guard-config)
-PATH_KEYWORDS = {"tb_dir": "--guard-tb", "wandb_dir": "--guard-wandb", "log_path": "--guard-log",
-                 "config": "--guard-config", "reference": "--guard-reference",
-                 "checkpoint_dir": "--guard-checkpoint-dir", "artifact_dir": "--guard-artifact-dir",
-                 "notes_path": "--guard-notes"}
-OTHER_KEYWORDS = {"run_name": "--guard-run-name", "stop_command": "--guard-stop-command", "restart": "--guard-restart"}
+# The executor's guard keywords (tb_dir=, config=, waivers=, ...) are the `keyword`s of the guard option table
+# (core/sbatch/guard_options.py): each becomes its option on the launch's argv, and the pre-flight's hints name them
+# (`config=`, not --guard-config).
 _WAIVE = re.compile(r"--guard-waive[ =]([A-Za-z_-]+|CHECK|NAME)=(\"[^\"]*\"|\S+)")
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
 WAIT_SAID_S = 2.0  # result() says it waits once it has waited this long
@@ -74,30 +73,20 @@ class GuardStoppedError(utils.UncompletedJobError):
 class GuardedExecutor(submitit.AutoExecutor):
     """A submitit executor whose every job goes through the pre-flight and gets a sidecar."""
 
-    def __init__(
-        self,
-        folder: StrPath,
-        *,
-        run_name: str | None = None,
-        tb_dir: StrPath | None = None,
-        wandb_dir: StrPath | None = None,
-        log_path: StrPath | None = None,
-        config: StrPath | None = None,
-        reference: StrPath | None = None,
-        checkpoint_dir: StrPath | None = None,
-        artifact_dir: StrPath | None = None,
-        waivers: Mapping[str, str] | None = None,
-        stop_command: str | None = None,
-        notes_path: StrPath | None = None,
-        restart: bool = False,
-        cluster: str | None = None,
-        **kwargs: tp.Any,
-    ) -> None:
+    def __init__(self, folder: StrPath, *, cluster: str | None = None, **kwargs: tp.Any) -> None:
+        """`folder` and `cluster` as submitit's; the guard's keywords are those of the guard option table
+        (core/sbatch/guard_options.py): run_name, tb_dir, wandb_dir, log_path, config, reference, checkpoint_dir,
+        artifact_dir, notes_path, stop_command, monitor, seconds_per_epoch, epochs, restart=True and
+        waivers={"CHECK": "why"}; every other keyword is submitit's."""
         if cluster not in (None, "slurm", "local", "debug"):
             raise UsageError(f"GuardedExecutor runs on cluster='slurm', 'local' or 'debug', not {cluster!r}")
-        for check in waivers or {}:
+        guard = {name: kwargs.pop(name) for name in list(kwargs) if name in executor_keywords()}
+        waivers: Mapping[str, str] = guard.get("waivers") or {}
+        for check in waivers:
             if check not in CHECK_NAMES:
                 raise UsageError(f"cannot waive {check!r}: the checks are {', '.join(CHECK_NAMES)}")
+        run_name: str | None = guard.pop("run_name", None)
+        restart = bool(guard.pop("restart", False))
         backend = "debug" if cluster == "debug" else choose_backend(load_config(), cluster)  # as the CLI's launch
         private_job_folder(Path(folder))  # before anything is written there: the user's own, 0700
         # the local backend runs submitit's own batch script (without srun), so both backends share one path
@@ -107,13 +96,9 @@ class GuardedExecutor(submitit.AutoExecutor):
             self._executor.update_parameters(use_srun=False)
         cwd = Path.cwd()
         self.submit_dir = cwd
-        given = {"tb_dir": tb_dir, "wandb_dir": wandb_dir, "log_path": log_path, "config": config,
-                 "reference": reference, "checkpoint_dir": checkpoint_dir, "artifact_dir": artifact_dir,
-                 "notes_path": notes_path}
-        self.guard_paths = {keyword: _absolute(given[keyword], cwd) for keyword in PATH_KEYWORDS}
+        self.guard_words = keyword_words(guard, cwd)  # the guard options the keywords stand for
+        build_guard_options(guard_pairs(self.guard_words))  # a bad value is one line now, not at the first submit
         self.guard_run_name = run_name
-        self.guard_waivers = dict(waivers or {})
-        self.guard_stop_command = stop_command
         self.guard_restart = restart
         self.last_preflight: list[CheckResult] = []
         self.last_report: PreflightReport | None = None
@@ -163,12 +148,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         words = [f"--guard-run-name={self.run_name()}"]
         if self.guard_backend != "debug":
             words.append(f"--guard-backend={self.guard_backend}")
-        for keyword, path in self.guard_paths.items():
-            if path is not None:
-                words.append(f"{PATH_KEYWORDS[keyword]}={path}")
-        words += [f"--guard-waive={check}={reason}" for check, reason in self.guard_waivers.items()]
-        if self.guard_stop_command:
-            words.append(f"--guard-stop-command={self.guard_stop_command}")
+        words += self.guard_words
         if self.guard_restart or self.run_name() in self._own_names:  # a sweep continues its own run name
             words.append("--guard-restart")
         return [*words, str(script)]
@@ -328,13 +308,6 @@ def _debug_script(run_name: str, folder: Path) -> Path:
     return Path(name)
 
 
-def _absolute(path: StrPath | None, cwd: Path) -> Path | None:
-    if path is None or os.fspath(path) == "":
-        return None
-    candidate = Path(path).expanduser()
-    return candidate if candidate.is_absolute() else cwd / candidate
-
-
 def clear_line(report: PreflightReport) -> str:
     """A clear pre-flight in one line: which checks warned and which were waived (the findings in last_report)."""
     warned = [r.name for r in report.results if r.status is CheckStatus.WARNED]
@@ -354,13 +327,13 @@ def api_words(text: str) -> str:
         return f'waivers={{"{match.group(1)}": {reason}}}'
 
     text = _WAIVE.sub(waiver, text)
-    for keyword, flag in (*PATH_KEYWORDS.items(), *OTHER_KEYWORDS.items()):
-        def argument(match: re.Match[str], keyword: str = keyword) -> str:
-            if keyword == "restart":
-                return "restart=True"
+    for keyword, row in executor_keywords().items():
+        def argument(match: re.Match[str], keyword: str = keyword, row: GuardOption = row) -> str:
+            if not row.takes_value:
+                return f"{keyword}=True"
             return f'{keyword}="{match.group(1)}"' if match.group(1) else f"{keyword}=..."
 
-        text = re.sub(rf"{re.escape(flag)}(?:[ =]([A-Z]+)\b)?(?![\w-])", argument, text)
+        text = re.sub(rf"{re.escape(row.flag)}(?:[ =]([A-Z]+)\b)?(?![\w-])", argument, text)
     return text
 
 

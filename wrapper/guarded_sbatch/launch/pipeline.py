@@ -156,6 +156,7 @@ def plan_launch(
         artifact_dir=str(_absolute(guard.artifact_dir, cwd)) if guard.artifact_dir else "",
         tracker=dict(tracker or {}), script=replay[0] if replay else None,
         script_args=replay[1] if replay else None, sbatch_options=replay[2] if replay else None,
+        guard_words=launch.guard_words,
     )
     array = sources.array if sources is not None else None
     shared = shared_watch(config, name, array=array is not None, monitor=guard.monitor)

@@ -79,6 +79,7 @@ class RecordFields:
     script: str | None = None
     script_args: tuple[str, ...] | None = None
     sbatch_options: tuple[str, ...] | None = None
+    guard_words: tuple[str, ...] = ()  # the launch's guard options as given (restart replays them)
 
     def values(self, request: SubmitRequest, sidecar: SidecarOptions) -> dict[str, Any]:
         """The keyword arguments of core/registry.create_run for one job of this launch."""
@@ -91,7 +92,7 @@ class RecordFields:
             "log_paths": [str(p) for p in sidecar.log_paths], "waivers": [dict(w) for w in self.waivers],
             "judge": dict(self.judge), "config_path": self.config_path, "total_steps": self.total_steps,
             "planned_end": self.planned_end, "checkpoint_dir": self.checkpoint_dir, "artifact_dir": self.artifact_dir,
-            "tracker": dict(self.tracker), "launched_by": self.launched_by,
+            "tracker": dict(self.tracker), "launched_by": self.launched_by, "guard_words": list(self.guard_words),
         }
 
 

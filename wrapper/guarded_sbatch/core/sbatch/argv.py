@@ -14,8 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.suggest import did_you_mean
+from guarded_sbatch.core.sbatch.guard_options import (
+    ALIASES,
+    GUARD_TABLE,
+    GuardOptions,
+    Waiver,
+    build_guard_options,
+    guard_flags,
+    guard_option,
+    take_guard_option,
+)
 from guarded_sbatch.core.sbatch.spec import (
     SBATCH_OPTIONS,
     SHORT_TO_LONG,
@@ -25,69 +34,11 @@ from guarded_sbatch.core.sbatch.spec import (
     resolve_long_name,
 )
 
-# our option -> takes a value?
-GUARD_OPTIONS: dict[str, bool] = {
-    "--guard-waive": True,  # CHECK=REASON, repeatable
-    "--guard-reference": True,  # config file or run folder of the reference run
-    "--guard-config": True,  # the intended run's config, when the launcher line does not name it
-    "--guard-run-name": True,  # the run name, when neither --job-name nor the config gives one
-    "--guard-seconds-per-epoch": True,
-    "--guard-epochs": True,
-    "--guard-restart": False,  # a restart: the name and output folder may already exist
-    "--guard-json": False,  # `check`: print the report as JSON on stdout
-    # for the sidecar and the run's lifecycle
-    "--guard-tb": True,  # TensorBoard folder the sidecar reads (repeatable)
-    "--guard-wandb": True,  # W&B run folder or .wandb file (repeatable)
-    "--guard-log": True,  # a text log of the run (repeatable)
-    "--guard-stop-command": True,  # how the sidecar stops the run instead of cancelling the job
-    "--guard-notes": True,  # project notes file appended on STOP
-    "--guard-backend": True,  # slurm | local
-    "--guard-checkpoint-dir": True,  # the run's local checkpoint folder (purged by kill/restart)
-    "--guard-artifact-dir": True,  # the run's remote artifact folder (purged by kill/restart)
-    # jobs built from a launcher command (`guarded-sbatch [options] torchrun train.py ...`)
-    "--guard-print-script": False,  # print the rendered batch script on stdout; submit nothing
-    "--guard-signal-margin": True,  # seconds before the time limit when USR1 asks the trainer to checkpoint
-    "--guard-max-requeues": True,  # how often the job may requeue itself after checkpointing
-    "--guard-monitor": True,  # per-job (a sidecar job per run) | per-user (one shared monitor job)
-}
-REPEATABLE_GUARD_OPTIONS = frozenset({"--guard-tb", "--guard-wandb", "--guard-log"})
 JSON_ALIAS = "--json"  # sbatch 22.05 has no --json; accepted as --guard-json for `guarded-sbatch check --json`
 PRINT_SCRIPT_ALIAS = "--print-script"  # sbatch has no --print-script; accepted as --guard-print-script
+GUARD_OPTIONS = {row.flag: row.takes_value for row in GUARD_TABLE}  # a view of the table at import, for docs tests
 
 INFO_ONLY_OPTIONS = frozenset({"help", "usage", "version"})
-
-
-@dataclass(frozen=True)
-class Waiver:
-    check: str
-    reason: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"check": self.check, "reason": self.reason}
-
-
-@dataclass(frozen=True)
-class GuardOptions:
-    waivers: tuple[Waiver, ...] = ()
-    reference: Path | None = None
-    config: Path | None = None
-    run_name: str | None = None
-    seconds_per_epoch: float | None = None
-    epochs: int | None = None
-    restart: bool = False
-    json: bool = False
-    tb: tuple[Path, ...] = ()
-    wandb: tuple[Path, ...] = ()
-    log: tuple[Path, ...] = ()
-    stop_command: str | None = None
-    notes: Path | None = None
-    backend: str | None = None
-    checkpoint_dir: Path | None = None
-    artifact_dir: Path | None = None
-    print_script: bool = False
-    signal_margin_s: int | None = None
-    max_requeues: int | None = None
-    monitor: str | None = None  # per-job | per-user; None: the config's [sidecar] mode
 
 
 @dataclass(frozen=True)
@@ -230,15 +181,15 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     while index < len(argv):
         word = argv[index]
         guard_name, _, _ = word.partition("=")
-        if guard_name in GUARD_OPTIONS or word in (JSON_ALIAS, PRINT_SCRIPT_ALIAS):
+        if guard_option(guard_name) is not None or word in ALIASES:
             start = index
-            index = _take_guard_option(argv, index, guard_words)
+            index = take_guard_option(argv, index, guard_words)
             guard_argv.extend(argv[start:index])
             continue
         if word.startswith("--guard-"):
             raise UsageError(
-                f"unknown option {guard_name}; {did_you_mean(guard_name, GUARD_OPTIONS)}"
-                f"guarded-sbatch's own options are {', '.join(GUARD_OPTIONS)}"
+                f"unknown option {guard_name}; {did_you_mean(guard_name, guard_flags())}"
+                f"guarded-sbatch's own options are {', '.join(guard_flags())}"
             )
         if word == ":":  # heterogeneous job separator: more sbatch options follow
             sbatch_words.append(word)
@@ -256,7 +207,7 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
         parsed.extend(options)
         index = next_index
     rest = argv[index:]
-    guard = _build_guard_options(guard_words)
+    guard = build_guard_options(guard_words)
     wrap = next((option.value for option in parsed if option.name == "wrap"), None)
     info_only = any(option.name in INFO_ONLY_OPTIONS for option in parsed)
     if wrap is not None:
@@ -276,108 +227,5 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     return LaunchArgs(guard, tuple(sbatch_words), Path(script_word), tuple(rest[1:]), tuple(parsed), tuple(guard_argv))
 
 
-def _take_guard_option(argv: list[str], index: int, out: list[tuple[str, str | None]]) -> int:
-    word = argv[index]
-    if word == JSON_ALIAS:
-        out.append(("--guard-json", None))
-        return index + 1
-    if word == PRINT_SCRIPT_ALIAS:
-        out.append(("--guard-print-script", None))
-        return index + 1
-    name, has_value, attached = word.partition("=")
-    takes_value = GUARD_OPTIONS[name]
-    if not takes_value:
-        if has_value:
-            raise UsageError(f"{name} takes no value: remove '={attached}'")
-        out.append((name, None))
-        return index + 1
-    if has_value:
-        out.append((name, attached))
-        return index + 1
-    if index + 1 >= len(argv):
-        raise UsageError(f"{name} needs a value, e.g. {name}=VALUE")
-    out.append((name, argv[index + 1]))
-    return index + 2
-
-
-def _build_guard_options(words: list[tuple[str, str | None]]) -> GuardOptions:
-    waivers: list[Waiver] = []
-    values: dict[str, str] = {}
-    repeated: dict[str, list[Path]] = {name: [] for name in REPEATABLE_GUARD_OPTIONS}
-    flags: set[str] = set()
-    for name, value in words:
-        if value is None:
-            flags.add(name)
-        elif name == "--guard-waive":
-            waivers.append(_parse_waiver(value))
-        elif name in REPEATABLE_GUARD_OPTIONS:
-            repeated[name].append(Path(value))
-        else:
-            values[name] = value
-    backend = values.get("--guard-backend")
-    monitor = values.get("--guard-monitor")
-    if monitor is not None and monitor not in ("per-job", "per-user"):
-        raise UsageError(f"--guard-monitor must be per-job or per-user, not {monitor!r}")
-    if backend is not None and backend not in ("slurm", "local"):
-        raise UsageError(f"--guard-backend must be slurm or local, not {backend!r}")
-    return GuardOptions(
-        waivers=tuple(waivers),
-        reference=Path(values["--guard-reference"]) if "--guard-reference" in values else None,
-        config=Path(values["--guard-config"]) if "--guard-config" in values else None,
-        run_name=values.get("--guard-run-name"),
-        seconds_per_epoch=_positive_number(values, "--guard-seconds-per-epoch", float),
-        epochs=_positive_int(values, "--guard-epochs"),
-        restart="--guard-restart" in flags,
-        json="--guard-json" in flags,
-        tb=tuple(repeated["--guard-tb"]),
-        wandb=tuple(repeated["--guard-wandb"]),
-        log=tuple(repeated["--guard-log"]),
-        stop_command=values.get("--guard-stop-command"),
-        notes=Path(values["--guard-notes"]) if "--guard-notes" in values else None,
-        backend=backend,
-        checkpoint_dir=Path(values["--guard-checkpoint-dir"]) if "--guard-checkpoint-dir" in values else None,
-        artifact_dir=Path(values["--guard-artifact-dir"]) if "--guard-artifact-dir" in values else None,
-        print_script="--guard-print-script" in flags,
-        signal_margin_s=_positive_number(values, "--guard-signal-margin", int),  # type: ignore[arg-type]
-        max_requeues=_count(values, "--guard-max-requeues"),
-        monitor=monitor,
-    )
-
-
-def _count(values: dict[str, str], name: str) -> int | None:
-    if name not in values:
-        return None
-    text = values[name]
-    if not (text.isascii() and text.isdigit() and len(text) <= 12):
-        raise UsageError(f"{name} needs a whole number ≥ 0, got {text!r}")
-    return int(text)
-
-
-def _parse_waiver(text: str) -> Waiver:
-    check, has_reason, reason = text.partition("=")
-    check = check.strip()
-    reason = reason.strip().strip("\"'").strip()
-    if check not in CHECK_NAMES:
-        raise UsageError(f"--guard-waive names an unknown check {check!r}; {did_you_mean(check, CHECK_NAMES)}"
-                         f"the checks are {', '.join(CHECK_NAMES)}")
-    if not has_reason or not reason:
-        raise UsageError(f'--guard-waive {check} needs a reason: --guard-waive {check}="why it is safe to skip"')
-    return Waiver(check, reason)
-
-
-def _positive_int(values: dict[str, str], name: str) -> int | None:
-    number = _positive_number(values, name, int)
-    return None if number is None else int(number)
-
-
-def _positive_number(values: dict[str, str], name: str, kind: type[int] | type[float]) -> float | int | None:
-    if name not in values:
-        return None
-    text = values[name]
-    try:
-        number = kind(text)
-    except ValueError:
-        raise UsageError(f"{name} needs a positive {kind.__name__}, got {text!r}") from None
-    if not number > 0 or number != number or number == float("inf"):
-        raise UsageError(f"{name} needs a positive {kind.__name__}, got {text!r}")
-    return number
+__all__ = ["GUARD_OPTIONS", "GuardOptions", "LaunchArgs", "ParsedOption", "Waiver", "parse_one_option",
+           "parse_sbatch_words", "split_sbatch_argv"]
