@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "wrapper"))
 
-from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.textlog import TextLogSource
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import generate as corpus  # noqa: E402 - after the sys.path lines above
 from dense_replay import dense_replay  # noqa: E402 - after the sys.path lines above
-from guarded_sbatch.core.points import CrashState, MetricPoint  # noqa: E402 - after the sys.path lines above
+from guarded_sbatch.sources.points import CrashState, MetricPoint  # noqa: E402 - after the sys.path lines above
 from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: E402 - after the sys.path lines above
 
 EVAL_KEY = "eval/loss"

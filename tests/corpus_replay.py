@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guarded_sbatch.judge import Decision, MetricHistory, Verdict, decide
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 
 
 def replay(points: list[MetricPoint], every: int = 20) -> tuple[int | None, Verdict]:

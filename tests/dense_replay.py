@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from guarded_sbatch.core.points import CrashEvent, MetricPoint
+from guarded_sbatch.sources.points import CrashEvent, MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, Verdict, decide
 
 

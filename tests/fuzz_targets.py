@@ -17,7 +17,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 from guarded_sbatch.core.errors import ExitCode, GuardedError
-from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.sources.base import SourceError
 
 

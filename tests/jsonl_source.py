@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint
-from guarded_sbatch.core.run_sources import SourceSpec
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.sources.points import MetricPoint
+from guarded_sbatch.sources.run_sources import SourceSpec
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import guarded_reader, read_range
 from guarded_sbatch.sources.kind_base import Finds, SourceKind

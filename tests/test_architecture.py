@@ -15,7 +15,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch
 # package -> packages it may import. The flow: cli -> launch -> scheduler ; sidecar -> sources -> judge -> actions.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
-    "judge": {"core"},
+    "judge": {"core", "sources"},  # sources: the point model only (what every source yields, the judge reads)
     "sources": {"core"},
     "scheduler": {"core"},
     "actions": {"core", "scheduler", "judge"},
@@ -38,12 +38,15 @@ JUDGE_POLICY = ("judge.policy", "judge.table", "judge.keys")
 # inside an allowed arrow, the only modules it may import: the login path reads the registry of source kinds
 # (sources/kinds.py) and each kind's light declaration, never a reader
 ONLY: dict[tuple[str, str], tuple[str, ...]] = {
-    ("launch", "sources"): ("sources.kinds", "sources.kind_", "sources.base"),
+    ("launch", "sources"): ("sources.kinds", "sources.kind_", "sources.base", "sources.run_sources", "sources.place_keys",
+                            "sources.points"),
     ("launch", "judge"): JUDGE_POLICY,
+    ("judge", "sources"): ("sources.points",),
 }
 # the light modules of sources/: at module level they import core and each other only (a reader is imported
 # inside the function that opens it), so importing the registry loads no reader, numpy or protobuf decoder
-LIGHT_SOURCES = ("sources.kinds", "sources.kind_", "sources.base", "sources.files")
+LIGHT_SOURCES = ("sources.kinds", "sources.kind_", "sources.base", "sources.files", "sources.run_sources",
+                 "sources.place_keys", "sources.points")
 
 
 def _is_light(module: str) -> bool:
@@ -121,7 +124,8 @@ def test_imports_follow_the_flow() -> None:
 
 
 def test_the_launch_may_read_the_registry_of_source_kinds_and_no_reader() -> None:
-    for light in ("sources.kinds", "sources.kind_tensorboard", "sources.kind_base", "sources.base"):
+    for light in ("sources.kinds", "sources.kind_tensorboard", "sources.kind_base", "sources.base", "sources.run_sources",
+                  "sources.place_keys", "sources.kind_launch"):
         assert _against_rules("launch", light) == [], light
     for reader in ("sources.tensorboard", "sources.discovery", "sources.wandb_log", "sources.writers", "sidecar.loop"):
         assert _against_rules("launch", reader) != [], reader
@@ -132,6 +136,7 @@ def test_the_launch_may_read_the_judges_policy_and_never_judge() -> None:
         assert _against_rules("launch", light) == [], light
     for heavy in ("judge.ordered_checks", "judge.history", "judge.checks_finite", "judge"):
         assert _against_rules("launch", heavy) != [], heavy
+    assert _against_rules("judge", "sources.points") == [] and _against_rules("judge", "sources.tensorboard") != []
     wrong = []
     for module in JUDGE_POLICY:
         path = PACKAGE_ROOT / f"{module.replace('.', '/')}.py"
@@ -156,7 +161,7 @@ def _module_level_imports(path: Path) -> list[tuple[str, int]]:
 
 def test_the_registry_of_source_kinds_and_their_declarations_load_no_reader() -> None:
     light = [p for p in sorted((PACKAGE_ROOT / "sources").glob("*.py")) if _is_light(_module_name(p))]
-    assert {p.name for p in light} >= {"kinds.py", "kind_base.py", "kind_tensorboard.py", "kind_wandb.py"}
+    assert {p.name for p in light} >= {"kinds.py", "kind_base.py", "kind_tensorboard.py", "kind_wandb.py", "run_sources.py"}
     wrong = []
     for path in light:
         for target, line in _module_level_imports(path):

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource

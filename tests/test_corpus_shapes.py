@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from guarded_sbatch.cli.monitor import ONCE_EXIT
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.textlog import TextLogSource
 from textlog_corpus import CORPUS, read_all, read_history

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guarded_sbatch.core.points import Axis, MetricPoint
+from guarded_sbatch.sources.points import Axis, MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource

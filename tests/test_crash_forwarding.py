@@ -10,7 +10,7 @@ from pathlib import Path
 
 from guarded_sbatch.judge import Decision
 from guarded_sbatch.sidecar.one_shot import judge_sources
-from guarded_sbatch.core.run_sources import specs_from_flags
+from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.crash_confirm import ALIVE_MARGIN_S, CRASH_CONFIRM_S
 from guarded_sbatch.sidecar.source_set import SourceSet

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.sources.base import SourceBase
-from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar import loop as loop_module
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.one_shot import check_once
-from guarded_sbatch.core.run_sources import specs_from_flags
+from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.files import read_range, read_whole

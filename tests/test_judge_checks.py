@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, Reason, RunContext, decide
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 
 NAN = math.nan
 INF = math.inf

@@ -19,7 +19,7 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.registry import RunRecord
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, decide
 from guarded_sbatch.judge.table import policy_from_table, policy_table, threshold_names
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "judge.md"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
-from guarded_sbatch.core.points import CrashEvent, CrashState
+from guarded_sbatch.sources.points import CrashEvent, CrashState
 from guarded_sbatch.sources.textlog import TextLogSource
 
 OOM = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    loss.backward()\n"

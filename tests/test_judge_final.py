@@ -19,7 +19,7 @@ from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
-from guarded_sbatch.core.run_sources import specs_from_flags
+from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.state import SidecarState
 

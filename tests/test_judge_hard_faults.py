@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint as P
+from guarded_sbatch.sources.points import MetricPoint as P
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.textlog import TextLogSource
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from guarded_sbatch.judge import MetricHistory
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 
 
 def test_dedup_newest_wins_and_sorted() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import MetricHistory, decide
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, Reason, decide
 from guarded_sbatch.judge.select import select_keys
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, Reason, RunContext, decide
 
 NAN = float("nan")

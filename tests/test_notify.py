@@ -135,7 +135,7 @@ def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
     import io
 
     from guarded_sbatch.sidecar.loop import Sidecar
-    from guarded_sbatch.core.run_sources import specs_from_flags
+    from guarded_sbatch.sources.run_sources import specs_from_flags
     from guarded_sbatch.sidecar.settings import SidecarSettings
 
     hook = WebhookServer().start()

@@ -18,7 +18,7 @@ from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.report import CheckReport, one_line, summarise_metrics
-from guarded_sbatch.core.run_sources import specs_from_flags
+from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 BASE = 1_796_000_000.0

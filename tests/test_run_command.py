@@ -13,7 +13,7 @@ import pytest
 from conftest import require
 from e2e_helpers import Project, make_project, wait_for
 from guarded_sbatch.cli.run import run_under_guard
-from guarded_sbatch.core.run_sources import MLFLOW_TAG
+from guarded_sbatch.sources.run_sources import MLFLOW_TAG
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 CONFIG = "configs/synthetic-tanh-mlp.yaml"

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import make_project
-from guarded_sbatch.core.run_sources import (
+from guarded_sbatch.sources.run_sources import (
     MLFLOW_TAG,
     RunSources,
-    expand_filename_pattern,
 )
+from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.launch.preflight import run_preflight
@@ -108,7 +108,7 @@ def test_transformers_tensorboard_folder_from_the_environment_is_the_runs_own(tm
 
 def test_the_monitoring_check_reports_what_the_launch_resolved(tmp_path: Path) -> None:
     """One report never says "no tracker found" beside "the sidecar reads this run's own: TensorBoard ...":
-    the check reads the launch's source plan (core/source_kinds.py's keys), not signs of its own alone."""
+    the check reads the launch's source plan (sources/kind_launch.py's keys), not signs of its own alone."""
     project = make_project(tmp_path)
     (project.root / "train.py").write_text("print('step 1 loss 0.5')\n")  # no tracker in the code
     shutil.rmtree(project.root / "runs")

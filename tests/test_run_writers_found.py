@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import SourceSpec, WriterIdentity
+from guarded_sbatch.sources.run_sources import SourceSpec, WriterIdentity
 from guarded_sbatch.sidecar import job_writers
 from guarded_sbatch.sidecar.job_writers import held_files, job_processes
 from guarded_sbatch.sidecar.tracker_runs import agent_run_process, judged_source

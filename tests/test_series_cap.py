@@ -15,7 +15,7 @@ from pathlib import Path
 
 from alert_servers import HOST, WebhookServer
 from e2e_helpers import REPO, wait_for
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.source_state import judge
 from guarded_sbatch.judge.verdict import Decision, Reason

@@ -19,7 +19,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar.one_shot import judge_sources
-from guarded_sbatch.core.run_sources import specs_from_flags
+from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 

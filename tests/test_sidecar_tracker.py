@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from guarded_sbatch.sidecar.loop import Sidecar
-from guarded_sbatch.core.run_sources import specs_from_flags
+from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from source_writers import write_wandb_offline_run
 

@@ -1,4 +1,4 @@
-"""The typed model of a run's sources (core/run_sources.py): one list of SourceSpec, written to the record and
+"""The typed model of a run's sources (sources/run_sources.py): one list of SourceSpec, written to the record and
 read back unchanged, the launch's older fields converted in one place, older records read tolerantly, and the
 writer attribution that decides whether a file is the run's own."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.run_sources import (
+from guarded_sbatch.sources.run_sources import (
     Attribution,
     FileWriter,
     RunSources,

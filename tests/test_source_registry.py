@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
 
-from guarded_sbatch.core.run_sources import RunSources, SourceSpec
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sources import kinds
@@ -115,7 +115,7 @@ def test_the_new_kind_is_one_module_and_one_registry_line(package_with_jsonl: Pa
     imported = [node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
                 and node.module.startswith("guarded_sbatch.")]
     light = ("guarded_sbatch.core.", "guarded_sbatch.sources.kind_", "guarded_sbatch.sources.base",
-             "guarded_sbatch.sources.files")
+             "guarded_sbatch.sources.files", "guarded_sbatch.sources.points", "guarded_sbatch.sources.run_sources")
     assert imported and all(name.startswith(light) for name in imported), imported
     # the processes started from the copy import the copy (PYTHONPATH comes before the installed package)
     found = subprocess.run([sys.executable, "-P", "-c", "import guarded_sbatch.sources.kinds as k; print(k.__file__)"],
@@ -214,14 +214,15 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("guarded_sbatch.s
     loaded = set(json.loads(out.stdout.strip().splitlines()[-1]))
     declarations = {f"guarded_sbatch.sources.{p.stem}" for p in (PACKAGE / "sources").glob("kind_*.py")}
     assert loaded == {"guarded_sbatch.sources", "guarded_sbatch.sources.base", "guarded_sbatch.sources.kinds",
-                      *declarations}, sorted(loaded)
+                      "guarded_sbatch.sources.points", "guarded_sbatch.sources.run_sources",
+                      "guarded_sbatch.sources.place_keys", *declarations}, sorted(loaded)
 
 
 NEIGHBOUR = """
 import json, sys, time
 from pathlib import Path
 from guarded_sbatch.core.registry import create_run
-from guarded_sbatch.core.run_sources import RunSources, SourceSpec
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 

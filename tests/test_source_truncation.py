@@ -13,7 +13,7 @@ import pytest
 from source_writers import tb_event, write_tb_events, write_wandb_offline_run
 from test_sources_textlog import TRAINER_LINES
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file

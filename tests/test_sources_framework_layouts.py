@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import require
-from guarded_sbatch.core.run_sources import RunSources
+from guarded_sbatch.sources.run_sources import RunSources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover_owned

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from source_writers import tb_event, write_tb_events
 
-from guarded_sbatch.core.points import Axis, MetricPoint
+from guarded_sbatch.sources.points import Axis, MetricPoint
 from guarded_sbatch.sources.tensorboard import TensorBoardSource, find_event_files
 
 

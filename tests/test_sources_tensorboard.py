@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from source_writers import append_tb_events, tb_event, write_tb_events
 
-from guarded_sbatch.core.points import MetricPoint, merge_into_history
+from guarded_sbatch.sources.points import MetricPoint, merge_into_history
 from guarded_sbatch.sources.tb_event import decode_event
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from source_writers import wandb_history_with_pb2, write_wandb_offline_run
 
-from guarded_sbatch.core.points import Axis
+from guarded_sbatch.sources.points import Axis
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.wandb_axis import WandbAxes
 from guarded_sbatch.sources.wandb_api import parse_run_path, rows_to_points

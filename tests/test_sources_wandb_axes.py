@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from source_writers import wandb_rows_with_pb2, write_wandb_axes_runs
 
-from guarded_sbatch.core.points import Axis
+from guarded_sbatch.sources.points import Axis
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.wandb_log import WandbLogSource, find_wandb_file, resumed_parts
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.judge import Decision, MetricHistory, decide
-from guarded_sbatch.core.points import CrashState
+from guarded_sbatch.sources.points import CrashState
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.textlog_crash import CrashTracker
 from guarded_sbatch.sources.textlog_formats import parse_line

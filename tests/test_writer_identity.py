@@ -27,7 +27,7 @@ import pytest
 
 from conftest import require
 from source_writers import tb_event, write_tb_events
-from guarded_sbatch.core.run_sources import RunSources, SourceSpec, WriterIdentity
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler

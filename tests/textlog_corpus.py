@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint
+from guarded_sbatch.sources.points import CrashEvent, CrashState, MetricPoint
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sources.textlog import TextLogSource
 

@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # for type checkers only; at run time __getattr__ imports on first use
     from guarded_sbatch.sidecar.api import SOURCE_KINDS, judge, open_source, read_history, read_metrics
-    from guarded_sbatch.core.points import MetricPoint
+    from guarded_sbatch.sources.points import MetricPoint
     from guarded_sbatch.judge.ordered_checks import decide
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.judge.policy import JudgePolicy, RunContext
@@ -53,7 +53,7 @@ _LAZY = {
     "Verdict": "guarded_sbatch.judge.verdict",
     "Decision": "guarded_sbatch.judge.verdict",
     "Reason": "guarded_sbatch.judge.verdict",
-    "MetricPoint": "guarded_sbatch.core.points",
+    "MetricPoint": "guarded_sbatch.sources.points",
 }
 
 __all__ = [

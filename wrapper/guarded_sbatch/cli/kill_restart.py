@@ -360,7 +360,7 @@ def _clean_up_array(array: str, tasks: list[RunRecord], *, yes: bool, verb: str)
 def _own_source_files(record: RunRecord) -> list[str]:
     """The files of the run's own sources that kill deletes, as each kind says (the W&B run folders of the id
     guarded-sbatch gave the job, also when its sidecar never saw them); never another run's or another user's."""
-    from guarded_sbatch.core.run_sources import run_specs
+    from guarded_sbatch.sources.run_sources import run_specs
     from guarded_sbatch.sources.kinds import run_files
 
     return run_files(run_specs(record))

@@ -27,7 +27,7 @@ from guarded_sbatch.cli.watch_args import (
 )
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.run_sources import SourceSpec, specs_from_flags
+from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import ExitCode
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
-from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 # the decision is the exit code, so a script can branch on it without parsing

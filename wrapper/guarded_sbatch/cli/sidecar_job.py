@@ -25,7 +25,7 @@ from guarded_sbatch.cli.watch_args import (
 from guarded_sbatch.core.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.run_sources import flagged_specs
+from guarded_sbatch.sources.run_sources import flagged_specs
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:

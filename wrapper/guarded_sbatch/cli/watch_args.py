@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError, UsageError
-from guarded_sbatch.core.run_sources import SourceSpec, specs_from_flags
+from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:
     from guarded_sbatch.judge.policy import JudgePolicy
     from guarded_sbatch.core.registry import RunRecord
-    from guarded_sbatch.core.run_sources import RunSources
+    from guarded_sbatch.sources.run_sources import RunSources
     from guarded_sbatch.sources.kinds import SourceKind
 
 
@@ -161,6 +161,6 @@ def policy_for(args: Namespace, record: RunRecord | None = None, *, strict: bool
 
 def recorded_sources(record: RunRecord | None) -> RunSources | None:
     """What the guarded run's record says are its own sources (None without a record)."""
-    from guarded_sbatch.core.run_sources import RunSources
+    from guarded_sbatch.sources.run_sources import RunSources
 
     return RunSources.from_json(record.sources) if record is not None else None

@@ -37,7 +37,7 @@ class RunRecord:
     checkpoint_dir: str = ""
     artifact_dir: str = ""
     tracker: dict[str, Any] = field(default_factory=dict)
-    sources: dict[str, Any] = field(default_factory=dict)  # core/run_sources.RunSources: what is this run's own
+    sources: dict[str, Any] = field(default_factory=dict)  # sources/run_sources.RunSources: what is this run's own
     config_path: str = ""  # the run's config, for `reference` and the default reference of its family
     waivers: list[dict[str, str]] = field(default_factory=list)
     restarted_from: str = ""

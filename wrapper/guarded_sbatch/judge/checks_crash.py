@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from guarded_sbatch.core.points import CUT_TRACEBACK, CrashState
+from guarded_sbatch.sources.points import CUT_TRACEBACK, CrashState
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.verdict import Anomaly, Reason

@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from guarded_sbatch.judge.keys import Role, classify_key
-from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint
+from guarded_sbatch.sources.points import CrashEvent, CrashState, MetricPoint
 from guarded_sbatch.judge.series import Series
 
 

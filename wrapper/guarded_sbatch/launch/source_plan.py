@@ -2,7 +2,7 @@
 arguments, `"$@"` already expanded from the script's real arguments), the file or folder of every other kind
 named by its keys (each kind's LaunchKind in the registry, sources/kinds.py, as `RunSources.specs`), a W&B run
 id and an MLflow tag exported to the job, and its own stdout/stderr files. The result goes into the run's record;
-the sidecar reads exactly these (core/run_sources.py)."""
+the sidecar reads exactly these (sources/run_sources.py)."""
 
 from __future__ import annotations
 
@@ -16,14 +16,14 @@ import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from guarded_sbatch.core.place_keys import OUTPUT_KEYS
-from guarded_sbatch.core.run_sources import (
+from guarded_sbatch.sources.place_keys import OUTPUT_KEYS
+from guarded_sbatch.sources.run_sources import (
     MLFLOW_TAG,
     RECORDED_APART,
     RunSources,
     SourceSpec,
-    expand_filename_pattern,
 )
+from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
 from guarded_sbatch.core.sbatch.array import ArraySpec, parse_array_spec
 from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
 from guarded_sbatch.launch.context import PreflightContext

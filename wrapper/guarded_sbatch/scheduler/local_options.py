@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.run_sources import expand_filename_pattern
+from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
 from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
 from guarded_sbatch.core.sbatch.array import ArraySpec, parse_array_spec
 from guarded_sbatch.core.sbatch.options import effective_options

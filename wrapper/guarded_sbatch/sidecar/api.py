@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.judge.ordered_checks import decide
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext

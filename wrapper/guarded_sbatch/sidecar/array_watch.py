@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.core import monitor_registry as registry
-from guarded_sbatch.core.run_sources import RunSources
+from guarded_sbatch.sources.run_sources import RunSources
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, _record
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from guarded_sbatch.core.points import CrashEvent, CrashState
+from guarded_sbatch.sources.points import CrashEvent, CrashState
 from guarded_sbatch.sources.files import check_regular
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import time
 
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import runs_root
-from guarded_sbatch.core.run_sources import RunSources
+from guarded_sbatch.sources.run_sources import RunSources
 
 CACHE_S = 5.0  # a record changed since (not a new one) is read this much later at most
 _cache: dict[str, tuple[float, list[tuple[str, list[str]]]]] = {}

@@ -26,7 +26,7 @@ from guarded_sbatch.core.redact import remember_fingerprints
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.registry import RunRecord, mark_over, runs_root
-from guarded_sbatch.core.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.table import recorded_policy
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.points import sanitize_points
+from guarded_sbatch.sources.points import sanitize_points
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.files import OUT_OF_MEMORY

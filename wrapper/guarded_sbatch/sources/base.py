@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from guarded_sbatch.core.errors import ExitCode, GuardedError
-from guarded_sbatch.core.points import CrashEvent, MetricPoint
+from guarded_sbatch.sources.points import CrashEvent, MetricPoint
 
 # What one read yields: points, or (TensorBoard) {key: (steps, wall_times, values)} numpy columns.
 Batch = Any

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from guarded_sbatch.core import file_trust
 from guarded_sbatch.core.errors import CommandError
-from guarded_sbatch.core.points import CrashEvent, MetricPoint
+from guarded_sbatch.sources.points import CrashEvent, MetricPoint
 from guarded_sbatch.core.runner import run_command_tail
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.base import SourceBase

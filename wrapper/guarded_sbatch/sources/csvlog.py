@@ -15,7 +15,7 @@ import math
 import os
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.files import guarded_reader, read_whole
 from guarded_sbatch.sources.textlog_formats import yolo_loss_sum

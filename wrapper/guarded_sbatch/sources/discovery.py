@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import SourceSpec, WriterIdentity
+from guarded_sbatch.sources.run_sources import SourceSpec, WriterIdentity
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Picking, SourceKind
 from guarded_sbatch.sources.kinds import KINDS, names_run_folder

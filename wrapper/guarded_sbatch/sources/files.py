@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from guarded_sbatch.core import file_trust
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.points import MetricPoint, sanitize_points
+from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.sources.base import SourceBase, SourceError
 
 T = TypeVar("T", bound=SourceBase)  # a reader: sanitize_notes is declared on SourceBase

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from guarded_sbatch.core.run_sources import SourceSpec, WriterIdentity
-from guarded_sbatch.core.source_kinds import LaunchKind
+from guarded_sbatch.sources.run_sources import SourceSpec, WriterIdentity
+from guarded_sbatch.sources.kind_launch import LaunchKind
 
 if TYPE_CHECKING:
     from guarded_sbatch.sources.base import MetricSource

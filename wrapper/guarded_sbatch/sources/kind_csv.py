@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, SourceKind, is_file_named
 

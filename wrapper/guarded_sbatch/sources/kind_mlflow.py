@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import MLFLOW_TAG, SourceSpec
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses, call_argument
+from guarded_sbatch.sources.run_sources import MLFLOW_TAG, SourceSpec
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses, call_argument
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, Picking, SourceKind
 

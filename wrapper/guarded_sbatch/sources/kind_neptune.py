@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses
 from guarded_sbatch.sources.kind_base import SourceKind
 
 

@@ -11,8 +11,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import SourceSpec, WriterIdentity
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.sources.run_sources import SourceSpec, WriterIdentity
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, Picking, SourceKind, claimed, modified_at
 
@@ -86,7 +86,7 @@ def _pick(event_folders: list[Path], picking: Picking) -> list[Path]:
 
 def _by_writer(roots: dict[Path, list[Path]], job: WriterIdentity) -> tuple[list[Path], list[Path]]:
     """(the run folders holding a file of the job's processes, those holding a file nobody is known to write)."""
-    from guarded_sbatch.core.run_sources import Attribution, attribute  # noqa: PLC0415
+    from guarded_sbatch.sources.run_sources import Attribution, attribute  # noqa: PLC0415
     from guarded_sbatch.sources.writers import event_file_writer, owner_of, running_here  # noqa: PLC0415  lazy (see kind_base.py)
 
     def verdict(path: Path) -> Attribution:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import JobWriter, SourceKind
 

@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses, call_argument
-from guarded_sbatch.core.run_sources import SourceSpec
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses, call_argument
+from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sources.base import MetricSource, SourceError
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, SourceKind, modified_at
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from guarded_sbatch.core.place_keys import CHECKPOINT_DIR_KEYS, OUTPUT_KEYS
-from guarded_sbatch.core.run_sources import SourceSpec
-from guarded_sbatch.core.source_kinds import LaunchKind
+from guarded_sbatch.sources.place_keys import CHECKPOINT_DIR_KEYS, OUTPUT_KEYS
+from guarded_sbatch.sources.run_sources import SourceSpec
+from guarded_sbatch.sources.kind_launch import LaunchKind
 from guarded_sbatch.sources.base import MetricSource, SourceError
 from guarded_sbatch.sources.kind_base import JobWriter, SourceKind
 

@@ -13,7 +13,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from guarded_sbatch.core.points import MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import check_regular, guarded_reader, read_range
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from guarded_sbatch.core.points import MetricPoint
+from guarded_sbatch.sources.points import MetricPoint
 
 _Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
 
@@ -38,7 +38,7 @@ class ColumnSink:
 
     def columns(self, *, newest_by_wall_time: bool) -> dict[str, _Columns]:
         """{key: (steps, walls, values)} in arrival order; with newest_by_wall_time one point per step, the one with
-        the latest wall time (the later on a tie), as core.points.newest_per_key_step chooses."""
+        the latest wall time (the later on a tie), as sources.points.newest_per_key_step chooses."""
         out = {}
         for key, (_, steps, walls, values) in self._joined().items():
             if newest_by_wall_time:

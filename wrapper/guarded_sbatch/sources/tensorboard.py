@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import Batch, SourceBase, SourceError
 from guarded_sbatch.sources.files import LIMITS, check_regular, data_extent, guarded_reader, open_regular
 from guarded_sbatch.sources.tb_columns import ColumnSink

@@ -25,7 +25,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from guarded_sbatch.core.points import CrashEvent, CrashState, MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.points import CrashEvent, CrashState, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row

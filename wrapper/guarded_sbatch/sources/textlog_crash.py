@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from guarded_sbatch.core.points import CUT_TRACEBACK
+from guarded_sbatch.sources.points import CUT_TRACEBACK
 from guarded_sbatch.sources.textlog_tokens import strip_rank_prefix
 
 MAX_EVIDENCE = 400

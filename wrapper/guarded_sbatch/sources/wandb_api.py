@@ -13,7 +13,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from guarded_sbatch.core.points import Axis, MetricPoint
+from guarded_sbatch.sources.points import Axis, MetricPoint
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.base import SourceBase
 from guarded_sbatch.sources.files import guarded_reader

@@ -22,7 +22,7 @@ import fnmatch
 import math
 from dataclasses import dataclass, field
 
-from guarded_sbatch.core.points import STEP_LIKE_KEYS, Axis, MetricPoint, axis_of_counter
+from guarded_sbatch.sources.points import STEP_LIKE_KEYS, Axis, MetricPoint, axis_of_counter
 
 
 @dataclass

@@ -27,7 +27,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guarded_sbatch.core.points import Axis, MetricPoint, newest_per_key_step
+from guarded_sbatch.sources.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import SourceBase, SourceError, TrackerRun
 from guarded_sbatch.sources.files import guarded_reader, open_regular
 from guarded_sbatch.sources.wandb_axis import WandbAxes, WandbRow

@@ -1,7 +1,7 @@
 """Who wrote a metric file, as the file itself says, and which of a folder's files are one run's own.
 
 A file's owner (its uid) and, for TensorBoard, its name (`events.out.tfevents.<time>.<host>.<pid>.<n>`, as
-torch, tensorboardX and TensorFlow name them) identify the writer; core/run_sources.attribute() compares that
+torch, tensorboardX and TensorFlow name them) identify the writer; sources/run_sources.attribute() compares that
 with the job (its user, node, processes and start time). `WriterFilter` is the per-file decision a
 TensorBoard reader asks: own files are read, foreign ones never, and files that could be this run's or a
 neighbour's are read only when one writer is left to choose from; otherwise none is read and the
@@ -17,7 +17,7 @@ from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 
-from guarded_sbatch.core.run_sources import Attribution, FileWriter, WriterIdentity, attribute
+from guarded_sbatch.sources.run_sources import Attribution, FileWriter, WriterIdentity, attribute
 
 EVENT_MARKER = "tfevents"
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.fsutil import read_bounded
-from guarded_sbatch.core.run_sources import SourceSpec
-from guarded_sbatch.core.source_kinds import LaunchKind, Uses
+from guarded_sbatch.sources.run_sources import SourceSpec
+from guarded_sbatch.sources.kind_launch import LaunchKind, Uses
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus

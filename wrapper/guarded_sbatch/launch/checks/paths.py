@@ -21,7 +21,7 @@ from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 WRITTEN_FOLDER_KEYS = written_folder_keys()  # output, checkpoint and every source kind's folder keys
 
 NAME = CheckName.PATHS.value
-# a key not listed in core/place_keys.py whose name holds one of these parts names an output place too
+# a key not listed in sources/place_keys.py whose name holds one of these parts names an output place too
 OUTPUT_NAME_PARTS = ("output", "out_dir", "outdir", "save", "log_dir", "logdir", "logging_dir", "ckpt_dir", "checkpoint_dir",
                 "work_dir", "run_dir", "exp_dir", "results_dir", "tensorboard",
                 "default_root", "log_root", "logs_root", "exp_root", "run_root", "runs_root", "work_root")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import DEFAULT_NAME_PATTERN
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.place_keys import CHECKPOINT_DIR_KEYS, OUTPUT_KEYS
+from guarded_sbatch.sources.place_keys import CHECKPOINT_DIR_KEYS, OUTPUT_KEYS
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import math
-import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,6 @@ MLFLOW_TAG = "guarded_sbatch.run"
 # kinds whose launch-resolved places the record keeps in fields of their own (tb_paths), made specs in
 # RunSources.source_specs(); every other kind's place resolved at launch is recorded in RunSources.specs
 RECORDED_APART = frozenset({"tensorboard"})
-# Slurm's filename patterns (sbatch(1) "filename pattern"): %A %a %j %N %u %x, %% a percent sign.
-_PATTERN = re.compile(r"%(\d*)([AajNux%])")
 
 
 @dataclass(frozen=True)
@@ -170,12 +167,12 @@ class RunSources:
         """Tolerant of older records (fields missing or of another type are left at their defaults)."""
         if not isinstance(raw, dict) or not raw:
             return None
-        defaults = cls()
+        defaults = asdict(cls())
         values: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in raw:
                 continue
-            value, default = raw[f.name], getattr(defaults, f.name)
+            value, default = raw[f.name], defaults[f.name]
             if f.name == "specs":
                 values["specs"] = [s for s in map(SourceSpec.from_json, _list(value)) if s is not None]
             elif f.name == "seen":
@@ -262,18 +259,3 @@ def _text(value: object) -> str:
 
 def _number(value: object) -> float:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) else 0.0
-
-
-def expand_filename_pattern(pattern: str, *, job_id: str, job_name: str, user: str, node: str | None = None,
-                            array_job: str | None = None, array_task: str | None = None) -> str:
-    """sbatch's --output/--error pattern for one job; %N stays when the node is not known yet."""
-    def replace(match: re.Match[str]) -> str:
-        width, code = match.group(1), match.group(2)
-        if code == "%":
-            return "%"
-        value = {"j": job_id, "A": array_job or job_id, "a": array_task, "N": node, "u": user, "x": job_name}[code]
-        if value is None:
-            return match.group(0)
-        return value.zfill(int(width)) if width and value.isdigit() else value
-
-    return _PATTERN.sub(replace, pattern)
