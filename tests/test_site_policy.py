@@ -16,6 +16,7 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script
 from guarded_sbatch.scheduler.interface import SubmitRequest
+from guarded_sbatch.scheduler.slurm import sbatch_words
 from guarded_sbatch.site.marking_scheduler import MarkingScheduler, comment_with_marker, is_guarded, marker_in, script_digest
 from guarded_sbatch.site.enforcement import EnforcementPolicy, load_policy, policy_from_table, render_lua_policy, training_reason
 from test_site_helpers import PLUGINS, REPO, lua_interpreter, site_config
@@ -60,15 +61,16 @@ def test_marking_scheduler_marks_training_and_sidecar_submissions(tmp_path: Path
     launch = split_sbatch_argv(["--time=1:00:00", str(train)])
     marking = MarkingScheduler(object(), launch.script, launch.parsed_options)
     request = marking.marked(SubmitRequest(script=train, sbatch_options=launch.sbatch_options))
-    assert request.sbatch_options[:-1] == ("--time=1:00:00",)  # the user's options are kept, in order
-    assert request.sbatch_options[-1] == (f"--comment=from-the-script guarded-sbatch:preflight="
-                                          f"{script_digest(train.read_bytes())}")
+    assert request.sbatch_options == ("--time=1:00:00",)  # the user's options are kept as they are, in order
+    assert request.comment == f"from-the-script guarded-sbatch:preflight={script_digest(train.read_bytes())}"
+    assert sbatch_words(request)[-1] == f"--comment={request.comment}"  # Slurm's last --comment wins
     overridden = split_sbatch_argv(["--comment", "cli wins", str(train)])
     marked = MarkingScheduler(object(), overridden.script, overridden.parsed_options).marked(
         SubmitRequest(script=train, sbatch_options=overridden.sbatch_options))
-    assert marked.sbatch_options[-1].startswith("--comment=cli wins guarded-sbatch:preflight=")
-    side = marking.marked(SubmitRequest(script=sidecar, sbatch_options=("--dependency=after:1",)))
-    assert side.sbatch_options[-1] == f"--comment=guarded-sbatch:sidecar={script_digest(sidecar.read_bytes())}"
+    assert marked.comment is not None and marked.comment.startswith("cli wins guarded-sbatch:preflight=")
+    side = marking.marked(SubmitRequest(script=sidecar, after="1"))
+    assert side.comment == f"guarded-sbatch:sidecar={script_digest(sidecar.read_bytes())}"
+    assert sbatch_words(side) == ["--dependency=after:1", "--kill-on-invalid-dep=yes", f"--comment={side.comment}"]
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
@@ -121,7 +123,7 @@ def test_rendered_policy_loads_in_lua_with_awkward_strings(tmp_path: Path) -> No
 
 
 def test_bad_policy_is_one_clear_line(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="unguarded_training' must be one of reject, tag, allow"):
+    with pytest.raises(UsageError, match="unguarded_training' must be \"reject\", \"tag\" or \"allow\""):
         load_policy(site_config(tmp_path, policy="block"))
     with pytest.raises(UsageError, match="unknown launcher 'mpirun'"):
         policy_from_table({"launchers": ["mpirun"]}, "x")

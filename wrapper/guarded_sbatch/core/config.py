@@ -12,27 +12,25 @@ import os
 import stat
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
 from datetime import datetime, time
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import config_schema as schema
 from guarded_sbatch.core.config_schema import (
     DEFAULT_FORBIDDEN_NAMES,
     DEFAULT_NAME_PATTERN,
-    KEYS,
     MAX_NUMBER,
     NOTIFY_EVENTS,
-    OPEN_TABLES,
     Key,
     checked,
-    defaults,
 )
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
 
-__all__ = ["DEFAULTS", "DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
+__all__ = ["DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
            "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml"]
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
@@ -42,8 +40,6 @@ SYSTEM_SITE_CONFIG = Path("/etc/guarded-sbatch/site.toml")
 _UNION_KEYS = (("checks", "mandatory"), ("locked",))  # lists a lower site config may add to, never remove from
 USER_CONFIG_ENV = "GUARDED_SBATCH_USER_CONFIG"
 
-SITE_ONLY_KEYS = ("locked", "enabled", "audit")  # a user config may not set these
-DEFAULTS: dict[str, Any] = defaults()
 
 WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 QUIET_ENTRY = re.compile(r"^(?:(?P<days>[A-Za-z,\-]+)\s+)?(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})$")
@@ -96,10 +92,18 @@ def _expand_path(text: str, env: Mapping[str, str]) -> Path:
 def setting(path: str, *, scale: float = 1.0, container: type = tuple) -> Any:
     """A settings field filled from config key `path` (its default, kind and bounds are the schema's)."""
     metadata = {"key": path, "scale": scale, "container": container}
-    default = _converted(KEYS[path], KEYS[path].default, metadata, {})
+    default = _converted(schema.KEYS[path], schema.KEYS[path].default, metadata, {})
     if isinstance(default, dict):
         return field(default_factory=lambda: dict(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def setting_value(item: Field[Any], raw: Any, fail: Callable[[str, str], Exception], env: Mapping[str, str] | None = None,
+                  sources: tuple[Path, ...] = ()) -> Any:
+    """The value of the settings field `item` (made by `setting`) from its key's raw value: checked as the schema
+    says, then converted as the field holds it."""
+    key = schema.KEYS[item.metadata["key"]]
+    return _converted(key, checked(key, raw, fail), item.metadata, env or {}, sources)
 
 
 @dataclass(frozen=True)
@@ -213,12 +217,13 @@ def load_config(
         user_path = user_config_path(environ)
     if explicit_user and not user_path.is_file():
         raise UsageError(f"user config {user_path} does not exist; create it or unset {USER_CONFIG_ENV}")
-    merged = copy.deepcopy(DEFAULTS)
+    known = schema.defaults()  # every key of the schema as it is now, with its default
+    merged = copy.deepcopy(known)
     sources: list[Path] = []
     site: dict[str, Any] = {}
     for path in site_paths:
         site = read_toml(path)
-        _check_known_keys(site, DEFAULTS, path)
+        _check_known_keys(site, known, path)
         lower = {keys: list(_get(merged, keys)) for keys in _UNION_KEYS} if sources else {}
         _deep_merge(merged, site)
         for keys, values in lower.items():  # the system config keeps what the named one made mandatory or locked
@@ -228,10 +233,10 @@ def load_config(
         sources.append(path)
     if user_path.is_file():
         user = read_toml(user_path)
-        _check_known_keys(user, DEFAULTS, user_path)
-        for key in SITE_ONLY_KEYS:
-            if key in user:
-                raise UsageError(f"{user_path}: '{key}' belongs in the site config only; remove it from your config")
+        _check_known_keys(user, known, user_path)
+        for key in (key for key in schema.KEYS.values() if key.site_only):
+            if _lookup(user, key.path)[0]:
+                raise UsageError(f"{user_path}: '{key.path}' belongs in the site config only; remove it from your config")
         _refuse_locked_changes(user, merged, [str(k) for k in merged.get("locked", [])], user_path, site_path)
         site_urls = list(merged["notify"]["urls"])
         _deep_merge(merged, user)
@@ -286,7 +291,7 @@ def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: P
         if isinstance(known[key], dict):
             if not isinstance(value, dict):
                 raise UsageError(f"{path}: '{dotted}' must be a table ([{dotted}]), not {type(value).__name__}")
-            if dotted not in OPEN_TABLES:
+            if dotted not in schema.OPEN_TABLES:
                 _check_known_keys(value, known[key], path, prefix=f"{dotted}.")
 
 
@@ -329,17 +334,17 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
         values: dict[str, Any] = {}
         for item in fields(cls):
             if "key" in item.metadata:
-                key = KEYS[item.metadata["key"]]
-                _, raw = _lookup(data, key.path)
-                values[item.name] = _converted(key, checked(key, raw, fail), item.metadata, env, sources)
+                _, raw = _lookup(data, item.metadata["key"])
+                values[item.name] = setting_value(item, raw, fail, env, sources)
             elif item.name in ("sidecar", "launcher"):
                 values[item.name] = fill(type(item.default))
         return cls(**values)
 
     config = fill(Config)
     for entry in config.locked:  # a misspelt lock would lock nothing
-        if entry not in KEYS and not any(path.startswith(entry + ".") for path in KEYS):
-            raise fail("locked", f"names an unknown key {entry!r}; {did_you_mean(entry, KEYS)}give a key of the schema")
+        if entry not in schema.KEYS and not any(path.startswith(entry + ".") for path in schema.KEYS):
+            raise fail("locked", f"names an unknown key {entry!r}; {did_you_mean(entry, schema.KEYS)}"
+                       "give a key of the schema")
     return replace(config, waivable_checks=config.waivable_checks - config.mandatory_checks, sources=sources)
 
 

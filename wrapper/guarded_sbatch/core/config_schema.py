@@ -17,6 +17,7 @@ from guarded_sbatch.core.suggest import did_you_mean
 
 MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
 NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
+LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")  # the kinds core/sbatch/launcher.py recognises
 DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (
     r"(run|wave|phase|exp|try|trial|job|attempt|v)[-_]?\d+",
     r"test\d*",
@@ -40,7 +41,8 @@ class Key:
     high: float = MAX_NUMBER
     low_inclusive: bool = False
     choices: tuple[str, ...] = ()  # "choice": one of these; "names": a list of these
-    site_only: bool = False
+    site_only: bool = False  # a user config that sets it is refused (core/config.py)
+    nonempty: bool = False  # a string, or every string of a list, must not be blank
     example: Any = None  # the example site config's value, when it is not the default
     note: str = ""  # a short comment after the value in the example
     sample: str = ""  # a value to show in the error for a bad one
@@ -59,8 +61,7 @@ SCHEMA: tuple[Key, ...] = (
         [],
         "Dotted keys users may not change. Only the site config may hold `locked`. A user config that sets one of\n"
         "these to a different value is refused with one line naming the key (equal values are accepted).\n"
-        'The [enforcement] table is read from the site config only, whatever a user config says; add "enforcement"\n'
-        "here to make a user's attempt an error instead of a no-op.",
+        "Site-only keys (locked, enabled, audit, enforcement) are refused in a user config whatever their value.",
         site_only=True,
         example=["checks.mandatory", "name_pattern", "run_roots", "quiet_hours"],
     ),
@@ -269,10 +270,11 @@ SCHEMA: tuple[Key, ...] = (
     ),
     Key(
         "enforcement.launchers",
-        "str_list",
-        ["python", "torchrun", "accelerate", "deepspeed"],
+        "names",
+        list(LAUNCHER_KINDS),
         "What counts as a training job: a launcher line of one of these kinds (python <script or -m module>,\n"
         "torchrun, accelerate launch, deepspeed; also behind srun / exec / env VAR=x / time / nohup) ...",
+        choices=LAUNCHER_KINDS,
         site_only=True,
     ),
     Key(
@@ -281,6 +283,7 @@ SCHEMA: tuple[Key, ...] = (
         [],
         "... or a command line containing one of these plain substrings (the site's own launchers).",
         site_only=True,
+        nonempty=True,
         example=["run_pretrain.sh"],
     ),
     Key(
@@ -291,6 +294,7 @@ SCHEMA: tuple[Key, ...] = (
         "its submodules): guarded-sbatch's own sidecar, plain submitit jobs (remove it to require GuardedExecutor\n"
         "once it marks its jobs), pip.",
         site_only=True,
+        nonempty=True,
     ),
     Key(
         "enforcement.tag",
@@ -298,6 +302,7 @@ SCHEMA: tuple[Key, ...] = (
         "guarded-sbatch:unguarded",
         'The tag written for policy "tag", and where: "admin_comment" (users cannot change it) or "comment".',
         site_only=True,
+        nonempty=True,
     ),
     Key("enforcement.tag_field", "choice", "admin_comment", "", choices=("admin_comment", "comment"), site_only=True),
     Key(
@@ -342,6 +347,8 @@ def checked(key: Key, value: Any, fail: Callable[[str, str], Exception]) -> Any:
                     (isinstance(item, (int, float)) and not abs(item) <= MAX_NUMBER):
                 raise fail(f"{key.path}.{name}", f"must be a number (at most {MAX_NUMBER:g}) or a string, "
                                                  f"not a {type(item).__name__}; see docs/judge.md")
+    if key.nonempty and any(not item.strip() for item in ([value] if isinstance(value, str) else value)):
+        raise fail(key.path, "must not be empty" if isinstance(value, str) else "must be a list of non-empty strings")
     if key.kind == "names":
         for name in value:
             if name not in key.choices:
@@ -350,7 +357,7 @@ def checked(key: Key, value: Any, fail: Callable[[str, str], Exception]) -> Any:
     return value
 
 
-_WHAT = {"checks.mandatory": "check", "checks.waivable": "check", "notify.on": "event"}
+_WHAT = {"checks.mandatory": "check", "checks.waivable": "check", "notify.on": "event", "enforcement.launchers": "launcher"}
 
 
 def _number(key: Key, value: Any) -> bool:

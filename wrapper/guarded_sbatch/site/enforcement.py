@@ -10,66 +10,48 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.config import DEFAULTS, SITE_CONFIG_ENV, read_toml, site_config_paths
+from guarded_sbatch.core.config import SITE_CONFIG_ENV, read_toml, setting, setting_value, site_config_paths
+from guarded_sbatch.core.config_schema import KEYS
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.sbatch.launcher import LauncherLine
 from guarded_sbatch.core.sbatch.script import ParsedScript
 from guarded_sbatch.site import launch_forms
 
-MODES = ("reject", "tag", "allow")
-LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")
-TAG_FIELDS = ("admin_comment", "comment")
 HOW_TO_SUBMIT = "module load guarded-sbatch; guarded-sbatch [options] script.sh"
 
 
 @dataclass(frozen=True)
 class EnforcementPolicy:
-    unguarded_training: str = "tag"
-    launchers: tuple[str, ...] = LAUNCHER_KINDS
-    training_commands: tuple[str, ...] = ()
-    exempt_programs: tuple[str, ...] = ("guarded_sbatch", "submitit.core._submit", "pip")
-    tag: str = "guarded-sbatch:unguarded"
-    tag_field: str = "admin_comment"
+    """The [enforcement] settings: each field's key, default and check are the config schema's."""
+
+    unguarded_training: str = setting("enforcement.unguarded_training")  # reject | tag | allow
+    launchers: tuple[str, ...] = setting("enforcement.launchers")
+    training_commands: tuple[str, ...] = setting("enforcement.training_commands")
+    exempt_programs: tuple[str, ...] = setting("enforcement.exempt_programs")
+    tag: str = setting("enforcement.tag")
+    tag_field: str = setting("enforcement.tag_field")  # admin_comment | comment
     source: str = "<defaults>"
     switched_off: bool = False  # `enabled = false` in the site config
 
 
 def policy_from_table(table: Mapping[str, Any], source: str) -> EnforcementPolicy:
-    defaults = DEFAULTS["enforcement"]
-    merged = {**defaults, **table}
-
+    """The policy of an [enforcement] table, every value checked as the schema says (one line for a bad one)."""
     def fail(key: str, what: str) -> UsageError:
-        return UsageError(f"{source}: 'enforcement.{key}' {what}")
+        return UsageError(f"{source}: '{key}' {what}")
 
-    def strings(key: str) -> tuple[str, ...]:
-        value = merged[key]
-        if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
-            raise fail(key, "must be a list of non-empty strings")
-        return tuple(value)
-
-    for key in table:
-        if key not in defaults:
-            raise UsageError(f"{source}: unknown key 'enforcement.{key}'; known: {', '.join(defaults)}")
-    mode = merged["unguarded_training"]
-    if mode not in MODES:
-        raise fail("unguarded_training", f"must be one of {', '.join(MODES)}, not {mode!r}")
-    launchers = strings("launchers")
-    for kind in launchers:
-        if kind not in LAUNCHER_KINDS:
-            raise fail("launchers", f"names an unknown launcher {kind!r}; known: {', '.join(LAUNCHER_KINDS)}")
-    if merged["tag_field"] not in TAG_FIELDS:
-        raise fail("tag_field", f"must be one of {', '.join(TAG_FIELDS)}")
-    if not isinstance(merged["tag"], str) or not merged["tag"].strip():
-        raise fail("tag", "must be a non-empty string")
-    return EnforcementPolicy(
-        unguarded_training=mode, launchers=launchers, training_commands=strings("training_commands"),
-        exempt_programs=strings("exempt_programs"), tag=merged["tag"].strip(), tag_field=merged["tag_field"],
-        source=source,
-    )
+    own = [key.path.removeprefix("enforcement.") for key in KEYS.values() if key.path.startswith("enforcement.")]
+    for name in table:
+        if name not in own:
+            raise UsageError(f"{source}: unknown key 'enforcement.{name}'; {did_you_mean(name, own)}known: {', '.join(own)}")
+    values = {item.name: setting_value(item, table.get(item.metadata["key"].removeprefix("enforcement."),
+                                                       KEYS[item.metadata["key"]].default), fail)
+              for item in fields(EnforcementPolicy) if "key" in item.metadata}
+    return EnforcementPolicy(**{**values, "tag": values["tag"].strip()}, source=source)
 
 
 def load_policy(site_path: Path | None = None, env: Mapping[str, str] | None = None) -> EnforcementPolicy:
