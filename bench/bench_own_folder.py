@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "wrapper"))
 
 def _registry(root: Path, runs: int, shared: str) -> None:
     from guarded_sbatch.core.fsutil import write_json_atomic
-    from guarded_sbatch.core.registry import create_run
+    from guarded_sbatch.records.registry import create_run
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     jobs = LocalScheduler(root / "state" / "local-jobs")
@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     from guarded_sbatch.core.config import Config
-    from guarded_sbatch.core.registry import list_runs
+    from guarded_sbatch.records.registry import list_runs
     from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.checks.own_folder import check_own_folder
     from guarded_sbatch.launch.context import PreflightContext

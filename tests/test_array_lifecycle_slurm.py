@@ -13,7 +13,7 @@ import pytest
 
 from cli_runner import run_cli
 from guarded_sbatch.cli.kill_restart import restart_launch_argv
-from guarded_sbatch.core.registry import create_run
+from guarded_sbatch.records.registry import create_run
 from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
 pytestmark = [pytest.mark.slurm]
@@ -78,7 +78,7 @@ def test_kill_one_task_then_the_array_and_status_rows(slurm_cluster: None, tmp_p
 
 
 def test_a_task_restarts_as_a_one_task_array() -> None:
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
 
     task = RunRecord(run_id="x-9_3", run_name="x", backend="slurm", job_id="9_3", script="train.sh",
                      sbatch_options=["--array=0-7%2"])

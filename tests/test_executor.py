@@ -100,7 +100,7 @@ def test_the_sidecar_stops_a_diverging_function(guarded_env: Path, slurm_cluster
     import submitit
 
     from guarded_sbatch.launch.executor import GuardedExecutor
-    from guarded_sbatch.core.registry import find_run
+    from guarded_sbatch.records.registry import find_run
     from guarded_sbatch.scheduler.slurm import SlurmScheduler
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the job cannot import this test module
@@ -158,8 +158,8 @@ def healthy_training(tb_dir: str, steps: int, seed: int) -> str:
 def test_a_sweep_of_ten_jobs_is_guarded_and_marked(guarded_env: Path, slurm_cluster: None) -> None:
     import cloudpickle
 
-    from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, marker_in
-    from guarded_sbatch.core.registry import find_run
+    from guarded_sbatch.launch.marking import PREFLIGHT, SIDECAR, marker_in
+    from guarded_sbatch.records.registry import find_run
     from guarded_sbatch.core.runner import run_command
     from guarded_sbatch.launch.executor import GuardedExecutor
     from guarded_sbatch.scheduler.slurm import SlurmScheduler
@@ -190,7 +190,7 @@ def test_a_sweep_of_ten_jobs_is_guarded_and_marked(guarded_env: Path, slurm_clus
 def test_on_the_local_backend_a_stop_really_stops_the_function(guarded_env: Path) -> None:
     import cloudpickle
 
-    from guarded_sbatch.core.registry import find_run
+    from guarded_sbatch.records.registry import find_run
     from guarded_sbatch.launch.executor import GuardedExecutor
     from guarded_sbatch.scheduler import get_scheduler
 
@@ -304,8 +304,8 @@ exec {real} "$@"
 def test_map_array_gives_each_array_task_its_own_run_and_one_watcher(guarded_env: Path, slurm_cluster: None) -> None:
     import cloudpickle
 
-    from guarded_sbatch.core.marker import marker_in
-    from guarded_sbatch.core.registry import find_run
+    from guarded_sbatch.launch.marking import marker_in
+    from guarded_sbatch.records.registry import find_run
     from guarded_sbatch.core.runner import run_command
     from guarded_sbatch.launch.executor import GuardedExecutor
     from guarded_sbatch.scheduler.slurm import SlurmScheduler

@@ -13,7 +13,7 @@ import pytest
 from guarded_sbatch.cli.kill_restart import restart_launch_argv
 from guarded_sbatch.cli.main import main
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.core.sbatch import guard_options
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.guard_options import GUARD_TABLE, GuardOption, check_table, markdown_table

@@ -14,7 +14,7 @@ import pytest
 
 from guarded_sbatch.actions.cleanup import execute_cleanup, plan_cleanup
 from guarded_sbatch.actions.path_guard import PathRefusedError, check_deletable, delete_guarded
-from guarded_sbatch.core.registry import RunRecord, create_run
+from guarded_sbatch.records.registry import RunRecord, create_run
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.fsutil import read_json
-from guarded_sbatch.core.registry import RunRecord, create_run, find_run, update_record
+from guarded_sbatch.records.registry import RunRecord, create_run, find_run, update_record
 from guarded_sbatch.sidecar.state import SidecarState
 
 WRITERS, UPDATES = 20, 500

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.errors import ExitCode, UsageError
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, render_sidecar_script
 from guarded_sbatch.launch.templates import builtin_templates_dir, check_run_name, placeholders, render_template
 

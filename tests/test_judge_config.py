@@ -16,7 +16,7 @@ import pytest
 from guarded_sbatch.cli.watch_args import policy_for
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, decide
 from guarded_sbatch.judge.table import policy_from_table, policy_table, threshold_names
 from guarded_sbatch.sources.points import MetricPoint

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from guarded_sbatch.core.config import Config
-from guarded_sbatch.core.registry import create_run
+from guarded_sbatch.records.registry import create_run
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus

@@ -12,7 +12,7 @@ import pytest
 from guarded_sbatch.actions.cleanup import execute_cleanup, plan_cleanup, wandb_run_folder
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.cli.kill_restart import confirm, parse_lifecycle_args, restart_launch_argv
-from guarded_sbatch.core.registry import RunRecord, create_run, find_run
+from guarded_sbatch.records.registry import RunRecord, create_run, find_run
 
 # The columns of MLflow's `runs` table that matter here (mlflow/store/tracking/dbmodels/models.py).
 MLFLOW_RUNS_TABLE = """CREATE TABLE runs (run_uuid VARCHAR(32) PRIMARY KEY, name VARCHAR(250), status VARCHAR(9),

@@ -17,7 +17,7 @@ from guarded_sbatch.scheduler.interface import JobState, Scheduler, SubmitReques
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.scheduler.process import ProcessScheduler, job_id_for
 from guarded_sbatch.sidecar.counted import CountedScheduler
-from guarded_sbatch.site.marking_scheduler import MarkingScheduler
+from guarded_sbatch.launch.marking import MarkingScheduler
 
 PROTOCOL_MEMBERS = sorted(name for name in vars(Scheduler) if not name.startswith("_"))
 

@@ -94,8 +94,8 @@ def test_a_registration_carries_fingerprints_and_the_monitor_adopting_it_masks_t
     import io
 
     from test_shared_monitor import FakeSlurm
-    from guarded_sbatch.core import monitor_registry as registry
-    from guarded_sbatch.core.registry import create_run
+    from guarded_sbatch.records import monitor_registry as registry
+    from guarded_sbatch.records.registry import create_run
     from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, register_with_monitor
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 

@@ -49,7 +49,7 @@ def test_kill_of_a_live_run_whose_checkpoint_folder_became_a_link_to_final_model
 
 
 def _record(cluster: SharedCluster, name: str, **values: object) -> str:
-    code = ("import json, sys\nfrom guarded_sbatch.core.registry import create_run\n"
+    code = ("import json, sys\nfrom guarded_sbatch.records.registry import create_run\n"
             "values = json.loads(sys.argv[1])\n"
             "print(create_run(values.pop('name'), 'local', '', **values).run_id)\n")
     result = cluster.run(cluster.victim, [str(cluster.python), "-P", "-c", code, json.dumps({"name": name, **values})],

@@ -69,7 +69,7 @@ def test_the_rendered_policy_is_readable_by_users_and_a_policy_they_cannot_read_
     assert _load_as(cluster, cluster.victim, lenient)[0] == "reject"
 
 
-RECORD = ("import sys\nfrom pathlib import Path\nfrom guarded_sbatch.core.audit import AuditLog\n"
+RECORD = ("import sys\nfrom pathlib import Path\nfrom guarded_sbatch.records.audit import AuditLog\n"
           "problem = AuditLog(Path(sys.argv[1])).record('waiver', job='7', run='r', check='eta', reason=sys.argv[2])\n"
           "print(problem or 'ok')\n")
 

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from source_writers import tb_event, write_tb_events
-from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.scheduler.interface import JobInfo, JobState
 from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, MonitorSettings, SharedMonitor
 from guarded_sbatch.sidecar.state import SidecarState
@@ -121,7 +121,7 @@ def test_a_stop_requested_by_a_killed_monitor_is_not_repeated(tmp_path: Path) ->
 
 
 def test_launches_register_with_one_monitor_job_and_a_full_monitor_sends_them_back(tmp_path: Path) -> None:
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
     from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, register_with_monitor
 
     class Submitting(FakeSlurm):

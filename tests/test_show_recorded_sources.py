@@ -17,7 +17,7 @@ import pytest
 
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.cli.main import main
-from guarded_sbatch.core.registry import create_run
+from guarded_sbatch.records.registry import create_run
 from guarded_sbatch.sources.run_sources import RunSources, WriterIdentity
 from guarded_sbatch.sources.writers import this_host
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import make_project
-from guarded_sbatch.site.marking_scheduler import script_digest
+from guarded_sbatch.launch.marking import script_digest
 from test_site_helpers import REPO, admin_modulefile, cancel, scontrol_text, site_config, unique_name, with_module
 
 pytestmark = pytest.mark.slurm

@@ -17,7 +17,7 @@ from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script
 from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.scheduler.slurm import sbatch_words
-from guarded_sbatch.site.marking_scheduler import MarkingScheduler, comment_with_marker, is_guarded, marker_in, script_digest
+from guarded_sbatch.launch.marking import MarkingScheduler, comment_with_marker, is_guarded, marker_in, script_digest
 from guarded_sbatch.site.enforcement import EnforcementPolicy, load_policy, policy_from_table, render_lua_policy, training_reason
 from test_site_helpers import PLUGINS, REPO, lua_interpreter, site_config
 

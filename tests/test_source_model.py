@@ -20,7 +20,7 @@ from guarded_sbatch.sources.run_sources import (
     attribute,
     run_specs,
 )
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.sources.writers import WriterFilter, event_file_writer, this_host
 
 

@@ -221,7 +221,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("guarded_sbatch.s
 NEIGHBOUR = """
 import json, sys, time
 from pathlib import Path
-from guarded_sbatch.core.registry import create_run
+from guarded_sbatch.records.registry import create_run
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet

@@ -20,7 +20,7 @@ from guarded_sbatch.actions.path_guard import (
 )
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.core.registry import RunRecord, launch_root
+from guarded_sbatch.records.registry import RunRecord, launch_root
 from guarded_sbatch.scheduler.interface import SchedulerUnreachableError
 from guarded_sbatch.actions.stop_run import stop_run
 from guarded_sbatch.actions.tracker_cleanup import MLFLOW_RUN_ID, delete_mlflow_run, delete_wandb_run

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError
-from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.records.registry import RunRecord, list_runs
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
 

@@ -19,10 +19,10 @@ from guarded_sbatch.cli.array_lifecycle import (
     array_tasks, cancel_array, link_restarted, siblings, task_of, without_shared,
 )
 
-from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
-from guarded_sbatch.core.registry import RunRecord, find_run, list_runs
+from guarded_sbatch.records.registry import RunRecord, find_run, list_runs
 from guarded_sbatch.scheduler.interface import JobState
 
 YES_FLAGS = ("--yes", "-y")

@@ -13,7 +13,7 @@ from guarded_sbatch.cli.status_table import collapse_arrays, render_table, rende
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
-from guarded_sbatch.core.registry import RunRecord, list_runs
+from guarded_sbatch.records.registry import RunRecord, list_runs
 from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.timefmt import local_timestamp
 from guarded_sbatch.scheduler.interface import JobState

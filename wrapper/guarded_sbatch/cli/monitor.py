@@ -31,7 +31,7 @@ from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Cadence:
 
 def _guarded_run(job_id: str, backend: str) -> object | None:
     """The guarded run of this job on this backend (a local job id and a Slurm job id may be equal)."""
-    from guarded_sbatch.core.registry import list_runs
+    from guarded_sbatch.records.registry import list_runs
 
     matches = [r for r in list_runs() if r.job_id == job_id and r.backend == backend]
     return matches[-1] if matches else None

@@ -9,7 +9,7 @@ from guarded_sbatch.core.errors import ExitCode
 
 
 def run_reference(argv: list[str]) -> int:
-    from guarded_sbatch.core.registry import find_run
+    from guarded_sbatch.records.registry import find_run
     from guarded_sbatch.launch.run_reference import make_reference
 
     parser = ArgumentParser(prog="guarded-sbatch reference",

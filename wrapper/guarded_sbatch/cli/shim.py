@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
-from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import CommandError, GuardedError
 from guarded_sbatch.core.fsutil import write_text_atomic

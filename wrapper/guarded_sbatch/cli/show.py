@@ -27,7 +27,7 @@ from guarded_sbatch.cli.status_table import render_table
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
-from guarded_sbatch.core.registry import RunRecord, find_run
+from guarded_sbatch.records.registry import RunRecord, find_run
 from guarded_sbatch.sources.run_sources import flagged_specs, recorded_sources
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict

@@ -22,14 +22,14 @@ from guarded_sbatch.cli.watch_args import (
     recorded_sources,
     watched_of,
 )
-from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.sources.run_sources import flagged_specs
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
 
 
 def run_sidecar_command(argv: list[str]) -> int:
@@ -74,7 +74,7 @@ def run_sidecar_command(argv: list[str]) -> int:
 def run_shared_monitor(argv: list[str]) -> int:
     """`guarded-sbatch sidecar --shared`: the per-user monitor job (see sidecar.shared_monitor)."""
     load_watcher()
-    from guarded_sbatch.core.monitor_registry import monitor_folder
+    from guarded_sbatch.records.monitor_registry import monitor_folder
     from guarded_sbatch.scheduler import get_scheduler
     from guarded_sbatch.sidecar.array_watch import ArrayWatcher
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, install_signal_handlers
@@ -131,7 +131,7 @@ def _alert_sidecar_error(settings: SidecarSettings, exc: Exception) -> None:
 
 def _record_in(run_dir: Path) -> RunRecord | None:
     from guarded_sbatch.core.fsutil import read_json
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
 
     raw = read_json(run_dir / "run.json")
     return RunRecord.from_json(raw) if isinstance(raw, dict) and raw.get("run_id") else None

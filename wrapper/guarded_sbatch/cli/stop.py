@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from guarded_sbatch.core.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
 
 NOTHING_TO_STOP = int(ExitCode.NOTHING_TO_STOP)
 NOT_STOPPED = int(ExitCode.NOT_STOPPED)
@@ -62,7 +62,7 @@ def _live_runs_of(kind: str, value: str, pid: int | None) -> list[RunRecord]:
     job whose process group is PID for pid:PID."""
     from guarded_sbatch.core.errors import GuardedError
     from guarded_sbatch.core.fsutil import read_json
-    from guarded_sbatch.core.registry import list_runs
+    from guarded_sbatch.records.registry import list_runs
     from guarded_sbatch.scheduler.local import LocalScheduler
 
     found = []

@@ -21,7 +21,7 @@ from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:
     from guarded_sbatch.judge.policy import JudgePolicy
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
     from guarded_sbatch.sources.run_sources import RunSources
     from guarded_sbatch.sources.kinds import SourceKind
 

@@ -21,7 +21,7 @@ Each series also holds a small cache for the checks' trailing statistics (`stats
 statistics of a prefix that has not changed are not computed again, so a poll costs what its new
 points cost plus a bounded window.
 
-A crash the job printed is not a metric: it is a typed event (core/points `CrashEvent`, with its `CrashState`),
+A crash the job printed is not a metric: it is a typed event (sources/points `CrashEvent`, with its `CrashState`),
 which a text-log reader hands over beside its points (`take_crashes()`: CONFIRMED when found, DISMISSED once
 training went on after it) and the history keeps apart from the metric series (`note_crash`). The watcher
 (sidecar/crash_confirm.py) moves an event between PRINTED and CONFIRMED.

@@ -3,7 +3,7 @@
 The pre-flight wraps its scheduler in `OneQuery` (launch/preflight.py): the run-name check's `active_job_names`
 and the own-folder check's liveness of recorded runs both read one `user_jobs()` answer (on Slurm one `squeue`),
 so a launch costs one scheduler query with 1 or 1000 recorded runs. `liveness` says of each recorded job whether
-it still runs; a job the scheduler no longer lists is over (the registry then remembers it: core/registry.py).
+it still runs; a job the scheduler no longer lists is over (the registry then remembers it: records/registry.py).
 """
 
 from __future__ import annotations

@@ -1,17 +1,65 @@
-"""The scheduler wrapper that adds the guarded-sbatch marker (core/marker.py) to every sbatch call of one launch,
-whatever its front end (the CLI's launches and GuardedExecutor alike: launch/pipeline.py `guarded_scheduler`).
-site/marking_scheduler.py explains the marker to admins and re-exports these."""
+"""The guarded-sbatch marker, and the scheduler wrapper that adds it to every sbatch call of one launch, whatever its
+front end (the CLI's launches and GuardedExecutor alike: launch/pipeline.py `guarded_scheduler`); the site's shim
+reads it back (site/shim_decision.py).
+
+A guarded job is submitted with `--comment=<user's comment> guarded-sbatch:preflight=<digest>` (its sidecar with
+`guarded-sbatch:sidecar=<digest>`), where digest is the Adler-32 of the batch script's bytes as 8 hex digits. Slurm's
+cli_filter (options["comment"], the script file from options.argv) and job_submit (job_desc.comment, job_desc.script)
+both see it and recompute the digest in plain Lua 5.1 (Adler-32 needs only additions), so a marker copied onto another
+script does not count. The user's own comment (from the command line, else from the script's #SBATCH lines) is kept in
+front of the marker. It tells accidents from intent; it is not a secret (anyone can compute it).
+"""
 
 from __future__ import annotations
 
+import re
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
-from guarded_sbatch.core.marker import PREFLIGHT, SIDECAR, comment_with_marker
 from guarded_sbatch.core.sbatch.argv import ParsedOption, split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
+
+MARKER_PREFIX = "guarded-sbatch"
+PREFLIGHT = "preflight"
+SIDECAR = "sidecar"
+MARKER = re.compile(rf"(?:^|\s){MARKER_PREFIX}:(?P<kind>{PREFLIGHT}|{SIDECAR})=(?P<digest>[0-9a-f]{{8}})(?=\s|$)")
+
+
+def script_digest(script: bytes) -> str:
+    """Adler-32 of the script's bytes, 8 lowercase hex digits (what the lua plugins recompute)."""
+    return f"{zlib.adler32(script) & 0xFFFFFFFF:08x}"
+
+
+def marker_text(kind: str, script: bytes) -> str:
+    if kind not in (PREFLIGHT, SIDECAR):
+        raise ValueError(f"unknown marker kind {kind!r}")
+    return f"{MARKER_PREFIX}:{kind}={script_digest(script)}"
+
+
+def strip_marker(comment: str) -> str:
+    return " ".join(MARKER.sub(" ", comment).split())
+
+
+def comment_with_marker(user_comment: str | None, kind: str, script: bytes) -> str:
+    """The user's comment (any old marker removed) followed by the marker for this script."""
+    kept = strip_marker(user_comment or "")
+    marker = marker_text(kind, script)
+    return f"{kept} {marker}" if kept else marker
+
+
+def marker_in(comment: str | None) -> tuple[str, str] | None:
+    """(kind, digest) of the marker in a comment, or None."""
+    match = MARKER.search(comment or "")
+    return (match["kind"], match["digest"]) if match else None
+
+
+def is_guarded(comment: str | None, script: bytes) -> bool:
+    """True when the comment carries a marker whose digest is this script's."""
+    found = marker_in(comment)
+    return found is not None and found[1] == script_digest(script)
 
 
 def user_comment(command_line: tuple[ParsedOption, ...], script_text: str, script_path: Path) -> str | None:

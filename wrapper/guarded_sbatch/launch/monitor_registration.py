@@ -1,5 +1,5 @@
 """Shared watchers at launch: register the run with the user's monitor job (per-user mode), submitting that
-job only when none is queued or running (see core.monitor_registry for the folder's contract); or, for a task of a
+job only when none is queued or running (see records.monitor_registry for the folder's contract); or, for a task of a
 job array (`J_T`), with its array's own watcher (sidecar/array_watch.py): one job for every task of the array,
 submitted at the first task's registration with `--dependency=after:J_T` (the first task's start, never the last's:
 `after:J` waits for every task of a throttled array to start)."""
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.redact import secret_fingerprints
-from guarded_sbatch.core.registry import RunRecord
+from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.launch.templates import load_template, render_template
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 

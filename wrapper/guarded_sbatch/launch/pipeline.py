@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.errors import GuardedError, UsageError
 from guarded_sbatch.judge.table import with_chance, policy_from_table, policy_table
-from guarded_sbatch.core.registry import list_runs
+from guarded_sbatch.records.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
 from guarded_sbatch.launch.marking import MarkingScheduler
 from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, array_watch_options
@@ -36,7 +36,7 @@ from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
     from guarded_sbatch.core.sbatch.argv import LaunchArgs, ParsedOption
     from guarded_sbatch.core.sbatch.array import ArraySpec
     from guarded_sbatch.launch.preflight import PreflightReport
@@ -222,7 +222,7 @@ def _keep_with_runs(plan: LaunchPlan, records: tuple[RunRecord, ...]) -> list[st
 
 
 def audit_launch(config: Config, record: RunRecord) -> list[str]:
-    """The site's audit trail (core/audit.py): the launch, and each waiver with its reason; what failed to be
+    """The site's audit trail (records/audit.py): the launch, and each waiver with its reason; what failed to be
     written, as warnings."""
     audit = AuditLog.from_config(config)
     job, run = record.job_id, record.run_name

@@ -17,7 +17,7 @@ from typing import Any
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, update_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
-from guarded_sbatch.core.registry import RunRecord, list_runs, runs_root
+from guarded_sbatch.records.registry import RunRecord, list_runs, runs_root
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.launcher_config import family_of, launcher_config, wants_launcher_config

@@ -23,7 +23,7 @@ from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.core.errors import GuardedError, SchedulerError, UsageError
 from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, register_with_monitor
 from guarded_sbatch.launch.templates import check_run_name, load_template, render_template
-from guarded_sbatch.core.registry import RunRecord, create_run, new_run_id, runs_root
+from guarded_sbatch.records.registry import RunRecord, create_run, new_run_id, runs_root
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 

@@ -2,7 +2,7 @@
 evidence, and a STOP that cancels that task alone, `scancel J_T`), all of them in one process.
 
 It is the shared monitor (sidecar/shared_monitor.py) on the array's own registration folder
-(core/monitor_registry.py, `array-<J>`), with these differences:
+(records/monitor_registry.py, `array-<J>`), with these differences:
 - a task is adopted once the scheduler says it has started (or ended): under a throttle (`--array 0-255%4`) most
   tasks wait for hours, and no source is opened, no loop kept, for a task that has not started;
 - the scheduler is asked about every task of the array at once, one `states()` call every `job_poll_s` (30 s by
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.sources.run_sources import RunSources
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler
 from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, _record

@@ -38,7 +38,7 @@ from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.kinds import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.core.registry import update_record
+from guarded_sbatch.records.registry import update_record
 from guarded_sbatch.sidecar.stop_record import append_stop_note, save_evidence
 from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 from guarded_sbatch.sidecar.agent_stop import stop_one_run

@@ -10,7 +10,7 @@ import os
 import time
 
 from guarded_sbatch.core.fsutil import read_json
-from guarded_sbatch.core.registry import runs_root
+from guarded_sbatch.records.registry import runs_root
 from guarded_sbatch.sources.run_sources import RunSources
 
 CACHE_S = 5.0  # a record changed since (not a new one) is read this much later at most

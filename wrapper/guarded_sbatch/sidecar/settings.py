@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.actions.notify import NotifySettings
-from guarded_sbatch.core.audit import AuditLog
+from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.judge.policy import JudgePolicy

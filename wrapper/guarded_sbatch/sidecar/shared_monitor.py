@@ -4,7 +4,7 @@ Each run keeps what a per-job sidecar has: its own state file, report file (side
 run's folder, FINAL_SUMMARY included), evidence and note, so a STOP of one run never touches another.
 What is shared is the scheduler: one `squeue --me` per `job_poll_s` answers for every run (a run's
 own calls would be N x 12 an hour), and stopping a run is the only per-run call. Runs come and go
-through the registration folder (core.monitor_registry); the monitor leaves when none is left, and
+through the registration folder (records.monitor_registry); the monitor leaves when none is left, and
 requeues itself (same job id) when Slurm warns it of its time limit (USR1); a requeued or restarted
 monitor resumes every run from its state file.
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.core.redact import remember_fingerprints
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
 from guarded_sbatch.core.fsutil import read_json
-from guarded_sbatch.core.registry import RunRecord, mark_over, runs_root
+from guarded_sbatch.records.registry import RunRecord, mark_over, runs_root
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.table import recorded_policy

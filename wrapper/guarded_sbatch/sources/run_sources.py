@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from guarded_sbatch.core.registry import RunRecord
+    from guarded_sbatch.records.registry import RunRecord
 
 MLFLOW_TAG = "guarded_sbatch.run"
 # kinds whose launch-resolved places the record keeps in fields of their own (tb_paths), made specs in

@@ -12,7 +12,7 @@ training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total op
 header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
 new value, at the step being computed when it was printed (the last completed step + 1; drops in a row with
 no step completed between are one attempt each: + 2, + 3, ...).
-A crash at the end of the log is a typed event (core/points.CrashEvent), handed over by `take_crashes()` beside the
+A crash at the end of the log is a typed event (sources/points.CrashEvent), handed over by `take_crashes()` beside the
 points: found (CONFIRMED, the reader's word), then DISMISSED if training goes on after it.
 """
 

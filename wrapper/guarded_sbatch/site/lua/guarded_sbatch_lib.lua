@@ -7,7 +7,7 @@ Install it beside them (the folder of slurm.conf). Loaded with dofile; returns a
                                           (a launch form it cannot classify counts: lib.unclassified_launch)
   lib.reject_message(why, policy), lib.tag_text(comment, why, policy)
 
-The marker (written by guarded-sbatch, see wrapper/guarded_sbatch/core/marker.py) is
+The marker (written by guarded-sbatch, see wrapper/guarded_sbatch/launch/marking.py) is
 "guarded-sbatch:preflight=<adler32 of the script bytes, 8 hex digits>" (the sidecar: ":sidecar=").
 Training detection is the shim's rule in plain Lua: a launcher line (python <file or -m module>, torchrun,
 accelerate launch, deepspeed; behind srun/exec/env VAR=.../time/nohup) whose program the policy does not
