@@ -1,11 +1,15 @@
 """What the guard costs a real training run: the HF Trainer example (examples/hf_trainer, tiny GPT-2; on a GPU when
-there is one) trained for a fixed number of steps, plain and guarded, in rotating order (each round runs every
-variant once, the order shifted by one each round), its samples/s (the Trainer's own `train_samples_per_second`)
+there is one) trained for a fixed number of steps, plain and guarded, in alternating order (each round runs every
+variant once; by default in the order given, then reversed, so that in every pair each variant runs first every other
+round; --order rotate shifts it by one each round), its samples/s (the Trainer's own `train_samples_per_second`)
 side by side with the machine's load, then per variant: mean, spread and the guarded/plain ratio (of the means,
 and the mean of each round's own ratio, which cancels the load's drift between rounds). Asserts nothing.
 
     .venv/bin/python bench/bench_guard_cost.py [--rounds 3] [--steps 300] [--threads 1] [--variants plain,sh,run]
-        [--ablate] [--slurm] [--poll 5] [--precision fp16] [--code-before DIR] [--work DIR]
+        [--ablate] [--slurm] [--poll 5] [--precision fp16] [--code-before DIR] [--work DIR] [--order alternate]
+
+The first hour's comparison, local backend and dev Slurm, 4 pairs each (about 6 minutes on 2 busy cores):
+    .venv/bin/python bench/bench_guard_cost.py --variants plain,sh,slurm-plain,slurm-sh --rounds 4 --steps 150
 
 Variants (--variants, comma-separated; the first is the anchor the ratios divide by):
   plain          python train.py --config configs/tiny-gpt2.yaml --max-steps N (the user's environment, which also
@@ -35,13 +39,14 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from guard_cost_report import Outcome, env_diff, side_by_side, summary
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = "configs/tiny-gpt2.yaml"
@@ -67,17 +72,6 @@ class Bench:
     poll: float
     timeout: float
     job_env: dict[str, str] | None = None  # the guarded trainer's environment, read once
-
-
-@dataclass
-class Outcome:
-    speed: float | None
-    runtime: float | None = None  # the Trainer's train_runtime (seconds)
-    sidecar_cpu: float | None = None  # CPU seconds of the sidecar, and of the two supervisors, over the run
-    supervisor_cpu: float | None = None
-    trainer_cpu: float | None = None  # the trainer process's own CPU seconds, last seen (sampled every 0.5 s)
-    window_cpu: float | None = None  # the guard's CPU seconds while the training loop ran (train_runtime)
-    note: str = ""
 
 
 def script_args(bench: Bench) -> list[str]:
@@ -312,7 +306,24 @@ def on_slurm(bench: Bench, guard: bool, *, sidecar: bool = True) -> Outcome:
     deadline = time.monotonic() + bench.timeout
     while time.monotonic() < deadline and slurm_live(jobs):
         time.sleep(2)
-    return figures(bench.project / f"slurm-{jobs[0]}.out")
+    outcome = figures(bench.project / f"slurm-{jobs[0]}.out")
+    outcome.trainer_cpu = batch_cpu(jobs[0])
+    return outcome
+
+
+def batch_cpu(job: str) -> float | None:
+    """The batch step's CPU seconds (the script and the trainer it ran: sacct's TotalCPU, jobacct_gather/linux), as
+    the local variants' trainer CPU, the measure the machine's load does not move; slurmdbd may take a few s."""
+    for _ in range(10):
+        done = subprocess.run(["sacct", "-n", "-P", "-j", f"{job}.batch", "-o", "TotalCPU"], capture_output=True,
+                              text=True, timeout=30, check=False)
+        text = done.stdout.strip()
+        if done.returncode == 0 and text:
+            days, _, clock = text.rpartition("-")
+            seconds = sum(float(part) * 60 ** i for i, part in enumerate(reversed(clock.split(":"))))
+            return seconds + 86400 * int(days or 0)
+        time.sleep(1)
+    return None
 
 
 def plain_jobenv(bench: Bench) -> Outcome:
@@ -335,69 +346,6 @@ VARIANTS: dict[str, Callable[[Bench], Outcome]] = {
 }
 
 
-def env_diff(plain_env: dict[str, str], job_env: dict[str, str]) -> list[str]:
-    """What the guarded trainer's environment adds to, changes in or drops from the plain one."""
-    ignore = {"_", "SHLVL", "OLDPWD", "PWD"}
-    lines = []
-    for name in sorted(set(plain_env) | set(job_env)):
-        if name in ignore or plain_env.get(name) == job_env.get(name):
-            continue
-        if name not in plain_env:
-            lines.append(f"  + {name}={job_env[name][:60]}")
-        elif name not in job_env:
-            lines.append(f"  - {name}")
-        else:
-            lines.append(f"  ~ {name}={job_env[name][:60]} (plain: {plain_env[name][:40]})")
-    return lines
-
-
-def speeds_of(rows: list[dict[str, Outcome]], name: str) -> list[float]:
-    return [o.speed for r in rows if (o := r[name]).speed is not None]
-
-
-def paired_ratios(rows: list[dict[str, Outcome]], name: str, anchor: str) -> list[float]:
-    return [a / b for r in rows if (a := r[name].speed) is not None and (b := r[anchor].speed)]
-
-
-def trainer_cpu(runs: list[Outcome]) -> str:
-    used = [o.trainer_cpu for o in runs if o.trainer_cpu]
-    return f"{statistics.mean(used):7.1f}" if used else f"{'n/a':>7}"
-
-
-def guard_share(runs: list[Outcome]) -> str:
-    """The guard's CPU beside the run: sidecar and supervisors' seconds per run, and their sum as a share of one
-    core over the Trainer's train_runtime (the most throughput it could take from a trainer using every core)."""
-    runs = [o for o in runs if o.sidecar_cpu is not None]
-    if not runs:
-        return ""
-    side = statistics.mean(o.sidecar_cpu or 0.0 for o in runs)
-    sup = statistics.mean(o.supervisor_cpu or 0.0 for o in runs)
-    shares = [((o.sidecar_cpu or 0.0) + (o.supervisor_cpu or 0.0)) / o.runtime for o in runs if o.runtime]
-    share = f"{100 * statistics.mean(shares):.1f}%" if shares else "n/a"
-    during = [o.window_cpu / o.runtime for o in runs if o.window_cpu is not None and o.runtime]
-    window = f"{100 * statistics.mean(during):.2f}%" if during else "n/a"
-    return f"{side:6.2f} {sup:6.2f} {share:>7} {window:>8}"
-
-
-def summary(names: list[str], rows: list[dict[str, Outcome]]) -> list[str]:
-    base = speeds_of(rows, names[0])
-    lines = [f"{'variant':14} {'n':>2} {'mean':>8} {'sd':>7} {'min':>8} {'max':>8}  {'ratio':>6}  "
-             f"{'paired (sd)':>15}  {'CPU s':>7}  {'sidecar':>6} {'superv':>6} {'guard %':>7} {'in loop':>8}"]
-    for name in names:
-        speeds, paired = speeds_of(rows, name), paired_ratios(rows, name, names[0])
-        if not speeds:
-            lines.append(f"{name:14}  0  (no figure)")
-            continue
-        sd = statistics.stdev(speeds) if len(speeds) > 1 else 0.0
-        ratio = statistics.mean(speeds) / statistics.mean(base) if base else float("nan")
-        pmean = statistics.mean(paired) if paired else float("nan")
-        psd = statistics.stdev(paired) if len(paired) > 1 else 0.0
-        lines.append(f"{name:14} {len(speeds):>2} {statistics.mean(speeds):8.1f} {sd:7.1f} {min(speeds):8.1f} "
-                     f"{max(speeds):8.1f}  {ratio:6.3f}  {pmean:6.3f} ({psd:.3f})  {trainer_cpu([r[name] for r in rows])}  "
-                     f"{guard_share([r[name] for r in rows])}")
-    return lines
-
-
 def one_round(bench: Bench, order: list[str], index: int) -> dict[str, Outcome]:
     row: dict[str, Outcome] = {}
     loads = []
@@ -407,6 +355,14 @@ def one_round(bench: Bench, order: list[str], index: int) -> dict[str, Outcome]:
     cells = "  ".join(f"{n}={o.speed if o.speed else 'n/a'}{' ' + o.note if o.note else ''}" for n, o in row.items())
     print(f"round {index + 1}  load {min(loads):.1f}-{max(loads):.1f}  order {','.join(order)}: {cells}", flush=True)
     return row
+
+
+def round_order(names: list[str], index: int, how: str) -> list[str]:
+    """alternate: the variants as given, then reversed (in every pair each goes first every other round);
+    rotate: shifted by one each round."""
+    if how == "alternate":
+        return names if index % 2 == 0 else names[::-1]
+    return names[index % len(names):] + names[:index % len(names)]
 
 
 def setup(options: argparse.Namespace) -> Bench:
@@ -439,6 +395,8 @@ def main() -> int:
     parser.add_argument("--precision", default="", help="fp16/bf16 on a GPU (train.py's flag; default: the config's)")
     parser.add_argument("--poll", type=float, default=5.0, help="the sidecar's read interval (the report's 5 s)")
     parser.add_argument("--variants", default="plain,sh,run")
+    parser.add_argument("--order", choices=("alternate", "rotate"), default="alternate",
+                        help="alternate: as given, then reversed, round after round; rotate: shifted by one a round")
     parser.add_argument("--ablate", action="store_true", help="add " + ",".join(ABLATIONS))
     parser.add_argument("--slurm", action="store_true", help="add " + ",".join(SLURM))
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds one run may take")
@@ -462,12 +420,13 @@ def main() -> int:
     if bench.job_env:
         print("the guarded trainer's environment against the plain one:", flush=True)
         print("\n".join(env_diff(bench.env, bench.job_env)) or "  (the same)", flush=True)
-    rows = [one_round(bench, names[r % len(names):] + names[:r % len(names)], r) for r in range(options.rounds)]
-    print(f"samples/s of {options.steps} steps, {options.rounds} rounds; ratio = mean / mean of {names[0]}, "
+    rows = [one_round(bench, round_order(names, r, options.order), r) for r in range(options.rounds)]
+    print(f"samples/s of {options.steps} steps, {options.rounds} rounds; ratio = mean / mean of its anchor ({names[0]}; "
+          f"slurm-plain for the dev Slurm variants), "
           f"paired = each round's own ratio; CPU s = the trainer process's own CPU seconds per run (its work, "
           f"whatever the load); sidecar/superv = their CPU s per run (start-up included), guard % = both over "
           f"the run's train_runtime, in loop = the guard's CPU while the training loop ran, over it", flush=True)
-    print("\n".join(summary(names, rows)), flush=True)
+    print("\n".join(summary(names, rows) + side_by_side(names, rows)), flush=True)
     print(f"total {time.monotonic() - started:.0f} s; work folder {bench.work}", flush=True)
     return 0
 
