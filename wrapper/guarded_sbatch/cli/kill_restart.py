@@ -107,12 +107,9 @@ def kill_command(argv: list[str]) -> int:
     if not was_live:
         print(f"guarded-sbatch: nothing stopped: run {record.run_name} (job {record.job_id}) had already ended "
               f"({_state_of(record)}); its files were cleaned up", file=sys.stderr)
-        return NOTHING_STOPPED
+        return int(ExitCode.NOTHING_TO_STOP)
     print(f"guarded-sbatch: run {record.run_name} (job {record.job_id}) killed and cleaned up", file=sys.stderr)
     return int(ExitCode.OK)
-
-
-NOTHING_STOPPED = 1  # kill of a run that had ended by itself: cleaned up, but nothing was running to stop
 
 
 def _state_of(record: RunRecord) -> str:

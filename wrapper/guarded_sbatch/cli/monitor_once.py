@@ -15,7 +15,7 @@ from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
 # the decision is the exit code, so a script can branch on it without parsing
-ONCE_EXIT = {"CONTINUE": 0, "WAIT": 10, "STOP": 11}
+ONCE_EXIT = {"CONTINUE": int(ExitCode.OK), "WAIT": int(ExitCode.WAIT), "STOP": int(ExitCode.STOP)}
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def _payload(judged: list[_Judged], left: list[Any]) -> dict[str, Any]:
                 **({"run": j.run.to_json()} if j.run is not None else {})} for j in judged]
     if len(judged) == 1:
         return {**entries[0], "left_out": [run.to_json() for run in left]}
-    worst = max(judged, key=lambda j: ONCE_EXIT.get(j.verdict.decision.value, 0))
+    worst = max(judged, key=lambda j: ONCE_EXIT.get(j.verdict.decision.value, int(ExitCode.OK)))
     return {"decision": worst.verdict.decision.value, "runs": entries, "left_out": []}
 
 

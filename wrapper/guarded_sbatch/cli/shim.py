@@ -14,7 +14,7 @@ from pathlib import Path
 from guarded_sbatch.cli.main import main as guarded_sbatch_main
 from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
-from guarded_sbatch.core.errors import CommandError, GuardedError
+from guarded_sbatch.core.errors import CommandError, ExitCode, GuardedError
 from guarded_sbatch.core.fsutil import write_text_atomic
 from guarded_sbatch.core.runner import replace_process
 from guarded_sbatch.site.shim_decision import (
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             replace_process([str(real), *args])
         except CommandError as exc:
             print(f"sbatch (guarded-sbatch shim): error: {exc}", file=sys.stderr)
-            return 127
+            return int(ExitCode.SBATCH_NOT_RUN)
     os.environ[SHIM_ACTIVE_ENV] = str(os.getpid())
     os.environ[REAL_SBATCH_ENV] = str(real)
     return guarded_sbatch_main(args)

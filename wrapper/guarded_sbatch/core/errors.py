@@ -6,26 +6,39 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Every exit code guarded-sbatch gives, in one table (the CLI's --help prints it)."""
+    """Every exit code guarded-sbatch gives, in one table: its number and what it means (the CLI's --help and
+    docs/user-guide.md are written from it). `--wait` exits with the job's own exit code instead, as sbatch does."""
 
-    OK = 0
-    NOTHING_TO_STOP = 1  # `stop`: no such process or session (it had ended, or never ran)
-    USAGE = 2  # bad usage or bad input
-    BLOCKED = 3  # the pre-flight failed and the failure was not waived
-    SCHEDULER = 4  # sbatch rejected the job, slurmctld unreachable, ...
-    NOT_STOPPED = 5  # `stop`: the target still runs, or could not be checked
-    WAIT = 10  # `monitor --once`: the decision is WAIT
-    STOP = 11  # `monitor --once`: the decision is STOP
-    INTERNAL = 70  # a bug: please report it
-    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
+    meaning: str
+
+    def __new__(cls, value: int, meaning: str) -> "ExitCode":
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.meaning = meaning
+        return member
+
+    OK = 0, "done"
+    NOTHING_TO_STOP = 1, "nothing was running to stop (`stop`, `kill`), or the job failed with no exit code (`--wait`)"
+    USAGE = 2, "bad usage or input"
+    BLOCKED = 3, "blocked by the pre-flight (a failed check not waived)"
+    SCHEDULER = 4, "scheduler error (sbatch rejected the job, slurmctld unreachable, ...)"
+    NOT_STOPPED = 5, "`stop`: the target still runs, or could not be checked"
+    WAIT = 10, "`monitor --once`: the decision is WAIT"
+    STOP = 11, "`monitor --once`: the decision is STOP"
+    INTERNAL = 70, "internal error (a bug: please report it)"
+    SBATCH_NOT_RUN = 127, "the `sbatch` shim could not run the real sbatch (as a shell says)"
+    INTERRUPTED = 130, "interrupted by Ctrl-C (128 + SIGINT, as a shell says)"
 
     @classmethod
     def help_text(cls) -> str:
-        return (
-            "exit codes: 0 done; 2 bad usage or input; 3 blocked by the pre-flight; "
-            "4 scheduler error (sbatch rejected, slurmctld unreachable); 70 internal error; 130 interrupted "
-            "(monitor --once: 10 WAIT, 11 STOP; stop: 1 nothing to stop, 5 not stopped)"
-        )
+        return "exit codes (`--wait`: the job's own, as sbatch --wait gives it):\n" + \
+            "\n".join(f"  {code.value:<4} {code.meaning}" for code in cls)
+
+    @classmethod
+    def markdown_table(cls) -> str:
+        """The table as docs/user-guide.md shows it (a test holds the page to it)."""
+        rows = ["| exit code | meaning |", "|---|---|", *(f"| {code.value} | {code.meaning} |" for code in cls)]
+        return "\n".join(rows) + "\n"
 
 
 class GuardedError(Exception):
