@@ -10,15 +10,15 @@ from functools import cache
 from pathlib import Path
 
 from cli_runner import run_cli
-from guarded_sbatch.core.sbatch.argv import GUARD_OPTIONS, JSON_ALIAS, PRINT_SCRIPT_ALIAS
+from guarded_sbatch.core.sbatch.guard_options import ALIASES as GUARD_ALIASES, guard_flags
 from guarded_sbatch.core.sbatch.spec import ALIASES, SBATCH_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SUBCOMMANDS = ("check", "monitor", "show", "run", "check-sweep", "stop", "status", "kill", "restart", "reference",
                "admin", "sidecar")
-LAUNCH_WORDS = {f"--{name}" for name in SBATCH_OPTIONS} | {f"--{name}" for name in ALIASES} | set(GUARD_OPTIONS) | \
-    {JSON_ALIAS, PRINT_SCRIPT_ALIAS, "--help", "--version", "--guard-monitor"}
+LAUNCH_WORDS = {f"--{name}" for name in SBATCH_OPTIONS} | {f"--{name}" for name in ALIASES} | set(guard_flags()) | \
+    set(GUARD_ALIASES) | {"--help", "--version"}
 
 
 def commands(text: str) -> list[str]:
@@ -63,7 +63,7 @@ def test_every_command_the_docs_show_exists_with_the_options_it_gives() -> None:
                           if o not in LAUNCH_WORDS]
                 continue
             text = help_text(subcommand)
-            accepted = set(re.findall(r"--[a-z][a-z0-9-]*", text)) | (set(GUARD_OPTIONS) if subcommand in {
+            accepted = set(re.findall(r"--[a-z][a-z0-9-]*", text)) | (set(guard_flags()) if subcommand in {
                 "check", "run", "restart", "check-sweep"} else set()) | (LAUNCH_WORDS if subcommand == "check" else set())
             wrong += [f"{page.name}: `{command}`: {subcommand} has no {o}" for o in options if o not in accepted]
     assert not wrong, "\n".join(wrong)

@@ -16,7 +16,7 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.core.sbatch import guard_options
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.guard_options import GUARD_TABLE, GuardOption, check_table, markdown_table
+from guarded_sbatch.core.sbatch.guard_options import GUARD_TABLE, KINDS, GuardOption, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = GuardOption("--guard-probe-budget", "probe_budget", "positive_int", "a probe's budget, in widgets", "N",
@@ -40,8 +40,12 @@ def _help(argv: list[str]) -> str:
 
 
 def test_the_table_fills_every_field_of_guard_options_once() -> None:
-    check_table()
-    assert {row.field for row in GUARD_TABLE} == {f.name for f in dataclasses.fields(guard_options.GuardOptions)}
+    fields = [row.field for row in GUARD_TABLE]
+    assert sorted(fields) == sorted(f.name for f in dataclasses.fields(guard_options.GuardOptions))
+    for row in GUARD_TABLE:
+        assert row.kind in KINDS and (row.metavar == "") == (row.kind == "flag"), row
+        assert row.replay in ("given", "never") or row.replay.startswith("record:"), row
+        assert row.choices or row.kind != "choice", row
 
 
 @pytest.mark.usefixtures("one_more_option")

@@ -14,7 +14,7 @@ from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar import loop as loop_module
 from guarded_sbatch.sidecar.loop import Sidecar
-from guarded_sbatch.sidecar.one_shot import check_once
+from guarded_sbatch.sidecar.one_shot import judge_once
 from guarded_sbatch.sources.run_sources import specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sources.base import SourceError
@@ -85,7 +85,7 @@ def test_twenty_digit_step_then_nan_is_a_stop_in_monitor_once(tmp_path: Path) ->
     lines = ["global_step=99999999999999999999 loss=1.0"]
     lines += [f"global_step={i} loss={1.0 - i / 100 if i < 40 else 'nan'}" for i in range(1, 80)]
     log.write_text("\n".join(lines) + "\n")
-    verdict, _ = check_once(_settings(tmp_path, log))
+    verdict = judge_once(_settings(tmp_path, log)).verdict
     assert verdict.decision is Decision.STOP
 
 
@@ -103,7 +103,7 @@ def test_fifos_and_devices_are_refused_without_blocking(kind: str, tmp_path: Pat
         TextLogSource(path).read_new()
     with pytest.raises(SourceError):
         TrainerStateSource(path).read_new()
-    verdict, _ = check_once(_settings(tmp_path, path))
+    verdict = judge_once(_settings(tmp_path, path)).verdict
     assert verdict.decision is Decision.WAIT and "regular file" in verdict.message
 
 

@@ -25,7 +25,7 @@ from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script_text
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.results import CheckStatus
-from guarded_sbatch.sidecar.one_shot import check_once
+from guarded_sbatch.sidecar.one_shot import judge_once
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover_owned
@@ -175,7 +175,8 @@ def test_ambiguous_ownership_is_wait_naming_the_candidates_never_stop(tmp_path: 
     since = time.time() - 1
     _events(tmp_path / "runs" / "a", [1.0, float("nan")] * 10)
     _events(tmp_path / "runs" / "b", [1.0, float("nan")] * 10)
-    verdict, data_source = check_once(_settings(tmp_path, RunSources(since=since, workdir=str(tmp_path))))
+    judged = judge_once(_settings(tmp_path, RunSources(since=since, workdir=str(tmp_path))))
+    verdict, data_source = judged.verdict, judged.data_source
     assert verdict.decision.value == "WAIT" and data_source == "unreachable"
     assert "runs/a" in verdict.message and "runs/b" in verdict.message
 

@@ -103,10 +103,6 @@ def policy_table(policy: JudgePolicy) -> dict[str, Any]:
     return table
 
 
-def threshold_names() -> list[str]:
-    return list(_FIELDS)
-
-
 def recorded_policy(table: Mapping[str, Any], run_name: str) -> JudgePolicy:
     """The thresholds a guarded run was launched with (its record's `[judge]`), which every watcher of it judges
     with (its sidecar, a requeued one, the shared monitor, `show`); a table edited by hand into something invalid

@@ -25,7 +25,6 @@ from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.runconfig import RunConfig
 
 SNAPSHOT = "config.json"
-MAX_LOG_COPY_BYTES = 4 * 1024 * 1024
 FAMILY_RUNS_KEPT = 20  # a launch family's last runs looked at for its reference
 
 

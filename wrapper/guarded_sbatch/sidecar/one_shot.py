@@ -48,12 +48,6 @@ def judge_sources(sources: SourceSet, policy: JudgePolicy | None, context: RunCo
         sources.read_error, sources.active_error or "", untrusted_note(files), damage_note(files)))
 
 
-def check_once(settings: SidecarSettings) -> tuple[Verdict, str]:
-    """The one-shot check: read what is there now and judge it as it stands (no staleness)."""
-    judged = judge_once(settings)
-    return judged.verdict, judged.data_source
-
-
 @dataclass(frozen=True)
 class OneShot:
     verdict: Verdict

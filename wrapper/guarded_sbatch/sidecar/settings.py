@@ -25,7 +25,6 @@ class SidecarSettings:
     fast_interval_s: float = SidecarJobSettings.fast_interval_s
     full_interval_s: float = Config.check_interval_s
     job_poll_s: float = SidecarJobSettings.job_poll_s
-    min_quiet_poll_s: float = 45.0
     policy: JudgePolicy | None = None
     identity: RunSources | None = None  # a guarded run's own sources, from its record: read only these
     log_commands: list[str] = field(default_factory=list)  # commands whose stdout is the recent log

@@ -59,18 +59,6 @@ def newest_per_key_step(points: list[MetricPoint]) -> list[MetricPoint]:
     return kept
 
 
-def merge_into_history(history: dict[str, dict[int, MetricPoint]], points: list[MetricPoint]) -> None:
-    """Fold a batch from read_new() into a per-key, per-step history (repeated steps replace older ones).
-
-    Sources report a repeated (key, step) again when a later read brings a newer value for it.
-    """
-    for point in points:
-        per_step = history.setdefault(point.key, {})
-        previous = per_step.get(point.step)
-        if previous is None or point.wall_time >= previous.wall_time:
-            per_step[point.step] = point
-
-
 # a crash that says only that the program died, not why: the log ends inside a traceback, before its exception
 CUT_TRACEBACK = "a Python traceback the log ends in before its exception line"
 

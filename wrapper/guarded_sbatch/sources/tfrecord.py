@@ -26,7 +26,8 @@ MASK_DELTA = 0xA282EAD8
 T = TypeVar("T")
 
 
-def _pure_python_crc32c() -> Callable[[bytes], int]:
+def pure_python_crc32c() -> Callable[[bytes], int]:
+    """crc32c in Python, when neither C implementation is installed (a table of 256 built per call)."""
     table = []
     for byte in range(256):
         crc = byte
@@ -57,11 +58,10 @@ def _load_crc32c() -> tuple[Callable[[bytes], int], str]:
         return crc32c_module.crc32c, "crc32c (C)"
     except ImportError:
         pass
-    return _pure_python_crc32c(), "pure Python"
+    return pure_python_crc32c(), "pure Python"
 
 
 crc32c, CRC32C_IMPLEMENTATION = _load_crc32c()
-pure_python_crc32c = _pure_python_crc32c()
 
 
 def mask(crc: T) -> T:

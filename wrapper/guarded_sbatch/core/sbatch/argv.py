@@ -17,7 +17,6 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.sbatch.guard_options import (
     ALIASES,
-    GUARD_TABLE,
     GuardOptions,
     Waiver,
     build_guard_options,
@@ -33,10 +32,6 @@ from guarded_sbatch.core.sbatch.spec import (
     long_candidates,
     resolve_long_name,
 )
-
-JSON_ALIAS = "--json"  # sbatch 22.05 has no --json; accepted as --guard-json for `guarded-sbatch check --json`
-PRINT_SCRIPT_ALIAS = "--print-script"  # sbatch has no --print-script; accepted as --guard-print-script
-GUARD_OPTIONS = {row.flag: row.takes_value for row in GUARD_TABLE}  # a view of the table at import, for docs tests
 
 INFO_ONLY_OPTIONS = frozenset({"help", "usage", "version"})
 
@@ -227,5 +222,5 @@ def split_sbatch_argv(argv: list[str]) -> LaunchArgs:
     return LaunchArgs(guard, tuple(sbatch_words), Path(script_word), tuple(rest[1:]), tuple(parsed), tuple(guard_argv))
 
 
-__all__ = ["GUARD_OPTIONS", "GuardOptions", "LaunchArgs", "ParsedOption", "Waiver", "parse_one_option",
+__all__ = ["GuardOptions", "LaunchArgs", "ParsedOption", "Waiver", "parse_one_option",
            "parse_sbatch_words", "split_sbatch_argv"]

@@ -9,7 +9,6 @@ GuardOptions field it fills and how its text is checked, the GuardedExecutor key
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,17 +309,6 @@ def replay_words(recorded: Sequence[str], given: Sequence[str], record: Any) -> 
                     continue
                 words.append(flag if value is None else f"{flag}={value}")
     return words
-
-
-def check_table(table: Iterable[GuardOption] = GUARD_TABLE) -> None:
-    """Every row fills a field of GuardOptions, once, with a known kind and replay (a test calls this)."""
-    names = {item.name for item in dataclasses.fields(GuardOptions)}
-    seen: set[str] = set()
-    for row in table:
-        assert row.field in names and row.field not in seen, row
-        assert row.kind in KINDS and (row.metavar == "") == (row.kind == "flag"), row
-        assert row.replay in ("given", "never") or row.replay.startswith("record:"), row
-        seen.add(row.field)
 
 
 KINDS = ("flag", "text", "path", "positive_float", "positive_int", "count", "choice", "waiver")

@@ -46,19 +46,6 @@ class Word:
         return self.text
 
 
-def split_commands(
-    line: str, variables: Mapping[str, str] | None = None, scope: Scope | None = None
-) -> list[list[Word]]:
-    """The simple commands of a line, each a list of words (redirections removed)."""
-    commands: list[list[Word]] = [[]]
-    for item in tokenize(line, variables, scope):
-        if isinstance(item, Word):
-            commands[-1].append(item)
-        elif commands[-1]:
-            commands.append([])
-    return [words for words in commands if words]
-
-
 def tokenize(line: str, variables: Mapping[str, str] | None = None, scope: Scope | None = None) -> list[Word | str]:
     """Words (Word) and operators (str). Raises ShellSyntaxError on an unbalanced quote or `$(`."""
     return _tokenize(line, variables or {}, scope, stop=False)[0]
