@@ -11,7 +11,7 @@ from source_writers import append_tb_events, tb_event, write_tb_events
 
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sources.points import MetricPoint
-from guarded_sbatch.sources.tb_event import decode_event
+from guarded_sbatch.sources.tb_event import read_event
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
@@ -147,7 +147,8 @@ def test_decoder_handles_hand_framed_records(tmp_path: Path) -> None:
     framed = frame_record(event)
     (tmp_path / "events.out.tfevents.1.host").write_bytes(framed + framed[:10])  # and a half-written tail
     assert [(p.step, p.key, p.value) for p in TensorBoardSource(tmp_path).read_new()] == [(7, "x", 1.25)]
-    assert decode_event(event, {}) == (1.7e9 + 7, 7, [("x", 1.25)])
+    fields = read_event(event, {})
+    assert (fields.wall_time, fields.step, fields.scalars) == (1.7e9 + 7, 7, [("x", 1.25)])
 
 
 _TAGS = ("train/loss", "train/lr", "train/grad_norm", "eval/loss")

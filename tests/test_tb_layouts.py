@@ -13,7 +13,7 @@ import numpy as np
 from source_writers import tb_event
 
 from guarded_sbatch.judge.findings import median
-from guarded_sbatch.sources.tb_event import decode_event
+from guarded_sbatch.sources.tb_event import read_event
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.tfrecord import frame_record
 from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
@@ -47,8 +47,8 @@ def _expected(records: list[bytes], skipped: set[int]) -> list[tuple[int, float,
     out = []
     for index, record in enumerate(records):
         if index not in skipped:
-            wall, step, scalars = decode_event(record, {})
-            out += [(step, wall, tag, repr(value)) for tag, value in scalars]
+            event = read_event(record, {})
+            out += [(event.step, event.wall_time, tag, repr(value)) for tag, value in event.scalars]
     return out
 
 

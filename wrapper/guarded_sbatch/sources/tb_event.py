@@ -191,13 +191,6 @@ class EventFields:
         return len(self.scalars) == 1 and self.value_width > 0 and self.step_width <= 9
 
 
-def decode_event(data: bytes, tag_names: dict[bytes, str]) -> tuple[float, int, list[tuple[str, float]]]:
-    """(wall_time, step, [(tag, value)]) of the scalars in one serialized Event (tag_names caches decoded tags).
-    Raises on malformed data."""
-    event = read_event(data, tag_names)
-    return event.wall_time, event.step, event.scalars
-
-
 def read_event(data: bytes, tag_names: dict[bytes, str]) -> EventFields:
     """The fields of one serialized Event (see EventFields); raises on malformed data."""
     event = EventFields()
