@@ -19,9 +19,7 @@ from guarded_sbatch.judge.verdict import Anomaly, Reason
 def check_loss_climb(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
     if not keys.train_loss:
         return None
-    steps, values = history.series(keys.train_loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(keys.train_loss)
     w = points_in(policy.climb_window_steps, steps, minimum=8, maximum=policy.baseline_max_points)
     if len(values) < 2 * w:
         return None

@@ -53,9 +53,7 @@ def check_eval_regressing(history: MetricHistory, keys: RunKeys, policy: JudgePo
     if key is None:
         return None
     direction = keys.directions.get(key, "min")
-    steps, values = history.series(key)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(key)
     smooth = _SMOOTH_EVALS
     if len(values) < smooth + 1:
         return None

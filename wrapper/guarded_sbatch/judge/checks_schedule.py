@@ -15,9 +15,7 @@ def check_lr_schedule(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
     """STOP when the LR has been 0 from the start for `lr_zero_patience_steps`; note a restart."""
     if not keys.lr:
         return None
-    steps, values = history.series(keys.lr)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(keys.lr)
     if len(values) < 2:
         return None
     if np.all(values == 0) and int(steps[-1]) - int(steps[0]) >= policy.lr_zero_patience_steps:

@@ -66,9 +66,7 @@ def _eval_improved_since(history: MetricHistory, keys: RunKeys, since: int) -> b
     key = keys.key_metric
     if key is None:
         return False
-    steps, values = history.series(key)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(key)
     if not len(values) or int(steps[-1]) <= since:
         return False
     oriented = values if keys.directions.get(key, "min") == "min" else -values
@@ -79,9 +77,7 @@ def _eval_improved_since(history: MetricHistory, keys: RunKeys, since: int) -> b
 def check_stagnation(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
     if not keys.train_loss:
         return None
-    steps, values = history.series(keys.train_loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(keys.train_loss)
     if len(values) < _MIN_POINTS:
         return None
     track, ends, w, noise = _track(steps, values, policy)

@@ -269,9 +269,7 @@ def check_plateau_from_start(
     later (end of a decayed schedule) is not a plateau."""
     if not keys.train_loss:
         return None
-    steps, values = history.series(keys.train_loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(keys.train_loss)
     if len(steps) < policy.plateau_min_points or steps[0] > policy.plateau_max_first_step:
         return None
     min_steps = policy.plateau_min_steps

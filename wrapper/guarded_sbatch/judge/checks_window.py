@@ -21,9 +21,7 @@ from guarded_sbatch.judge.verdict import Anomaly, Reason
 def check_short_window_jump(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
     if not keys.train_loss:
         return None
-    steps, values = history.series(keys.train_loss)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(keys.train_loss)
     n = len(values)
     if n < 1 + policy.short_jump_points or np.any(values <= 0):
         return None
@@ -48,9 +46,7 @@ def check_short_window_jump(history: MetricHistory, keys: RunKeys, policy: Judge
 def check_short_window_grad_jump(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
     if not keys.grad_norm or not keys.train_loss:
         return None
-    steps, values = history.series(keys.grad_norm)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(keys.grad_norm)
     n = len(values)
     if n < 1 + policy.short_jump_points or n > 2 * MIN_BASELINE_POINTS or np.any(values <= 0):
         return None

@@ -18,9 +18,7 @@ def eval_near_best_since(history: MetricHistory, keys: RunKeys, policy: JudgePol
     key = keys.key_metric
     if key is None:
         return None
-    steps, values = history.series(key)
-    finite = np.isfinite(values)
-    steps, values = steps[finite], values[finite]
+    steps, values = history.finite_series(key)
     if len(values) < 2 or int(steps[-1]) < since_step:
         return None
     oriented = values if keys.directions.get(key, "min") == "min" else -values

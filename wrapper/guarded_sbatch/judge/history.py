@@ -261,6 +261,12 @@ class MetricHistory:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         return series.steps, series.values
 
+    def finite_series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """series(key) without its NaN/inf points (what a trend is read from)."""
+        steps, values = self.series(key)
+        finite = np.isfinite(values)
+        return steps[finite], values[finite]
+
     def wall_times(self, key: str) -> np.ndarray:
         """Wall times of `key`'s points, in step order (0.0 where a source carries none). Do not modify."""
         series = self._series.get(key)
