@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 import time
 
-from guarded_sbatch.core.waiting import Waiting, elapsed_text
+import pytest
+
+from guarded_sbatch.core.waiting import Waiting, elapsed_text, fit, tell
 
 
 class Clock:
@@ -70,3 +72,29 @@ def test_around_one_blocking_call_a_thread_tells_the_wait_and_stops_with_it() ->
 def test_the_time_so_far_reads_as_a_person_says_it() -> None:
     assert [elapsed_text(s) for s in (0.4, 59.9, 65, 3599, 3725)] == ["0 s", "59 s", "1 min 05 s", "59 min 59 s",
                                                                        "1 h 02 min"]
+
+
+def test_a_message_fits_the_terminal_and_keeps_a_run_name_whole() -> None:
+    name = "synthetic-tanh-mlp-bs64-lr15-diverging-3171"
+    line = (f"guarded-sbatch: sidecar job 3172 watches job 3171; run folder /work/main/demo-out/.guarded-sbatch/runs/"
+            f"{name}/sidecar-3172.out")
+    for width in (40, 80, 120):
+        lines = fit(line, width).splitlines()
+        assert all(len(text) <= width for text in lines), (width, lines)
+        assert width < len(name) + 4 or any(name in text for text in lines)  # cut after a slash, not in the name
+        assert "".join(text.strip() for text in lines).replace(" ", "") == line.replace(" ", "")  # nothing lost
+    assert fit("short", 80) == "short" and fit(line, None) == line
+    assert fit("  - Reason: " + "word " * 30, 40).splitlines()[1].startswith("    word")  # the rest indented 2 more
+
+
+def test_tell_wraps_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setenv("COLUMNS", "50")
+    text = "guarded-sbatch: " + "a long message " * 10
+    tty, pipe = Tty(), io.StringIO()
+    tell(text, tty)
+    tell(text, pipe)
+    assert max(len(line) for line in tty.getvalue().splitlines()) <= 50 < len(pipe.getvalue().splitlines()[0])

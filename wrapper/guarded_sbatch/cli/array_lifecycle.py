@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.records.registry import RunRecord, list_runs
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
@@ -78,15 +79,18 @@ def cancel_array(scheduler: Scheduler, array: str, task_ids: list[str], *, timeo
         return before, before
     scheduler.cancel(array)
     deadline = time.monotonic() + timeout_s
-    while True:
-        states = scheduler.states(task_ids)
-        live = [task for task, state in states.items() if not state.is_terminal]
-        if not live:
-            return before, states
-        if time.monotonic() > deadline:
-            raise SchedulerError(f"array {array}: task(s) {', '.join(live[:5])} still live after `scancel {array}`; "
-                                 f"check `squeue -r -j {array}`; nothing was deleted")
-        time.sleep(poll_s)
+    with Waiting(f"the {len(task_ids)} tasks of array {array} to end after the cancel (at most {timeout_s:.0f} s)") \
+            as told:
+        while True:
+            states = scheduler.states(task_ids)
+            live = [task for task, state in states.items() if not state.is_terminal]
+            if not live:
+                return before, states
+            if time.monotonic() > deadline:
+                raise SchedulerError(f"array {array}: task(s) {', '.join(live[:5])} still live after `scancel "
+                                     f"{array}`; check `squeue -r -j {array}`; nothing was deleted")
+            told.detail = f"{len(live)} still live"
+            time.sleep(poll_s)
 
 
 def link_restarted(old_tasks: list[RunRecord], new_runs: list[RunRecord]) -> list[str]:

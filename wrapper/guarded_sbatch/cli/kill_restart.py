@@ -22,6 +22,7 @@ from guarded_sbatch.cli.array_lifecycle import (
 from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.records.registry import RunRecord, find_run, list_runs
 from guarded_sbatch.scheduler.interface import JobState
 
@@ -287,7 +288,13 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
         print(f"guarded-sbatch: stopping job {record.job_id} and its sidecar; waiting until both have ended "
               "(seconds usually, at most 90 s)", file=sys.stderr, flush=True)
     try:
-        outcomes = execute_cleanup(plan, record, scheduler, on_outcome=_show_outcome)
+        with Waiting(f"run {record.run_name}'s stop and cleanup", said=True) as told:
+            told.detail = f"stopping job {record.job_id} (cancelled, then asked until it has ended)"
+
+            def shown(outcome: Any) -> None:
+                _show_outcome(outcome)
+                told.detail = f"done so far: {outcome.step}"
+            outcomes = execute_cleanup(plan, record, scheduler, on_outcome=shown)
     except GuardedError as exc:
         raise type(exc)(f"{verb} stopped before deleting anything: {exc.message}", exit_code=exc.exit_code) from None
     return [o.detail for o in outcomes if not o.ok]

@@ -16,6 +16,7 @@ from typing import Any
 
 from guarded_sbatch import __version__
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
+from guarded_sbatch.core.waiting import tell
 
 _USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
@@ -142,7 +143,7 @@ def _main(args: list[str]) -> int:
     try:
         return dispatch(args)
     except GuardedError as exc:
-        print(f"guarded-sbatch: error: {exc.message}", file=sys.stderr)
+        tell(f"guarded-sbatch: error: {exc.message}")
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("guarded-sbatch: interrupted", file=sys.stderr)

@@ -11,6 +11,7 @@ from typing import Any
 
 from guarded_sbatch.core.errors import ExitCode
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
@@ -30,19 +31,21 @@ def judge_runs_once(settings: SidecarSettings, named: str | None, all_runs: bool
     from guarded_sbatch.sidecar.one_shot import judge_once
     from guarded_sbatch.sidecar.one_shot_runs import choose, left_out_note, tensorboard_runs
 
-    settings = _folders_of_several_runs(settings)
-    runs = [run for spec in settings.sources if spec.kind == "tensorboard"
-            for run in tensorboard_runs(Path(spec.locator))]
-    left: list[Any] = []
-    if len(runs) > 1 or (named and runs):
-        if all_runs:
-            chosen = runs
+    named_sources = ", ".join([spec.locator for spec in settings.sources] + [str(d) for d in settings.search_dirs])
+    with Waiting(f"the metrics of {named_sources or 'the run'} to be read and judged"):  # a large run takes seconds
+        settings = _folders_of_several_runs(settings)
+        runs = [run for spec in settings.sources if spec.kind == "tensorboard"
+                for run in tensorboard_runs(Path(spec.locator))]
+        left: list[Any] = []
+        if len(runs) > 1 or (named and runs):
+            if all_runs:
+                chosen = runs
+            else:
+                one, left = choose(runs, named)
+                chosen = [one]
+            judged = [_Judged(run, *_judged(judge_once(settings, frozenset(map(str, run.files))))) for run in chosen]
         else:
-            one, left = choose(runs, named)
-            chosen = [one]
-        judged = [_Judged(run, *_judged(judge_once(settings, frozenset(map(str, run.files))))) for run in chosen]
-    else:
-        judged = [_Judged(runs[0] if runs else None, *_judged(judge_once(settings)))]
+            judged = [_Judged(runs[0] if runs else None, *_judged(judge_once(settings)))]
     note = left_out_note(left)
     if as_json:
         print(json_dumps(_payload(judged, left)))

@@ -1,6 +1,7 @@
-"""Every wait a person sits through says so: a first line within FIRST_S (unless the caller said it already), then a
-progress line once it lasts PROGRESS_S and again at growing gaps (5, 10, 20, 40 s ..., at most MAX_GAP_S apart),
-each with the time so far and what is known now (a job's state, the step a cleanup is at).
+"""What a person reads while the tool works. `tell` writes a message wrapped to the terminal (as is into a pipe or a
+file); `Waiting` makes every wait a person sits through say so: a first line within FIRST_S (unless the caller said
+it already), then a progress line once it lasts PROGRESS_S and again at growing gaps (5, 10, 20, 40 s ..., at most
+MAX_GAP_S apart), each with the time so far and what is known now (a job's state, the step a cleanup is at).
 
     with Waiting("job 12 to end (--wait)", said=True) as wait:
         while not ended():
@@ -8,10 +9,11 @@ each with the time so far and what is known now (a job's state, the step a clean
             time.sleep(poll)
 
 A daemon thread writes the lines, so a wait inside one blocking call (a slow squeue, a cancel being confirmed) is
-told as well as a polling loop."""
+told as well as a polling loop. `python -m guarded_sbatch.core.waiting` is `fit` as a filter (scripts/demo)."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import time
@@ -22,6 +24,54 @@ from typing import TextIO
 FIRST_S = 1.0  # the first line, when the caller has not said it: within 2 s of the start
 PROGRESS_S = 5.0  # the first progress line
 MAX_GAP_S = 60.0  # progress lines never further apart
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The terminal's width when `stream` is one (COLUMNS wins, as for every program), else None."""
+    isatty = getattr(stream, "isatty", None)
+    return shutil.get_terminal_size((80, 24)).columns if isatty is not None and isatty() else None
+
+
+def _pieces(word: str, room: int) -> list[str]:
+    """A word too long for a line, cut after its slashes (a path stays readable and a run's name in it whole); only
+    where no slash helps, at the width."""
+    pieces: list[str] = []
+    while len(word) > room:
+        cut = word.rfind("/", 0, room) + 1 or room
+        pieces.append(word[:cut])
+        word = word[cut:]
+    return [*pieces, word]
+
+
+def fit(text: str, width: int | None) -> str:
+    """Each line of `text` wrapped at spaces to `width` (the rest of a line indented two more spaces than it); None:
+    as is. Hyphens never break a line: run names hold them."""
+    if width is None:
+        return text
+    out: list[str] = []
+    for line in text.splitlines():
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        rest = lead + "  "
+        current = lead
+        for word in line.split():
+            for index, piece in enumerate(_pieces(word, max(width - len(rest), 10))):
+                glue = " " if index == 0 and current.strip() else ""
+                if current.strip() and len(current) + len(glue) + len(piece) > width:
+                    out.append(current)
+                    current, glue = rest, ""
+                current += glue + piece
+        out.append(current)
+    return "\n".join(out)
+
+
+def tell(text: str, stream: TextIO | None = None) -> None:
+    """One message for a person on stderr (or `stream`), wrapped to the terminal when it is one."""
+    out = stream or sys.stderr
+    out.write(fit(text, terminal_width(out)) + "\n")
+    out.flush()
 
 
 def elapsed_text(seconds: float) -> str:
@@ -38,25 +88,25 @@ class Waiting:
     """Tells a wait on `stream` (stderr by default) as it goes; `detail` (set by the waiting code) ends each line."""
 
     def __init__(self, what: str, *, said: bool = False, stream: TextIO | None = None, quiet: bool = False,
-                 first_s: float = FIRST_S, progress_s: float = PROGRESS_S, max_gap_s: float = MAX_GAP_S,
+                 first_s: float | None = None, progress_s: float | None = None, max_gap_s: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        """The times default to the module's FIRST_S, PROGRESS_S and MAX_GAP_S as they are when the wait starts."""
         self.what = what
         self.detail = ""
         self.lines = 0  # progress lines written
         self._said = said or quiet
         self._quiet = quiet
         self._stream = stream
-        self._first_s, self._max_gap_s = first_s, max_gap_s
+        self._first_s = FIRST_S if first_s is None else first_s
+        self._max_gap_s = MAX_GAP_S if max_gap_s is None else max_gap_s
         self._clock = clock
         self._started = clock()
-        self._next = progress_s
+        self._next = PROGRESS_S if progress_s is None else progress_s
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _write(self, line: str) -> None:
-        stream = self._stream or sys.stderr
-        stream.write(line + "\n")
-        stream.flush()
+        tell(line, self._stream)
 
     def tick(self) -> None:
         """Write what is due now (a polling loop may call it; the context manager's thread does)."""
@@ -88,3 +138,9 @@ class Waiting:
         self._done.set()
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+
+
+if __name__ == "__main__":  # a filter: standard input, each line fitted to the terminal standard output is
+    for text in sys.stdin:
+        sys.stdout.write(fit(text.rstrip("\n"), terminal_width(sys.stdout)) + "\n")
+        sys.stdout.flush()
