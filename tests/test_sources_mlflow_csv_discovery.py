@@ -18,7 +18,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.csvlog import LightningCsvSource
-from guarded_sbatch.sources.discovery import discover_sources
+from guarded_sbatch.sources.discovery import discover_owned
 from guarded_sbatch.sources.kinds import open_source
 from guarded_sbatch.sources.mlflow import MlflowSource
 from guarded_sbatch.sources.textlog import TextLogSource
@@ -93,16 +93,14 @@ def test_discovery_priority_and_kinds(tmp_path: Path) -> None:
     write_tb_events(tmp_path / "runs" / "exp1" / "validation", [tb_event(1, "loss", 2.0)])
     (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)
     (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").write_text("step,loss\n1,2.0\n")
-    stdout = tmp_path / "slurm-12.out"
-    stdout.write_text("iter 1: loss 2.0\n")
-    sources = discover_sources(tmp_path, stdout)
-    assert [s.kind for s in sources] == ["tensorboard", "csv", "textlog"]
+    sources = discover_owned(tmp_path).sources
+    assert [s.kind for s in sources] == ["tensorboard", "csv"]
     keys = {p.key for p in sources[0].read_new()}
     assert keys == {"train/loss", "validation/loss"}
     run_dir = tmp_path / "wandb" / "run-20250101_000000-abc"
     run_dir.mkdir(parents=True)
     (run_dir / "run-abc.wandb").write_bytes(b":W&B\xe1\xbe\x00")
-    assert discover_sources(tmp_path, stdout)[0].kind == "wandb"
+    assert discover_owned(tmp_path).sources[0].kind == "wandb"
 
 
 def test_discovery_is_bounded(tmp_path: Path) -> None:
@@ -110,9 +108,9 @@ def test_discovery_is_bounded(tmp_path: Path) -> None:
     for level in range(8):
         deep = deep / f"d{level}"
     write_tb_events(deep, [tb_event(1, "loss", 1.0)])
-    assert discover_sources(tmp_path, max_depth=3) == []
-    assert [s.kind for s in discover_sources(tmp_path, max_depth=10)] == ["tensorboard"]
-    assert discover_sources(tmp_path, time_budget_s=0.0) == []
+    assert discover_owned(tmp_path, max_depth=3).sources == []
+    assert [s.kind for s in discover_owned(tmp_path, max_depth=10).sources] == ["tensorboard"]
+    assert discover_owned(tmp_path, time_budget_s=0.0).sources == []
 
 
 def test_open_source_by_kind(tmp_path: Path) -> None:

@@ -218,15 +218,3 @@ def claims_below(folder: str | os.PathLike[str], claimed: Collection[str]) -> li
     default_root_dir) takes nothing of it from this run; its files are told apart by when they were written."""
     base = Path(folder).resolve()
     return [claim for claim in claimed if base in Path(claim).resolve().parents]
-
-
-def discover_sources(folder: str | os.PathLike[str], stdout_path: str | os.PathLike[str] | None = None,
-                     *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIME_BUDGET_S) -> list[MetricSource]:
-    """Every source found for one run in a folder, in priority order (the first one is the data source to
-    use); sibling runs are never merged (see discover_owned). The job's stdout, when given, last."""
-    sources = discover_owned(folder, max_depth=max_depth, time_budget_s=time_budget_s).sources
-    if stdout_path is not None and Path(stdout_path).is_file():
-        open_log = KINDS["textlog"].open
-        assert open_log is not None  # the text log kind has a reader
-        sources.append(open_log(Path(stdout_path)))
-    return sources
