@@ -14,10 +14,18 @@ from typing import Any
 from e2e_helpers import EXAMPLE, Project, make_project, submitted_job_id, wait_for
 from multinode_helpers import release, requeued
 from guarded_sbatch.scheduler.interface import JobState
+from guarded_sbatch.sources.run_sources import RunSources
 
 CONFIG = "configs/synthetic-tanh-mlp.yaml"
 WANDB_ENV = {"WANDB_MODE": "offline", "WANDB_PROJECT": "identity-e2e", "WANDB_SILENT": "true",
              "WANDB_DISABLE_GIT": "true", "WANDB_CONSOLE": "off"}
+
+
+def pinned_id(record: dict[str, Any], kind: str = "wandb") -> str:
+    """The tracker run id the launch gave the job (its kind's pinned spec in the record), or ""."""
+    sources = RunSources.from_json(record["sources"])
+    pinned = sources.pinned(kind) if sources is not None else None
+    return pinned.writer.run_id if pinned is not None else ""
 
 
 def identity_project(tmp_path: Path, backend: str, *, wandb: bool = False) -> Project:
@@ -68,7 +76,7 @@ def assert_cites_only_its_own(project: Project, job_id: str, output: str) -> Non
     record = project.run_record(job_id)
     own = [*record["sources"]["tb_paths"], record["sources"]["stdout"], record["sources"]["stderr"],
            str(project.state_dir / "runs" / record["run_id"])]
-    own_wandb = record["sources"]["wandb_run_id"]
+    own_wandb = pinned_id(record)
     paths = cited_paths(output)
     assert paths, output
     for path in paths:
@@ -102,7 +110,7 @@ def concurrent_runs_stay_apart(tmp_path: Path, backend: str, scheduler: Any) -> 
                                     "--logdir", "runs/healthy", "--wandb", "--steps", "500")
     nan_id, broken, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-nan", "train.sh",
                                "--logdir", "runs/nan", "--wandb", "--steps", "3000", "--diverge-at", "60")
-    healthy_wandb, nan_wandb = healthy["sources"]["wandb_run_id"], broken["sources"]["wandb_run_id"]
+    healthy_wandb, nan_wandb = pinned_id(healthy), pinned_id(broken)
     assert healthy_wandb and nan_wandb and healthy_wandb != nan_wandb
     nan_state, nan_output = wait_ended(project, scheduler, nan_id)
     healthy_state, healthy_output = wait_ended(project, scheduler, healthy_id)
@@ -176,7 +184,7 @@ def requeued_run_keeps_its_own(tmp_path: Path, scheduler: Any) -> None:
     project = identity_project(tmp_path, "slurm", wandb=True)
     job_id, record, _ = launch(project, "--job-name", "synthetic-tanh-mlp-bs64-requeued", "train.sh",
                                "--logdir", "runs/requeued", "--wandb", "--steps", "700")
-    own_wandb = record["sources"]["wandb_run_id"]
+    own_wandb = pinned_id(record)
     wait_for(lambda: _seen_steps(project, job_id, 50), 300, 1, "the sidecar to read the first steps")
     subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True, timeout=30)
     wait_for(lambda: requeued(job_id), 60, 0.5, "the job to be back in the queue")
@@ -211,7 +219,7 @@ def restarted_run_keeps_its_own(tmp_path: Path, backend: str, scheduler: Any) ->
     new_record = next(r for r in new if r.get("restarted_from") == record["run_id"])
     new_id = new_record["job_id"]
     assert new_record["sources"]["since"] == record["sources"]["since"]  # the run's own files go on
-    assert new_record["sources"]["wandb_run_id"] != record["sources"]["wandb_run_id"]  # the old one was deleted
+    assert pinned_id(new_record) != pinned_id(record)  # the old one was deleted
     wait_for(lambda: _seen_steps(project, new_id, 50), 300, 1, "the new sidecar to read steps")
     wait_for(lambda: len(list((project.root / "runs" / "restarted").glob("events.*"))) == 2, 90, 1, "a second event file")
     output = project.sidecar_output(new_id)

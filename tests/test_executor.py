@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import wait_for
+from guarded_sbatch.actions.cleanup import pinned_run_id
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.launch.executor import GuardedSlurmJob, GuardStoppedError
 
@@ -134,7 +135,7 @@ def test_the_sidecar_stops_a_diverging_function(guarded_env: Path, slurm_cluster
     log = Path(str(job.paths.stdout)).read_text()
     assert "step 20 loss nan" in log and "step 599" not in log
     assert stopped_after < 90
-    assert record.sources["stdout"] == str(job.paths.stdout) and record.sources["wandb_run_id"]
+    assert record.sources["stdout"] == str(job.paths.stdout) and pinned_run_id(record, "wandb")
     with pytest.raises(GuardStoppedError, match=f"job {job.job_id} was stopped by its guard \\(STOP, non_finite_loss"):
         job.result()
     assert job.guard_stop is not None and job.guard_stop["reason"] == "non_finite_loss"

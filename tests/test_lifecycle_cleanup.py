@@ -13,6 +13,10 @@ from guarded_sbatch.actions.cleanup import execute_cleanup, plan_cleanup, wandb_
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.cli.kill_restart import confirm, parse_lifecycle_args, restart_launch_argv
 from guarded_sbatch.records.registry import RunRecord, create_run, find_run
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, WriterIdentity
+
+# the W&B run "abc" the launch gave the job, as its record keeps it
+WANDB_ABC = RunSources(specs=[SourceSpec("wandb", "abc", "guarded-sbatch", WriterIdentity(run_id="abc"))]).to_json()
 
 # The columns of MLflow's `runs` table that matter here (mlflow/store/tracking/dbmodels/models.py).
 MLFLOW_RUNS_TABLE = """CREATE TABLE runs (run_uuid VARCHAR(32) PRIMARY KEY, name VARCHAR(250), status VARCHAR(9),
@@ -35,7 +39,7 @@ def test_the_plan_lists_every_step_in_the_fixed_order(tmp_path: Path) -> None:
     (scratch / "ckpt").mkdir(parents=True)
     record = make_record(tmp_path, checkpoint_dir=str(scratch / "ckpt"), artifact_dir="s3://bucket/coco-resnet50",
                          wandb_paths=[str(tmp_path / "project/wandb/run-20260101_1200-abc/run-abc.wandb")],
-                         tracker={"kind": "wandb", "run_path": "team/coco/abc"}, sources={"wandb_run_id": "abc"})
+                         tracker={"kind": "wandb", "run_path": "team/coco/abc"}, sources=WANDB_ABC)
     record.job_id, record.sidecar_id = "41", "42"
     plan = plan_cleanup(record, (scratch,), homes=set())
     assert [step.name for step in plan.steps] == ["stop", "checkpoint", "artifact", "tracker", "scheduler"]
@@ -91,7 +95,7 @@ def test_wandb_api_deletion_is_time_limited_and_falls_back_to_the_local_folder(t
     folder.mkdir(parents=True)
     (folder / "run-abc.wandb").write_bytes(b":W&B\xbe\xe1\x00")
     record = make_record(tmp_path, wandb_paths=[str(folder / "run-abc.wandb")],
-                         tracker={"kind": "wandb", "run_path": "team/coco/abc"}, sources={"wandb_run_id": "abc"})
+                         tracker={"kind": "wandb", "run_path": "team/coco/abc"}, sources=WANDB_ABC)
     started = time.monotonic()
     outcomes = execute_cleanup(plan_cleanup(record, ()), record, scheduler=None, wandb_timeout_s=20)
     assert time.monotonic() - started < 20

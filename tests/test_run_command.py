@@ -13,7 +13,8 @@ import pytest
 from conftest import require
 from e2e_helpers import Project, make_project, wait_for
 from guarded_sbatch.cli.run import run_under_guard
-from guarded_sbatch.sources.run_sources import MLFLOW_TAG
+from guarded_sbatch.sources.kind_mlflow import MLFLOW_TAG
+from guarded_sbatch.sources.run_sources import RunSources
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 CONFIG = "configs/synthetic-tanh-mlp.yaml"
@@ -38,6 +39,13 @@ def _record(project: Project, job_id: str) -> dict:
     return project.run_record(job_id)
 
 
+def _pinned(record: dict, kind: str) -> tuple[str, str]:
+    """(run id, tag) of the tracker run the launch gave the job, as its record keeps it."""
+    sources = RunSources.from_json(record["sources"])
+    pinned = sources.pinned(kind) if sources is not None else None
+    return (pinned.writer.run_id, pinned.writer.tag) if pinned is not None else ("", "")
+
+
 def test_the_jobs_environment_holds_what_the_preflight_says_it_exports(tmp_path: Path) -> None:
     project = _project(tmp_path)
     (project.root / "env_probe.py").write_text(PROBE)
@@ -48,15 +56,16 @@ def test_the_jobs_environment_holds_what_the_preflight_says_it_exports(tmp_path:
     record = _record(project, job_id)
     assert record["script"] == "python" and record["script_args"] == ["env_probe.py"] and record["launched_by"] == "run"
     sources = record["sources"]
-    assert sources["wandb_run_id"] and sources["mlflow_tag"] and sources["stdout"] == str(project.root / f"slurm-{job_id}.out")
+    (wandb_id, _), (_, mlflow_tag) = _pinned(record, "wandb"), _pinned(record, "mlflow")
+    assert wandb_id and mlflow_tag and sources["stdout"] == str(project.root / f"slurm-{job_id}.out")
     promised = re.search(r"W&B run (\w+) \(exported as WANDB_RUN_ID\)", result.stderr)
-    assert promised and promised.group(1) == sources["wandb_run_id"]
+    assert promised and promised.group(1) == wandb_id
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     wait_for(lambda: scheduler.state(job_id).is_terminal, 60, 0.2, "the probe to end")
     line = next(li for li in Path(sources["stdout"]).read_text().splitlines() if li.startswith("ENV "))
     seen = json.loads(line[4:])
-    assert seen["WANDB_RUN_ID"] == sources["wandb_run_id"] and seen["WANDB_RESUME"] == "allow"
-    assert json.loads(seen["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: sources["mlflow_tag"]}
+    assert seen["WANDB_RUN_ID"] == wandb_id and seen["WANDB_RESUME"] == "allow"
+    assert json.loads(seen["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: mlflow_tag}
     assert seen["SLURM_JOB_ID"] == job_id and seen["SLURM_JOB_NAME"] == NAME
 
 
@@ -68,7 +77,7 @@ def test_its_wandb_offline_run_is_the_one_the_sidecar_reads(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     job_id = result.stdout.strip()
     record = _record(project, job_id)
-    run_id = record["sources"]["wandb_run_id"]
+    run_id = _pinned(record, "wandb")[0]
     assert record["sources"]["tb_paths"] == [str(project.root / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     wait_for(lambda: scheduler.state(job_id).is_terminal, 180, 1, "the diverging run to be stopped")
@@ -135,7 +144,7 @@ def test_in_tmux_the_command_gets_the_same_environment(tmp_path: Path) -> None:
         logs = list((project.state_dir / "run-staging").glob("*/output.log"))
         line = next(li for log in logs for li in log.read_text().splitlines() if li.startswith("ENV "))
         seen = json.loads(line[4:])
-        assert seen["WANDB_RUN_ID"] == record["sources"]["wandb_run_id"] and seen["WANDB_RESUME"] == "allow"
-        assert json.loads(seen["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: record["sources"]["mlflow_tag"]}
+        assert seen["WANDB_RUN_ID"] == _pinned(record, "wandb")[0] and seen["WANDB_RESUME"] == "allow"
+        assert json.loads(seen["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: _pinned(record, "mlflow")[1]}
     finally:
         subprocess.run(["tmux", "kill-server"], env=project.env, timeout=30, capture_output=True, check=False)

@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import make_project
-from guarded_sbatch.sources.run_sources import (
-    MLFLOW_TAG,
-    RunSources,
-)
+from guarded_sbatch.sources.kind_mlflow import MLFLOW_TAG
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
 from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.sbatch.script import parse_script_text
@@ -73,9 +71,11 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     project, report = _project_check(tmp_path, ["train.sh", "--steps", "4000", "--logdir", "runs/mine"])
     plan = report.details["source_plan"]
     assert plan.sources.tb_paths == [str(project.root / "runs" / "mine")] and plan.sources.tb_from == ["--logdir"]
-    assert len(plan.env["WANDB_RUN_ID"]) == 8 and plan.env["WANDB_RUN_ID"] == plan.sources.wandb_run_id
+    wandb, mlflow = plan.sources.pinned("wandb"), plan.sources.pinned("mlflow")
+    assert wandb is not None and mlflow is not None
+    assert len(plan.env["WANDB_RUN_ID"]) == 8 and plan.env["WANDB_RUN_ID"] == wandb.writer.run_id == wandb.locator
     assert plan.env["WANDB_RESUME"] == "allow"
-    assert json.loads(plan.env["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: plan.sources.mlflow_tag}
+    assert json.loads(plan.env["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: mlflow.writer.tag}
     sources = plan.for_job("42", since=123.0)
     assert sources.stdout == str(project.root / "slurm-42.out") and sources.since == 123.0
     plan.sources.tb_paths = [str(project.root / "runs" / "$SLURM_JOB_ID")]
@@ -85,7 +85,8 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     env = {"PATH": os.environ["PATH"], "WANDB_RUN_ID": "mine1234"}
     _, user_set = _project_check(tmp_path / "b", ["train.sh"], env=env)
     plan = user_set.details["source_plan"]
-    assert plan.sources.wandb_run_id == "mine1234" and "WANDB_RUN_ID" not in plan.env  # the user's id is kept
+    pinned = plan.sources.pinned("wandb")
+    assert pinned is not None and pinned.writer.run_id == "mine1234" and "WANDB_RUN_ID" not in plan.env  # kept
     assert plan.sources.tb_paths == [str(tmp_path / "b" / "project" / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
 
 
@@ -214,7 +215,8 @@ def _wandb_run(work: Path, run_id: str, kind: str) -> None:
 def test_the_sidecar_reads_exactly_its_own_wandb_run_in_a_shared_wandb_folder(tmp_path: Path) -> None:
     _wandb_run(tmp_path, "mine0001", "ok")
     _wandb_run(tmp_path, "other001", "nan")  # newer: "the newest .wandb" would be this one
-    identity = RunSources(since=0.0, workdir=str(tmp_path), wandb_run_id="mine0001", wandb_dirs=[str(tmp_path)])
+    identity = RunSources(since=0.0, workdir=str(tmp_path), specs=[
+        SourceSpec("wandb", "mine0001", "guarded-sbatch", WriterIdentity(run_id="mine0001"), (str(tmp_path),))])
     sources = SourceSet(_settings(tmp_path, identity), None)
     sources.read()
     assert sources.active_kind == "wandb" and sources.describe().endswith("/mine0001")
@@ -237,7 +239,8 @@ def test_the_mlflow_run_is_the_one_carrying_the_runs_tag_not_the_newest(tmp_path
     (tmp_path / "m.py").write_text(MLFLOW_RUNS)
     subprocess.run([sys.executable, "m.py", f"sqlite:///{tmp_path / 'mlflow.db'}", "tag-of-mine"], cwd=tmp_path,
                    check=True, capture_output=True, timeout=240)
-    identity = RunSources(since=0.0, workdir=str(tmp_path), mlflow_tag="tag-of-mine")
+    identity = RunSources(since=0.0, workdir=str(tmp_path), specs=[
+        SourceSpec("mlflow", "", "the job's MLflow run", WriterIdentity(tag="tag-of-mine"), (str(tmp_path),))])
     sources = SourceSet(_settings(tmp_path, identity), None)
     sources.read()
     assert sources.active_kind == "mlflow"

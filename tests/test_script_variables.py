@@ -101,8 +101,8 @@ def test_a_wandb_run_id_named_after_the_job_is_the_jobs_own(tmp_path: Path) -> N
                            env={"PATH": os.environ["PATH"], "SLURM_JOB_ID": "1"})  # an enclosing job's id
     plan = report.details["source_plan"]
     assert "WANDB_RUN_ID" not in plan.env  # the script sets its own: nothing exported over it
-    sources = plan.for_job("808")
-    assert sources.wandb_run_id == "resnet-808" and sources.wandb_id_from == "WANDB_RUN_ID set by the user"
+    pinned = plan.for_job("808").pinned("wandb")
+    assert pinned is not None and pinned.writer.run_id == "resnet-808" and pinned.origin == "WANDB_RUN_ID set by the user"
 
 
 def test_job_id_stays_symbolic_until_the_job_exists() -> None:
@@ -194,6 +194,6 @@ def test_a_job_array_is_not_given_one_wandb_run_id_for_all_its_tasks(tmp_path: P
     report = run_preflight(split_sbatch_argv(["--array=0-3", "train.sh"]), Config(), None, cwd=project.root,
                            env={"PATH": os.environ["PATH"]})
     plan = report.details["source_plan"]
-    assert "WANDB_RUN_ID" not in plan.env and plan.sources.wandb_run_id == ""
+    assert "WANDB_RUN_ID" not in plan.env and plan.sources.pinned("wandb") is None
     assert any("a job array: each task starts its own W&B run" in item for item in plan.sources.unresolved)
     assert "MLFLOW_RUN_CONTEXT" in plan.env  # a tag shared by the tasks still names this run's MLflow runs

@@ -85,7 +85,8 @@ def test_kill_deletes_only_the_wandb_run_the_launch_gave_the_job(shared_cluster:
     planted = project / "wandb" / "run-20260101_120000-theirs"
     _as(cluster, cluster.victim, f"mkdir -p {project}/wandb")
     _as(cluster, cluster.coworker, f"mkdir -p {planted} && echo x > {planted}/run-theirs.wandb")
-    run = _record(cluster, "coco-resnet50-bs256-wb", submit_dir=str(project), sources={"wandb_run_id": "ours123"},
+    run = _record(cluster, "coco-resnet50-bs256-wb", submit_dir=str(project), sources={"specs": [
+                      {"kind": "wandb", "locator": "ours123", "writer": {"run_id": "ours123"}}]},
                   tracker={"kind": "wandb", "run_path": "team/coco/theirs", "run_dir": str(planted)})
     killed = _cli(cluster, cluster.victim, "kill", run, "--yes", cwd=cluster.victim.home)
     assert "team/coco/theirs: not the W&B run the launch gave the job (ours123): refused" in killed.stderr, killed.stderr

@@ -28,8 +28,9 @@ def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
     writer = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(4242,), pid_hosts=("gpu07",), others=(777,), since=1.7e9,
                             run_id="ab12cd34")
     sources = RunSources(since=1.7e9, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["config key logdir"],
-                         wandb_run_id="ab12cd34", wandb_dirs=["/p"], stdout="/p/slurm-7.out", uid=1000,
-                         specs=[SourceSpec("jsonl", "/p/m.jsonl", "a guard flag", writer, ("/p",))], seen=writer)
+                         stdout="/p/slurm-7.out", uid=1000, seen=writer,
+                         specs=[SourceSpec("jsonl", "/p/m.jsonl", "a guard flag", writer, ("/p",)),
+                                SourceSpec("wandb", "ab12cd34", "guarded-sbatch", WriterIdentity(run_id="ab12cd34"), ("/p",))])
     text = json.dumps(sources.to_json())
     again = RunSources.from_json(json.loads(text))
     assert again == sources
@@ -37,26 +38,29 @@ def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
 
 
 def test_the_launch_fields_become_one_list_of_specs_with_origin_and_writer() -> None:
-    sources = RunSources(since=100.0, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["--logdir"],
-                         wandb_run_id="id1", wandb_id_from="guarded-sbatch", wandb_dirs=["/p", "/p/src"],
-                         mlflow_tag="t0", stdout="/p/slurm-7.out", stderr="/p/slurm-7.err", uid=5,
+    pinned = [SourceSpec("wandb", "id1", "guarded-sbatch", WriterIdentity(run_id="id1"), ("/p", "/p/src")),
+              SourceSpec("mlflow", "", "the job's MLflow run", WriterIdentity(tag="t0"), ("/p",))]
+    sources = RunSources(since=100.0, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["--logdir"], specs=pinned,
+                         stdout="/p/slurm-7.out", stderr="/p/slurm-7.err", uid=5,
                          seen=WriterIdentity(pids=(11,), pid_hosts=("n1",)))
     specs = {spec.kind: spec for spec in sources.source_specs()}
-    assert [s.kind for s in sources.source_specs()] == ["tensorboard", "wandb", "mlflow", "textlog", "textlog"]
+    assert [s.kind for s in sources.source_specs()] == ["wandb", "mlflow", "tensorboard", "textlog", "textlog"]
     assert specs["tensorboard"] == SourceSpec("tensorboard", "/p/runs/a", "--logdir",
                                               WriterIdentity(uid=5, pids=(11,), pid_hosts=("n1",), since=100.0))
-    assert specs["wandb"].writer.run_id == "id1" and specs["wandb"].search == ("/p", "/p/src")
+    assert specs["wandb"].writer == WriterIdentity(uid=5, pids=(11,), pid_hosts=("n1",), since=100.0, run_id="id1")
+    assert specs["wandb"].search == ("/p", "/p/src") and sources.pinned("wandb") == pinned[0]
+    assert sources.claimed_folders() == ["/p/runs/a"]  # a pinned run is known by its id, never claims a place
     assert specs["wandb"].origin == "guarded-sbatch"
     assert specs["mlflow"].writer.tag == "t0" and specs["mlflow"].search == ("/p",)
 
 
 def test_older_and_hand_edited_records_are_read_tolerantly() -> None:
-    old = {"since": 5, "workdir": "/p", "tb_paths": ["/p/runs/a", 3], "wandb_run_id": None, "stdout": 7,
+    old = {"since": 5, "workdir": "/p", "tb_paths": ["/p/runs/a", 3], "tb_from": None, "stdout": 7,
            "unknown_field": {"x": 1}, "specs": [{"kind": "tensorboard", "locator": "/x"}, {"locator": "/no-kind"}, "junk"],
            "seen": "not a dict", "uid": True}
     sources = RunSources.from_json(old)
     assert sources is not None
-    assert sources.since == 5.0 and sources.tb_paths == ["/p/runs/a"] and sources.wandb_run_id == ""
+    assert sources.since == 5.0 and sources.tb_paths == ["/p/runs/a"] and sources.tb_from == []
     assert sources.stdout == "" and sources.uid is None and sources.seen == WriterIdentity()
     assert sources.specs == [SourceSpec("tensorboard", "/x")]
     assert RunSources.from_json({}) is None and RunSources.from_json("x") is None

@@ -129,8 +129,9 @@ def test_a_wandb_run_folder_another_user_owns_is_not_read_nor_deleted(coworker: 
     assert run_files([spec]) == [str(ours)]  # the co-worker's folder of the same id is never chosen for deletion
     settings = SidecarSettings(run_name="r", job_id=None, state_file=shared_folder / "s.json",
                                evidence_dir=shared_folder / "e", sources=[],
-                               identity=RunSources(wandb_run_id="ab12cd34", wandb_dirs=[str(shared_folder)],
-                                                   workdir=str(shared_folder)))
+                               identity=RunSources(workdir=str(shared_folder), specs=[
+                                   SourceSpec("wandb", "ab12cd34", "guarded-sbatch", WriterIdentity(run_id="ab12cd34"),
+                                              (str(shared_folder),))]))
     sources = SourceSet(settings, None, live=False)
     sources.read()
     assert [s.describe() for s in sources.sources if s.kind == "wandb"] == [str(ours / "run-ab12cd34.wandb")]

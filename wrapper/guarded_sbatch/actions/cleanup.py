@@ -160,6 +160,15 @@ def wandb_run_folder(path: str) -> str | None:
     return None
 
 
+def pinned_run_id(record: RunRecord, kind: str) -> str:
+    """The run id the launch gave the job for a tracker `kind` (its pinned spec in the record's sources), or ""."""
+    for spec in (record.sources or {}).get("specs") or []:
+        writer = spec.get("writer") if isinstance(spec, dict) and spec.get("kind") == kind else None
+        if isinstance(writer, dict) and isinstance(writer.get("run_id"), str) and writer["run_id"]:
+            return str(writer["run_id"])
+    return ""
+
+
 def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], CleanupAction]) -> list[CleanupAction]:
     tracker = record.tracker or {}
     kind = str(tracker.get("kind", "")).lower()
@@ -167,7 +176,7 @@ def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], 
     run_path = str(tracker.get("run_path") or tracker.get("wandb_run_path") or "")
     # Only the W&B run the launch gave the job (WANDB_RUN_ID) is ever deleted: a log planted in a shared folder
     # may name any run the user's key can delete.
-    launch_id = str((record.sources or {}).get("wandb_run_id") or "")
+    launch_id = pinned_run_id(record, "wandb")
     if run_path and kind in ("", "wandb"):
         if not launch_id:
             actions.append(CleanupAction("manual", f"W&B run {run_path}", extra={

@@ -7,21 +7,18 @@ the sidecar reads exactly these (sources/run_sources.py)."""
 from __future__ import annotations
 
 import getpass
-import json
 import os
-import re
-import secrets
 import socket
-import string
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from guarded_sbatch.sources.place_keys import OUTPUT_KEYS
 from guarded_sbatch.sources.run_sources import (
-    MLFLOW_TAG,
     RECORDED_APART,
     RunSources,
     SourceSpec,
+    WriterIdentity,
+    is_pinned,
 )
 from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
 from guarded_sbatch.core.sbatch.array import ArraySpec, parse_array_spec
@@ -29,10 +26,10 @@ from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_sh
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.runconfig import RunConfig
 from guarded_sbatch.sources.kind_tensorboard import LAUNCH as TENSORBOARD
+from guarded_sbatch.sources.kind_launch import PinContext
 from guarded_sbatch.sources.kinds import launch_kinds, place_of
 
 TB_KEYS = TENSORBOARD.path_keys
-_ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 @dataclass
@@ -47,16 +44,13 @@ class SourcePlan:
     array: ArraySpec | None = None  # a job array (--array, SBATCH_ARRAY_INX, #SBATCH --array): one run per task
     local: bool = False
     named: list[SourceSpec] = field(default_factory=list)  # each kind's place named by its own keys, any kind
+    pinned: list[str] = field(default_factory=list)  # the report's words for each tracker run pinned by its id
 
     def describe(self) -> list[str]:
         """Report notes: what the sidecar will read as this run's own, and what it could not pin down."""
         own = [f"TensorBoard {path} ({label})" for path, label in zip(self.sources.tb_paths, self.sources.tb_from)]
-        if self.sources.wandb_run_id:
-            how = "exported as WANDB_RUN_ID" if "WANDB_RUN_ID" in self.env else self.sources.wandb_id_from
-            own.append(f"W&B run {self.sources.wandb_run_id} ({how})")
-        if self.sources.mlflow_tag:
-            own.append(f"the MLflow run tagged {MLFLOW_TAG}={self.sources.mlflow_tag}")
-        own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs)
+        own.extend(self.pinned)
+        own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs if not is_pinned(spec))
         error = f" and {self.error_pattern}" if self.error_pattern else ""
         own.append(f"the job's log {self.output_pattern}{error}")
         tasks = [] if self.array is None else [
@@ -90,16 +84,10 @@ class SourcePlan:
         return replace(
             sources, since=since if since is not None else sources.since,
             tb_paths=[with_job(p) for p in sources.tb_paths], output_dirs=[with_job(p) for p in sources.output_dirs],
-            wandb_dirs=[with_job(p) for p in sources.wandb_dirs], wandb_run_id=with_job(sources.wandb_run_id),
-            mlflow_run_id=with_job(sources.mlflow_run_id),
-            specs=[replace(spec, locator=with_job(spec.locator)) for spec in sources.specs],
+            specs=[replace(spec, locator=with_job(spec.locator), search=tuple(map(with_job, spec.search)),
+                           writer=replace(spec.writer, run_id=with_job(spec.writer.run_id))) for spec in sources.specs],
             stdout=expand(self.output_pattern), stderr=expand(self.error_pattern),
         )
-
-
-def new_wandb_run_id() -> str:
-    """Eight lowercase letters and digits, as wandb's own generate_id makes them."""
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
 
 
 def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
@@ -114,8 +102,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     _folders(context, sources)
     sources.specs.extend(spec for spec in named if spec.kind not in RECORDED_APART)
     sources.unresolved.extend(problem for kind, problem in problems if kind not in RECORDED_APART)
-    _wandb(context, sources, env)
-    _mlflow(context, sources, env)
+    pinned = _pin_tracker_runs(context, sources, env)
     options = context.options
     array = parse_array_spec(options.get("array") or "") if options.has("array") else None
     plan = SourcePlan(
@@ -123,7 +110,7 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
         error_pattern=options.get("error") or "",
         job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
-        array=array, local=context.scheduler is not None and context.scheduler.name == "local", named=named,
+        array=array, pinned=pinned, local=context.scheduler is not None and context.scheduler.name == "local", named=named,
     )
     export = (options.get("export") or "ALL").upper()
     if env and not export.startswith("ALL"):
@@ -221,45 +208,26 @@ def _why(context: PreflightContext, value: str) -> str:
     return f" ({'; '.join(reasons)})" if reasons else ""
 
 
-def _wandb(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> None:
-    wandb_dir = context.env.get("WANDB_DIR", "")
-    sources.wandb_dirs = [str(context.resolve(wandb_dir))] if wandb_dir else []
-    sources.wandb_dirs.append(str(context.workdir))
+def _pin_tracker_runs(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> list[str]:
+    """Each kind that pins its run by an id the job is given (sources/kind_launch.py `PinnedRun`): the id exported
+    into `env`, the run recorded as a spec of the kind carrying it; what could not be pinned said why."""
     program = context.program_path()
-    if program is not None and str(program.parent) not in sources.wandb_dirs:
-        sources.wandb_dirs.append(str(program.parent))
-    given = context.env.get("WANDB_RUN_ID", "")
-    if given:
-        sources.wandb_run_id, sources.wandb_id_from = given, "WANDB_RUN_ID set by the user"
-    elif re.search(r"\bWANDB_RUN_ID=", context.script.text):
-        sources.unresolved.append("the script sets WANDB_RUN_ID with a shell expression: the W&B run is "
-                                  "identified once its log appears")
-    elif context.options.has("array"):  # one id exported to every task would make them all one W&B run
-        sources.unresolved.append("a job array: each task starts its own W&B run, identified once its log appears")
-    else:
-        sources.wandb_run_id, sources.wandb_id_from = new_wandb_run_id(), "guarded-sbatch"
-        env["WANDB_RUN_ID"] = sources.wandb_run_id
-        if not context.env.get("WANDB_RESUME"):
-            env["WANDB_RESUME"] = "allow"  # a requeued job continues the same W&B run
-
-
-def _mlflow(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> None:
-    sources.mlflow_uri = context.env.get("MLFLOW_TRACKING_URI", "")
-    sources.mlflow_run_id = context.env.get("MLFLOW_RUN_ID", "")
-    existing = context.env.get("MLFLOW_RUN_CONTEXT", "")
-    tags: dict[str, str] = {}
-    if existing:
-        try:
-            parsed = json.loads(existing)
-        except ValueError:
-            sources.unresolved.append("MLFLOW_RUN_CONTEXT is not JSON: the job's MLflow run cannot be tagged")
-            return
-        if not isinstance(parsed, dict):
-            return
-        tags = {str(k): str(v) for k, v in parsed.items()}
-    sources.mlflow_tag = tags.get(MLFLOW_TAG) or secrets.token_hex(8)
-    tags[MLFLOW_TAG] = sources.mlflow_tag
-    env["MLFLOW_RUN_CONTEXT"] = json.dumps(tags)  # mlflow.start_run() puts these tags on the run it creates
+    folders = tuple(dict.fromkeys([str(context.workdir), *([str(program.parent)] if program is not None else [])]))
+    job = PinContext(env=context.env, script_text=context.script.text, array=context.options.has("array"),
+                     folders=folders, resolve=lambda path: str(context.resolve(path)))
+    notes = []
+    for kind in launch_kinds():
+        pinned = kind.pin(job) if kind.pin is not None else None
+        if pinned is None:
+            continue
+        if pinned.unresolved:
+            sources.unresolved.append(pinned.unresolved)
+        if pinned.run_id or pinned.tag:
+            env.update(pinned.export)
+            sources.specs.append(SourceSpec(kind.name, pinned.locator, pinned.origin,
+                                            WriterIdentity(run_id=pinned.run_id, tag=pinned.tag), pinned.search))
+            notes.append(pinned.note or f"{kind.name} run {pinned.run_id or pinned.tag} ({pinned.origin})")
+    return notes
 
 
 def _user() -> str:

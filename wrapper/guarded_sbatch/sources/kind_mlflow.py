@@ -1,14 +1,18 @@
 """MLflow as a source kind: detected by MLFLOW_TRACKING_URI or mlflow in the program or config; a store
-(`mlflow.db`, `mlruns/`) holds every job's runs, so a guarded run reads only the run tagged with its own tag,
-and a store found under a folder is taken only when a person reads that folder by hand."""
+(`mlflow.db`, `mlruns/`) holds every job's runs, so a guarded run reads only the run tagged with its own tag (pinned
+at launch: `_pin` adds it to the job's MLFLOW_RUN_CONTEXT), and a store found under a folder is taken only when a
+person reads that folder by hand."""
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
-from guarded_sbatch.sources.run_sources import MLFLOW_TAG, SourceSpec
-from guarded_sbatch.sources.kind_launch import LaunchKind, Uses, call_argument
+from guarded_sbatch.sources.run_sources import SourceSpec
+from guarded_sbatch.sources.kind_launch import LaunchKind, PinContext, PinnedRun, Uses, call_argument
 from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, Picking, SourceKind
 
@@ -25,9 +29,32 @@ def _review(settings: Mapping[str, str]) -> tuple[str, str]:
     return "passed", "tracker mlflow found"
 
 
+MLFLOW_TAG = "guarded_sbatch.run"
+
+
+def _pin(job: PinContext) -> PinnedRun:
+    """The job's MLflow run: the MLFLOW_RUN_ID it is given, else the run mlflow.start_run() creates with the tags
+    of MLFLOW_RUN_CONTEXT, to which the launch adds its own tag (the user's tags kept)."""
+    pinned = PinnedRun(run_id=job.env.get("MLFLOW_RUN_ID", ""), locator=job.env.get("MLFLOW_TRACKING_URI", ""),
+                       origin="the job's MLflow run", search=job.folders[:1])
+    tags: dict[str, str] = {}
+    if existing := job.env.get("MLFLOW_RUN_CONTEXT", ""):
+        try:
+            parsed = json.loads(existing)
+        except ValueError:
+            return replace(pinned, unresolved="MLFLOW_RUN_CONTEXT is not JSON: the job's MLflow run cannot be tagged")
+        if not isinstance(parsed, dict):
+            return pinned
+        tags = {str(k): str(v) for k, v in parsed.items()}
+    tag = tags.get(MLFLOW_TAG) or secrets.token_hex(8)
+    tags[MLFLOW_TAG] = tag
+    return replace(pinned, tag=tag, export={"MLFLOW_RUN_CONTEXT": json.dumps(tags)},
+                   note=f"the MLflow run tagged {MLFLOW_TAG}={tag}")
+
+
 LAUNCH = LaunchKind("mlflow", env_signs=("MLFLOW_TRACKING_URI",), uses=(
     Uses("{where} uses mlflow", imports=("mlflow",), config_words=("mlflow",)),
-), settings=_settings, review=_review)
+), settings=_settings, review=_review, pin=_pin)
 
 
 def mlflow_stores(uri: str, workdir: str) -> list[Path]:

@@ -1,14 +1,17 @@
 """W&B as a source kind: detected by WANDB_API_KEY, `import wandb`, a config reporting to wandb; a local run log
-`run-<id>.wandb` under a folder (one run's), or a run path/URL read online; the run's local folders deleted by
-`kill` (only those of the run id the job was given, never another user's)."""
+`run-<id>.wandb` under a folder (one run's), or a run path/URL read online; the run pinned at launch by the
+WANDB_RUN_ID the job is given (`_pin`); the run's local folders deleted by `kill` (only those of the run id the job
+was given, never another user's)."""
 
 from __future__ import annotations
 
 import re
+import secrets
+import string
 from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.sources.kind_launch import LaunchKind, Uses, call_argument
+from guarded_sbatch.sources.kind_launch import LaunchKind, PinContext, PinnedRun, Uses, call_argument
 from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sources.base import MetricSource, SourceError
 from guarded_sbatch.sources.kind_base import Finds, JobWriter, SourceKind, modified_at
@@ -53,10 +56,38 @@ def _review(settings: Mapping[str, str]) -> tuple[str, str]:
     return "passed", f"{summary}, name {settings['name']}{extras}"
 
 
+_ID_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def new_run_id() -> str:
+    """Eight lowercase letters and digits, as wandb's own generate_id makes them."""
+    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(8))
+
+
+def _pin(job: PinContext) -> PinnedRun:
+    """The job's W&B run: the WANDB_RUN_ID it already has, else a new one exported (with WANDB_RESUME=allow, so a
+    requeued job continues it); looked for under WANDB_DIR, the job's folder and the program's."""
+    wandb_dir = job.env.get("WANDB_DIR", "")
+    folders = tuple(dict.fromkeys([*([job.resolve(wandb_dir)] if wandb_dir else []), *job.folders]))
+    given = job.env.get("WANDB_RUN_ID", "")
+    if given:
+        origin = "WANDB_RUN_ID set by the user"
+        return PinnedRun(run_id=given, locator=given, origin=origin, search=folders, note=f"W&B run {given} ({origin})")
+    if re.search(r"\bWANDB_RUN_ID=", job.script_text):
+        return PinnedRun(unresolved="the script sets WANDB_RUN_ID with a shell expression: the W&B run is identified "
+                                    "once its log appears")
+    if job.array:  # one id exported to every task would make them all one W&B run
+        return PinnedRun(unresolved="a job array: each task starts its own W&B run, identified once its log appears")
+    run_id = new_run_id()
+    export = {"WANDB_RUN_ID": run_id, **({} if job.env.get("WANDB_RESUME") else {"WANDB_RESUME": "allow"})}
+    return PinnedRun(run_id=run_id, locator=run_id, origin="guarded-sbatch", export=export, search=folders,
+                     note=f"W&B run {run_id} (exported as WANDB_RUN_ID)")
+
+
 LAUNCH = LaunchKind("wandb", env_signs=("WANDB_API_KEY",), uses=(
     Uses("{where} imports wandb", imports=("wandb",), code=("WandbLogger",)),
     Uses("the config reports to wandb", config_words=("wandb",), config_prefixes=("wandb.", "wandb_")),
-), settings=_settings, review=_review)
+), settings=_settings, review=_review, pin=_pin)
 
 
 def own_wandb_logs(folders: list[str], run_id: str) -> list[Path]:

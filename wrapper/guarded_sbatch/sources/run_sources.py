@@ -3,10 +3,11 @@ and nothing of a neighbour's (its TensorBoard folders, its W&B run id, the tag o
 stdout/stderr files, and the time before which no file can be its own).
 
 The one model of "this run's sources" is a list of `SourceSpec(kind, locator, origin, writer)`:
-`RunSources.source_specs()` gives it for a record (the launch's fields tb_paths / wandb_run_id / mlflow_tag /
-stdout / stderr are converted there, and only there), `specs_from_flags` for paths a person names, and
-the sidecar, the shared monitor, `show`, `status` and `kill`/`restart` all read that list. `WriterIdentity`
-says who may have written a file of the run; `attribute()` decides whether one file is the run's own.
+`RunSources.source_specs()` gives it for a record (the launch's fields tb_paths / stdout / stderr are converted
+there, and only there; a tracker run pinned by the id the job was given is a spec of its kind like any other),
+`specs_from_flags` for paths a person names, and the sidecar, the shared monitor, `show`, `status` and
+`kill`/`restart` all read that list. `WriterIdentity` says who may have written a file of the run; `attribute()`
+decides whether one file is the run's own.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from guarded_sbatch.records.registry import RunRecord
 
-MLFLOW_TAG = "guarded_sbatch.run"
 # kinds whose launch-resolved places the record keeps in fields of their own (tb_paths), made specs in
 # RunSources.source_specs(); every other kind's place resolved at launch is recorded in RunSources.specs
 RECORDED_APART = frozenset({"tensorboard"})
@@ -37,7 +37,7 @@ class WriterIdentity:
     others: tuple[int, ...] = ()  # processes of other jobs in that table: their files are not this run's
     since: float = 0.0  # epoch seconds: a file created earlier is not this run's
     run_id: str = ""  # W&B: the run id the job was given (its log must carry it); MLflow: the run id
-    tag: str = ""  # MLflow: the value of the MLFLOW_TAG tag on the job's run
+    tag: str = ""  # a tag the job's run carries (MLflow: sources/kind_mlflow.py's MLFLOW_TAG)
 
     def to_json(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items() if v not in ((), "", None)}
@@ -143,16 +143,12 @@ class RunSources:
     tb_paths: list[str] = field(default_factory=list)  # the run's own event folders (config keys, launcher args)
     tb_from: list[str] = field(default_factory=list)  # where each came from, for the report
     output_dirs: list[str] = field(default_factory=list)
-    wandb_run_id: str = ""
-    wandb_id_from: str = ""  # "guarded-sbatch" (generated and exported) | "WANDB_RUN_ID set by the user"
-    wandb_dirs: list[str] = field(default_factory=list)  # folders whose wandb/ may hold the run
-    mlflow_tag: str = ""  # value of the MLFLOW_TAG tag the job's MLflow run carries (MLFLOW_RUN_CONTEXT)
-    mlflow_run_id: str = ""  # MLFLOW_RUN_ID given by the user
-    mlflow_uri: str = ""
     stdout: str = ""  # expanded, except %N on Slurm (the node is known only once it runs)
     stderr: str = ""
     unresolved: list[str] = field(default_factory=list)  # what could not be pinned down, and why
-    specs: list[SourceSpec] = field(default_factory=list)  # each other kind's place resolved at launch (its keys)
+    # each other kind's place resolved at launch (its keys), and each tracker run pinned by the id (or tag) the job
+    # was given (the kind's LaunchKind.pin: its writer carries the id)
+    specs: list[SourceSpec] = field(default_factory=list)
     uid: int | None = None  # the job's user: a file another uid owns is never read
     seen: WriterIdentity = field(default_factory=WriterIdentity)  # the job's node and processes, as its sidecar saw them
 
@@ -192,17 +188,12 @@ class RunSources:
 
     def source_specs(self) -> list[SourceSpec]:
         """Every source of the run as one list: the launch's own fields converted here, in one place."""
-        specs = [spec if spec.writer != WriterIdentity() else replace(spec, writer=self.writer()) for spec in self.specs]
+        specs = [spec if not _bare(spec.writer) else replace(spec, writer=self.writer(run_id=spec.writer.run_id,
+                                                                                        tag=spec.writer.tag))
+                 for spec in self.specs]
         for index, path in enumerate(self.tb_paths):
             origin = self.tb_from[index] if index < len(self.tb_from) else "the run's config"
             specs.append(SourceSpec("tensorboard", path, origin, self.writer()))
-        if self.wandb_run_id:
-            specs.append(SourceSpec("wandb", self.wandb_run_id, self.wandb_id_from or "the job's WANDB_RUN_ID",
-                                    self.writer(run_id=self.wandb_run_id), search=tuple(self.wandb_dirs)))
-        if self.mlflow_tag or self.mlflow_run_id:
-            specs.append(SourceSpec("mlflow", self.mlflow_uri, "the job's MLflow run",
-                                    self.writer(run_id=self.mlflow_run_id, tag=self.mlflow_tag),
-                                    search=(self.workdir,) if self.workdir else ()))
         for path, origin in ((self.stdout, "the job's stdout"), (self.stderr, "the job's stderr")):
             if path and path not in {s.locator for s in specs if s.kind == "textlog"}:
                 specs.append(SourceSpec("textlog", path, origin, self.writer()))
@@ -211,7 +202,22 @@ class RunSources:
     def claimed_folders(self) -> list[str]:
         """The folders (and files) this run calls its own: a neighbour never reads them, even when written since it
         started. Every recorded spec's place is one (the launch resolves them to absolute paths)."""
-        return [*self.tb_paths, *self.output_dirs, *(s.locator for s in self.specs if s.locator.startswith("/"))]
+        return [*self.tb_paths, *self.output_dirs,
+                *(s.locator for s in self.specs if s.locator.startswith("/") and not is_pinned(s))]
+
+    def pinned(self, kind: str) -> SourceSpec | None:
+        """The tracker run of `kind` pinned at launch by the id (or tag) the job was given, if any."""
+        return next((spec for spec in self.specs if spec.kind == kind and is_pinned(spec)), None)
+
+
+def is_pinned(spec: SourceSpec) -> bool:
+    """A spec known by the id (or tag) its job was given rather than by its place (a store holds every job's runs)."""
+    return bool(spec.writer.run_id or spec.writer.tag)
+
+
+def _bare(writer: WriterIdentity) -> bool:
+    """A writer recorded at launch: nothing of the job known yet, at most the id it was given."""
+    return writer == WriterIdentity(run_id=writer.run_id, tag=writer.tag)
 
 
 def recorded_sources(record: RunRecord) -> RunSources:
