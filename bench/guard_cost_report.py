@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from math import nan
 
 GUARDED = ("sh", "run", "slurm-sh")  # the launches a user makes, each printed beside its plain anchor
 
@@ -51,7 +52,9 @@ def paired_ratios(rows: list[dict[str, Outcome]], name: str, anchor: str) -> lis
 
 def trainer_cpu(runs: list[Outcome]) -> str:
     used = [o.trainer_cpu for o in runs if o.trainer_cpu]
-    return f"{statistics.mean(used):7.1f}" if used else f"{'n/a':>7}"
+    if not used:
+        return f"{'n/a':>11}"
+    return f"{statistics.mean(used):5.1f} ± {statistics.stdev(used) if len(used) > 1 else 0.0:3.1f}"
 
 
 def guard_share(runs: list[Outcome]) -> str:
@@ -71,7 +74,7 @@ def guard_share(runs: list[Outcome]) -> str:
 
 def summary(names: list[str], rows: list[dict[str, Outcome]]) -> list[str]:
     lines = [f"{'variant':14} {'n':>2} {'mean':>8} {'sd':>7} {'min':>8} {'max':>8}  {'ratio':>6}  "
-             f"{'paired (sd)':>15}  {'CPU s':>7}  {'sidecar':>6} {'superv':>6} {'guard %':>7} {'in loop':>8}"]
+             f"{'paired (sd)':>15}  {'CPU s (sd)':>11}  {'sidecar':>6} {'superv':>6} {'guard %':>7} {'in loop':>8}"]
     for name in names:
         anchor = anchor_of(name, names)
         base, speeds, paired = speeds_of(rows, anchor), speeds_of(rows, name), paired_ratios(rows, name, anchor)
@@ -89,20 +92,22 @@ def summary(names: list[str], rows: list[dict[str, Outcome]]) -> list[str]:
 
 
 def side_by_side(names: list[str], rows: list[dict[str, Outcome]]) -> list[str]:
-    """Each guarded variant beside its anchor, round by round (which ran first), then the paired ratios' spread."""
+    """Each guarded variant beside its anchor, round by round (which ran first): samples/s, and the trainer's CPU
+    seconds (its work, which the machine's load hardly moves), then each measure's paired ratios and their spread."""
     lines: list[str] = []
     for name in (n for n in GUARDED if n in names and anchor_of(n, names) != n):
         anchor = anchor_of(name, names)
-        lines += ["", f"{anchor} against {name} (samples/s), round by round:",
-                  f"{'round':>5}  {anchor:>12}  {name:>12}  {'ratio':>6}  first"]
+        lines += ["", f"{anchor} against {name}, round by round (samples/s; the trainer's CPU s):",
+                  f"{'round':>5}  {anchor:>12}  {name:>12}  {'ratio':>6}  {'CPU s':>6}  {'CPU s':>6}  {'ratio':>6}  first"]
         for index, row in enumerate(rows):
-            a, b = row[anchor].speed, row[name].speed
+            a, b, ca, cb = row[anchor].speed, row[name].speed, row[anchor].trainer_cpu, row[name].trainer_cpu
             first = next(n for n in row if n in (anchor, name))
-            lines.append(f"{index + 1:>5}  {a or float('nan'):12.1f}  {b or float('nan'):12.1f}  "
-                         f"{b / a if a and b else float('nan'):6.3f}  {first}")
-        paired = paired_ratios(rows, name, anchor)
-        if paired:
-            sd = statistics.stdev(paired) if len(paired) > 1 else 0.0
-            lines.append(f"{name}/{anchor}: mean of the rounds' ratios {statistics.mean(paired):.3f} (sd {sd:.3f}, "
-                         f"{min(paired):.3f}-{max(paired):.3f}, {len(paired)} pairs)")
+            lines.append(f"{index + 1:>5}  {a or nan:12.1f}  {b or nan:12.1f}  {b / a if a and b else nan:6.3f}  "
+                         f"{ca or nan:6.1f}  {cb or nan:6.1f}  {cb / ca if ca and cb else nan:6.3f}  {first}")
+        for what, paired in (("samples/s", paired_ratios(rows, name, anchor)),
+                             ("CPU s", [b / a for r in rows if (a := r[anchor].trainer_cpu) and (b := r[name].trainer_cpu)])):
+            if paired:
+                sd = statistics.stdev(paired) if len(paired) > 1 else 0.0
+                lines.append(f"{name}/{anchor} {what}: mean of the rounds' ratios {statistics.mean(paired):.3f} "
+                             f"(sd {sd:.3f}, {min(paired):.3f}-{max(paired):.3f}, {len(paired)} pairs)")
     return lines
