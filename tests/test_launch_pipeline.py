@@ -249,7 +249,7 @@ def test_the_executors_hints_speak_its_keywords() -> None:
 
 def test_map_array_on_the_local_backend_is_a_run_per_call_with_one_watcher(tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from guarded_sbatch.launch.executor import GuardedExecutor, GuardedLocalJob
+    from guarded_sbatch.launch.executor import GuardedExecutor, GuardedSchedulerJob
 
     root = tmp_path / "project"
     env = _project(root, "unused")
@@ -259,7 +259,7 @@ def test_map_array_on_the_local_backend_is_a_run_per_call_with_one_watcher(tmp_p
     monkeypatch.chdir(root)
     executor = GuardedExecutor(folder="logs", run_name=f"pow-sweep-mlp-{uuid.uuid4().hex[:6]}", cluster="local")
     jobs = executor.map_array(pow, [1, 2, 3], [2, 2, 2])
-    assert all(isinstance(job, GuardedLocalJob) for job in jobs)
+    assert all(isinstance(job, GuardedSchedulerJob) for job in jobs)
     assert [job.result() for job in jobs] == [1, 4, 9]
     records = [json.loads((Path(env["GUARDED_SBATCH_STATE_DIR"]) / "runs" / run_id / "run.json").read_text())
                for run_id in executor.run_ids]

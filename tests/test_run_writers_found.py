@@ -38,7 +38,7 @@ def test_a_child_that_left_the_jobs_process_group_is_still_the_jobs(tmp_path: Pa
         held: dict[str, int] = {}
         while time.monotonic() < deadline and str(log) not in held:
             time.sleep(0.3)
-            own, others, _, _ = job_processes("1", backend="local", pgid=parent.pid, now=time.time() + 10)
+            own, others, _, _ = job_processes("1", process_groups=True, pgid=parent.pid, now=time.time() + 10)
             held = held_files(own)
         assert parent.pid in own and len(own) >= 2, own  # the child in its own session is in the tree
         assert held.get(str(log)) in own and not others & own
@@ -113,7 +113,7 @@ def test_the_agents_run_process_is_the_topmost_carrying_the_sweep_id() -> None:
         tree: set[int] = set()
         while time.monotonic() < deadline and len(tree) < 3:
             time.sleep(0.3)
-            tree, _, _, _ = job_processes("1", backend="local", pgid=agent.pid, now=time.time() + 10)
+            tree, _, _, _ = job_processes("1", process_groups=True, pgid=agent.pid, now=time.time() + 10)
         leaf = max(tree, key=lambda pid: _depth(pid, agent.pid))
         run_process = agent_run_process(leaf, sorted(tree))
         assert run_process is not None and run_process not in (agent.pid, leaf)

@@ -37,9 +37,9 @@ print("{}")
 RESULT = """
 import json, sys
 from pathlib import Path
-from guarded_sbatch.launch.executor import GuardedLocalJob
+from guarded_sbatch.launch.executor import GuardedSchedulerJob
 from guarded_sbatch.launch.job_folder import UntrustedResultError
-job = GuardedLocalJob(folder=Path(sys.argv[1]), job_id="999", tasks=[0])
+job = GuardedSchedulerJob(folder=Path(sys.argv[1]), job_id="999", tasks=[0])
 try:
     print(json.dumps({"loaded": job._get_outcome_and_result()}))  # what job.result() does once the job ended
 except UntrustedResultError as exc:

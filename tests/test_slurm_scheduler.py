@@ -141,8 +141,9 @@ def test_dependency_after_starts_child_only_once_parent_runs(
     child = slurm.submit(
         SubmitRequest(
             script=sleeper,
-            sbatch_options=(f"--dependency=after:{parent}", "--kill-on-invalid-dep=yes", "--output=/dev/null"),
+            sbatch_options=("--output=/dev/null",),
             workdir=tmp_path,
+            after=parent,
         )
     )
     cancel_later.append(child)

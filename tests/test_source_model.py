@@ -162,6 +162,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
 
     class Queue:
         name = "slurm"
+        process_groups_here = False
 
         def info(self, job_id: str) -> JobInfo:
             return JobInfo(job_id, JobState.RUNNING, work_dir=str(tmp_path))
@@ -230,7 +231,7 @@ def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_jo
     neighbour, ours, loose = job(), job(), job()
     try:
         def seen() -> tuple[set[int], set[int]]:
-            own, others, _, _ = job_processes("2", backend="local", pgid=ours.pid,
+            own, others, _, _ = job_processes("2", process_groups=True, pgid=ours.pid,
                                               other_groups=frozenset({neighbour.pid, ours.pid}), now=time.time() + 5)
             return own, others
 
@@ -240,7 +241,7 @@ def test_on_the_local_backend_a_neighbour_jobs_file_is_never_taken_before_the_jo
             time.sleep(0.1)
         own, others = found
         assert own == {ours.pid} and others == {neighbour.pid}  # not our own group, not the loose process
-        assert job_processes("2", backend="local", pgid=None, now=time.time() + 10) == (set(), set(), set(), set())
+        assert job_processes("2", process_groups=True, pgid=None, now=time.time() + 10) == (set(), set(), set(), set())
 
         created = int(time.time())
         written = write_tb_events(tmp_path, [tb_event(i, "loss", 1.0) for i in range(3)])

@@ -4,17 +4,15 @@ notices a Slurm job ending. It cannot tell an exit code: a run that ended is COM
 
 from __future__ import annotations
 
-import getpass
-
 from guarded_sbatch.actions.stop_targets import StopTarget, stop_target, target_alive
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue
 
 
-class TargetWatch:
+class TargetWatch(SchedulerDefaults):
     """The Scheduler interface over one stop target (job id: the target's text)."""
 
-    supports_requeue = False
+    accepts_submissions = False
 
     def __init__(self, target: StopTarget, *, grace_s: float = 30.0) -> None:
         self.target = target
@@ -22,13 +20,11 @@ class TargetWatch:
         # "local": asked at every poll (cheap); ssh is asked on the watcher's job-poll cadence
         self.name = "local" if target.kind in ("tmux", "pid") else "ssh"
         self.free_state_queries = self.name == "local"
+        self.process_groups_here = self.name == "local"  # a tmux session's or pid's processes run on this host
 
     def state(self, job_id: str) -> JobState:
         alive = target_alive(self.target)
         return JobState.UNKNOWN if alive is None else (JobState.RUNNING if alive else JobState.COMPLETED)
-
-    def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        return {job_id: self.state(job_id) for job_id in job_ids}
 
     def info(self, job_id: str) -> JobInfo:
         return JobInfo(job_id=job_id, state=self.state(job_id), name=str(self.target), owner=self.current_user())
@@ -41,29 +37,11 @@ class TargetWatch:
     def requeue(self, job_id: str) -> None:
         raise cannot_requeue(f"stop target ({self.target})", job_id)
 
-    def node_losses(self, job_id: str) -> list[NodeLoss]:
-        return []
-
-    def watch_job_end(self, job_id: str) -> JobWatch | None:
-        return None
-
-    def current_user(self) -> str:
-        return getpass.getuser()
-
     def submit(self, request: SubmitRequest) -> str:
         raise UsageError("a stop target is watched, not submitted to")
 
-    def estimate_start(self, request: SubmitRequest) -> float | None:
-        return None
-
-    def active_job_names(self) -> set[str]:
-        return set()
-
     def user_jobs(self) -> list[JobInfo]:
         return []
-
-    def job_process_groups(self) -> dict[str, int]:
-        return {}
 
 
 _: type[Scheduler] = TargetWatch

@@ -12,6 +12,7 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.launch.pipeline import choose_backend, guarded_scheduler
 
+from guarded_sbatch.scheduler import get_scheduler
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.core.sbatch.argv import LaunchArgs
@@ -56,7 +57,7 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     backend = choose_backend(config, guard.backend)
     command_line = launch
     if launcher_job is not None:
-        launch = _use_rendered_script(launch, launcher_job, backend)
+        launch = _use_rendered_script(launch, launcher_job, get_scheduler(backend))
     scheduler = guarded_scheduler(backend, _script(launch), launch.parsed_options)
     report = _preflight(launch, config, scheduler, launcher_job, command_line, check_only=check_only)
     _print_report(report, launch, check_only=check_only, show_report=show_report, clear_line=clear_line, color=color)
@@ -70,7 +71,7 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
             "--guard-waive CHECK=\"REASON\""
         )
     if any(o.name == "test-only" for o in launch.parsed_options):  # sbatch's dry run: no job, no sidecar
-        return _test_only(launch, backend, scheduler)
+        return _test_only(launch, scheduler)
     return _submit(launch, report, config, scheduler, keep_script=launcher_job is not None)
 
 
@@ -122,12 +123,12 @@ def refuse_own_options_after_script(launch: LaunchArgs, *, check_only: bool) -> 
                              f"arguments (as in sbatch); put it before the script: `{command} {name} ... {script}`")
 
 
-def _test_only(launch: LaunchArgs, backend: str, scheduler: Scheduler) -> int:
+def _test_only(launch: LaunchArgs, scheduler: Scheduler) -> int:
     from guarded_sbatch.launch.pipeline import without_options
     from guarded_sbatch.scheduler.interface import SubmitRequest
 
     words = [*launch.sbatch_options, str(launch.script), *launch.script_args]
-    if backend == "slurm":
+    if scheduler.sbatch_native:
         return _pass_through_to_sbatch(tuple(words))
     from guarded_sbatch.scheduler.local import LocalScheduler
 
@@ -147,12 +148,15 @@ def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
     return build_launcher_job(launch, command, config) if command else None
 
 
-def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, backend: str) -> LaunchArgs:
+def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, scheduler: Scheduler) -> LaunchArgs:
     from guarded_sbatch.launch.launcher_job import as_script_launch, staging_folder, write_job_script
 
-    if backend != "slurm" and launcher_job.command.kind != "python":
-        raise UsageError(f"a {launcher_job.command.kind} job needs Slurm (srun, scontrol); "
-                         "use --guard-backend slurm, or give a python command for the local backend")
+    from guarded_sbatch.scheduler import launch_backends
+    if not scheduler.multi_node and launcher_job.command.kind != "python":
+        able = [name for name in launch_backends() if get_scheduler(name).multi_node]
+        raise UsageError(f"a {launcher_job.command.kind} job needs job steps across nodes (srun, scontrol), which the "
+                         f"{scheduler.name} backend has not; use --guard-backend {' or '.join(able)}, or give a python "
+                         f"command for the {scheduler.name} backend")
     return as_script_launch(launch, write_job_script(launcher_job, staging_folder()))
 
 
@@ -167,7 +171,7 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     """The launch through the one pipeline (launch/pipeline.py); what is printed around it is sbatch's."""
     from guarded_sbatch.launch.pipeline import carry_out, plan_launch
 
-    parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler.name)
+    parsable, quiet, wait = _has(launch, "parsable"), _has(launch, "quiet"), wants_wait(launch, scheduler)
     os.environ.pop("SBATCH_WAIT", None)  # sbatch itself must not block before the sidecar is submitted
     plan = plan_launch(launch, report, config, launched_by="cli", keep_script=keep_script)
 
@@ -212,7 +216,7 @@ def _has(launch: LaunchArgs, name: str) -> bool:
     return any(o.name == name for o in launch.parsed_options)
 
 
-def wants_wait(launch: LaunchArgs, backend: str) -> bool:
+def wants_wait(launch: LaunchArgs, scheduler: Scheduler) -> bool:
     """sbatch's --wait, from the command line, SBATCH_WAIT or an #SBATCH line. The job is submitted without it
     (sbatch would block before the sidecar is submitted) and guarded-sbatch waits itself, once the guard is in
     place; an #SBATCH --wait cannot be taken out of a script that is submitted unchanged, so Slurm refuses it."""
@@ -220,7 +224,7 @@ def wants_wait(launch: LaunchArgs, backend: str) -> bool:
 
     in_script = launch.script is not None and any(
         option.name == "wait" for d in parse_script(_script(launch), dict(os.environ)).directives for option in d.options)
-    if in_script and backend == "slurm":
+    if in_script and scheduler.sbatch_native:
         raise UsageError(f"{launch.script} has #SBATCH --wait, which would make sbatch block before the job's sidecar "
                          "is submitted; remove that line and give --wait on the command line instead")
     return in_script or _has(launch, "wait") or os.environ.get("SBATCH_WAIT", "") not in ("", "0")

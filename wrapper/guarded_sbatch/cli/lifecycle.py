@@ -131,14 +131,17 @@ def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord, end_time:
         return record.stopped_by
     job_state = JobState(state)
     stop_at = float(sidecar.get("stop_requested_at") or 0)
-    if record.backend == "slurm":
-        stop_at = math.floor(stop_at)  # Slurm's end times are whole seconds
+    from guarded_sbatch.scheduler import get_scheduler
+
+    backend = get_scheduler(record.backend)
+    if backend.whole_second_times:
+        stop_at = math.floor(stop_at)  # its end times are whole seconds
     guard_stop = sidecar.get("last_decision") == "STOP" and sidecar.get("finished") and stop_at
     # a job that had ended by itself before the STOP (a crash the sidecar then judged) was not the guard's
     if guard_stop and job_state.is_terminal and state != "COMPLETED" and (end_time is None or end_time >= stop_at):
         return "guard"
     if state == "CANCELLED":
-        return "user (scancel)" if record.backend == "slurm" else "user (cancel)"
+        return f"user ({backend.cancel_command})"
     if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL"):
         return f"scheduler ({state.lower()})"
     if state == "FAILED":

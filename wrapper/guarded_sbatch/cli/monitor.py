@@ -27,6 +27,7 @@ from guarded_sbatch.cli.watch_args import (
 )
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.scheduler import backend_names
 from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
@@ -94,7 +95,7 @@ def run_monitor(argv: list[str]) -> int:
                                       "a part of its folder or file); default: the newest writer")
     parser.add_argument("--all-runs", action="store_true", help="with --once, judge each run of the folder")
     parser.add_argument("--job", metavar="ID", help="a job id to watch (and stop on STOP)")
-    parser.add_argument("--backend", choices=["slurm", "local", "process"],
+    parser.add_argument("--backend", choices=backend_names(),
                         help="where the job of --job runs (default: GUARDED_SBATCH_BACKEND, else the config's)")
     parser.add_argument("--stop-command", metavar="CMD", help="a command that stops the run, run on STOP (wins over "
                                                              "cancelling the job)")

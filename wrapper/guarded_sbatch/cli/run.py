@@ -99,11 +99,12 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     script.write_text("#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"
                       f"exec {shlex.join(command)}\n", encoding="utf-8")
     launch = split_sbatch_argv([*options, str(script)])
-    if launch.guard_options.backend not in (None, "local"):
-        raise UsageError("`guarded-sbatch run` runs here (local backend); for Slurm use guarded-sbatch [options] COMMAND")
+    scheduler = LocalScheduler()  # `run --` is the local backend's front end: the command runs here
+    if launch.guard_options.backend not in (None, scheduler.name):
+        raise UsageError(f"`guarded-sbatch run` runs here ({scheduler.name} backend); for another backend use "
+                         "guarded-sbatch [options] COMMAND")
     config = load_config()
     judge_table(config)  # a bad [judge] threshold is one line before anything runs
-    scheduler = LocalScheduler()
     words = ["guarded-sbatch", "run", *options, *(["--guard-tmux", tmux] if tmux else []), "--", *command]
     report = check_launch(launch, config, scheduler, command_line=shlex.join(words))
     report = dataclasses.replace(report, results=tuple(_run_wording(result) for result in report.results))

@@ -58,30 +58,24 @@ def run_stop(argv: list[str]) -> int:
 
 
 def _live_runs_of(kind: str, value: str, pid: int | None) -> list[RunRecord]:
-    """The guarded runs, still going, that this target is: a `run --guard-tmux NAME` run for tmux:NAME, a local
-    job whose process group is PID for pid:PID."""
+    """The guarded runs, still going, that this target is: a `run --guard-tmux NAME` run for tmux:NAME, a job
+    whose process group is PID for pid:PID (on a backend whose jobs are process groups on this host)."""
     from guarded_sbatch.core.errors import GuardedError
-    from guarded_sbatch.core.fsutil import read_json
     from guarded_sbatch.records.registry import list_runs
-    from guarded_sbatch.scheduler.local import LocalScheduler
+    from guarded_sbatch.scheduler import backend_names, get_scheduler
 
+    here = {name: get_scheduler(name) for name in backend_names() if get_scheduler(name).process_groups_here}
     found = []
-    local = LocalScheduler()
     for record in list_runs():
-        if record.ended or record.stopped_by or record.backend != "local":
+        scheduler = here.get(record.backend)
+        if record.ended or record.stopped_by or scheduler is None:
             continue
-        if kind == "tmux":
-            match = f"--guard-tmux={value}" in record.sbatch_options
-        elif kind == "pid":
-            try:
-                status = read_json(local.job_dir(record.job_id) / "job.json") or {}
-            except GuardedError:
-                continue
-            match = pid is not None and status.get("pgid") == pid
-        else:
-            match = False
         try:
-            if match and not local.state(record.job_id).is_terminal:
+            if kind == "tmux":
+                match = f"--guard-tmux={value}" in record.sbatch_options
+            else:
+                match = kind == "pid" and pid is not None and scheduler.info(record.job_id).pgid == pid
+            if match and not scheduler.state(record.job_id).is_terminal:
                 found.append(record)
         except GuardedError:
             continue

@@ -54,7 +54,7 @@ from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_f
 from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
-from guarded_sbatch.scheduler import get_scheduler
+from guarded_sbatch.scheduler import get_scheduler, launch_backends
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
@@ -78,8 +78,9 @@ class GuardedExecutor(submitit.AutoExecutor):
         (core/sbatch/guard_options.py): run_name, tb_dir, wandb_dir, log_path, config, reference, checkpoint_dir,
         artifact_dir, notes_path, stop_command, monitor, seconds_per_epoch, epochs, restart=True and
         waivers={"CHECK": "why"}; every other keyword is submitit's."""
-        if cluster not in (None, "slurm", "local", "debug"):
-            raise UsageError(f"GuardedExecutor runs on cluster='slurm', 'local' or 'debug', not {cluster!r}")
+        if cluster not in (None, "debug", *launch_backends()):
+            named = ", ".join(repr(name) for name in launch_backends())
+            raise UsageError(f"GuardedExecutor runs on cluster={named} or 'debug', not {cluster!r}")
         guard = {name: kwargs.pop(name) for name in list(kwargs) if name in executor_keywords()}
         waivers: Mapping[str, str] = guard.get("waivers") or {}
         for check in waivers:
@@ -89,10 +90,10 @@ class GuardedExecutor(submitit.AutoExecutor):
         restart = bool(guard.pop("restart", False))
         backend = "debug" if cluster == "debug" else choose_backend(load_config(), cluster)  # as the CLI's launch
         private_job_folder(Path(folder))  # before anything is written there: the user's own, 0700
-        # the local backend runs submitit's own batch script (without srun), so both backends share one path
+        # every backend runs submitit's own batch script (without srun where jobs have no steps): one path for all
         super().__init__(Path(folder), cluster="debug" if backend == "debug" else "slurm", **kwargs)
         self.guard_backend = backend
-        if backend == "local":
+        if backend != "debug" and not get_scheduler(backend).multi_node:
             self._executor.update_parameters(use_srun=False)
         cwd = Path.cwd()
         self.submit_dir = cwd
@@ -138,10 +139,16 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _array_task(self, job: Job[tp.Any]) -> Job[tp.Any]:
         """submitit's handle of one array task, as a guarded one (each task has its own run record)."""
-        job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
-        guarded = job_class(folder=self._executor.folder, job_id=job.job_id, tasks=list(range(job.num_tasks)))
-        tp.cast(_Guarded, guarded).guard_run_dir = self._run_dirs.get(job.job_id, "")
-        return guarded
+        return self._guarded_job(self._executor.folder, job.job_id, job.num_tasks)
+
+    def _guarded_job(self, folder: Path, job_id: str, tasks: int) -> Job[tp.Any]:
+        """submitit's handle of a guarded job: sbatch's own (submitit asks Slurm) or one asking our backend."""
+        native = get_scheduler(self.guard_backend).sbatch_native
+        job_class: type[Job[tp.Any]] = GuardedSlurmJob if native else GuardedSchedulerJob
+        job = job_class(folder=folder, job_id=job_id, tasks=list(range(tasks)))
+        tp.cast(_Guarded, job).guard_run_dir = self._run_dirs.get(job_id, "")
+        tp.cast(_Guarded, job).guard_backend = self.guard_backend
+        return job
 
     def _argv(self, script: Path) -> list[str]:
         """The guarded-sbatch command line this submission amounts to."""
@@ -168,9 +175,10 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
         """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
-        if self.guard_backend == "local" and executor._num_tasks() > 1:
-            raise UsageError(f"the local backend runs one task per job, not {executor._num_tasks()} "
-                             "(tasks_per_node x nodes): use cluster='slurm', or one task")
+        if not get_scheduler(self.guard_backend).multi_node and executor._num_tasks() > 1:
+            able = " or ".join(repr(name) for name in launch_backends() if get_scheduler(name).multi_node)
+            raise UsageError(f"the {self.guard_backend} backend runs one task per job, not {executor._num_tasks()} "
+                             f"(tasks_per_node x nodes): use cluster={able}, or one task")
         setup = list(executor.parameters.get("setup") or [])
         if setup[:1] != [JOB_UMASK]:  # the job's result pickle and logs: the user's alone (launch/job_folder.py)
             executor.parameters["setup"] = [JOB_UMASK, *setup]
@@ -186,9 +194,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         tasks = executor.parameters.get("map_count")  # an array: its tasks come from the script's #SBATCH --array
         job_id = self._submit(launch, report, config, scheduler,
                               on_submitted=lambda job_id: _make_job_folders(executor.folder, job_id, tasks))
-        job_class: type[Job[tp.Any]] = GuardedSlurmJob if self.guard_backend == "slurm" else GuardedLocalJob
-        job = job_class(folder=executor.folder, job_id=job_id, tasks=list(range(executor._num_tasks())))
-        tp.cast(_Guarded, job).guard_run_dir = self._run_dirs.get(job_id, "")
+        job = self._guarded_job(executor.folder, job_id, executor._num_tasks())
         job.paths.move_temporary_file(script, "submission_file", keep_as_symlink=True)
         executor._write_job_id(job.job_id, tmp_uuid)
         executor._set_job_permissions(job.paths.folder)
@@ -212,6 +218,7 @@ class _Guarded:
     """What a guarded job handle adds to submitit's: whether the guard stopped it, and why."""
 
     guard_run_dir = ""
+    guard_backend = "local"  # the registry's name of the backend the job was submitted to
 
     @property
     def guard_stop(self) -> dict[str, tp.Any] | None:
@@ -264,11 +271,12 @@ class GuardedSlurmJob(_Guarded, SlurmJob[core.R]):
         return super()._get_outcome_and_result()
 
 
-class GuardedLocalJob(_Guarded, core.Job[core.R]):
-    """A job of the local backend: its state and cancel are the local scheduler's (Slurm's state names)."""
+class GuardedSchedulerJob(_Guarded, core.Job[core.R]):
+    """A job of a backend that is not sbatch itself (the local one, ...): its state and cancel are that backend's
+    (Slurm's state names)."""
 
     def _local_info(self) -> JobInfo:
-        return get_scheduler("local").info(self.job_id)
+        return get_scheduler(self.guard_backend).info(self.job_id)
 
     @property
     def state(self) -> str:
@@ -282,7 +290,7 @@ class GuardedLocalJob(_Guarded, core.Job[core.R]):
         return {"JobID": self.job_id, "State": info.state.value, "ExitCode": str(info.exit_code)}
 
     def cancel(self, check: bool = True) -> None:
-        get_scheduler("local").cancel(self.job_id)
+        get_scheduler(self.guard_backend).cancel(self.job_id)
 
     def _get_outcome_and_result(self) -> tuple[str, tp.Any]:
         self._guard_outcome()
@@ -337,4 +345,4 @@ def api_words(text: str) -> str:
     return text
 
 
-__all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedLocalJob", "GuardedSlurmJob"]
+__all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedSchedulerJob", "GuardedSlurmJob"]

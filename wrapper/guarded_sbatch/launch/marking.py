@@ -90,11 +90,9 @@ class MarkingScheduler(DelegatingScheduler):
         if script.resolve() == self._training_script:
             kind, command_line = PREFLIGHT, self._command_line
         else:
-
             kind, command_line = SIDECAR, split_sbatch_argv([*request.sbatch_options, str(script)]).parsed_options
         comment = user_comment(command_line, raw.decode("utf-8", errors="replace"), script)
-        marked_options = (*request.sbatch_options, f"--comment={comment_with_marker(comment, kind, raw)}")
-        return replace(request, sbatch_options=marked_options)
+        return replace(request, comment=comment_with_marker(comment, kind, raw))
 
     def submit(self, request: SubmitRequest) -> str:
         return self.inner.submit(self.marked(request))

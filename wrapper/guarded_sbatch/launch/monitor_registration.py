@@ -1,7 +1,7 @@
 """Shared watchers at launch: register the run with the user's monitor job (per-user mode), submitting that
 job only when none is queued or running (see records.monitor_registry for the folder's contract); or, for a task of a
 job array (`J_T`), with its array's own watcher (sidecar/array_watch.py): one job for every task of the array,
-submitted at the first task's registration with `--dependency=after:J_T` (the first task's start, never the last's:
+submitted at the first task's registration to start after J_T (the first task's start, never the last's: Slurm's
 `after:J` waits for every task of a throttled array to start)."""
 
 from __future__ import annotations
@@ -85,9 +85,8 @@ def _register_task(scheduler: Scheduler, record: RunRecord, entry: dict[str, Any
         current = registry.read_monitor(folder)
         if current is not None:
             return str(current["job_id"])
-        after = ("--dependency=after:" + record.job_id, "--kill-on-invalid-dep=yes")
         watcher = _submit_monitor(scheduler, folder, options, python, array_job=registry.array_of(record.job_id),
-                                  sbatch_options=after)
+                                  after=record.job_id)
         registry.write_monitor(folder, watcher)
         return watcher
 
@@ -98,7 +97,7 @@ def _alive(scheduler: Scheduler, job_id: str) -> bool:
 
 
 def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOptions, python: str, *,
-                    array_job: str | None = None, sbatch_options: tuple[str, ...] = ()) -> str:
+                    array_job: str | None = None, after: str | None = None) -> str:
     template_text, _ = load_template("monitor.sbatch", list(options.template_dirs))
     extra = [f"#SBATCH --{flag}={value}" for flag, value in (
         ("partition", options.partition), ("account", options.account), ("qos", options.qos),
@@ -115,4 +114,4 @@ def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOp
     }, template_name="monitor.sbatch")
     path = folder / "monitor.sbatch"
     path.write_text(script, encoding="utf-8")
-    return scheduler.submit(SubmitRequest(script=path, sbatch_options=sbatch_options, workdir=folder))
+    return scheduler.submit(SubmitRequest(script=path, workdir=folder, after=after))

@@ -31,7 +31,7 @@ from guarded_sbatch.launch.submit import (
     resources_from_config,
     submit_guarded,
 )
-from guarded_sbatch.scheduler import get_scheduler, resolve_backend
+from guarded_sbatch.scheduler import check_backend, get_scheduler, resolve_backend
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 if TYPE_CHECKING:
@@ -86,18 +86,20 @@ class Launched:
 
 
 def choose_backend(config: Config, requested: str | None) -> str:
-    """slurm or local: --guard-backend (the executor's `cluster=`), else GUARDED_SBATCH_BACKEND, else the config's."""
-    backend = requested or os.environ.get(BACKEND_ENV) or resolve_backend(config.scheduler)
-    if backend not in ("slurm", "local"):
-        raise UsageError(f"unknown backend {backend!r} (from --guard-backend or {BACKEND_ENV}): use slurm or local")
-    return backend
+    """A backend of the registry (scheduler/__init__.py) a launch can submit to: --guard-backend (the executor's
+    `cluster=`), else GUARDED_SBATCH_BACKEND, else the config's `scheduler`."""
+    if requested:
+        return check_backend(requested, "from --guard-backend")
+    if os.environ.get(BACKEND_ENV):
+        return check_backend(os.environ[BACKEND_ENV], f"from {BACKEND_ENV}")
+    return resolve_backend(config.scheduler)
 
 
 def guarded_scheduler(backend: str, script: Path, command_line: tuple[ParsedOption, ...] = ()) -> Scheduler:
-    """The backend a launch submits through: on Slurm every sbatch call marked for the site's plugins
+    """The backend a launch submits through: where the site's plugins see submissions (Slurm) every one marked
     (launch/marking.py: the training script's with the preflight marker, its guard's with the sidecar one)."""
     scheduler = get_scheduler(backend)
-    return MarkingScheduler(scheduler, script, command_line) if backend == "slurm" else scheduler
+    return MarkingScheduler(scheduler, script, command_line) if scheduler.marks_submissions else scheduler
 
 
 def check_launch(launch: LaunchArgs, config: Config, scheduler: Scheduler | None, *, cwd: Path | None = None,
@@ -212,10 +214,10 @@ def _keep_with_runs(plan: LaunchPlan, records: tuple[RunRecord, ...]) -> list[st
             save_config_snapshot(record, plan.run_config)
         except OSError as exc:
             warnings.append(f"could not keep the run's config with its record ({exc}); it cannot become a reference")
-        if plan.keep_script:  # each run keeps its own copy; Slurm has its own once sbatch took it
+        if plan.keep_script:  # each run keeps its own copy; a backend that keeps its own has it once submitted
             last = index == len(records) - 1
             kept = keep_with_run(plan.request.script, record.folder,
-                                 remove_original=last and record.backend == "slurm")
+                                 remove_original=last and get_scheduler(record.backend).keeps_script_copy)
             record.script, record.script_args = str(kept), []
             record.save()
     return warnings

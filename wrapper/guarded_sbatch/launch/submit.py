@@ -1,4 +1,4 @@
-"""Submit the training job unchanged, then its sidecar (after:<job>, kill-on-invalid-dep), and
+"""Submit the training job unchanged, then its sidecar (to start after the job has started), and
 record the run. The sidecar's script text comes from one pure function.
 
 Everything that can fail (the run name, the template, every rendered value, the state folder) is
@@ -265,11 +265,7 @@ def _guard_submitted(
     script_path = record.folder / "sidecar.sbatch"
     script_path.write_text(script_text, encoding="utf-8")
     script_path.chmod(0o600)
-    sidecar_id = scheduler.submit(SubmitRequest(
-        script=script_path,
-        sbatch_options=(f"--dependency=after:{job_id}", "--kill-on-invalid-dep=yes"),
-        workdir=record.folder,
-    ))
+    sidecar_id = scheduler.submit(SubmitRequest(script=script_path, workdir=record.folder, after=job_id))
     record.sidecar_id = sidecar_id
     record.save()
     return GuardedSubmission(record, job_id, sidecar_id)

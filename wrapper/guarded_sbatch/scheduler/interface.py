@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import getpass
 import os
 import signal
 from dataclasses import dataclass, field
@@ -39,31 +40,6 @@ class JobState(enum.Enum):
     def is_active(self) -> bool:
         return self in (JobState.RUNNING, JobState.COMPLETING, JobState.SUSPENDED)
 
-    @classmethod
-    def from_slurm(cls, text: str) -> "JobState":
-        """Map Slurm's state names (squeue/scontrol/sacct; 'CANCELLED by 0' included)."""
-        word = text.strip().split()[0].rstrip("+").upper() if text.strip() else ""
-        aliases = {
-            "CONFIGURING": cls.PENDING,
-            "REQUEUE_HOLD": cls.REQUEUED,
-            "REQUEUE_FED": cls.REQUEUED,
-            "REQUEUED": cls.REQUEUED,
-            "RESIZING": cls.RUNNING,
-            "SIGNALING": cls.RUNNING,
-            "STAGE_OUT": cls.COMPLETING,
-            "STOPPED": cls.SUSPENDED,
-            "BOOT_FAIL": cls.NODE_FAIL,
-            "DEADLINE": cls.TIMEOUT,
-            "REVOKED": cls.CANCELLED,
-            "SPECIAL_EXIT": cls.FAILED,
-        }
-        if word in aliases:
-            return aliases[word]
-        try:
-            return cls(word)
-        except ValueError:
-            return cls.UNKNOWN
-
 
 _TERMINAL = {
     JobState.COMPLETED,
@@ -78,13 +54,18 @@ _TERMINAL = {
 
 @dataclass(frozen=True)
 class SubmitRequest:
-    """What to submit: the script file, sbatch options and script args, passed through unchanged."""
+    """What to submit: the script file and its args, the user's own sbatch options (passed through unchanged), and
+    what the guard itself asks of the job in scheduler words (each backend says it in its own dialect)."""
 
     script: Path
+    # the user's pass-through options: the sbatch dialect the drop-in accepts (Slurm takes them as they are, the
+    # local backend emulates a subset, scheduler/local_options.py); never a word the guard generates
     sbatch_options: tuple[str, ...] = ()
     script_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)  # added to the submitting environment
-    workdir: Path | None = None  # where sbatch runs (default: the current folder)
+    workdir: Path | None = None  # where the job is submitted from (default: the current folder)
+    after: str | None = None  # start once this job has started; never, and end, if it cannot (it ended, is unknown)
+    comment: str | None = None  # the job's comment as the guard sets it (the user's own with the guard's marker)
 
     def job_environment(self) -> dict[str, str]:
         """The submitting environment plus `env`, less what names a process of the submitting session: a job
@@ -140,10 +121,13 @@ class NodeLoss:
 class Scheduler(Protocol):
     """A place where jobs run: every member the launch, the CLI, the sidecar and the shared monitor use.
     Every method has a bounded run time. What a backend cannot do is answered as data (an empty list, None,
-    False), or for `requeue` with SchedulerError, never by the method being absent."""
+    False), or for `requeue` with SchedulerError, never by the method being absent. How backends differ is data
+    too: the properties below, class attributes on each backend (`SchedulerDefaults` gives the defaults)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """Its name in the registry (scheduler/__init__.py `BACKENDS`) and in a run's record."""
+        ...
 
     @property
     def free_state_queries(self) -> bool:
@@ -152,6 +136,52 @@ class Scheduler(Protocol):
 
     @property
     def supports_requeue(self) -> bool: ...
+
+    @property
+    def accepts_submissions(self) -> bool:
+        """It runs the jobs a launch submits (an adopted process's backend does not)."""
+        ...
+
+    @property
+    def wait_poll_s(self) -> float:
+        """Seconds between the state queries of a `--wait`."""
+        ...
+
+    @property
+    def cancel_command(self) -> str:
+        """What a user's cancel of a job is called in `status` ("scancel", "cancel")."""
+        ...
+
+    @property
+    def whole_second_times(self) -> bool:
+        """Its start and end times are whole seconds (compared with a STOP's time, floored)."""
+        ...
+
+    @property
+    def marks_submissions(self) -> bool:
+        """The site's plugins see every submission: a launch's jobs carry the guard's marker (launch/marking.py)."""
+        ...
+
+    @property
+    def keeps_script_copy(self) -> bool:
+        """It keeps its own copy of a submitted script, so the launch's temporary one may go once submitted."""
+        ...
+
+    @property
+    def process_groups_here(self) -> bool:
+        """Each job is a process group on this host: `info().pgid` names it, `job_process_groups()` lists them."""
+        ...
+
+    @property
+    def sbatch_native(self) -> bool:
+        """sbatch itself takes the submissions: it answers sbatch's informational modes (`--test-only`) and reads the
+        script's #SBATCH lines (an `#SBATCH --wait` would block it before the guard is submitted)."""
+        ...
+
+    @property
+    def multi_node(self) -> bool:
+        """A job may span nodes with job steps (srun, scontrol): a launcher command (torchrun ...) can run."""
+        ...
 
     def submit(self, request: SubmitRequest) -> str:
         """Submit and return the job id."""
@@ -208,9 +238,56 @@ def cannot_requeue(backend: str, job_id: str) -> SchedulerError:
     return SchedulerError(f"the {backend} backend cannot requeue job {job_id}; submit it again instead")
 
 
+class SchedulerDefaults:
+    """The answers of a backend that lacks a part (requeue, node deaths, a job-end watch, a start estimate, a queue of
+    named jobs, process groups) and its traits' most modest values: a backend inherits them and states only what
+    differs, its traits as class attributes (sources' SourceBase likewise; dask-jobqueue's job classes)."""
+
+    name: str = ""
+    free_state_queries = False
+    supports_requeue = False
+    accepts_submissions = True
+    wait_poll_s = 10.0
+    cancel_command = "cancel"
+    whole_second_times = False
+    marks_submissions = False
+    keeps_script_copy = False
+    process_groups_here = False
+    sbatch_native = False
+    multi_node = False
+
+    def state(self, job_id: str) -> JobState:
+        raise NotImplementedError
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return {job_id: self.state(job_id) for job_id in job_ids}
+
+    def requeue(self, job_id: str) -> None:
+        raise cannot_requeue(self.name, job_id)
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]:
+        return []
+
+    def watch_job_end(self, job_id: str) -> JobWatch | None:
+        return None
+
+    def current_user(self) -> str:
+        return getpass.getuser()
+
+    def estimate_start(self, request: SubmitRequest) -> float | None:
+        return None
+
+    def active_job_names(self) -> set[str]:
+        return set()
+
+    def job_process_groups(self) -> dict[str, int]:
+        return {}
+
+
 def signal_named(name: str) -> signal.Signals:
     """The signal a job is sent for `--signal`-style NAME ("USR1", "TERM"); UsageError for any other word."""
     found = signal.Signals.__members__.get(f"SIG{name}")
     if found is None:
         raise UsageError(f"unknown signal {name!r}; use a name such as USR1, TERM or INT")
     return found
+

@@ -23,7 +23,8 @@ from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.runner import start_process
 from guarded_sbatch.scheduler.interface import (
-    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue, signal_named,
+    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
+    signal_named,
 )
 from guarded_sbatch.scheduler.local_files import check_output_path
 from guarded_sbatch.scheduler.local_ids import peek_next_id, take_free_ids
@@ -40,12 +41,13 @@ __all__ = ["LocalOptions", "LocalScheduler", "expand_output_pattern", "job_varia
 _NAMES_THE_ID = re.compile(r"%\d*[jA]")  # an output pattern that differs from one job id to the next
 
 
-class LocalScheduler:
+class LocalScheduler(SchedulerDefaults):
     """Jobs as local process groups, with Slurm's states; job arrays with Slurm's task ids (`A_T`)."""
 
     name = "local"
     free_state_queries = True  # a file on this host: asked at every poll
-    supports_requeue = False
+    wait_poll_s = 1.0
+    process_groups_here = True
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir() / "local-jobs"
@@ -111,7 +113,9 @@ class LocalScheduler:
         common = {
             "name": job_name, "owner": user, "argv": redact_args(argv),  # the real argv reaches the supervisor only
             "work_dir": str(workdir.resolve()), "time_limit_s": options.time_limit_s, "append": options.append,
-            "after_job": options.after_job, "kill_on_invalid_dep": options.kill_on_invalid_dep,
+            # the guard's `after` (its sidecar) is read as such; a user's own --dependency=after:ID as sbatch would
+            "after_job": request.after or options.after_job,
+            "kill_on_invalid_dep": request.after is not None or options.kill_on_invalid_dep,
             "submit_time": time.time(),
         }
         array_job = tasks[-1].job_id  # the array's id: the job id of its last task, as on Slurm
@@ -277,4 +281,4 @@ class LocalScheduler:
             return key, 0  # a record being rewritten: read again next time
 
 
-_: type[Scheduler] = LocalScheduler
+BACKEND: type[Scheduler] = LocalScheduler  # what the registry (scheduler/__init__.py) makes

@@ -8,8 +8,6 @@ against the process's start time recorded at adoption, so a reused pid is never 
 
 from __future__ import annotations
 
-
-import getpass
 import os
 import signal
 import time
@@ -17,7 +15,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.scheduler.interface import (
-    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue, signal_named,
+    JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, signal_named,
 )
 
 GRACE_S = 10.0
@@ -52,10 +50,9 @@ def _split(job_id: str) -> tuple[int, str | None]:
     return int(pid_text), ticks or None
 
 
-class ProcessScheduler:
+class ProcessScheduler(SchedulerDefaults):
     name = "process"
-    free_state_queries = False
-    supports_requeue = False
+    accepts_submissions = False  # it adopts a process someone else started
 
     def _alive(self, job_id: str) -> bool:
         pid, ticks = _split(job_id)
@@ -110,27 +107,6 @@ class ProcessScheduler:
         except ProcessLookupError:
             pass
 
-    def states(self, job_ids: list[str]) -> dict[str, JobState]:
-        return {job_id: self.state(job_id) for job_id in job_ids}
-
-    def requeue(self, job_id: str) -> None:
-        raise cannot_requeue(self.name, job_id)
-
-    def node_losses(self, job_id: str) -> list[NodeLoss]:
-        return []
-
-    def watch_job_end(self, job_id: str) -> JobWatch | None:
-        return None
-
-    def current_user(self) -> str:
-        return getpass.getuser()
-
-    def estimate_start(self, request: SubmitRequest) -> float | None:
-        return None
-
-    def active_job_names(self) -> set[str]:
-        return set()
-
     def user_jobs(self) -> list[JobInfo]:
         """Every live process of the user, as `PID@START`: a process not listed has ended."""
         jobs: list[JobInfo] = []
@@ -141,8 +117,5 @@ class ProcessScheduler:
                     jobs.append(JobInfo(job_id=f"{name}@{ticks}", state=JobState.RUNNING))
         return jobs
 
-    def job_process_groups(self) -> dict[str, int]:
-        return {}
 
-
-_: type[Scheduler] = ProcessScheduler
+BACKEND: type[Scheduler] = ProcessScheduler  # what the registry (scheduler/__init__.py) makes

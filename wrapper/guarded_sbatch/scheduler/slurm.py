@@ -17,7 +17,7 @@ from typing import Any
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.runner import CommandResult, StartedProcess, run_command, start_process
 from guarded_sbatch.scheduler.interface import (
-    JobInfo, JobState, NodeLoss, Scheduler, SchedulerUnreachableError, SubmitRequest,
+    JobInfo, JobState, NodeLoss, Scheduler, SchedulerDefaults, SchedulerUnreachableError, SubmitRequest,
 )
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache, info_from_fields, info_to_fields
 from guarded_sbatch.scheduler.slurm_nodes import node_losses
@@ -31,6 +31,7 @@ from guarded_sbatch.scheduler.slurm_parse import (
     parse_parsable_job_id,
     parse_test_only_start,
     sacct_states,
+    slurm_state,
     task_parts,
 )
 
@@ -46,12 +47,30 @@ class SlurmUnreachableError(SchedulerUnreachableError):
 _NO_ESTIMATE_BEYOND_S = 366 * 24 * 3600
 
 
-class SlurmScheduler:
+def sbatch_words(request: SubmitRequest) -> list[str]:
+    """sbatch's options for a request: the user's own as given, then what the guard asks in sbatch's words (a
+    later --comment wins in sbatch, so the guard's comment, which keeps the user's in front of its marker, comes last)."""
+    words = list(request.sbatch_options)
+    if request.after is not None:
+        words += [f"--dependency=after:{request.after}", "--kill-on-invalid-dep=yes"]
+    if request.comment is not None:
+        words.append(f"--comment={request.comment}")
+    return words
+
+
+class SlurmScheduler(SchedulerDefaults):
     """Scheduler protocol over a real Slurm cluster."""
 
     name = "slurm"
     free_state_queries = False  # each query is an RPC to slurmctld
     supports_requeue = True
+    wait_poll_s = 10.0  # one squeue per 10 s, as sbatch --wait's own backoff
+    cancel_command = "scancel"
+    whole_second_times = True
+    marks_submissions = True  # the site's cli_filter / job_submit plugins read the marker
+    keeps_script_copy = True  # slurmctld stores the script at submission
+    sbatch_native = True
+    multi_node = True
 
     def __init__(
         self,
@@ -68,8 +87,8 @@ class SlurmScheduler:
     # --- submission ----------------------------------------------------------------------------------
 
     def submit(self, request: SubmitRequest) -> str:
-        """`sbatch --parsable <options> script <args>` with the options unchanged; returns the job id."""
-        argv = ["sbatch", "--parsable", *request.sbatch_options, str(request.script), *request.script_args]
+        """`sbatch --parsable <options> script <args>` with the user's options unchanged; returns the job id."""
+        argv = ["sbatch", "--parsable", *sbatch_words(request), str(request.script), *request.script_args]
         result = self._run(argv, timeout=self.submit_timeout_s, env=self._submit_env(request), cwd=self._checked_workdir(request))
         if result.returncode != 0:
             self._raise_if_unreachable(result)
@@ -83,7 +102,7 @@ class SlurmScheduler:
 
     def estimate_start(self, request: SubmitRequest) -> float | None:
         """Epoch seconds from `sbatch --test-only`; None when Slurm cannot tell. Raises when sbatch rejects the request."""
-        argv = ["sbatch", "--test-only", *request.sbatch_options, str(request.script), *request.script_args]
+        argv = ["sbatch", "--test-only", *sbatch_words(request), str(request.script), *request.script_args]
         env = {**self._submit_env(request), "SLURM_TIME_FORMAT": "%s"}
         try:
             result = self._run(argv, timeout=self.submit_timeout_s, env=env, cwd=self._checked_workdir(request))
@@ -108,7 +127,7 @@ class SlurmScheduler:
             return JobState.UNKNOWN
         rows = [line.strip() for line in result.stdout.splitlines() if line.strip()]
         if result.returncode == 0 and rows:
-            state = JobState.from_slurm(rows[0])
+            state = slurm_state(rows[0])
             if state.is_terminal:
                 self._remember(job_id, {"job_id": job_id, "state": state.value})
             return state
@@ -164,7 +183,7 @@ class SlurmScheduler:
         for line in result.stdout.splitlines():
             job, _, state_text = line.strip().partition("|")
             if job:
-                listed[job] = JobState.from_slurm(state_text)
+                listed[job] = slurm_state(state_text)
         states: dict[str, JobState] = {}
         gone: list[str] = []
         known = self._remembered_many(wanted)  # one read of the cache for the whole list (an array's 256 tasks)
@@ -176,7 +195,7 @@ class SlurmScheduler:
             else:
                 remembered = known.get(job)
                 if remembered is not None:
-                    states[job] = JobState.from_slurm(str(remembered.get("state", "")))
+                    states[job] = slurm_state(str(remembered.get("state", "")))
                 else:
                     gone.append(job)
         states.update(self._gone_states(gone))
@@ -257,7 +276,7 @@ class SlurmScheduler:
             self._raise_if_unreachable(result)
             raise SchedulerError(f"squeue failed: {error_lines(result.stderr, 'squeue')}")
         rows = (line.strip().split("|", 2) for line in result.stdout.splitlines() if line.strip())
-        return [JobInfo(row[0], JobState.from_slurm(row[1]), name=row[2]) for row in rows if len(row) == 3]
+        return [JobInfo(row[0], slurm_state(row[1]), name=row[2]) for row in rows if len(row) == 3]
 
     def accounting_enabled(self) -> bool:
         """Whether slurmdbd accounting is on (so sacct can answer about finished jobs)."""
@@ -272,13 +291,13 @@ class SlurmScheduler:
     def _state_of_gone_job(self, job_id: str) -> JobState:
         remembered = self._remembered(job_id)
         if remembered is not None:
-            return JobState.from_slurm(str(remembered.get("state", "")))
+            return slurm_state(str(remembered.get("state", "")))
         if task_parts(job_id) is not None:  # a task cancelled while pending has no line of its own
             return self._gone_states([job_id])[job_id]
         if self.accounting_enabled():
             row = self._sacct_row(job_id)
             if row is not None:
-                state = JobState.from_slurm(row["State"])
+                state = slurm_state(row["State"])
                 if state.is_terminal:
                     self._remember(job_id, info_to_fields(job_info_from_sacct(row)))
                 return state
@@ -412,4 +431,4 @@ class JobEndWatch:
             self.process.stop(grace_s=5)
 
 
-_: type[Scheduler] = SlurmScheduler
+BACKEND: type[Scheduler] = SlurmScheduler  # what the registry (scheduler/__init__.py) makes

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.fsutil import make_private_dirs
-from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.scheduler.interface import JobInfo
+from guarded_sbatch.scheduler.slurm_parse import slurm_state
 
 CACHE_FILE_NAME = "slurm-final-states.json"
 MAX_ENTRIES = 5000  # oldest entries are dropped beyond this; a final state matters for days, not years
@@ -105,7 +106,7 @@ def info_to_fields(info: JobInfo) -> dict[str, Any]:
 def info_from_fields(fields: dict[str, Any]) -> JobInfo:
     known = {f.name for f in dataclasses.fields(JobInfo)}
     values = {key: value for key, value in fields.items() if key in known}
-    values["state"] = JobState.from_slurm(str(values.get("state", "")))
+    values["state"] = slurm_state(str(values.get("state", "")))
     values.setdefault("job_id", "")
     return JobInfo(**values)
 

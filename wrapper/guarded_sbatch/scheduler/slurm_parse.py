@@ -30,6 +30,33 @@ _UNREACHABLE_MARKERS = (
 _INVALID_JOB_MARKERS = ("invalid job id", "job/step already completing or completed")
 
 
+_STATE_ALIASES = {
+    "CONFIGURING": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.REQUEUED,
+    "REQUEUE_FED": JobState.REQUEUED,
+    "REQUEUED": JobState.REQUEUED,
+    "RESIZING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.COMPLETING,
+    "STOPPED": JobState.SUSPENDED,
+    "BOOT_FAIL": JobState.NODE_FAIL,
+    "DEADLINE": JobState.TIMEOUT,
+    "REVOKED": JobState.CANCELLED,
+    "SPECIAL_EXIT": JobState.FAILED,
+}
+
+
+def slurm_state(text: str) -> JobState:
+    """A job's state from Slurm's name for it (squeue/scontrol/sacct; 'CANCELLED by 0' included)."""
+    word = text.strip().split()[0].rstrip("+").upper() if text.strip() else ""
+    if word in _STATE_ALIASES:
+        return _STATE_ALIASES[word]
+    try:
+        return JobState(word)
+    except ValueError:
+        return JobState.UNKNOWN
+
+
 def parse_key_values(line: str) -> dict[str, str]:
     """Split one `scontrol -o show ...` line into its fields (values keep their inner spaces)."""
     starts = list(_KEY_START.finditer(line))
@@ -128,7 +155,7 @@ def job_info_from_scontrol(fields: dict[str, str]) -> JobInfo:
     reason = fields.get("Reason", "")
     return JobInfo(
         job_id=fields.get("JobId", ""),
-        state=JobState.from_slurm(fields.get("JobState", "")),
+        state=slurm_state(fields.get("JobState", "")),
         name=fields.get("JobName", ""),
         owner=parse_user_name(fields.get("UserId", "")),
         work_dir=fields.get("WorkDir", ""),
@@ -145,7 +172,7 @@ def job_info_from_sacct(row: dict[str, str]) -> JobInfo:
     """A job from one `sacct -P` row (the fields of _SACCT_FIELDS in the Slurm backend)."""
     return JobInfo(
         job_id=row["JobID"],
-        state=JobState.from_slurm(row["State"]),
+        state=slurm_state(row["State"]),
         name=row["JobName"],
         owner=row["User"],
         work_dir=row["WorkDir"],
@@ -194,7 +221,7 @@ def sacct_states(text: str, wanted: list[str]) -> dict[str, JobState]:
         if parts is not None:
             arrays.add(parts[0])
         if job in states:
-            states[job] = JobState.from_slurm(state_text)
+            states[job] = slurm_state(state_text)
     for job, state in states.items():
         parts = task_parts(job)
         if state is JobState.UNKNOWN and parts is not None and parts[0] in arrays:

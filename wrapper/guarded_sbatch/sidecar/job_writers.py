@@ -77,13 +77,13 @@ def _job_of(environ: bytes) -> tuple[str, str]:
     return job, values.get(b"SLURMD_NODENAME", "")
 
 
-def job_processes(job_id: str, *, backend: str, pgid: int | None, other_groups: frozenset[int] = frozenset(),
+def job_processes(job_id: str, *, process_groups: bool, pgid: int | None, other_groups: frozenset[int] = frozenset(),
                   now: float | None = None) -> tuple[set[int], set[int], set[str], set[str]]:
     """(the job's processes on this host, other jobs' processes on this host, the nodes the job's processes
     run on, the nodes of every job process in this host's process table: several Slurm nodes can share one
     table, as the dev cluster's namespaces do, and a pid is comparable only with files those nodes wrote)."""
     processes = _own_processes(time.time() if now is None else now)
-    if backend == "local":
+    if process_groups:  # the backend runs each job as a process group here (scheduler.process_groups_here)
         # a local job is its process group, and so is each other live local job (`other_groups`): a neighbour
         # writing the same folder is told apart before this job writes there. Not by SLURM_JOB_ID: local ids
         # repeat across state folders, and a tmux server hands its first client's variables to later sessions.

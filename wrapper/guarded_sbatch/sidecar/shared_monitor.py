@@ -29,7 +29,9 @@ from guarded_sbatch.records.registry import RunRecord, mark_over, runs_root
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, flagged_specs, specs_from_flags
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.table import recorded_policy
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest, cannot_requeue
+from guarded_sbatch.scheduler.interface import (
+    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
+)
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.settings import SidecarSettings
@@ -47,14 +49,13 @@ class MonitorSettings:
     max_runs: int = 200
 
 
-class _SharedView:
+class _SharedView(SchedulerDefaults):
     """What one run's Sidecar sees as its scheduler: states from the monitor's last batched query;
     a stop (info, cancel, the wait for the end) goes to the real scheduler. It submits, requeues and watches
     nothing: the monitor alone does (one query for all its runs)."""
 
     name = "slurm-shared"
-    free_state_queries = False
-    supports_requeue = False
+    accepts_submissions = False
 
     def __init__(self, monitor: "SharedMonitor", job_id: str, *, free: bool = False) -> None:
         self.monitor = monitor

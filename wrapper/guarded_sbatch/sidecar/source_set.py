@@ -94,7 +94,7 @@ class SourceSet:
             info = self.scheduler.info(self.settings.job_id)
         except GuardedError:
             return  # try again next poll
-        local = self.scheduler.name == "local"
+        local = self.scheduler.process_groups_here
         self._job_info_loaded = not (local and info.pgid is None and not info.state.is_terminal)
         self._stdout = Path(info.stdout_path) if info.stdout_path and "%" not in info.stdout_path else None
         self._work_dir = Path(info.work_dir) if info.work_dir else None
@@ -102,16 +102,17 @@ class SourceSet:
         self._pgid = info.pgid
 
     def _learn_writers(self) -> None:
-        """The job's processes on this host (and, on the local backend, its node): their event files are its own."""
+        """The job's processes on this host (and, where jobs are process groups here, its node): their event files are
+        its own."""
         if self.scheduler is None or self.settings.job_id is None:
             return
         self._load_job_info()
         since = self._writer.since
         if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
             since = self._job_start  # a job's own files are those written since it started
-        local = self.scheduler.name == "local"
+        local = self.scheduler.process_groups_here
         groups = frozenset(self._other_job_groups()) if local and self._pgid is not None else frozenset()
-        own, others, nodes, table = job_processes(self.settings.job_id, backend=self.scheduler.name,
+        own, others, nodes, table = job_processes(self.settings.job_id, process_groups=local,
                                                   pgid=self._pgid, other_groups=groups)
         # the job's processes seen here run on these nodes: a file another node wrote is not theirs; a pid in a
         # file is compared with those seen only when its node's processes are in this host's process table
