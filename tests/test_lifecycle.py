@@ -88,7 +88,7 @@ def launch(project: Project, backend: str, paths: dict[str, Path]) -> str:
     result = project.cli(
         "--guard-backend", backend, "--guard-waive", "config-diff=lifecycle test, no config file",
         "--guard-checkpoint-dir", str(paths["ckpt"]), "--guard-artifact-dir", str(paths["art"]),
-        "--guard-wandb", str(paths["wandb"]), "train.sh", check=True,
+        "--guard-wandb", str(paths["wandb"]), "--guard-monitor", "per-job", "train.sh", check=True,
     )
     return submitted_job_id(result.stdout)
 
@@ -186,6 +186,9 @@ def test_restart_of_a_failed_run_cleans_up_and_relaunches_through_the_preflight(
     # the restart replays the launch's waivers (config-diff's is recorded only where that check failed: a launcher
     # line with no config file is a warning now, not a block)
     assert [w["check"] for w in new["waivers"]] == [w["check"] for w in old["waivers"]]
+    # and every other guard option it was given, as the record kept them (guard_options.replay_words)
+    assert {"--guard-monitor", "per-job"} <= set(old["guard_words"]) and "--guard-monitor=per-job" in new["guard_words"]
+    assert f"--guard-wandb={paths['wandb']}" in new["guard_words"]
     # the old checkpoints were purged before the new job started writing its own
     wait_for(lambda: (paths["ckpt"] / "step-1.pt").exists(), 60, what="the restarted job to write")
     wait_for(lambda: state_of(backend, project.env, new_job) is JobState.FAILED, 90, what="the restarted job to end")
