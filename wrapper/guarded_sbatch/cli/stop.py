@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.core.waiting import Waiting
 
 if TYPE_CHECKING:
     from guarded_sbatch.records.registry import RunRecord
@@ -39,10 +40,12 @@ def run_stop(argv: list[str]) -> int:
     if target.kind == "slurm":
         raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
     runs = [] if os.environ.get(JOB_ENV) else _live_runs_of(target.kind, target.value, target.pid)
-    if target.kind != "ssh" and target_alive(target):  # a wait is coming: say what for
+    said = target.kind != "ssh" and target_alive(target)
+    if said:  # a wait is coming: say what for
         print(f"stopping {target}: interrupt, then terminate, then kill, {args.grace:g} s apart, until it is gone",
               file=sys.stderr, flush=True)
-    outcome = stop_target(target, grace_s=args.grace)
+    with Waiting(f"{target} to end", said=said):
+        outcome = stop_target(target, grace_s=args.grace)
     if not outcome.found:
         print(f"nothing stopped: {outcome.detail}", file=sys.stderr)
         return NOTHING_TO_STOP
