@@ -52,7 +52,7 @@ def _phase(root: Path, label: str, tasks: int, throttle: int, lines: int, shared
            parallel: int = 0) -> dict[str, float]:
     """Launch the array guarded one way, wait until every task and every watcher has ended, return the figures."""
     from guarded_sbatch.core.config import load_config
-    from guarded_sbatch.core.sbatch.array import parse_array_spec
+    from guarded_sbatch.sbatch.array import parse_array_spec
     from guarded_sbatch.launch.monitor_registration import array_watch_options
     from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
     from guarded_sbatch.scheduler import get_scheduler

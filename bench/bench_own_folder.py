@@ -55,7 +55,7 @@ def main() -> int:
     args = parser.parse_args()
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.records.registry import list_runs
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.checks.own_folder import check_own_folder
     from guarded_sbatch.launch.context import PreflightContext
     from guarded_sbatch.launch.preflight import run_preflight

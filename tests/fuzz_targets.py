@@ -295,8 +295,8 @@ def _words(data: bytes) -> list[str]:
 
 
 def launcher_argv(data: bytes, work: Path) -> None:
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-    from guarded_sbatch.core.sbatch.options import effective_options
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.sbatch.options import effective_options
 
     words = _words(data)
     try:
@@ -311,7 +311,7 @@ def launcher_argv(data: bytes, work: Path) -> None:
 
 
 def launcher_script(data: bytes, work: Path) -> None:
-    from guarded_sbatch.core.sbatch.script import parse_script_text
+    from guarded_sbatch.sbatch.script import parse_script_text
 
     text = data.decode("utf-8", "replace")
     try:

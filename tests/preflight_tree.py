@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from guarded_sbatch.core.config import Config
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 

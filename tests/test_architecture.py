@@ -15,17 +15,18 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch
 # package -> packages it may import. The flow: cli -> launch -> scheduler ; sidecar -> sources -> judge -> actions.
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
+    "sbatch": {"core"},  # sbatch's own grammar: its command line, #SBATCH lines, options, the script's launcher line
     "records": {"core"},  # what a launch leaves in the state folder: run records, monitor registrations, audit
     "judge": {"core", "sources"},  # sources: the point model only (what every source yields, the judge reads)
     "sources": {"core", "records"},  # records: a run's record, read for its sources
-    "scheduler": {"core"},
+    "scheduler": {"core", "sbatch"},
     "actions": {"core", "records", "scheduler", "judge"},
     # launch: of sources the registry of kinds, their declarations and the run's source model only; of judge its policy
     # types, which a launch checks and records (the run's [judge] settings)
-    "launch": {"core", "records", "scheduler", "sources", "judge"},
-    "site": {"core", "launch", "scheduler"},
+    "launch": {"core", "sbatch", "records", "scheduler", "sources", "judge"},
+    "site": {"core", "sbatch", "launch", "scheduler"},
     "sidecar": {"core", "records", "sources", "judge", "scheduler", "actions"},
-    "cli": {"core", "records", "launch", "scheduler", "sidecar", "sources", "judge", "actions", "site"},
+    "cli": {"core", "sbatch", "records", "launch", "scheduler", "sidecar", "sources", "judge", "actions", "site"},
     "__main__": {"cli"},
 }
 # narrower rules inside an allowed arrow: (importer package, imported module prefix) pairs that are refused

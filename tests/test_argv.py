@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import Waiver, parse_sbatch_words, split_sbatch_argv
+from guarded_sbatch.sbatch.argv import Waiver, parse_sbatch_words, split_sbatch_argv
 
 
 def test_plain_sbatch_line_separate_values() -> None:

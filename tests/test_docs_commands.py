@@ -10,8 +10,8 @@ from functools import cache
 from pathlib import Path
 
 from cli_runner import run_cli
-from guarded_sbatch.core.sbatch.guard_options import ALIASES as GUARD_ALIASES, guard_flags
-from guarded_sbatch.core.sbatch.spec import ALIASES, SBATCH_OPTIONS
+from guarded_sbatch.sbatch.guard_options import ALIASES as GUARD_ALIASES, guard_flags
+from guarded_sbatch.sbatch.spec import ALIASES, SBATCH_OPTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -1,4 +1,4 @@
-"""The guard options are declared once (core/sbatch/guard_options.py GUARD_TABLE): one row more is parsed, listed by
+"""The guard options are declared once (sbatch/guard_options.py GUARD_TABLE): one row more is parsed, listed by
 both usage texts and the user guide, taken by GuardedExecutor as a keyword and replayed by `restart`."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from guarded_sbatch.cli.kill_restart import restart_launch_argv
 from guarded_sbatch.cli.main import main
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.records.registry import RunRecord
-from guarded_sbatch.core.sbatch import guard_options
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.guard_options import GUARD_TABLE, KINDS, GuardOption, markdown_table
+from guarded_sbatch.sbatch import guard_options
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.guard_options import GUARD_TABLE, KINDS, GuardOption, markdown_table
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = GuardOption("--guard-probe-budget", "probe_budget", "positive_int", "a probe's budget, in widgets", "N",
@@ -99,4 +99,4 @@ def test_a_new_row_is_replayed_by_restart() -> None:
 def test_the_user_guide_lists_every_option_as_the_table_says() -> None:
     guide = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
     assert markdown_table() in guide, "docs/user-guide.md's guard option table is not the table's: regenerate it " \
-        "with guarded_sbatch.core.sbatch.guard_options.markdown_table()"
+        "with guarded_sbatch.sbatch.guard_options.markdown_table()"

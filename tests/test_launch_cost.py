@@ -15,7 +15,7 @@ from e2e_helpers import EXAMPLE, wait_for
 from guarded_sbatch.records import registry
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.records.registry import ENDED, create_run, open_runs, over_runs
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SubmitRequest

@@ -16,8 +16,8 @@ import pytest
 from e2e_helpers import wait_for
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.array import parse_array_spec
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.array import parse_array_spec
 from guarded_sbatch.launch.preflight import run_preflight
 
 WAIVER = ("run-name", "a probe of the launch front ends")
@@ -269,7 +269,7 @@ def test_map_array_on_the_local_backend_is_a_run_per_call_with_one_watcher(tmp_p
 
 def test_every_executor_keyword_stands_for_a_real_guard_option(tmp_path: Path) -> None:
     """The executor's keywords become guard options on its launch's argv: each must be one the CLI parses."""
-    from guarded_sbatch.core.sbatch.guard_options import executor_keywords
+    from guarded_sbatch.sbatch.guard_options import executor_keywords
 
     for keyword, row in executor_keywords().items():
         value = {"flag": "", "waiver": "eta=known", "choice": row.choices[:1] and row.choices[0],

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.records.registry import create_run
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import make_reference, save_config_snapshot

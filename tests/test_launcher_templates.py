@@ -15,7 +15,7 @@ import pytest
 
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.checks.regressors import world_size
 from guarded_sbatch.launch.launcher_job import (
     PreemptionSettings,
@@ -24,8 +24,8 @@ from guarded_sbatch.launch.launcher_job import (
     parse_launcher_command,
     render_launcher_job,
 )
-from guarded_sbatch.core.sbatch.options import effective_options
-from guarded_sbatch.core.sbatch.script import parse_script_text
+from guarded_sbatch.sbatch.options import effective_options
+from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.launch.templates import PLACEHOLDER
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,7 +13,7 @@ from e2e_helpers import wait_for
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
-from guarded_sbatch.core.sbatch.array import parse_array_spec
+from guarded_sbatch.sbatch.array import parse_array_spec
 
 VARIABLES = ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
              "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP")

@@ -11,8 +11,8 @@ from pathlib import Path
 HEAVY = ("wandb", "tensorboard", "matplotlib", "torch", "tensorflow")
 LOGIN_MODULES = [
     "guarded_sbatch.core.config",
-    "guarded_sbatch.core.sbatch.argv",
-    "guarded_sbatch.core.sbatch.script",
+    "guarded_sbatch.sbatch.argv",
+    "guarded_sbatch.sbatch.script",
     "guarded_sbatch.launch.preflight",
     "guarded_sbatch.scheduler",
 ]
@@ -48,7 +48,7 @@ def test_a_whole_preflight_run_stays_light(tmp_path: Path) -> None:
     run = f"""
 from pathlib import Path
 from guarded_sbatch.core.config import Config
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import run_preflight, format_report
 report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=Path({str(tmp_path)!r}), env={{}})
 format_report(report, color=False)

@@ -9,9 +9,9 @@ import shlex
 
 import pytest
 
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.options import effective_options
-from guarded_sbatch.core.sbatch.script import parse_script_text
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.options import effective_options
+from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.launch.launcher_job import PreemptionSettings, launcher_command_of, render_launcher_job
 
 

@@ -10,11 +10,11 @@ import pytest
 
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import run_preflight
-from guarded_sbatch.core.sbatch.options import effective_options, parse_time_limit
-from guarded_sbatch.core.sbatch.script import parse_script, parse_script_text
-from guarded_sbatch.core.sbatch.shell_words import Word, tokenize
+from guarded_sbatch.sbatch.options import effective_options, parse_time_limit
+from guarded_sbatch.sbatch.script import parse_script, parse_script_text
+from guarded_sbatch.sbatch.shell_words import Word, tokenize
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "train.sh") -> Path:

@@ -18,9 +18,9 @@ import pytest
 from e2e_helpers import make_project
 from guarded_sbatch.sources.kind_mlflow import MLFLOW_TAG
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, WriterIdentity
-from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.script import parse_script_text
+from guarded_sbatch.sbatch.filename_pattern import expand_filename_pattern
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.results import CheckStatus
 from guarded_sbatch.sidecar.one_shot import judge_once

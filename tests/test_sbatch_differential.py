@@ -135,9 +135,9 @@ def sbatch_results(slurm_cluster: None, tmp_path_factory: pytest.TempPathFactory
 
 
 def _guarded(case: Case, folder: Path) -> tuple[bool, str, dict[str, object]]:
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-    from guarded_sbatch.core.sbatch.options import effective_options
-    from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.sbatch.options import effective_options
+    from guarded_sbatch.sbatch.script import parse_script, parse_wrap
 
     script_path = _script_path(case, folder)
     env = _clean_env(case.env)

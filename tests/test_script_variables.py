@@ -1,5 +1,5 @@
 """A job script's own simple assignments before its launcher line, expanded as bash would without running the
-script (core/sbatch/script_shell.py): each case is also run by real bash, and the launcher words must match."""
+script (sbatch/script_shell.py): each case is also run by real bash, and the launcher words must match."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from e2e_helpers import make_project
 from guarded_sbatch.core.config import Config
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.script import parse_script_text
-from guarded_sbatch.core.sbatch.script_shell import fill_job_variables
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.script import parse_script_text
+from guarded_sbatch.sbatch.script_shell import fill_job_variables
 from guarded_sbatch.launch.preflight import run_preflight
 
 LAUNCHER = 'python train.py --config "$CONFIG" --logdir "$LOGDIR"'

@@ -18,7 +18,7 @@ import pytest
 from e2e_helpers import EXAMPLE
 from shared_cluster import REPO, SharedCluster, shared_cluster_fixture  # noqa: F401 - the fixture
 from test_site_helpers import PLUGINS, lua_interpreter
-from guarded_sbatch.core.sbatch.script import parse_script
+from guarded_sbatch.sbatch.script import parse_script
 from guarded_sbatch.site.enforcement import policy_from_table, render_lua_policy, training_reason
 from guarded_sbatch.site.shim_decision import decide
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.sbatch.spec import SBATCH_OPTIONS, ArgKind
+from guarded_sbatch.sbatch.spec import SBATCH_OPTIONS, ArgKind
 from guarded_sbatch.site.shim_decision import decide
 
 REPO = Path(__file__).resolve().parents[1]

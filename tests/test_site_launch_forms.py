@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.sbatch.script import parse_script
+from guarded_sbatch.sbatch.script import parse_script
 from guarded_sbatch.site.enforcement import policy_from_table, render_lua_policy, training_reason
 from test_site_helpers import PLUGINS, lua_interpreter
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.script import parse_script
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.script import parse_script
 from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.scheduler.slurm import sbatch_words
 from guarded_sbatch.launch.marking import MarkingScheduler, comment_with_marker, is_guarded, marker_in, script_digest

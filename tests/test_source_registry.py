@@ -204,7 +204,7 @@ def test_the_login_path_loads_the_registry_and_no_reader(tmp_path: Path) -> None
 import json, sys
 from pathlib import Path
 from guarded_sbatch.core.config import Config
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import run_preflight, format_report
 report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=Path({str(tmp_path)!r}), env={{}})
 format_report(report, color=False)

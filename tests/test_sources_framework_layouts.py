@@ -149,7 +149,7 @@ def test_each_example_passes_the_preflight_as_a_new_project(tmp_path: Path, fold
 
     from e2e_helpers import REPO
     from guarded_sbatch.core.config import Config
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.preflight import run_preflight
     from guarded_sbatch.launch.results import CheckStatus
 

@@ -40,7 +40,7 @@ class LifecycleArgs:
 
 def parse_lifecycle_args(argv: list[str], *, command: str, allow_guard_options: bool) -> LifecycleArgs:
     """RUN, --yes and (restart only) guard options; anything else is a usage error."""
-    from guarded_sbatch.core.sbatch.guard_options import guard_option
+    from guarded_sbatch.sbatch.guard_options import guard_option
 
     run: str | None = None
     yes = False
@@ -183,7 +183,7 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...], *, wh
     sbatch options, script and args. Later single-valued guard options win; a re-given waiver replaces the
     recorded one for that check. One task of an array is relaunched as an array of that task alone (`--array=T`,
     so it picks the same settings from SLURM_ARRAY_TASK_ID); `whole_array`: the array as it was launched."""
-    from guarded_sbatch.core.sbatch.guard_options import replay_words
+    from guarded_sbatch.sbatch.guard_options import replay_words
 
     if any("[redacted]" in word for word in [*record.sbatch_options, record.script, *record.script_args,
                                              *record.guard_words]):

@@ -15,7 +15,7 @@ from guarded_sbatch.launch.pipeline import choose_backend, guarded_scheduler
 from guarded_sbatch.scheduler import get_scheduler
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
-    from guarded_sbatch.core.sbatch.argv import LaunchArgs
+    from guarded_sbatch.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.launcher_job import LauncherJob
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.scheduler.interface import Scheduler
@@ -30,7 +30,7 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
     """A launch (or with check_only, its pre-flight alone). clear_line replaces the report's last line when
     the launch is clear (restart: what happens next is the restart's, not a command to copy)."""
     from guarded_sbatch.core.config import load_config
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.pipeline import judge_table
 
     launch = split_sbatch_argv(argv)
@@ -161,7 +161,7 @@ def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, schedule
 
 
 def _script_text(script: Path) -> str:
-    from guarded_sbatch.core.sbatch.script import read_script_text
+    from guarded_sbatch.sbatch.script import read_script_text
 
     return read_script_text(script)
 
@@ -220,7 +220,7 @@ def wants_wait(launch: LaunchArgs, scheduler: Scheduler) -> bool:
     """sbatch's --wait, from the command line, SBATCH_WAIT or an #SBATCH line. The job is submitted without it
     (sbatch would block before the sidecar is submitted) and guarded-sbatch waits itself, once the guard is in
     place; an #SBATCH --wait cannot be taken out of a script that is submitted unchanged, so Slurm refuses it."""
-    from guarded_sbatch.core.sbatch.script import parse_script
+    from guarded_sbatch.sbatch.script import parse_script
 
     in_script = launch.script is not None and any(
         option.name == "wait" for d in parse_script(_script(launch), dict(os.environ)).directives for option in d.options)

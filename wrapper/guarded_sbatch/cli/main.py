@@ -54,8 +54,8 @@ environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
 
 
 def usage() -> str:
-    """`guarded-sbatch --help`: the guard options listed from their one table (core/sbatch/guard_options.py)."""
-    from guarded_sbatch.core.sbatch.guard_options import usage_lines
+    """`guarded-sbatch --help`: the guard options listed from their one table (sbatch/guard_options.py)."""
+    from guarded_sbatch.sbatch.guard_options import usage_lines
 
     return _USAGE.replace("{guard_options}", "\n".join(usage_lines()))
 

@@ -29,7 +29,7 @@ from guarded_sbatch.core.redact import redact
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
-    from guarded_sbatch.core.sbatch.argv import LaunchArgs
+    from guarded_sbatch.sbatch.argv import LaunchArgs
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.launch.results import CheckResult
     from guarded_sbatch.scheduler.interface import Scheduler
@@ -62,8 +62,8 @@ examples:
 
 
 def run_help() -> str:
-    """`guarded-sbatch run --help`: the guard options listed from their one table (core/sbatch/guard_options.py)."""
-    from guarded_sbatch.core.sbatch.guard_options import usage_lines
+    """`guarded-sbatch run --help`: the guard options listed from their one table (sbatch/guard_options.py)."""
+    from guarded_sbatch.sbatch.guard_options import usage_lines
 
     return RUN_HELP.replace("{guard_options}", "\n".join(usage_lines(width=26)))
 
@@ -74,7 +74,7 @@ TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run'
 def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False, clear_line: str = "") -> int:
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.fsutil import private_dir, state_dir
-    from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
     from guarded_sbatch.launch.pipeline import check_launch, judge_table
     from guarded_sbatch.cli.launch import print_report
     from guarded_sbatch.scheduler.local import LocalScheduler

@@ -17,7 +17,7 @@ from guarded_sbatch.core.suggest import did_you_mean
 
 MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
 NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
-LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")  # the kinds core/sbatch/launcher.py recognises
+LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")  # the kinds sbatch/launcher.py recognises
 DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (
     r"(run|wave|phase|exp|try|trial|job|attempt|v)[-_]?\d+",
     r"test\d*",

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import LaunchArgs
+from guarded_sbatch.sbatch.argv import LaunchArgs
 from guarded_sbatch.core.mounts import Mount
-from guarded_sbatch.core.sbatch.launcher import LauncherLine
+from guarded_sbatch.sbatch.launcher import LauncherLine
 from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, load_run_config
-from guarded_sbatch.core.sbatch.options import EffectiveOptions
-from guarded_sbatch.core.sbatch.script import ParsedScript
+from guarded_sbatch.sbatch.options import EffectiveOptions
+from guarded_sbatch.sbatch.script import ParsedScript
 from guarded_sbatch.scheduler.interface import Scheduler
 
 

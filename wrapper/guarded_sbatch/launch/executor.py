@@ -46,8 +46,8 @@ from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.core.sbatch.argv import LaunchArgs, split_sbatch_argv
-from guarded_sbatch.core.sbatch.guard_options import (
+from guarded_sbatch.sbatch.argv import LaunchArgs, split_sbatch_argv
+from guarded_sbatch.sbatch.guard_options import (
     GuardOption, build_guard_options, executor_keywords, guard_pairs, keyword_words,
 )
 from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_folder, private_job_folder
@@ -59,7 +59,7 @@ from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
 # The executor's guard keywords (tb_dir=, config=, waivers=, ...) are the `keyword`s of the guard option table
-# (core/sbatch/guard_options.py): each becomes its option on the launch's argv, and the pre-flight's hints name them
+# (sbatch/guard_options.py): each becomes its option on the launch's argv, and the pre-flight's hints name them
 # (`config=`, not --guard-config).
 _WAIVE = re.compile(r"--guard-waive[ =]([A-Za-z_-]+|CHECK|NAME)=(\"[^\"]*\"|\S+)")
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
@@ -75,7 +75,7 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def __init__(self, folder: StrPath, *, cluster: str | None = None, **kwargs: tp.Any) -> None:
         """`folder` and `cluster` as submitit's; the guard's keywords are those of the guard option table
-        (core/sbatch/guard_options.py): run_name, tb_dir, wandb_dir, log_path, config, reference, checkpoint_dir,
+        (sbatch/guard_options.py): run_name, tb_dir, wandb_dir, log_path, config, reference, checkpoint_dir,
         artifact_dir, notes_path, stop_command, monitor, seconds_per_epoch, epochs, restart=True and
         waivers={"CHECK": "why"}; every other keyword is submitit's."""
         if cluster not in (None, "debug", *launch_backends()):

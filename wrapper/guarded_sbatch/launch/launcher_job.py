@@ -22,9 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import LaunchArgs
-from guarded_sbatch.core.sbatch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
-from guarded_sbatch.core.sbatch.options import EffectiveOptions, effective_options
+from guarded_sbatch.sbatch.argv import LaunchArgs
+from guarded_sbatch.sbatch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
+from guarded_sbatch.sbatch.options import EffectiveOptions, effective_options
 from guarded_sbatch.launch.templates import load_template, render_template
 from guarded_sbatch.core.fsutil import make_private_dirs, state_dir
 

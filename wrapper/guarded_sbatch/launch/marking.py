@@ -17,8 +17,8 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
-from guarded_sbatch.core.sbatch.argv import ParsedOption, split_sbatch_argv
-from guarded_sbatch.core.sbatch.script import parse_script_text
+from guarded_sbatch.sbatch.argv import ParsedOption, split_sbatch_argv
+from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 

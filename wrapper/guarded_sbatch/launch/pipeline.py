@@ -37,8 +37,8 @@ from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.records.registry import RunRecord
-    from guarded_sbatch.core.sbatch.argv import LaunchArgs, ParsedOption
-    from guarded_sbatch.core.sbatch.array import ArraySpec
+    from guarded_sbatch.sbatch.argv import LaunchArgs, ParsedOption
+    from guarded_sbatch.sbatch.array import ArraySpec
     from guarded_sbatch.launch.preflight import PreflightReport
     from guarded_sbatch.launch.runconfig import RunConfig
     from guarded_sbatch.launch.source_plan import SourcePlan

@@ -15,7 +15,7 @@ from pathlib import Path
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.file_trust import outputs_note
-from guarded_sbatch.core.sbatch.argv import LaunchArgs, Waiver
+from guarded_sbatch.sbatch.argv import LaunchArgs, Waiver
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
 from guarded_sbatch.launch.checks.interpreter import check_interpreter
@@ -31,9 +31,9 @@ from guarded_sbatch.launch.results import CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference, use_launcher_line
 from guarded_sbatch.launch.runconfig import RunConfig
 from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
-from guarded_sbatch.core.sbatch.options import effective_options
-from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap
-from guarded_sbatch.core.sbatch.script_shell import ARRAY_JOB_ENV
+from guarded_sbatch.sbatch.options import effective_options
+from guarded_sbatch.sbatch.script import parse_script, parse_wrap
+from guarded_sbatch.sbatch.script_shell import ARRAY_JOB_ENV
 from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (

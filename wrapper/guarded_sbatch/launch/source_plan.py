@@ -20,9 +20,9 @@ from guarded_sbatch.sources.run_sources import (
     WriterIdentity,
     is_pinned,
 )
-from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
-from guarded_sbatch.core.sbatch.array import ArraySpec, parse_array_spec
-from guarded_sbatch.core.sbatch.script_shell import fill_job_variables, needs_shell
+from guarded_sbatch.sbatch.filename_pattern import expand_filename_pattern
+from guarded_sbatch.sbatch.array import ArraySpec, parse_array_spec
+from guarded_sbatch.sbatch.script_shell import fill_job_variables, needs_shell
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.runconfig import RunConfig
 from guarded_sbatch.sources.kind_tensorboard import LAUNCH as TENSORBOARD

@@ -24,7 +24,7 @@ from typing import Any
 
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.checks.regressors import LEARNING_RATE
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import CheckResult, CheckStatus

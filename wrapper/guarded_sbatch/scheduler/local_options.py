@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.filename_pattern import expand_filename_pattern
-from guarded_sbatch.core.sbatch.argv import parse_sbatch_words
-from guarded_sbatch.core.sbatch.array import ArraySpec, parse_array_spec
-from guarded_sbatch.core.sbatch.options import effective_options
-from guarded_sbatch.core.sbatch.script import parse_script
+from guarded_sbatch.sbatch.filename_pattern import expand_filename_pattern
+from guarded_sbatch.sbatch.argv import parse_sbatch_words
+from guarded_sbatch.sbatch.array import ArraySpec, parse_array_spec
+from guarded_sbatch.sbatch.options import effective_options
+from guarded_sbatch.sbatch.script import parse_script
 
 
 @dataclass(frozen=True)

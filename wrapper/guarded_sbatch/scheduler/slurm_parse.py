@@ -6,7 +6,7 @@ import re
 from datetime import datetime
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.options import parse_time_limit as sbatch_time_limit
+from guarded_sbatch.sbatch.options import parse_time_limit as sbatch_time_limit
 from guarded_sbatch.scheduler.interface import JobInfo, JobState
 
 # `scontrol -o show job` prints `Key=value` pairs separated by single spaces, but values may themselves hold

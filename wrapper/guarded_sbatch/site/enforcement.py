@@ -18,8 +18,8 @@ from guarded_sbatch.core.config import SITE_CONFIG_ENV, read_toml, setting, sett
 from guarded_sbatch.core.config_schema import KEYS
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
-from guarded_sbatch.core.sbatch.launcher import LauncherLine
-from guarded_sbatch.core.sbatch.script import ParsedScript
+from guarded_sbatch.sbatch.launcher import LauncherLine
+from guarded_sbatch.sbatch.script import ParsedScript
 from guarded_sbatch.site import launch_forms
 
 HOW_TO_SUBMIT = "module load guarded-sbatch; guarded-sbatch [options] script.sh"

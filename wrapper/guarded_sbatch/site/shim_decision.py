@@ -19,8 +19,8 @@ from pathlib import Path
 
 from guarded_sbatch.core.config import SITE_CONFIG_ENV, SYSTEM_SITE_CONFIG
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.core.sbatch.script import parse_script, parse_wrap, read_script_text
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.sbatch.script import parse_script, parse_wrap, read_script_text
 from guarded_sbatch.launch.marking import is_guarded, user_comment
 from guarded_sbatch.site.enforcement import load_policy, training_reason
 

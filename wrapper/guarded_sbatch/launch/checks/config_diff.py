@@ -12,7 +12,7 @@ from guarded_sbatch.launch.fsinfo import timed_stat
 from guarded_sbatch.launch.launcher_config import family_of, hyper_parameters, is_launcher_config
 from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix, worst_status
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
-from guarded_sbatch.core.sbatch.options import EffectiveOptions
+from guarded_sbatch.sbatch.options import EffectiveOptions
 
 NAME = CheckName.CONFIG_DIFF.value
 MAX_LISTED_DIFFS = 12

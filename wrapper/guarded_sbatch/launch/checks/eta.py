@@ -12,7 +12,7 @@ from guarded_sbatch.core.fsutil import read_text_bounded
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
-from guarded_sbatch.core.sbatch.options import format_duration
+from guarded_sbatch.sbatch.options import format_duration
 from guarded_sbatch.scheduler.interface import SubmitRequest
 
 NAME = CheckName.ETA.value

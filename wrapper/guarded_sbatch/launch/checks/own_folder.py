@@ -19,7 +19,7 @@ from typing import Any
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.records.registry import ENDED, mark_over, open_runs
-from guarded_sbatch.core.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
+from guarded_sbatch.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.live_jobs import snapshot_of

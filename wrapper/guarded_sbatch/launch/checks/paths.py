@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.sources.kinds import written_folder_keys
-from guarded_sbatch.core.sbatch.script_shell import needs_shell
+from guarded_sbatch.sbatch.script_shell import needs_shell
 from guarded_sbatch.core.suggest import closest
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from guarded_sbatch.core.sbatch.launcher import LauncherLine
+from guarded_sbatch.sbatch.launcher import LauncherLine
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
-from guarded_sbatch.core.sbatch.options import EffectiveOptions
+from guarded_sbatch.sbatch.options import EffectiveOptions
 
 PER_DEVICE_BATCH = ("per_device_train_batch_size", "per_gpu_train_batch_size", "train_micro_batch_size_per_gpu",
                     "micro_batch_size", "batch_size_per_device", "batch_size_per_gpu", "per_device_batch_size")

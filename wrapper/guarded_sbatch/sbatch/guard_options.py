@@ -2,7 +2,7 @@
 
 One row per option: its flag, whether it takes a value (a metavar), whether it repeats, its one line of help, the
 GuardOptions field it fills and how its text is checked, the GuardedExecutor keyword that stands for it, and how
-`restart` replays it. From the table follow the parser (core/sbatch/argv.py), both usage texts (`guarded-sbatch
+`restart` replays it. From the table follow the parser (sbatch/argv.py), both usage texts (`guarded-sbatch
 --help`, `guarded-sbatch run --help`), the executor's keywords (launch/executor.py) and restart's replay
 (cli/kill_restart.py). Every reader asks the table when it runs (`guard_table()`), never a copy made at import.
 """

@@ -7,16 +7,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import ParsedOption
-from guarded_sbatch.core.sbatch.spec import (
+from guarded_sbatch.sbatch.argv import ParsedOption
+from guarded_sbatch.sbatch.spec import (
     POSITIVE_INT_OPTIONS,
     SBATCH_ENV_VARS,
     SBATCH_OPTIONS,
     ArgKind,
     canonical_name,
 )
-from guarded_sbatch.core.sbatch.values import TIME_FORMATS, parse_node_count, parse_positive_int, strtol_prefix
-from guarded_sbatch.core.sbatch.values import parse_time_limit as _parse_time_limit
+from guarded_sbatch.sbatch.values import TIME_FORMATS, parse_node_count, parse_positive_int, strtol_prefix
+from guarded_sbatch.sbatch.values import parse_time_limit as _parse_time_limit
 
 __all__ = ["TIME_FORMATS", "EffectiveOptions", "OptionValue", "effective_options", "parse_time_limit"]
 

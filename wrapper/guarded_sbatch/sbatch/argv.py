@@ -15,7 +15,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
-from guarded_sbatch.core.sbatch.guard_options import (
+from guarded_sbatch.sbatch.guard_options import (
     ALIASES,
     GuardOptions,
     Waiver,
@@ -24,7 +24,7 @@ from guarded_sbatch.core.sbatch.guard_options import (
     guard_option,
     take_guard_option,
 )
-from guarded_sbatch.core.sbatch.spec import (
+from guarded_sbatch.sbatch.spec import (
     SBATCH_OPTIONS,
     SHORT_TO_LONG,
     ArgKind,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from guarded_sbatch.core.sbatch.shell_words import Scope, Word, next_command
+from guarded_sbatch.sbatch.shell_words import Scope, Word, next_command
 
 JOB_SYMBOLIC = frozenset({"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME"})
 JOB_VARIABLE = re.compile(r"\$(?:\{(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\}|(SLURM_JOB_ID|SLURM_JOBID|SLURM_JOB_NAME)\b)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from guarded_sbatch.core.sbatch.shell_words import Word
+from guarded_sbatch.sbatch.shell_words import Word
 
 CONFIG_EXTENSIONS = (".yaml", ".yml", ".json", ".toml")
 PYTHON = re.compile(r"^(?:.*/)?python(?:3(?:\.\d+)?)?$")

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import TooLargeError, read_bounded
-from guarded_sbatch.core.sbatch.argv import ParsedOption
-from guarded_sbatch.core.sbatch.directives import scan_directives
-from guarded_sbatch.core.sbatch.launcher import LauncherLine, detect_launcher
-from guarded_sbatch.core.sbatch.script_shell import ScriptShell, spread_all_args
-from guarded_sbatch.core.sbatch.shell_words import ShellSyntaxError, Word
+from guarded_sbatch.sbatch.argv import ParsedOption
+from guarded_sbatch.sbatch.directives import scan_directives
+from guarded_sbatch.sbatch.launcher import LauncherLine, detect_launcher
+from guarded_sbatch.sbatch.script_shell import ScriptShell, spread_all_args
+from guarded_sbatch.sbatch.shell_words import ShellSyntaxError, Word
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024  # sbatch itself refuses scripts over 4 MB
 DIRECTIVE = re.compile(r"^#SBATCH(?:\s|$)")

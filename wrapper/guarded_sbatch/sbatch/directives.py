@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.sbatch.argv import ParsedOption, parse_one_option
-from guarded_sbatch.core.sbatch.spec import EARLY_PASS_OPTIONS
+from guarded_sbatch.sbatch.argv import ParsedOption, parse_one_option
+from guarded_sbatch.sbatch.spec import EARLY_PASS_OPTIONS
 
 C_SPACE = " \t\n\v\f\r"
 _SEPARATOR = re.compile(r"(?i)(packjob|hetjob)(?=[ \t\n\v\f\r]|$)")
