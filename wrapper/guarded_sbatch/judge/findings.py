@@ -21,7 +21,7 @@ class Finding:
     reason: Reason
     message: str
     anomalies: tuple[Anomaly, ...] = field(default_factory=tuple)
-    hard: bool = False  # strong evidence: decides with any number of training-loss points (decide.py)
+    hard: bool = False  # strong evidence: decides with any number of training-loss points (ordered_checks.py)
 
     @classmethod
     def note(cls, reason: Reason, message: str, *anomalies: Anomaly) -> Finding:

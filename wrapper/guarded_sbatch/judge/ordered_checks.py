@@ -63,7 +63,7 @@ class CheckInput:
 
 
 # The checks, in the documented order (the first STOP wins, else the first WAIT). A new check is one function
-# in a judge/checks_*.py module and one line here.
+# in a judge/checks_*.py module and one line here (a new module: its import above too; tests/test_judge_check_added.py).
 CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("loss_scale_collapse", lambda c: checks_scale.check_loss_scale_collapse(c.history, c.keys, c.policy)),
     ("non_finite_loss", lambda c: checks_finite.check_nonfinite_loss(c.history, c.keys, c.policy, c.excused,

@@ -82,7 +82,7 @@ class RecordFields:
     guard_words: tuple[str, ...] = ()  # the launch's guard options as given (restart replays them)
 
     def values(self, request: SubmitRequest, sidecar: SidecarOptions) -> dict[str, Any]:
-        """The keyword arguments of core/registry.create_run for one job of this launch."""
+        """The keyword arguments of records/registry.create_run for one job of this launch."""
         return {
             "script": self.script if self.script is not None else str(request.script),
             "script_args": list(self.script_args if self.script_args is not None else request.script_args),
