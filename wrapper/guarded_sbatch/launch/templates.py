@@ -63,10 +63,11 @@ def _count_or(*extra: str, allow_range: bool = False) -> Callable[[str], bool]:
 
 
 VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
-    # Slurm (array task too), local, and the process backend's pid@start-ticks
+    # whatever a backend's ids look like (Slurm's 12 and 12_3, the process backend's pid@start-ticks, ...): one word of
+    # characters that mean nothing to bash inside double quotes or a comment
     "TRAIN_JOB_ID": (
-        "a job id",
-        lambda v: re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?|local-[0-9]{1,12}|[0-9]{1,10}@[0-9]{1,20}", v) is not None,
+        "a job id (letters, digits, _ . @ : + -)",
+        lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.@:+-]{0,63}", v) is not None,
     ),
     "SIDECAR_JOB_NAME": (
         "a job name (letters, digits, . _ + = @ -)",

@@ -31,7 +31,7 @@ def backend_class(name: str) -> type[Scheduler]:
     module = BACKENDS.get(name)
     if module is None:
         raise UsageError(f"unknown scheduler backend {name!r}; {did_you_mean(name, list(BACKENDS))}"
-                         f"use {', '.join(BACKENDS)}")
+                         f"use {' or '.join(BACKENDS)}")
     found: type[Scheduler] = importlib.import_module(module).BACKEND
     return found
 
@@ -46,7 +46,7 @@ def check_backend(name: str, where: str) -> str:
     choices = launch_backends()
     if name not in choices:
         raise UsageError(f"unknown backend {name!r} ({where}); {did_you_mean(name, list(choices))}"
-                         f"use {', '.join(choices)}")
+                         f"use {' or '.join(choices)}")
     return name
 
 
