@@ -1,15 +1,19 @@
-"""What a person reads, captured from a real terminal: `check`, `status`, `show` and `--help` run in tmux at 80×24
-and 120×40 (the terminal's own width, as a user's shell gives it), and no line the program wrote is wider than the
-terminal; the run's name is whole in `status`. tmux's capture joins lines the terminal itself wrapped (`-J`), so a
-line too wide for the terminal shows up as too wide, not as two."""
+"""What a person reads, captured from a real terminal: `check`, `status`, `show`, `--help` and the demo run in tmux
+at 80×24 and 120×40 (the terminal's own width, as a user's shell gives it), and no line the program wrote is wider
+than the terminal; the run's name is whole in `status` and everywhere in the demo. tmux's capture joins lines the
+terminal itself wrapped (`-J`), so a line too wide for the terminal shows up as too wide, not as two."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,18 +44,23 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Project,
 
 def capture(project: Project, command: str, width: int, height: int) -> list[str]:
     """`command` typed into a fresh tmux window of this size; the lines it printed, terminal-wrapped ones joined."""
+    return capture_in(project.env, project.root, command, width, height)
+
+
+def capture_in(environ: dict[str, str], folder: Path, command: str, width: int, height: int,
+               timeout_s: float = 60) -> list[str]:
     socket = f"gs-capture-{uuid.uuid4().hex[:8]}"
-    env = {**project.env, "TERM": "xterm-256color"}
+    env = {**environ, "TERM": "xterm-256color"}
     env.pop("TMUX", None)
     tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
     try:
-        subprocess.run([*tmux, "new-session", "-d", "-x", str(width), "-y", str(height), "-c", str(project.root),
+        subprocess.run([*tmux, "new-session", "-d", "-x", str(width), "-y", str(height), "-c", str(folder),
                         "bash --norc --noprofile"], env=env, check=True, timeout=30)
         exports = " ".join(f"{k}={json.dumps(v)}" for k, v in env.items()
                            if k.startswith(("GUARDED_SBATCH_", "PATH", "PYTHON")))
         typed = f"export {exports}; clear; printf '%s-%s\\n' CAPTURE START; {command}; printf '%s-%s\\n' CAPTURE DONE"
         subprocess.run([*tmux, "send-keys", typed, "Enter"], env=env, check=True, timeout=30)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             shown = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-2000"], env=env, capture_output=True,
                                    text=True, check=True, timeout=30).stdout
@@ -89,3 +98,26 @@ def test_check_status_show_and_help_fit_the_terminal(project: tuple[Project, str
             assert {proj.name, f"{proj.name}-diverging"} <= tokens, lines  # each run's name whole
         if what == "check":
             assert not any(line.strip() == "```" for line in lines)  # no Markdown fences on a terminal
+
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO_RUNS = ("synthetic-tanh-mlp-bs64-lr5e-2-healthy", "synthetic-tanh-mlp-bs64-lr15-diverging")
+
+
+@pytest.mark.waits
+@pytest.mark.parametrize(("width", "height"), SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
+def test_the_demo_fits_the_terminal_with_its_run_names_whole(tmp_path: Path, width: int, height: int) -> None:
+    """scripts/demo (about 40 s) as a newcomer sees it: every line within the terminal, each run's name never cut."""
+    venv = Path(sys.executable).parent.parent
+    env = {**os.environ, "GUARDED_SBATCH_VENV": str(venv), "GUARDED_SBATCH_DEMO_DIR": str(tmp_path / "demo"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "wrapper"), os.environ.get("PYTHONPATH")]))}
+    for name in ("GUARDED_SBATCH_STATE_DIR", "GUARDED_SBATCH_USER_CONFIG", "GUARDED_SBATCH_SITE_CONFIG"):
+        env.pop(name, None)
+    lines = capture_in(env, REPO, "scripts/demo", width, height, timeout_s=240)
+    assert any(line.startswith("FINAL_SUMMARY") for line in lines), "\n".join(lines[-40:])
+    assert not too_wide(lines, width), f"the demo at {width} columns:\n" + "\n".join(too_wide(lines, width))
+    tokens = {token for line in lines for token in line.split()}
+    assert set(DEMO_RUNS) <= tokens, "a run's name is not whole in status"
+    cut = [line for line in lines for found in re.findall(r"synthetic-tanh-mlp-bs64-lr[\w.-]*", line)
+           if not any(found == name or found.startswith(name + "-") for name in DEMO_RUNS)]
+    assert not cut, "a run's name cut:\n" + "\n".join(cut)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.waiting import tell
 from guarded_sbatch.launch.pipeline import choose_backend, guarded_scheduler
 
 from guarded_sbatch.scheduler import get_scheduler
@@ -200,8 +201,9 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
         tasks = f" ({len(launched.records)} tasks, a run each)" if submission.tasks else ""
         folders = f"run folders {str(record.folder).rsplit('_', 1)[0]}_*" if submission.tasks \
             else f"run folder {record.folder}"
-        print(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}{tasks}; {folders}",
-              file=sys.stderr)
+        tell(f"guarded-sbatch: {watcher} {submission.sidecar_id} watches job {submission.job_id}{tasks}; {folders}")
+        tell(follow_line(str(record.sources.get("stdout") or ""),
+                         submission.job_id if submission.tasks else record.run_id, array=bool(submission.tasks)))
     if submission.interrupted:
         print(f"guarded-sbatch: interrupted while submitting; the interrupt was held until job {submission.job_id} "
               f"had its {watcher} {submission.sidecar_id}: both run (`guarded-sbatch kill {record.run_id}` "
@@ -210,6 +212,16 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     if wait:
         return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
+
+
+def follow_line(output: str, run_id: str, *, array: bool = False) -> str:
+    """What a background start says last: where the job's output goes and how to follow the run."""
+    import shlex
+
+    where = f"its output goes to {output} (follow it: `tail -f {shlex.quote(output)}`); " \
+        if output and "%" not in output and not array else ""
+    status = "`guarded-sbatch status --collapse`" if array else "`guarded-sbatch status`"
+    return f"guarded-sbatch: {where}{status} lists it, `guarded-sbatch show {run_id}` shows what its guard sees"
 
 
 def _has(launch: LaunchArgs, name: str) -> bool:
@@ -235,6 +247,7 @@ WAIT_POLL_S = {"local": 1.0, "slurm": 10.0}  # Slurm: one squeue per 10 s, as sb
 
 def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
     """Block until the job ends and exit with its code, as `sbatch --wait` does (a signal: 128 + signal)."""
+    from guarded_sbatch.core.waiting import Waiting
     import time
 
     from guarded_sbatch.core.errors import SchedulerError
@@ -243,14 +256,17 @@ def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
         print(f"guarded-sbatch: waiting for job {job_id} to end (--wait); Ctrl-C stops waiting, the job and its "
               "guard go on", file=sys.stderr, flush=True)
     poll = WAIT_POLL_S.get(scheduler.name, 10.0)
-    while True:
-        try:
-            state = scheduler.state(job_id)
-        except SchedulerError:
-            state = None  # a controller hiccup: ask again
-        if state is not None and state.is_terminal:
-            break
-        time.sleep(poll)
+    with Waiting(f"job {job_id} to end (--wait)", said=True, quiet=quiet) as told:
+        while True:
+            try:
+                state = scheduler.state(job_id)
+            except SchedulerError:
+                state = None  # a controller hiccup: ask again
+            if state is not None and state.is_terminal:
+                break
+            told.detail = f"{state.value} (`guarded-sbatch show {job_id}`: its guard's verdict so far)" if state \
+                else "the scheduler did not answer; asking again"
+            time.sleep(poll)
     code = scheduler.info(job_id).exit_code
     if not quiet:
         print(f"guarded-sbatch: job {job_id} ended: {state.value}", file=sys.stderr)

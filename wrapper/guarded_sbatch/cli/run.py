@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.waiting import Waiting, tell
 
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
@@ -163,8 +164,9 @@ def _tmux_session_exists(name: str) -> bool:
 
 def _wait_session_gone(name: str, timeout_s: float = 2 * TMUX_STOP_GRACE_S + 10) -> None:
     deadline = time.monotonic() + timeout_s
-    while _tmux_session_exists(name) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    with Waiting(f"the restarted run's old tmux session {name} to end (at most {timeout_s:.0f} s)"):
+        while _tmux_session_exists(name) and time.monotonic() < deadline:
+            time.sleep(0.5)
 
 
 def _tmux_job(staging: Path, session: str, command: list[str], env: dict[str, str]) -> tuple[Path, Path]:
@@ -199,6 +201,7 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
            command: list[str], tmux: str | None, log: Path | None, stop_command: str | None) -> int:
     """Submit the command through the one launch pipeline (launch/pipeline.py), as the sbatch form is: named after
     its program when it has no name, its output read from the tmux log when it runs in tmux."""
+    from guarded_sbatch.cli.launch import follow_line
     from guarded_sbatch.launch.pipeline import carry_out, plan_launch
 
     plan = plan_launch(
@@ -225,12 +228,9 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
         return int(ExitCode.INTERRUPTED)
     where = f"in tmux session {tmux} (tmux attach -t {tmux})" if tmux else "as a local process group"
     record = submission.record
-    output = str(record.sources.get("stdout") or "")
-    follow = f"; its output goes to {output} (follow it: tail -f {shlex.quote(output)})" if output else ""
-    print(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} in the background as local job "
-          f"{submission.job_id}; its watcher is local job {submission.sidecar_id}{follow}; "
-          f"`guarded-sbatch status` lists it, `guarded-sbatch show {record.run_id}` shows it; run folder {record.folder}",
-          file=sys.stderr)
+    tell(f"guarded-sbatch: running `{redact(shlex.join(command))}` {where} in the background as local job "
+         f"{submission.job_id}; its watcher is local job {submission.sidecar_id}; run folder {record.folder}")
+    tell(follow_line(str(record.sources.get("stdout") or ""), record.run_id))
     return int(ExitCode.OK)
 
 

@@ -40,7 +40,7 @@ def run_stop(argv: list[str]) -> int:
     if target.kind == "slurm":
         raise UsageError("a Slurm job is stopped with scancel (or guarded-sbatch kill RUN)")
     runs = [] if os.environ.get(JOB_ENV) else _live_runs_of(target.kind, target.value, target.pid)
-    said = target.kind != "ssh" and target_alive(target)
+    said = target.kind != "ssh" and bool(target_alive(target))
     if said:  # a wait is coming: say what for
         print(f"stopping {target}: interrupt, then terminate, then kill, {args.grace:g} s apart, until it is gone",
               file=sys.stderr, flush=True)

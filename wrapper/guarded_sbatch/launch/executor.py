@@ -47,6 +47,7 @@ from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.sbatch.argv import LaunchArgs, split_sbatch_argv
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.sbatch.guard_options import (
     GuardOption, build_guard_options, executor_keywords, guard_pairs, keyword_words,
 )
@@ -63,7 +64,6 @@ StrPath = tp.Union[str, "os.PathLike[str]"]
 # (`config=`, not --guard-config).
 _WAIVE = re.compile(r"--guard-waive[ =]([A-Za-z_-]+|CHECK|NAME)=(\"[^\"]*\"|\S+)")
 EVIDENCE_WAIT_S = 30.0  # a stopped job's sidecar writes its evidence just after the cancel
-WAIT_SAID_S = 2.0  # result() says it waits once it has waited this long
 
 
 class GuardStoppedError(utils.UncompletedJobError):
@@ -233,18 +233,13 @@ class _Guarded:
         return verdict if isinstance(verdict, dict) and verdict.get("decision") == "STOP" else None
 
     def wait(self) -> None:
-        """submitit's wait, saying so: a line once it lasts WAIT_SAID_S, then one a minute (the guard may be
-        deciding about the run meanwhile)."""
+        """submitit's wait, saying so (core/waiting.py): a line within 2 s, then progress at growing gaps (the
+        guard may be deciding about the run meanwhile)."""
         job = tp.cast(Job[tp.Any], self)
-        started = time.monotonic()
-        said_at = 0.0
-        while not job.done():
-            waited = time.monotonic() - started
-            if (not said_at and waited >= WAIT_SAID_S) or (said_at and time.monotonic() - said_at >= 60):
-                sys.stderr.write(f"guarded-sbatch: waiting for job {job.job_id} to end ({waited:.0f} s so far); its "
-                                 f"guard watches it: `guarded-sbatch show {job.job_id}` has its verdict so far\n")
-                said_at = time.monotonic()
-            time.sleep(1)
+        with Waiting(f"job {job.job_id} to end; its guard watches it (`guarded-sbatch show {job.job_id}`: its "
+                     "verdict so far)"):
+            while not job.done():
+                time.sleep(1)
 
     def _guard_outcome(self) -> None:
         """Raise GuardStoppedError when the job has no result because its guard stopped it."""
@@ -256,9 +251,10 @@ class _Guarded:
             sys.stderr.write(f"guarded-sbatch: job {job.job_id} left no result; waiting up to {EVIDENCE_WAIT_S:.0f} s "
                              "for its guard's verdict\n")
         deadline = time.monotonic() + EVIDENCE_WAIT_S
-        while self.guard_stop is None and time.monotonic() < deadline and \
-                str(job.state).split(" ")[0] in ("CANCELLED", "RUNNING", "COMPLETING"):
-            time.sleep(0.5)
+        with Waiting(f"job {job.job_id}'s guard's verdict", said=True):
+            while self.guard_stop is None and time.monotonic() < deadline and \
+                    str(job.state).split(" ")[0] in ("CANCELLED", "RUNNING", "COMPLETING"):
+                time.sleep(0.5)
         stop = self.guard_stop
         if stop is not None:
             raise GuardStoppedError(f"job {job.job_id} was stopped by its guard (STOP, {stop.get('reason')}: "

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.judge.table import with_chance, policy_from_table, policy_table
 from guarded_sbatch.records.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
@@ -107,7 +108,10 @@ def check_launch(launch: LaunchArgs, config: Config, scheduler: Scheduler | None
     """The pre-flight's report on a launch; `command_line` is the command that repeats it, when the checked
     script is not what the user typed (a launcher command's rendered script, `run --`, the executor)."""
     guard = launch.guard_options
-    report = run_preflight(launch, config, scheduler, restart=guard.restart if restart is None else restart, cwd=cwd)
+    with Waiting(f"the pre-flight of {launch.script or '--wrap'} (it asks the scheduler about your jobs and reads "
+                 "the run's folders)"):  # a second at most, unless the scheduler or a file system is slow
+        report = run_preflight(launch, config, scheduler, restart=guard.restart if restart is None else restart,
+                               cwd=cwd)
     if command_line:
         report = dataclasses.replace(report, launch_command=command_line)
     if notes_path(guard.notes, config, cwd or Path.cwd()) is None:

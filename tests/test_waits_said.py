@@ -1,0 +1,190 @@
+"""Every wait of the CLI and the executor says so (issue 36): a line within 2 s, progress once it lasts longer than
+5 s. Each wait is run in-process against a slow scheduler injected as a fault (the times of core/waiting.py shrunk
+tenfold, so a wait of about a second stands for one of ten): `--wait`, the executor's `result()`, a kill's cancel
+of a whole array, a pre-flight on a scheduler slow to answer, `monitor --once` on a slow read; and a background start
+says where its output goes and how to follow it."""
+
+from __future__ import annotations
+
+import shutil
+import time
+import typing as tp
+from pathlib import Path
+
+import pytest
+from e2e_helpers import EXAMPLE
+
+from guarded_sbatch.cli import array_lifecycle
+from guarded_sbatch.cli.launch import follow_line, wait_for_job
+from guarded_sbatch.core import waiting
+from guarded_sbatch.core.config import Config
+from guarded_sbatch.sbatch.argv import split_sbatch_argv
+from guarded_sbatch.launch.executor import _Guarded
+from guarded_sbatch.launch.pipeline import check_launch
+from guarded_sbatch.scheduler.delegating import DelegatingScheduler
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, SchedulerDefaults, SubmitRequest
+from guarded_sbatch.scheduler.local import LocalScheduler
+
+SLOW_S = 1.2  # how long each slow thing takes here: past the shrunk first line (0.1 s) and first progress (0.5 s)
+
+
+@pytest.fixture(autouse=True)
+def quick_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(waiting, "FIRST_S", 0.1)
+    monkeypatch.setattr(waiting, "PROGRESS_S", 0.5)
+    monkeypatch.setattr(waiting, "MAX_GAP_S", 0.5)
+
+
+class SlowJobs(SchedulerDefaults):
+    """A scheduler whose jobs run for SLOW_S after they are asked about (or cancelled) first."""
+
+    name = "local"  # polled every second at most by --wait
+    wait_poll_s = 0.1
+
+    def __init__(self) -> None:
+        self.ends_at: float | None = None
+
+    def _running(self) -> bool:
+        if self.ends_at is None:
+            self.ends_at = time.monotonic() + SLOW_S
+        return time.monotonic() < self.ends_at
+
+    def state(self, job_id: str) -> JobState:
+        return JobState.RUNNING if self._running() else JobState.COMPLETED
+
+    def info(self, job_id: str) -> JobInfo:
+        return JobInfo(job_id=job_id, state=self.state(job_id), exit_code=0)
+
+    def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
+        self.ends_at = time.monotonic() + SLOW_S
+
+    def submit(self, request: SubmitRequest) -> str:
+        raise AssertionError("nothing is submitted here")
+
+
+def _said(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "waiting for" in line]
+
+
+def test_wait_says_it_waits_then_shows_the_jobs_state_as_it_goes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert wait_for_job(tp.cast(tp.Any, SlowJobs()), "5", quiet=False) == 0
+    lines = _said(capsys.readouterr().err)
+    assert lines[0].startswith("guarded-sbatch: waiting for job 5 to end (--wait)")
+    assert any(line.startswith("guarded-sbatch: still waiting for job 5 to end (--wait) (") and ": RUNNING" in line
+               for line in lines[1:]), lines
+
+
+def test_quiet_wait_stays_quiet(capsys: pytest.CaptureFixture[str]) -> None:
+    assert wait_for_job(tp.cast(tp.Any, SlowJobs()), "5", quiet=True) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_the_executors_result_says_it_waits_within_2_s_and_shows_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    class Job(_Guarded):
+        job_id = "12"
+        ends_at = time.monotonic() + SLOW_S
+
+        def done(self) -> bool:
+            return time.monotonic() >= self.ends_at
+
+    Job().wait()
+    lines = _said(capsys.readouterr().err)
+    assert lines[0] == ("guarded-sbatch: waiting for job 12 to end; its guard watches it (`guarded-sbatch show 12`: "
+                        "its verdict so far)")
+    assert any(line.startswith("guarded-sbatch: still waiting for job 12 to end") for line in lines[1:]), lines
+
+
+def test_kill_of_an_array_tells_the_wait_for_its_tasks(capsys: pytest.CaptureFixture[str]) -> None:
+    class SlowArray(SlowJobs):
+        def states(self, job_ids: list[str]) -> dict[str, JobState]:
+            if self.ends_at is None:  # before the cancel: running
+                return dict.fromkeys(job_ids, JobState.RUNNING)
+            ended = time.monotonic() >= self.ends_at
+            return dict.fromkeys(job_ids, JobState.CANCELLED if ended else JobState.RUNNING)
+
+    before, after = array_lifecycle.cancel_array(tp.cast(tp.Any, SlowArray()), "9", ["9_0", "9_1"], poll_s=0.1)
+    assert set(after.values()) == {JobState.CANCELLED}
+    lines = _said(capsys.readouterr().err)
+    assert lines[0] == "guarded-sbatch: waiting for the 2 tasks of array 9 to end after the cancel (at most 90 s)"
+    assert any(line.endswith(": 2 still live") for line in lines[1:]), lines
+
+
+def test_a_preflight_on_a_slow_scheduler_says_what_it_waits_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    class SlowToAnswer(DelegatingScheduler):
+        def user_jobs(self) -> list[JobInfo]:
+            time.sleep(SLOW_S)  # slurmctld busy: squeue takes its time
+            return super().user_jobs()
+
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    scheduler = SlowToAnswer(LocalScheduler())
+    report = check_launch(split_sbatch_argv(["train.sh"]), Config(), scheduler, cwd=project)
+    assert report.results
+    lines = _said(capsys.readouterr().err)
+    assert lines[0].startswith("guarded-sbatch: waiting for the pre-flight of train.sh (it asks the scheduler")
+    assert any(line.startswith("guarded-sbatch: still waiting for the pre-flight of train.sh") for line in lines[1:])
+
+
+def test_a_quick_preflight_says_nothing_of_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(waiting, "FIRST_S", 1.0)  # the real first line's time
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    check_launch(split_sbatch_argv(["train.sh"]), Config(), LocalScheduler(), cwd=project)
+    assert _said(capsys.readouterr().err) == []
+
+
+def test_monitor_once_says_it_reads_a_slow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from guarded_sbatch.cli.main import main
+    from guarded_sbatch.sidecar import one_shot
+    from guarded_sbatch.sidecar.settings import SidecarSettings
+
+    real = one_shot.judge_once
+
+    def slow(settings: SidecarSettings, only_files: frozenset[str] | None = None) -> tp.Any:
+        time.sleep(SLOW_S)  # a large run on a slow file system
+        return real(settings, only_files)
+
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"step {step} loss {1 / step:.4f}\n" for step in range(1, 40)))
+    monkeypatch.setattr(one_shot, "judge_once", slow)
+    main(["monitor", "--once", "--log", str(log)])
+    lines = _said(capsys.readouterr().err)
+    assert lines[0] == f"guarded-sbatch: waiting for the metrics of {log} to be read and judged"
+    assert any(line.startswith("guarded-sbatch: still waiting for the metrics") for line in lines[1:]), lines
+
+
+def test_a_background_start_says_where_its_output_goes_and_how_to_follow_it() -> None:
+    line = follow_line("/home/u/proj/slurm-12.out", "mlp-lr3e-4-12")
+    assert "its output goes to /home/u/proj/slurm-12.out (follow it: `tail -f /home/u/proj/slurm-12.out`)" in line
+    assert "`guarded-sbatch status` lists it" in line and "`guarded-sbatch show mlp-lr3e-4-12`" in line
+    node_pattern = follow_line("/home/u/proj/out-%N.log", "r-1")  # the node is known once it runs: no tail line
+    assert "tail" not in node_pattern and "`guarded-sbatch show r-1`" in node_pattern
+    assert "status --collapse" in follow_line("/x/slurm-3_0.out", "3", array=True)
+
+
+def test_stop_of_a_stubborn_process_shows_progress_while_it_escalates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+    import sys
+
+    from guarded_sbatch.cli.main import main
+
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time\n"
+                                 "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+                                 "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+        assert main(["stop", f"pid:{stubborn.pid}", "--grace", "0.5"]) == 0
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+    err = capsys.readouterr().err
+    assert err.startswith(f"stopping pid:{stubborn.pid}: interrupt, then terminate, then kill")
+    assert f"guarded-sbatch: still waiting for pid:{stubborn.pid} to end (" in err
