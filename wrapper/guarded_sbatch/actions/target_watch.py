@@ -17,10 +17,10 @@ class TargetWatch(SchedulerDefaults):
     def __init__(self, target: StopTarget, *, grace_s: float = 30.0) -> None:
         self.target = target
         self.grace_s = grace_s
-        # "local": asked at every poll (cheap); ssh is asked on the watcher's job-poll cadence
-        self.name = "local" if target.kind in ("tmux", "pid") else "ssh"
-        self.free_state_queries = self.name == "local"
-        self.process_groups_here = self.name == "local"  # a tmux session's or pid's processes run on this host
+        here = target.kind in ("tmux", "pid")  # a tmux session's or a pid's processes run on this host
+        self.name = "local" if here else "ssh"
+        self.free_state_queries = here  # asked at every poll (cheap); ssh on the watcher's job-poll cadence
+        self.process_groups_here = here
 
     def state(self, job_id: str) -> JobState:
         alive = target_alive(self.target)
