@@ -212,6 +212,26 @@ def test_every_module_is_placed_in_the_architecture_doc() -> None:
     assert not missing, f"docs/architecture.md does not place these modules (add a line under 'Every module'): {missing}"
 
 
+# core/ holds what the rooms share; a module of it that one room alone imports belongs in that room. The exceptions:
+CORE_ONE_ROOM: dict[str, str] = {
+    "config_example.py": "the configuration's example, written from core/config_schema.py (a test holds the file equal)",
+}
+
+
+def test_core_holds_only_what_several_rooms_share() -> None:
+    importers: dict[str, set[str]] = defaultdict(set)
+    for (importer, imported), _ in _edges().items():
+        if imported.startswith("core."):
+            importers[imported.split(".")[1]].add(importer)
+    alone = {}
+    for path in sorted((PACKAGE_ROOT / "core").glob("*.py")):
+        rooms = importers.get(path.stem, set())
+        if path.name != "__init__.py" and path.name not in CORE_ONE_ROOM and len(rooms - {"core"}) < 2 and "core" not in rooms:
+            alone[path.name] = sorted(rooms)
+    assert alone == {}, f"core/ modules one room alone imports (move each to its room): {alone}"
+    assert all((PACKAGE_ROOT / "core" / name).is_file() for name in CORE_ONE_ROOM), "a listed exception no longer exists"
+
+
 def test_no_module_basename_twice() -> None:
     by_name: dict[str, list[str]] = defaultdict(list)
     for path in PACKAGE_ROOT.rglob("*.py"):

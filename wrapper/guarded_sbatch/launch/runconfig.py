@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.fsutil import TooLargeError, read_text_bounded
-from guarded_sbatch.core.bounded_yaml import YamlTooLargeError, safe_load_bounded
+from guarded_sbatch.launch.bounded_yaml import YamlTooLargeError, safe_load_bounded
 from guarded_sbatch.core.errors import UsageError
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")

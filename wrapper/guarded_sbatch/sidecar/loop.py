@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.core.logs import stream_logger
+from guarded_sbatch.sidecar.logs import stream_logger
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.table import policy_table
 from guarded_sbatch.judge.history import MAX_SERIES_ENV
@@ -77,7 +77,7 @@ class Sidecar:
         self._arrivals: list[float] = []  # the last polls that brought new points: the run's own pace (RunContext)
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
-        """A diagnostic line (not a report block) through logging, in the one format of core/logs.py."""
+        """A diagnostic line (not a report block) through logging, in the one format of sidecar/logs.py."""
         self.log.log(level, text.rstrip("\n"))
 
     def emit(self, text: str) -> None:
