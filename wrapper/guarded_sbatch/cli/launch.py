@@ -12,8 +12,8 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.waiting import tell
 from guarded_sbatch.launch.pipeline import choose_backend, guarded_scheduler
-
 from guarded_sbatch.scheduler import get_scheduler
+
 if TYPE_CHECKING:
     from guarded_sbatch.core.config import Config
     from guarded_sbatch.sbatch.argv import LaunchArgs
@@ -151,8 +151,8 @@ def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
 
 def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, scheduler: Scheduler) -> LaunchArgs:
     from guarded_sbatch.launch.launcher_job import as_script_launch, staging_folder, write_job_script
-
     from guarded_sbatch.scheduler import launch_backends
+
     if not scheduler.multi_node and launcher_job.command.kind != "python":
         able = [name for name in launch_backends() if get_scheduler(name).multi_node]
         raise UsageError(f"a {launcher_job.command.kind} job needs job steps across nodes (srun, scontrol), which the "
@@ -242,20 +242,17 @@ def wants_wait(launch: LaunchArgs, scheduler: Scheduler) -> bool:
     return in_script or _has(launch, "wait") or os.environ.get("SBATCH_WAIT", "") not in ("", "0")
 
 
-WAIT_POLL_S = {"local": 1.0, "slurm": 10.0}  # Slurm: one squeue per 10 s, as sbatch --wait's own backoff
-
-
 def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
     """Block until the job ends and exit with its code, as `sbatch --wait` does (a signal: 128 + signal)."""
-    from guarded_sbatch.core.waiting import Waiting
     import time
 
     from guarded_sbatch.core.errors import SchedulerError
+    from guarded_sbatch.core.waiting import Waiting
 
     if not quiet:
         print(f"guarded-sbatch: waiting for job {job_id} to end (--wait); Ctrl-C stops waiting, the job and its "
               "guard go on", file=sys.stderr, flush=True)
-    poll = WAIT_POLL_S.get(scheduler.name, 10.0)
+    poll = scheduler.wait_poll_s
     with Waiting(f"job {job_id} to end (--wait)", said=True, quiet=quiet) as told:
         while True:
             try:
