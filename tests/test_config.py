@@ -73,6 +73,13 @@ def test_user_may_repeat_a_locked_value_and_may_not_lock(tmp_path: Path) -> None
         load_config(site_path=EXAMPLE_SITE, user_path=user, env=env_for(tmp_path))
 
 
+def test_an_unknown_scheduler_is_one_line_when_a_launch_picks_it(tmp_path: Path) -> None:
+    site = tmp_path / "site.toml"
+    site.write_text('scheduler = "pbs"\n')
+    with pytest.raises(UsageError, match="unknown backend 'pbs' \\(the config's `scheduler`\\); .*use slurm or local"):
+        resolve_backend(load_config(site_path=site, env=env_for(tmp_path)).scheduler)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -81,7 +88,7 @@ def test_user_may_repeat_a_locked_value_and_may_not_lock(tmp_path: Path) -> None
         ('shceduler = "slurm"\n', "unknown key 'shceduler'"),
         ('[sidecar]\ncpu = 2\n', "unknown key 'sidecar.cpu'"),
         ('sidecar = "cpu"\n', "'sidecar' must be a table"),
-        ('scheduler = "pbs"\n', "must be \"slurm\", \"local\" or \"auto\""),
+        ("scheduler = 7\n", "'scheduler' must be a string"),
         ('[checks]\nmandatory = ["speling"]\n', "unknown check 'speling'"),
         ('name_pattern = "(unclosed"\n', "not a valid regular expression"),
         ('quiet_hours = ["late"]\n', "quiet_hours entry 'late'"),

@@ -76,10 +76,10 @@ SCHEMA: tuple[Key, ...] = (
     ),
     Key(
         "scheduler",
-        "choice",
+        "str",
         "auto",
-        'Where jobs go: "slurm", "local" (plain processes), or "auto" (slurm when `sbatch --version` answers).',
-        choices=("slurm", "local", "auto"),
+        'Where jobs go: "slurm", "local" (plain processes), or "auto" (slurm when `sbatch --version` answers); any\n'
+        "backend of the registry (scheduler/__init__.py, which checks the name when a launch picks it).",
     ),
     Key(
         "job_umask",

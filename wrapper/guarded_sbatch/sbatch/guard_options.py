@@ -107,8 +107,9 @@ GUARD_TABLE: tuple[GuardOption, ...] = (
                 "CMD", keyword="stop_command"),
     GuardOption("--guard-notes", "notes", "path", "the project notes file the sidecar appends to on STOP", "PATH",
                 keyword="notes_path"),
-    GuardOption("--guard-backend", "backend", "choice", "where jobs run (default: slurm when sbatch answers, else local)",
-                "slurm|local", choices=("slurm", "local"), replay="record:backend"),
+    # the backend's name is checked against the one registry of backends (scheduler/__init__.py) when it is chosen
+    GuardOption("--guard-backend", "backend", "text", "where jobs run: a scheduler backend, e.g. slurm or local "
+                "(default: the config's scheduler)", "NAME", replay="record:backend"),
     GuardOption("--guard-checkpoint-dir", "checkpoint_dir", "path", "the run's checkpoint folder (kill/restart purge it)",
                 "PATH", keyword="checkpoint_dir"),
     GuardOption("--guard-artifact-dir", "artifact_dir", "path", "the run's artifact folder (kill/restart purge it)",
