@@ -26,7 +26,7 @@ from guarded_sbatch.launch.results import CheckStatus
 from guarded_sbatch.sidecar.one_shot import judge_once
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.sources.discovery import discover_owned
+from guarded_sbatch.sources.discovery import discover
 from source_writers import tb_event, write_tb_events
 
 SCRIPT = '#!/bin/bash\n#SBATCH --job-name=x\npython train.py --config c.yaml --tb "$@" --count $# --second=$2\n'
@@ -153,18 +153,16 @@ def test_discovery_never_merges_sibling_runs_and_skips_files_older_than_the_job(
     _events(tmp_path / "runs" / "old", [1.0, float("nan")])
     time.sleep(1.1)  # event file names carry whole seconds
     since = time.time()
-    found = discover_owned(tmp_path, since=since)
-    assert found.sources == [] and found.ambiguous == []  # only an older run's files: nothing of this run's
+    assert discover(tmp_path, since=since) == ([], "")  # only an older run's files: nothing of this run's
     _events(tmp_path / "runs" / "mine" / "train", [1.0, 0.9])
     _events(tmp_path / "runs" / "mine" / "validation", [1.1])
-    found = discover_owned(tmp_path, since=since)
-    assert [s.describe() for s in found.sources] == [str(tmp_path / "runs" / "mine")]  # train/ + validation/
+    specs, _ = discover(tmp_path, since=since)
+    assert [s.locator for s in specs] == [str(tmp_path / "runs" / "mine")]  # train/ + validation/
     _events(tmp_path / "runs" / "neighbour", [1.0])
-    found = discover_owned(tmp_path, since=since)
-    assert found.sources == [] and "2 TensorBoard candidates" in found.note()
-    assert str(tmp_path / "runs" / "neighbour") in found.note()
-    claimed = discover_owned(tmp_path, since=since, claimed=[str(tmp_path / "runs" / "neighbour")])
-    assert [s.describe() for s in claimed.sources] == [str(tmp_path / "runs" / "mine")]
+    specs, note = discover(tmp_path, since=since)
+    assert specs == [] and "2 TensorBoard candidates" in note and str(tmp_path / "runs" / "neighbour") in note
+    claimed, _ = discover(tmp_path, since=since, claimed=[str(tmp_path / "runs" / "neighbour")])
+    assert [s.locator for s in claimed] == [str(tmp_path / "runs" / "mine")]
 
 
 def _settings(tmp_path: Path, identity: RunSources, **extra: object) -> SidecarSettings:

@@ -16,7 +16,7 @@ from conftest import require
 from guarded_sbatch.sources.run_sources import RunSources
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.sources.discovery import discover_owned
+from guarded_sbatch.sources.discovery import discover
 from guarded_sbatch.sources.kind_tensorboard import fresh_files
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from source_writers import tb_event, write_tb_events
@@ -47,8 +47,8 @@ def test_a_bare_summary_writer_names_metrics_by_their_tags(tmp_path: Path, monke
     assert run.name.startswith(time.strftime("%b%d")) and any(run.glob("*tfevents*"))
     for root in (tmp_path, tmp_path / "runs", run):
         assert _keys(TensorBoardSource(root)) == {"Loss/train", "Loss_eval/Loss"}, root
-    found = discover_owned(tmp_path, since=0.0)  # the writer's subfolder is part of its run: one candidate
-    assert found.ambiguous == [] and [s.describe() for s in found.sources] == [str(run)]
+    specs, note = discover(tmp_path, since=0.0)  # the writer's subfolder is part of its run: one candidate
+    assert note == "" and [s.locator for s in specs] == [str(run)]
 
 
 def test_lightning_version_folders_are_no_part_of_the_names_but_two_versions_stay_apart(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.csvlog import LightningCsvSource
-from guarded_sbatch.sources.discovery import discover_owned
+from guarded_sbatch.sources.discovery import discover, picked
 from guarded_sbatch.sources.kinds import open_source
 from guarded_sbatch.sources.mlflow import MlflowSource
 from guarded_sbatch.sources.textlog import TextLogSource
@@ -93,14 +93,14 @@ def test_discovery_priority_and_kinds(tmp_path: Path) -> None:
     write_tb_events(tmp_path / "runs" / "exp1" / "validation", [tb_event(1, "loss", 2.0)])
     (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)
     (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").write_text("step,loss\n1,2.0\n")
-    sources = discover_owned(tmp_path).sources
-    assert [s.kind for s in sources] == ["tensorboard", "csv"]
-    keys = {p.key for p in sources[0].read_new()}
+    specs, _ = discover(tmp_path, since=None)
+    assert [s.kind for s in specs] == ["tensorboard", "csv"]
+    keys = {p.key for p in open_source(specs[0].kind, specs[0].locator).read_new()}
     assert keys == {"train/loss", "validation/loss"}
     run_dir = tmp_path / "wandb" / "run-20250101_000000-abc"
     run_dir.mkdir(parents=True)
     (run_dir / "run-abc.wandb").write_bytes(b":W&B\xe1\xbe\x00")
-    assert discover_owned(tmp_path).sources[0].kind == "wandb"
+    assert discover(tmp_path, since=None)[0][0].kind == "wandb"
 
 
 def test_discovery_is_bounded(tmp_path: Path) -> None:
@@ -108,9 +108,9 @@ def test_discovery_is_bounded(tmp_path: Path) -> None:
     for level in range(8):
         deep = deep / f"d{level}"
     write_tb_events(deep, [tb_event(1, "loss", 1.0)])
-    assert discover_owned(tmp_path, max_depth=3).sources == []
-    assert [s.kind for s in discover_owned(tmp_path, max_depth=10).sources] == ["tensorboard"]
-    assert discover_owned(tmp_path, time_budget_s=0.0).sources == []
+    assert picked(tmp_path, max_depth=3) == ([], [])
+    assert [kind.name for kind, _ in picked(tmp_path, max_depth=10)[0]] == ["tensorboard"]
+    assert picked(tmp_path, time_budget_s=0.0) == ([], [])
 
 
 def test_open_source_by_kind(tmp_path: Path) -> None:

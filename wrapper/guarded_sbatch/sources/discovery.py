@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.sources.run_sources import SourceSpec, WriterIdentity
-from guarded_sbatch.sources.base import MetricSource
 from guarded_sbatch.sources.kind_base import Picking, SourceKind
 from guarded_sbatch.sources.kinds import KINDS, names_run_folder
 
@@ -108,15 +107,6 @@ def _note_file(found: Found, finders: list[SourceKind], name: str, path: Path, f
         return
 
 
-@dataclass
-class Discovery:
-    sources: list[MetricSource] = field(default_factory=list)
-    ambiguous: list[str] = field(default_factory=list)  # what could not be attributed to the run, and why
-
-    def note(self) -> str:
-        return "; ".join(self.ambiguous)
-
-
 def picked(folder: str | os.PathLike[str], *, since: float | None = None, claimed: Collection[str] = (),
            skip: Collection[str] = (), kinds: Collection[str] | None = None, max_depth: int = MAX_DEPTH,
            time_budget_s: float = TIME_BUDGET_S, job: WriterIdentity | None = None,
@@ -138,23 +128,6 @@ def picked(folder: str | os.PathLike[str], *, since: float | None = None, claime
         chosen.extend((kind, path) for path in kind.finds.pick(found.by_kind.get(kind.name, []), picking))
         notes.extend(picking.notes)
     return chosen, notes
-
-
-def discover_owned(folder: str | os.PathLike[str], *, since: float | None = None,
-                   claimed: Collection[str] = (), skip: Collection[str] = (), kinds: Collection[str] | None = None,
-                   max_depth: int = MAX_DEPTH, time_budget_s: float = TIME_BUDGET_S) -> Discovery:
-    """The sources under `folder` that clearly belong to one run: written since `since`, not claimed by another
-    guarded run, and of one run only. Several candidates of a kind: none is read, and the candidates are named.
-    `kinds` (source kind names; None: all) narrows the search, e.g. to "csv" in a run's own output folder whose
-    event files are read already but where a Lightning CSVLogger's version_N/metrics.csv is still to be found."""
-    chosen, notes = picked(folder, since=since, claimed=claimed, skip=skip, kinds=kinds,
-                           max_depth=max_depth, time_budget_s=time_budget_s)
-    result = Discovery(ambiguous=notes)
-    for kind, path in chosen:
-        assert kind.finds is not None and kind.open is not None  # a kind that finds files reads them
-        open_found = kind.finds.open_found
-        result.sources.append(open_found(path, since) if open_found is not None else kind.open(path))
-    return result
 
 
 def discover(root: Path, *, since: float | None, claimed: Collection[str] = (),
