@@ -104,7 +104,7 @@ def test_rows_from_the_public_api_become_points() -> None:
         {"_step": 2, "eval/acc": None, "name": "text", "gn": float("-inf")},
         {"train/loss": 1.0},  # no _step: skipped
     ]
-    points = rows_to_points(rows)
+    points, _ = rows_to_points(rows)
     assert [(p.step, p.key) for p in points] == [(0, "train/loss"), (0, "lr"), (1, "train/loss"),
                                                  (1, "grad_norm"), (2, "gn")]
     assert points[0].wall_time == 1.7e9 and math.isnan(points[2].value) and points[3].value == math.inf
@@ -117,7 +117,7 @@ def test_api_rows_use_the_step_like_key_and_skip_media() -> None:
         {"_step": 1, "iter": 250, "train/loss": "NaN", "val/loss": 3.0},
     ]
     axes = WandbAxes()
-    points = rows_to_points(rows, axes)
+    points, _ = rows_to_points(rows, axes)
     assert [(p.step, p.key) for p in points] == [(0, "train/loss"), (250, "train/loss"), (250, "val/loss")]
     assert math.isnan(points[1].value) and axes.axes()["train/loss"] is Axis.STEP
 

@@ -41,15 +41,13 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def rows_to_points(rows: Iterable[Mapping[str, Any]], axes: WandbAxes | None = None) -> list[MetricPoint]:
+def rows_to_points(rows: Iterable[Mapping[str, Any]], axes: WandbAxes | None = None,
+                   ) -> tuple[list[MetricPoint], int | None]:
     """Turn scan_history rows into points on the run's x-axis (see wandb_axis: a step-like key such as
     `iter`, else `_step`); rows without a usable _step are skipped, as are media, histograms, strings
-    and bools; NaN/Infinity (as floats or as the strings the API sends) are kept."""
-    return _convert(rows, axes or WandbAxes())[0]
-
-
-def _convert(rows: Iterable[Mapping[str, Any]], axes: WandbAxes) -> tuple[list[MetricPoint], int | None]:
-    """(points, the largest `_step` seen: where the next page starts)."""
+    and bools; NaN/Infinity (as floats or as the strings the API sends) are kept. With the points, the largest
+    `_step` seen: where the next page starts."""
+    axes = axes or WandbAxes()
     points: list[MetricPoint] = []
     last_log_step: int | None = None
     for row in rows:
@@ -117,7 +115,7 @@ class WandbApiSource(SourceBase):
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise SourceError(f"W&B run {self.run_path} could not be read ({first_line}); "
                               "check the network and WANDB_API_KEY, or read the local .wandb log")
-        points, last_log_step = _convert(request.rows, self.axis)
+        points, last_log_step = rows_to_points(request.rows, self.axis)
         if last_log_step is not None:  # pages go by _step, whatever axis the points are on
             self._next_step = max(self._next_step, last_log_step + 1)
         return points
