@@ -8,8 +8,9 @@ and the mean of each round's own ratio, which cancels the load's drift between r
     .venv/bin/python bench/bench_guard_cost.py [--rounds 3] [--steps 300] [--threads 1] [--variants plain,sh,run]
         [--ablate] [--slurm] [--poll 5] [--precision fp16] [--code-before DIR] [--work DIR] [--order alternate]
 
-The first hour's comparison, local backend and dev Slurm, 4 pairs each (about 6 minutes on 2 busy cores):
-    .venv/bin/python bench/bench_guard_cost.py --variants plain,sh,slurm-plain,slurm-sh --rounds 4 --steps 150
+Issue 36's comparison, local backend and dev Slurm, six pairs each (about 5 minutes on 2 busy cores; the figures
+and what they say: bench/results/cpu-2026-12-04.md):
+    .venv/bin/python bench/bench_guard_cost.py --variants plain,sh,slurm-plain,slurm-sh --rounds 6 --steps 300
 
 Variants (--variants, comma-separated; the first is the anchor the ratios divide by):
   plain          python train.py --config configs/tiny-gpt2.yaml --max-steps N (the user's environment, which also
