@@ -156,8 +156,3 @@ def _size(count: int) -> str:
         if count >= scale:
             return f"{count / scale:.1f} {unit}"
     return f"{count} bytes"
-
-
-def forget() -> None:
-    """Tests and one-shot reads of several runs in one process start afresh."""
-    _FACTS.clear()

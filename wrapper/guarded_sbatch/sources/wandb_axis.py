@@ -67,10 +67,6 @@ class WandbAxes:
     def axes(self) -> dict[str, Axis]:
         return dict(self._axes)
 
-    def axis_key(self, key: str) -> str:
-        """The logged key the series `key` is plotted against (`_step` for the call count)."""
-        return self._step_metric_of(key) or self.default_key or "_step"
-
     def define(self, name: str, glob_name: str, step_metric: str) -> None:
         """A metric record: `define_metric(name or glob, step_metric=...)`."""
         if not step_metric:
