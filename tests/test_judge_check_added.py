@@ -6,17 +6,15 @@ judged by the real package has no such finding, and a healthy history stays CONT
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from package_copy import PACKAGE, changed_lines, differences, package_copy
 
-PACKAGE = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch"
 
 CHECK_MODULE = '''"""A learning rate above a fixed ceiling is a broken schedule, whatever the loss does yet."""
 
@@ -62,17 +60,9 @@ print(json.dumps({"spike": judged(True), "healthy": judged(False)}))
 
 @pytest.fixture(scope="module")
 def package_with_check(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("package")
-    shutil.copytree(PACKAGE, root / "guarded_sbatch", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "guarded_sbatch" / "judge" / "checks_lr_ceiling.py").write_text(CHECK_MODULE)
-    table = root / "guarded_sbatch" / "judge" / "ordered_checks.py"
-    text = table.read_text()
-    anchor_import = "from guarded_sbatch.judge.findings import Finding\n"
-    anchor_entry = '    ("lr_schedule", '
-    assert text.count(anchor_import) == 1 and text.count(anchor_entry) == 1
-    text = text.replace(anchor_import, IMPORT_LINE + anchor_import).replace(anchor_entry, TABLE_LINE + anchor_entry)
-    table.write_text(text)
-    return root
+    findings, entry = "from guarded_sbatch.judge.findings import Finding\n", '    ("lr_schedule", '
+    return package_copy(tmp_path_factory.mktemp("package"), "judge/checks_lr_ceiling.py", CHECK_MODULE,
+                        "judge/ordered_checks.py", [(findings, IMPORT_LINE + findings), (entry, TABLE_LINE + entry)])
 
 
 def _judged(package: Path | None) -> dict[str, dict[str, object]]:
@@ -83,16 +73,9 @@ def _judged(package: Path | None) -> dict[str, dict[str, object]]:
 
 
 def test_the_new_check_is_one_module_and_its_line_in_the_ordered_table(package_with_check: Path) -> None:
-    copy = package_with_check / "guarded_sbatch"
-    files = {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")}
-    copied = {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")}
-    assert copied - files == {"judge/checks_lr_ceiling.py"} and files - copied == set()
-    changed = [name for name in sorted(files) if (PACKAGE / name).read_bytes() != (copy / name).read_bytes()]
-    assert changed == ["judge/ordered_checks.py"], changed
-    diff = [line for line in difflib.unified_diff((PACKAGE / changed[0]).read_text().splitlines(True),
-                                                  (copy / changed[0]).read_text().splitlines(True), n=0)
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert diff == ["+" + IMPORT_LINE, "+" + TABLE_LINE], diff
+    assert differences(PACKAGE, package_with_check / "guarded_sbatch") == (["judge/checks_lr_ceiling.py"],
+                                                                            ["judge/ordered_checks.py"])
+    assert changed_lines("judge/ordered_checks.py", package_with_check) == ["+" + IMPORT_LINE, "+" + TABLE_LINE]
 
 
 def test_the_judge_decides_with_the_added_check_and_names_its_evidence(package_with_check: Path) -> None:

@@ -13,14 +13,13 @@ launch, the record and the sidecar know nothing of this kind but its declaration
 
 from __future__ import annotations
 
-import filecmp
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
+from package_copy import PACKAGE, changed_lines, differences, package_copy
 
 from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -28,7 +27,6 @@ from guarded_sbatch.sources import kinds
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, WriterIdentity
 
 TESTS = Path(__file__).resolve().parent
-PACKAGE = TESTS.parent / "wrapper" / "guarded_sbatch"
 REGISTRY_LINE = '    "guarded_sbatch.sources.kind_jsonrun",\n'
 
 # the run logs to jsonruns/$JSONRUN_ID.jsonl in its folder; with --nan-at N the loss is NaN from step N
@@ -50,33 +48,15 @@ with out.open("a") as log:
 
 @pytest.fixture(scope="module")
 def package_with_jsonrun(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("package")
-    shutil.copytree(PACKAGE, root / "guarded_sbatch", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(TESTS / "jsonrun_source.py", root / "guarded_sbatch" / "sources" / "kind_jsonrun.py")
-    registry = root / "guarded_sbatch" / "sources" / "kinds.py"
     last = '    "guarded_sbatch.sources.kind_textlog",\n'
-    assert registry.read_text().count(last) == 1
-    registry.write_text(registry.read_text().replace(last, last + REGISTRY_LINE))
-    return root
-
-
-def _differences(left: Path, right: Path, prefix: str = "") -> tuple[list[str], list[str]]:
-    """Files only in `right`, and files that differ (relative paths); nothing may be only in `left`."""
-    compared = filecmp.dircmp(left, right, ignore=["__pycache__"])
-    assert compared.left_only == [], compared.left_only
-    added, changed = [prefix + n for n in compared.right_only], [prefix + n for n in compared.diff_files]
-    for name in compared.common_dirs:
-        more_added, more_changed = _differences(left / name, right / name, f"{prefix}{name}/")
-        added, changed = added + more_added, changed + more_changed
-    return added, changed
+    return package_copy(tmp_path_factory.mktemp("package"), "sources/kind_jsonrun.py",
+                        (TESTS / "jsonrun_source.py").read_text(), "sources/kinds.py", [(last, last + REGISTRY_LINE)])
 
 
 def test_the_run_id_kind_is_one_module_and_one_registry_line(package_with_jsonrun: Path) -> None:
-    assert _differences(PACKAGE, package_with_jsonrun / "guarded_sbatch") == (["sources/kind_jsonrun.py"],
-                                                                               ["sources/kinds.py"])
-    real = (PACKAGE / "sources" / "kinds.py").read_text()
-    copied = (package_with_jsonrun / "guarded_sbatch" / "sources" / "kinds.py").read_text()
-    assert copied.replace(REGISTRY_LINE, "", 1) == real
+    assert differences(PACKAGE, package_with_jsonrun / "guarded_sbatch") == (["sources/kind_jsonrun.py"],
+                                                                              ["sources/kinds.py"])
+    assert changed_lines("sources/kinds.py", package_with_jsonrun) == ["+" + REGISTRY_LINE]
     assert "jsonrun" not in kinds.KINDS  # this process's registry is the real one, untouched
 
 

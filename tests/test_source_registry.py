@@ -16,12 +16,9 @@ detection, its launch resolution into the run's record, its reading by the run's
 from __future__ import annotations
 
 import ast
-import difflib
-import filecmp
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
+from package_copy import PACKAGE, changed_lines, differences, package_copy
 
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.scheduler.interface import JobState
@@ -36,7 +34,6 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sources import kinds
 
 TESTS = Path(__file__).resolve().parent
-PACKAGE = TESTS.parent / "wrapper" / "guarded_sbatch"
 REGISTRY_LINE = '    "guarded_sbatch.sources.kind_jsonl",\n'
 
 # the run: a loss logged as JSON lines to the file its config names; with --nan-at N the loss is NaN from step N
@@ -61,32 +58,9 @@ with out.open("a") as log:
 @pytest.fixture(scope="module")
 def package_with_jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of guarded_sbatch with the new kind: one module added, one line added to the registry."""
-    root = tmp_path_factory.mktemp("package")
-    shutil.copytree(PACKAGE, root / "guarded_sbatch", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(TESTS / "jsonl_source.py", root / "guarded_sbatch" / "sources" / "kind_jsonl.py")
-    registry = root / "guarded_sbatch" / "sources" / "kinds.py"
-    text = registry.read_text()
     last = '    "guarded_sbatch.sources.kind_textlog",\n'
-    assert text.count(last) == 1
-    registry.write_text(text.replace(last, last + REGISTRY_LINE))
-    return root
-
-
-def _differences(left: Path, right: Path) -> tuple[list[str], list[str]]:
-    """Files only in `right`, and files that differ, between two trees (relative paths)."""
-    added: list[str] = []
-    changed: list[str] = []
-
-    def walk(compared: filecmp.dircmp[str], prefix: str) -> None:
-        added.extend(prefix + name for name in compared.right_only if name != "__pycache__")
-        assert [n for n in compared.left_only if n != "__pycache__"] == [], compared.left_only
-        changed.extend(prefix + name for name in compared.diff_files)
-        for name, sub in compared.subdirs.items():
-            if name != "__pycache__":
-                walk(sub, f"{prefix}{name}/")
-
-    walk(filecmp.dircmp(left, right, ignore=["__pycache__"]), "")
-    return added, changed
+    return package_copy(tmp_path_factory.mktemp("package"), "sources/kind_jsonl.py", (TESTS / "jsonl_source.py").read_text(),
+                        "sources/kinds.py", [(last, last + REGISTRY_LINE)])
 
 
 def _in_copy(project: Project, package: Path) -> Project:
@@ -103,13 +77,9 @@ def _write_metrics(path: Path, *, nan_from: int | None = None) -> None:
 
 
 def test_the_new_kind_is_one_module_and_one_registry_line(package_with_jsonl: Path) -> None:
-    added, changed = _differences(PACKAGE, package_with_jsonl / "guarded_sbatch")
+    added, changed = differences(PACKAGE, package_with_jsonl / "guarded_sbatch")
     assert added == ["sources/kind_jsonl.py"] and changed == ["sources/kinds.py"], (added, changed)
-    diff = [line for line in difflib.unified_diff((PACKAGE / "sources" / "kinds.py").read_text().splitlines(True),
-                                                  (package_with_jsonl / "guarded_sbatch" / "sources" / "kinds.py")
-                                                  .read_text().splitlines(True), n=0)
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert diff == ["+" + REGISTRY_LINE], diff
+    assert changed_lines("sources/kinds.py", package_with_jsonl) == ["+" + REGISTRY_LINE]
     # the added declaration keeps the rule of the shipped ones: at module level, core and light sources/ modules only
     tree = ast.parse((TESTS / "jsonl_source.py").read_text())
     imported = [node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
