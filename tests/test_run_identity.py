@@ -277,3 +277,21 @@ def test_monitor_job_uses_the_runs_record_and_the_backend_from_the_environment(t
     project.env["GUARDED_SBATCH_BACKEND"] = "nowhere"
     bad = project.cli_here("monitor", "--job", job_id)
     assert bad.returncode == 2 and "GUARDED_SBATCH_BACKEND" in bad.stderr
+
+
+def test_a_tracker_store_two_runs_share_is_neither_runs_own_folder(tmp_path: Path) -> None:
+    """A tracker run pinned by its id lives in a store other jobs' runs share (an MLflow store named by an absolute
+    MLFLOW_TRACKING_URI): the own-folder check claims it for neither run, while a kind's file named by a path is."""
+    from guarded_sbatch.launch.checks.own_folder import recorded_folders
+
+    store = str(tmp_path / "shared" / "mlruns")
+    env = {"PATH": os.environ["PATH"], "MLFLOW_TRACKING_URI": store}
+    _, report = _project_check(tmp_path, ["train.sh"], env=env)
+    plan = report.details["source_plan"]
+    pinned = plan.sources.pinned("mlflow")
+    assert pinned is not None and pinned.locator == store and pinned.writer.tag
+    assert store not in plan.sources.claimed_folders()
+    own_folder = next(r for r in report.results if r.name == "own-folder")
+    assert store not in " ".join(own_folder.evidence)
+    record = {"sources": {"specs": [pinned.to_json(), SourceSpec("csv", "/p/out/metrics.csv").to_json()]}}
+    assert recorded_folders(record) == ["/p/out/metrics.csv"]

@@ -28,6 +28,7 @@ from guarded_sbatch.launch.source_plan import SourcePlan
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
 from guarded_sbatch.sources.kinds import place_of
+from guarded_sbatch.sources.run_sources import SourceSpec, is_pinned
 
 NAME = CheckName.OWN_FOLDER.value
 
@@ -47,7 +48,7 @@ def planned_folders(context: PreflightContext) -> list[Folder]:
         sources = plan.sources
         labelled = [*((p, label, False) for p, label in zip(sources.tb_paths, sources.tb_from)),
                     *((p, "output folder", False) for p in sources.output_dirs),
-                    *((s.locator, s.origin, place_of(s.kind) == "file") for s in sources.specs)]
+                    *((s.locator, s.origin, place_of(s.kind) == "file") for s in sources.specs if not is_pinned(s))]
         for path, label, is_file in labelled:
             if not re.search(r"SLURM_JOB_?ID", path):
                 folders.append(Folder(fill_job_variables(path, job_id="", job_name=plan.job_name), label, is_file))
@@ -66,7 +67,9 @@ def recorded_folders(raw: dict[str, Any]) -> list[str]:
     found = raw.get("sources")
     sources: dict[str, Any] = found if isinstance(found, dict) else {}
     specs = sources.get("specs")
-    places = [spec.get("locator") for spec in specs if isinstance(spec, dict)] if isinstance(specs, list) else []
+    # a tracker run pinned by its id (a W&B run, the tagged run in an MLflow store) claims no place: a store is shared
+    places = [s.locator for s in map(SourceSpec.from_json, specs) if s is not None and not is_pinned(s)] \
+        if isinstance(specs, list) else []
     paths = [*_strings(sources.get("tb_paths")), *_strings(sources.get("output_dirs")), *_strings(raw.get("tb_paths")),
              *(p for p in _strings(places) if p.startswith("/"))]
     kept = [os.path.normpath(p) for p in paths if p and not JOB_VARIABLE.search(p)]
