@@ -1,7 +1,8 @@
 """Resolve, at launch, what belongs to this run: its TensorBoard / output folders (config keys and launcher
 arguments, `"$@"` already expanded from the script's real arguments), the file or folder of every other kind
-named by its keys (each kind's LaunchKind in the registry, sources/kinds.py, as `RunSources.specs`), a W&B run
-id and an MLflow tag exported to the job, and its own stdout/stderr files. The result goes into the run's record;
+named by its keys (each kind's LaunchKind in the registry, sources/kinds.py, as `RunSources.specs`), each tracker
+run pinned by an id exported to the job (a kind's `LaunchKind.pin`: W&B's run id, MLflow's tag; a spec of its kind
+too), and its own stdout/stderr files. The result goes into the run's record;
 the sidecar reads exactly these (sources/run_sources.py)."""
 
 from __future__ import annotations
