@@ -14,7 +14,7 @@ from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.sbatch.options import effective_options, parse_time_limit
 from guarded_sbatch.sbatch.script import parse_script, parse_script_text
-from guarded_sbatch.sbatch.shell_words import Word, tokenize
+from guarded_sbatch.sbatch.shell_words import Word, next_command
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "train.sh") -> Path:
@@ -125,12 +125,12 @@ def test_ignored_directives_are_reported(tmp_path: Path) -> None:
 def test_shell_words_never_run_anything(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     line = f"python train.py --name 'a;b' \"$(touch {marker})\" `touch {marker}`; touch {marker}"
-    commands: list[list[Word]] = [[]]
-    for item in tokenize(line):  # words, and operators between commands
-        if isinstance(item, Word):
-            commands[-1].append(item)
-        elif commands[-1]:
-            commands.append([])
+    commands: list[list[Word]] = []
+    rest = line
+    while rest.strip():  # one simple command at a time, as the script reader takes them
+        items, end = next_command(rest, {})
+        commands.append([item for item in items if isinstance(item, Word)])
+        rest = rest[end:]
     assert [w.text for w in commands[0]][:4] == ["python", "train.py", "--name", "a;b"]
     assert commands[0][4].unresolved and commands[0][5].unresolved
     assert [w.text for w in commands[1]] == ["touch", str(marker)]

@@ -46,11 +46,6 @@ class Word:
         return self.text
 
 
-def tokenize(line: str, variables: Mapping[str, str] | None = None, scope: Scope | None = None) -> list[Word | str]:
-    """Words (Word) and operators (str). Raises ShellSyntaxError on an unbalanced quote or `$(`."""
-    return _tokenize(line, variables or {}, scope, stop=False)[0]
-
-
 def next_command(line: str, variables: Mapping[str, str], scope: Scope | None = None) -> tuple[list[Word | str], int]:
     """The words up to and including the first operator (or the end), and where the rest of the line starts:
     a script's `A=1; echo $A` expands the second command with what the first one set."""
