@@ -188,3 +188,52 @@ def test_stop_of_a_stubborn_process_shows_progress_while_it_escalates(tmp_path: 
     err = capsys.readouterr().err
     assert err.startswith(f"stopping pid:{stubborn.pid}: interrupt, then terminate, then kill")
     assert f"guarded-sbatch: still waiting for pid:{stubborn.pid} to end (" in err
+
+
+class SlowInfo(SlowJobs):
+    """A controller that takes its time over each job's details."""
+
+    def info(self, job_id: str) -> JobInfo:
+        time.sleep(SLOW_S / 2)
+        return JobInfo(job_id=job_id, state=JobState.COMPLETED, exit_code=0)
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import guarded_sbatch.scheduler as schedulers
+    from guarded_sbatch.records.registry import create_run
+
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(schedulers, "get_scheduler", lambda name=None: SlowInfo())
+    return [create_run(f"mlp-lr{lr}", "local", str(job)).run_id for job, lr in ((41, "1e-3"), (42, "3e-4"))]
+
+
+def test_status_on_a_slow_scheduler_says_so_and_counts_the_runs_asked(two_runs: list[str],
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from guarded_sbatch.cli.main import main
+
+    assert main(["status"]) == 0
+    out, err = capsys.readouterr()
+    assert "mlp-lr1e-3" in out and "mlp-lr3e-4" in out
+    lines = _said(err)
+    assert lines[0] == "guarded-sbatch: waiting for the scheduler's word on 2 run(s)"
+    assert any(line.endswith(" of 2 asked") for line in lines[1:]), lines
+
+
+def test_show_on_a_slow_scheduler_says_what_it_waits_for(two_runs: list[str],
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from guarded_sbatch.cli.main import main
+
+    assert main(["show", two_runs[0], "--plain"]) == 0
+    lines = _said(capsys.readouterr().err)
+    assert lines[0] == "guarded-sbatch: waiting for run mlp-lr1e-3's metrics to be read and judged, and its job's state"
+
+
+def test_the_install_says_how_it_goes_between_pips_lines() -> None:
+    """scripts/lib/venv.sh (the install and the demo's first run): a line at 5 s, then every 10 s, while pip runs."""
+    import subprocess
+
+    venv_sh = Path(__file__).resolve().parents[1] / "scripts" / "lib" / "venv.sh"
+    done = subprocess.run(["bash", "-c", f"source {venv_sh}; sleep 6.5 & say_progress $! 'installing (log: x)'"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert done.stderr.splitlines() == ["guarded-sbatch: still installing (log: x): 5 s so far"]

@@ -37,6 +37,7 @@ ensure_venv() {
     local log="$repo/.venv/install.log" pid
     install_project "$repo" "$repo${extra:+[$extra]}" >"$log" 2>&1 &
     pid=$!
+    say_progress "$pid" "installing (the full log: $log)" &
     # a line per package from pip (Collecting: from an index, Processing: a local wheel or folder), a few
     # summary lines from uv
     tail --pid="$pid" -n +1 -F "$log" 2>/dev/null \
@@ -52,6 +53,20 @@ ensure_venv() {
     echo "guarded-sbatch: setup done" >&2
   fi
   export PATH="$repo/.venv/bin:$PATH"
+}
+
+# say_progress PID WHAT: while PID runs, a line every 10 s (the first at 5 s) with the time so far: every wait says
+# how it goes, also between pip's lines (a large wheel downloads for a minute without one)
+say_progress() {
+  local pid=$1 what=$2 started=$SECONDS next=5
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (( SECONDS - started >= next )) && kill -0 "$pid" 2>/dev/null; then
+      echo "guarded-sbatch: still $what: $((SECONDS - started)) s so far" >&2
+      next=$((next + 10))
+    fi
+  done
+  return 0
 }
 
 # install_project REPO SPEC: SPEC (the project, editable, with its extras) into REPO/.venv. uv installs it faster

@@ -16,6 +16,7 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.records.registry import RunRecord, list_runs
 from guarded_sbatch.core.suggest import did_you_mean
 from guarded_sbatch.core.timefmt import local_timestamp
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.scheduler.interface import JobState
 
 
@@ -41,9 +42,14 @@ def run_status(argv: list[str], *, color: bool) -> int:
     args = parser.parse_args(argv)
     wanted = parse_states(args.state) if args.state else None
     project = args.project.resolve() if args.project else None
-    rows = [run_status_row(r) for r in list_runs()
-            if (args.all or r.ended != "restarted") and (project is None or _under(r.submit_dir, project))
-            and (args.name is None or fnmatch.fnmatchcase(r.run_name, args.name))]
+    records = [r for r in list_runs()
+               if (args.all or r.ended != "restarted") and (project is None or _under(r.submit_dir, project))
+               and (args.name is None or fnmatch.fnmatchcase(r.run_name, args.name))]
+    rows: list[dict[str, Any]] = []
+    with Waiting(f"the scheduler's word on {len(records)} run(s)") as told:  # a busy controller answers slowly
+        for record in records:
+            rows.append(run_status_row(record))
+            told.detail = f"{len(rows)} of {len(records)} asked"
     if wanted is not None:
         rows = [row for row in rows if row["state"] in wanted]
     if args.collapse:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import textwrap
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ from guarded_sbatch.cli.status_table import render_table
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.waiting import Waiting, fit
 from guarded_sbatch.records.registry import RunRecord, find_run
 from guarded_sbatch.sources.run_sources import flagged_specs, recorded_sources
 from guarded_sbatch.judge.policy import RunContext
@@ -59,15 +59,18 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
                       f"one with `guarded-sbatch show {tasks[0].job_id}`.\n")
         return int(ExitCode.OK)
     record = find_run(args.run)
-    view = gather(record)
+    with Waiting(f"run {record.run_name}'s metrics to be read and judged, and its job's state"):  # a large run: seconds
+        view = gather(record)
     if args.png:
         print(f"guarded-sbatch: drawing {args.png} (matplotlib, a few seconds)", file=sys.stderr, flush=True)
-        write_png(view, args.png)
+        with Waiting(f"the plot {args.png}", said=True):
+            write_png(view, args.png)
     if args.json:
         out.write(json_dumps({k: v for k, v in view.items() if k not in ("verdict_obj",)}, indent=2) + "\n")
         return int(ExitCode.OK)
-    terminal = bool(getattr(out, "isatty", lambda: False)()) and not args.plain
-    out.write(render(view, terminal=terminal, color=terminal and "NO_COLOR" not in os.environ))
+    terminal = bool(getattr(out, "isatty", lambda: False)())
+    out.write(render(view, terminal=terminal, plain=args.plain,
+                     color=terminal and not args.plain and "NO_COLOR" not in os.environ))
     if args.png:
         out.write(f"\nPlot written to {args.png}\n")
     return int(ExitCode.OK)
@@ -150,8 +153,8 @@ def _block(lines: list[str], marker: str) -> str:
     return "\n".join(block)
 
 
-def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
-    """The view as text: panels on a terminal, columns of numbers when piped."""
+def render(view: dict[str, Any], *, terminal: bool, color: bool, plain: bool = False) -> str:
+    """The view as text: panels on a terminal, columns of numbers when piped or `plain` (wrapped to a terminal)."""
     head = [f"# {view['run']} (job {view['job_id']}): {view['state']}"
             + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
             + (f", exit {view['exit']}" if view.get("exit") else ""),
@@ -160,7 +163,7 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool) -> str:
     width = shutil.get_terminal_size((100, 40)).columns - 1 if terminal else None
     parts = [_fit("\n".join(head), width)]
     parts.append(_fit(view["report"] or "(no sidecar report yet)", width))
-    curves = plot_terminal(view, color=color) if terminal else plot_plain(view)
+    curves = plot_terminal(view, color=color) if terminal and not plain else plot_plain(view)
     parts.append(curves)
     if width is not None:  # anomalies one line each, cut to the terminal's width; the rest wrapped to it
         parts.append("\n".join(["Anomalies: " + ("" if view["anomalies"] else "none")]
@@ -196,10 +199,7 @@ def plot_plain(view: dict[str, Any]) -> str:
 
 def _fit(text: str, width: int | None) -> str:
     """Each line wrapped to a terminal's width (a report's `- Key: value` lines go on indented); a pipe's as is."""
-    if width is None:
-        return text
-    return "\n".join(textwrap.fill(line, width=max(width, 40), subsequent_indent="  ", break_on_hyphens=False)
-                     if len(line) > width else line for line in text.splitlines())
+    return fit(text, None if width is None else max(width, 40))
 
 
 def _cut(text: str, width: int) -> str:

@@ -13,6 +13,7 @@ told as well as a polling loop. `python -m guarded_sbatch.core.waiting` is `fit`
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import threading
@@ -32,20 +33,25 @@ def terminal_width(stream: TextIO) -> int | None:
     return shutil.get_terminal_size((80, 24)).columns if isatty is not None and isatty() else None
 
 
-def _pieces(word: str, room: int) -> list[str]:
-    """A word too long for a line, cut after its slashes (a path stays readable and a run's name in it whole); only
-    where no slash helps, at the width."""
-    pieces: list[str] = []
-    while len(word) > room:
-        cut = word.rfind("/", 0, room) + 1 or room
-        pieces.append(word[:cut])
-        word = word[cut:]
-    return [*pieces, word]
+def _fill(out: list[str], current: str, word: str, width: int, rest: str) -> str:
+    """Add a word too long for any line, filling lines at its slashes (a path: each folder name stays whole, and so
+    does a run's name in it) and only where no slash helps at the width; returns the unfinished last line."""
+    for index, segment in enumerate(re.findall(r"[^/]*/|[^/]+$", word)):
+        glue = " " if index == 0 and current.strip() else ""
+        if current.strip() and len(current) + len(glue) + len(segment) > width:
+            out.append(current)
+            current, glue = rest, ""
+        while len(current) + len(glue) + len(segment) > width:
+            take = max(width - len(current) - len(glue), 1)
+            out.append(current + glue + segment[:take])
+            current, glue, segment = rest, "", segment[take:]
+        current += glue + segment
+    return current
 
 
 def fit(text: str, width: int | None) -> str:
     """Each line of `text` wrapped at spaces to `width` (the rest of a line indented two more spaces than it); None:
-    as is. Hyphens never break a line: run names hold them."""
+    as is. Hyphens never break a line (run names hold them); a word goes whole to the next line when it fits there."""
     if width is None:
         return text
     out: list[str] = []
@@ -57,12 +63,14 @@ def fit(text: str, width: int | None) -> str:
         rest = lead + "  "
         current = lead
         for word in line.split():
-            for index, piece in enumerate(_pieces(word, max(width - len(rest), 10))):
-                glue = " " if index == 0 and current.strip() else ""
-                if current.strip() and len(current) + len(glue) + len(piece) > width:
-                    out.append(current)
-                    current, glue = rest, ""
-                current += glue + piece
+            glue = " " if current.strip() else ""
+            if len(current) + len(glue) + len(word) <= width:
+                current += glue + word
+            elif len(rest) + len(word) <= width:
+                out.append(current)
+                current = rest + word
+            else:
+                current = _fill(out, current, word, width, rest)
         out.append(current)
     return "\n".join(out)
 
