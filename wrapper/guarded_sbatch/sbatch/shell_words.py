@@ -49,7 +49,7 @@ class Word:
 def next_command(line: str, variables: Mapping[str, str], scope: Scope | None = None) -> tuple[list[Word | str], int]:
     """The words up to and including the first operator (or the end), and where the rest of the line starts:
     a script's `A=1; echo $A` expands the second command with what the first one set."""
-    return _tokenize(line, variables, scope, stop=True)
+    return _tokenize(line, variables, scope)
 
 
 @dataclass
@@ -82,7 +82,7 @@ class _Items:
             self.chars, self.in_word = [], False
 
 
-def _tokenize(line: str, known: Mapping[str, str], scope: Scope | None, *, stop: bool) -> tuple[list[Word | str], int]:
+def _tokenize(line: str, known: Mapping[str, str], scope: Scope | None) -> tuple[list[Word | str], int]:
     read = _Items()
     position = 0
     length = len(line)
@@ -101,7 +101,7 @@ def _tokenize(line: str, known: Mapping[str, str], scope: Scope | None, *, stop:
             position, read.skip_next_word = _redirection(line, position)
         elif any(line.startswith(op, position) for op in OPERATORS) or char in "(){}" and not read.in_word:
             position, ended = _operator(line, position, char, read)
-            if ended and stop:
+            if ended:
                 return read.items, position
         else:
             read.add(char)
