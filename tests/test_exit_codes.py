@@ -4,6 +4,7 @@ guide and --help list the table as it is."""
 from __future__ import annotations
 
 import ast
+import re
 import io
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -52,3 +53,22 @@ def test_the_user_guide_and_help_list_the_one_table() -> None:
 def test_the_codes_are_distinct_and_fit_a_shell() -> None:
     values = [code.value for code in ExitCode]
     assert len(values) == len(set(values)) == len(ExitCode.__members__) and all(0 <= v < 256 for v in values)
+
+
+def test_every_commands_help_names_only_codes_of_the_table() -> None:
+    from guarded_sbatch.cli.main import COMMANDS
+
+    known = {code.value for code in ExitCode}
+    for command in ["", *COMMANDS]:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            try:
+                code = main([command, "--help"] if command else ["--help"])
+            except SystemExit as exc:  # argparse's own --help
+                code = exc.code
+        assert code in (0, None), command
+        for paragraph in out.getvalue().split("\n\n"):
+            if "exit code" in paragraph:
+                text = " ".join(paragraph[paragraph.index("exit code"):].split())
+                named = {int(n) for n in re.findall(r"(?<![\w.:/@=-])(\d{1,3})(?= [A-Za-z(])", text)}
+                assert named and named <= known, (command, sorted(named - known), text[:200])
