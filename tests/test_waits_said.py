@@ -127,6 +127,29 @@ def test_a_preflight_on_a_slow_scheduler_says_what_it_waits_for(tmp_path: Path, 
     assert any(line.startswith("guarded-sbatch: still waiting for the pre-flight of train.sh") for line in lines[1:])
 
 
+def test_check_sweep_counts_the_combinations_checked_on_a_slow_scheduler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from guarded_sbatch.launch.sweep import check_sweep
+
+    class SlowToAnswer(DelegatingScheduler):
+        def user_jobs(self) -> list[JobInfo]:
+            time.sleep(SLOW_S / 2)
+            return super().user_jobs()
+
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    (project / "sweep.yaml").write_text(
+        'program: train.py\nmethod: grid\ncommand: ["${interpreter}", "${program}", "--config", '
+        '"configs/synthetic-tanh-mlp.yaml", "${args}"]\nparameters:\n  lr: {values: [0.025, 0.05]}\n')
+    report = check_sweep(project / "sweep.yaml", ["--guard-run-name", "mlp-tanh-lr{lr}"], Config(),
+                         SlowToAnswer(LocalScheduler()), cwd=project)
+    assert len(report.combinations) == 2
+    lines = _said(capsys.readouterr().err)
+    assert lines[0] == "guarded-sbatch: waiting for the pre-flight of 2 combination(s)"
+    assert any(line.endswith(": 1 of 2 checked") for line in lines[1:]), lines
+
+
 def test_a_quick_preflight_says_nothing_of_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(waiting, "FIRST_S", 1.0)  # the real first line's time

@@ -24,6 +24,7 @@ from typing import Any
 
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.checks.regressors import LEARNING_RATE
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
@@ -202,7 +203,8 @@ def check_sweep(path: Path, guard_words: list[str], config: Config, scheduler: S
     pattern = guard.run_name
     words = _without_run_name(guard_words)  # each combination gets its own name from the pattern
     swept_lr = _swept_learning_rates(sweep)
-    with tempfile.TemporaryDirectory(prefix="guarded-sweep-") as folder:
+    with tempfile.TemporaryDirectory(prefix="guarded-sweep-") as folder, \
+            Waiting(f"the pre-flight of {len(combos)} combination(s)") as told:
         for index, combo in enumerate(combos, 1):
             script = Path(folder) / f"combination-{index}.sh"
             script.write_text(f"#!/bin/bash\nexec {shlex.join(command_words(sweep, combo))}\n", encoding="utf-8")
@@ -210,6 +212,7 @@ def check_sweep(path: Path, guard_words: list[str], config: Config, scheduler: S
             combo_launch = split_sbatch_argv([*words, *name_words, str(script)])
             report.combinations.append((combo, run_preflight(combo_launch, config, scheduler, cwd=base,
                                                              swept_lr=swept_lr)))
+            told.detail = f"{index} of {len(combos)} checked"
     return report
 
 
