@@ -7,6 +7,7 @@ A new arrow against the flow fails here, with the file and line that made it.
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -95,6 +96,16 @@ def _edges() -> dict[tuple[str, str], list[str]]:
 def test_every_module_lives_in_a_package() -> None:
     loose = sorted(p.name for p in PACKAGE_ROOT.glob("*.py") if p.name not in {"__init__.py", "__main__.py"})
     assert loose == [], f"modules beside the packages: {loose}; put each in the package of its room"
+
+
+def test_the_documented_layer_table_is_this_one() -> None:
+    """docs/architecture.md's table names, for each package, exactly the packages ALLOWED lets it import."""
+    doc = (PACKAGE_ROOT.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = {m[1]: m[2] for m in re.finditer(r"^\| `(\w+)` *\| (.*)\|$", doc, re.MULTILINE)}
+    documented = {package: set(re.findall(r"`(\w+)`", row)) & set(ALLOWED) for package, row in rows.items()}
+    expected = {package: allowed for package, allowed in ALLOWED.items() if package not in {"cli", "__main__"}}
+    assert {p: d for p, d in documented.items() if p != "cli"} == expected
+    assert rows["cli"].strip() == "everything" and ALLOWED["cli"] == set(ALLOWED) - {"cli", "__main__"}
 
 
 def test_every_package_is_in_the_layer_table() -> None:
