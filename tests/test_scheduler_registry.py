@@ -1,0 +1,95 @@
+"""The one registry of scheduler backends (scheduler/__init__.py BACKENDS) and backend differences as data: every list
+of backend names reads the registry, a bad name is one line with a suggestion, and no code outside scheduler/ tells
+backends apart by comparing their names (it reads their traits, class attributes)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from guarded_sbatch.core.config import load_config
+from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.launch.pipeline import choose_backend
+from guarded_sbatch.scheduler import BACKENDS, backend_class, backend_names, get_scheduler, launch_backends, resolve_backend
+from guarded_sbatch.scheduler.interface import SchedulerDefaults, SubmitRequest
+from guarded_sbatch.scheduler.slurm import sbatch_words
+
+PACKAGE = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch"
+TRAITS = ("free_state_queries", "supports_requeue", "accepts_submissions", "wait_poll_s", "cancel_command",
+          "whole_second_times", "marks_submissions", "keeps_script_copy", "process_groups_here", "sbatch_native",
+          "multi_node")
+
+
+def test_the_registry_names_each_backend_once_and_makes_it() -> None:
+    assert backend_names() == ("slurm", "local", "process")
+    assert launch_backends() == ("slurm", "local")  # the process backend adopts; it takes no submissions
+    for name in BACKENDS:
+        made = get_scheduler(name)
+        assert made.name == name and isinstance(made, backend_class(name)) and isinstance(made, SchedulerDefaults)
+
+
+def test_backends_differ_only_in_their_declared_traits() -> None:
+    slurm, local = get_scheduler("slurm"), get_scheduler("local")
+    differ = {trait: (vars(type(slurm)).get(trait), vars(type(local)).get(trait)) for trait in TRAITS
+              if getattr(slurm, trait) != getattr(local, trait)}
+    assert differ == {
+        "free_state_queries": (False, True), "supports_requeue": (True, None), "wait_poll_s": (10.0, 1.0),
+        "cancel_command": ("scancel", None), "whole_second_times": (True, None), "marks_submissions": (True, None),
+        "keeps_script_copy": (True, None), "process_groups_here": (None, True), "sbatch_native": (True, None),
+        "multi_node": (True, None),
+    }, differ  # None: the backend states nothing and takes SchedulerDefaults' value
+
+
+def test_after_and_the_guards_comment_are_sbatch_words_only_in_the_slurm_backend(tmp_path: Path) -> None:
+    request = SubmitRequest(script=tmp_path / "s.sh", sbatch_options=("-p", "gpu", "--comment=mine"), after="41_2",
+                            comment="mine guarded-sbatch:sidecar=0000abcd")
+    assert sbatch_words(request) == ["-p", "gpu", "--comment=mine", "--dependency=after:41_2",
+                                     "--kill-on-invalid-dep=yes", "--comment=mine guarded-sbatch:sidecar=0000abcd"]
+    assert sbatch_words(SubmitRequest(script=tmp_path / "s.sh", sbatch_options=("-J", "x"))) == ["-J", "x"]
+
+
+@pytest.mark.parametrize(("where", "name", "says"), [
+    ("flag", "slrum", "unknown backend 'slrum' (from --guard-backend); did you mean slurm? use slurm or local"),
+    ("flag", "process", "unknown backend 'process' (from --guard-backend); use slurm or local"),
+    ("env", "locall", "unknown backend 'locall' (from GUARDED_SBATCH_BACKEND); did you mean local? use slurm or local"),
+    ("config", "lokal", "unknown backend 'lokal' (the config's `scheduler`); did you mean local? use slurm or local"),
+])
+def test_a_bad_backend_name_is_one_line_naming_where_it_came_from(
+        where: str, name: str, says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GUARDED_SBATCH_BACKEND", raising=False)
+    with pytest.raises(UsageError) as caught:
+        if where == "flag":
+            choose_backend(load_config(), name)
+        elif where == "env":
+            monkeypatch.setenv("GUARDED_SBATCH_BACKEND", name)
+            choose_backend(load_config(), None)
+        else:
+            resolve_backend(name)
+    assert str(caught.value.message) == says
+
+
+def _name_comparisons(path: Path, root: Path = PACKAGE) -> list[str]:
+    """`x.backend == "slurm"`, `scheduler.name != "local"`, `backend in ("slurm", ...)`: a backend told by its name."""
+    found = []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = {c.value for side in sides for c in ast.walk(side) if isinstance(c, ast.Constant)}
+        about = " ".join(ast.unparse(side) for side in sides)
+        if names & set(BACKENDS) and ("backend" in about or ".name" in about):
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_outside_scheduler_tells_backends_apart_by_name(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('if record.backend == "slurm":\n    pass\nok = scheduler.name in ("local", "x")\n'
+                      'kind = target.kind == "slurm"\nflag = backend == "debug"\n', encoding="utf-8")
+    assert [hit.split(": ")[0] for hit in _name_comparisons(sample, tmp_path)] == ["sample.py:1", "sample.py:3"]
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if "scheduler" not in path.relative_to(PACKAGE).parts[:1]
+             for hit in _name_comparisons(path)]
+    assert found == [], "read the backend's traits (scheduler/interface.py SchedulerDefaults) instead:\n" + "\n".join(found)
