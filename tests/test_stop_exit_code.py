@@ -15,7 +15,7 @@ from e2e_helpers import Project, make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobState
 
-pytestmark = pytest.mark.waits
+pytestmark = [pytest.mark.waits, pytest.mark.slurm]
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 
 
