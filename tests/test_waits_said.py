@@ -152,7 +152,7 @@ def test_check_sweep_counts_the_combinations_checked_on_a_slow_scheduler(
 
 def test_a_quick_preflight_says_nothing_of_waiting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(waiting, "FIRST_S", 1.0)  # the real first line's time
+    monkeypatch.setattr(waiting, "FIRST_S", 1.5)  # the real first line's time
     project = tmp_path / "project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
     monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
@@ -260,3 +260,33 @@ def test_the_install_says_how_it_goes_between_pips_lines() -> None:
     done = subprocess.run(["bash", "-c", f"source {venv_sh}; sleep 6.5 & say_progress $! 'installing (log: x)'"],
                           capture_output=True, text=True, timeout=60, check=True)
     assert done.stderr.splitlines() == ["guarded-sbatch: still installing (log: x): 5 s so far"]
+
+
+def test_a_launch_on_a_scheduler_slow_to_take_it_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    from guarded_sbatch.cli.main import main
+    from guarded_sbatch.launch import pipeline
+
+    class SlowToSubmit(DelegatingScheduler):
+        def submit(self, request: SubmitRequest) -> str:
+            time.sleep(SLOW_S / 2)  # sbatch against a busy slurmctld
+            return super().submit(request)
+
+    project = tmp_path / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
+    (tmp_path / "config.toml").write_text("")
+    for name, value in (("GUARDED_SBATCH_STATE_DIR", tmp_path / "state"), ("GUARDED_SBATCH_BACKEND", "local"),
+                        ("GUARDED_SBATCH_USER_CONFIG", tmp_path / "config.toml")):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(pipeline, "get_scheduler", lambda name=None: SlowToSubmit(LocalScheduler()))
+    code = main(["--parsable", "--job-name", "synthetic-tanh-mlp-bs64-lr5e-2-slow-sbatch", "--guard-tb", "runs/slow",
+                 "train.sh", "--steps", "5", "--logdir", "runs/slow"])
+    out, err = capsys.readouterr()
+    for job in re.findall(r"\d+", out) + re.findall(r"sidecar job (\d+) watches", err):
+        LocalScheduler().cancel(job)
+    assert code == 0, err
+    lines = _said(err)
+    assert "guarded-sbatch: waiting for local to take the job and its guard" in lines, err

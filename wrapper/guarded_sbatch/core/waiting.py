@@ -22,7 +22,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TextIO
 
-FIRST_S = 1.0  # the first line, when the caller has not said it: within 2 s of the start
+FIRST_S = 1.5  # the first line, when the caller has not said it: within 2 s of the start
 PROGRESS_S = 5.0  # the first progress line
 MAX_GAP_S = 60.0  # progress lines never further apart
 

@@ -178,7 +178,7 @@ def carry_out(plan: LaunchPlan, scheduler: Scheduler, config: Config, *,
     """Submit the training job and its guard, record each run (its config kept beside it), audit the launch."""
     sources = plan.sources
     try:
-        with job_umask(config.job_umask):
+        with job_umask(config.job_umask), Waiting(f"{scheduler.name} to take the job and its guard"):
             submission = submit_guarded(
                 scheduler, plan.request, run_name=plan.run_name, sidecar=plan.sidecar, resources=plan.resources,
                 record=plan.record, on_training_submitted=on_submitted, shared=plan.shared, task_ids=plan.task_ids(),
