@@ -1,8 +1,10 @@
 """Every wait of the CLI and the executor says so (issue 36): a line within 2 s, progress once it lasts longer than
-5 s. Each wait is run in-process against a slow scheduler injected as a fault (the times of core/waiting.py shrunk
-tenfold, so a wait of about a second stands for one of ten): `--wait`, the executor's `result()`, a kill's cancel
-of a whole array, a pre-flight on a scheduler slow to answer, `monitor --once` on a slow read; and a background start
-says where its output goes and how to follow it."""
+5 s. Each wait runs in-process against a slow scheduler (or a slow read) injected as a fault, with the times of
+core/waiting.py shrunk (first line 0.1 s, progress from 0.5 s), so a wait of about a second stands for a long one:
+`--wait`, the executor's `result()`, a kill's cancel of a whole array, a pre-flight and check-sweep on a scheduler
+slow to answer, a launch on one slow to take the job, `status` and `show` on a slow controller, `monitor --once` on a
+slow read, `stop` of a stubborn process, the install between pip's lines; and a background start says where its
+output goes and how to follow it."""
 
 from __future__ import annotations
 
