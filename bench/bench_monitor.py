@@ -111,7 +111,7 @@ class StandInSlurm:
 
 
 def monitor_child(root: Path, runs: int, seconds: float, fast: float, job_poll: float) -> None:
-    from guarded_sbatch.core import monitor_registry as registry
+    from guarded_sbatch.records import monitor_registry as registry
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 
     folder = root / "monitor"

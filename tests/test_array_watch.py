@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from source_writers import tb_event, write_tb_events
-from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.scheduler.interface import JobInfo, JobState
 from guarded_sbatch.sidecar.array_watch import ArrayWatcher
 from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, MonitorSettings

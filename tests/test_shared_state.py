@@ -33,7 +33,7 @@ def _chown_tree(path: Path, user: User, gid: int) -> None:
 MONITOR = """
 import json, sys
 from pathlib import Path
-from guarded_sbatch.core import monitor_registry as registry
+from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.scheduler.interface import JobInfo, JobState
 from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 import io
