@@ -268,7 +268,7 @@ def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
     if not quiet:
         print(f"guarded-sbatch: job {job_id} ended: {state.value}", file=sys.stderr)
     if code is None:
-        return 0 if state.value == "COMPLETED" else 1
+        return int(ExitCode.OK if state.value == "COMPLETED" else ExitCode.NOTHING_TO_STOP)  # failed, no exit code
     return 128 - code if code < 0 else code
 
 
