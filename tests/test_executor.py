@@ -216,7 +216,8 @@ def test_on_the_local_backend_a_stop_really_stops_the_function(guarded_env: Path
     wait_for(lambda: local.state(record.sidecar_id).is_terminal, 60, 0.5, what="the local sidecar to end")
 
 
-def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env: Path) -> None:
+def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     import cloudpickle
 
     from guarded_sbatch.launch.executor import GuardedExecutor
@@ -226,6 +227,9 @@ def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env:
     executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=RUN_NAME, tb_dir=guarded_env / "runs" / "h",
                                cluster="local", waivers=WAIVE_CONFIG)
     job = executor.submit(healthy_training, str(guarded_env / "runs" / "h"), 30, 3)
+    started = capsys.readouterr().err  # a background start says where its output goes and how to follow it
+    assert f"its output goes to {job.paths.stdout} (follow it: `tail -f {job.paths.stdout}`)" in started, started
+    assert "`guarded-sbatch status` lists it" in started
     assert job.result() == "done 3" and job.state == "COMPLETED" and job.guard_stop is None
     # a job array on the local backend (map_array): each call is a task with its own run record and result
     runs = [str(guarded_env / "runs" / name) for name in ("a", "b")]

@@ -17,12 +17,12 @@ import pytest
 from e2e_helpers import EXAMPLE
 
 from guarded_sbatch.cli import array_lifecycle
-from guarded_sbatch.cli.launch import follow_line, wait_for_job
+from guarded_sbatch.cli.launch import wait_for_job
 from guarded_sbatch.core import waiting
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.executor import _Guarded
-from guarded_sbatch.launch.pipeline import check_launch
+from guarded_sbatch.launch.pipeline import check_launch, follow_line
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, SchedulerDefaults, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler

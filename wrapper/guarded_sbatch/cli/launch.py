@@ -11,7 +11,7 @@ from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.waiting import tell
-from guarded_sbatch.launch.pipeline import choose_backend, guarded_scheduler
+from guarded_sbatch.launch.pipeline import choose_backend, follow_line, guarded_scheduler
 from guarded_sbatch.scheduler import get_scheduler
 
 if TYPE_CHECKING:
@@ -212,16 +212,6 @@ def _submit(launch: LaunchArgs, report: PreflightReport, config: Config, schedul
     if wait:
         return wait_for_job(scheduler, submission.job_id, quiet=quiet)
     return int(ExitCode.OK)
-
-
-def follow_line(output: str, run_id: str, *, array: bool = False) -> str:
-    """What a background start says last: where the job's output goes and how to follow the run."""
-    import shlex
-
-    where = f"its output goes to {output} (follow it: `tail -f {shlex.quote(output)}`); " \
-        if output and "%" not in output and not array else ""
-    status = "`guarded-sbatch status --collapse`" if array else "`guarded-sbatch status`"
-    return f"guarded-sbatch: {where}{status} lists it, `guarded-sbatch show {run_id}` shows what its guard sees"
 
 
 def _has(launch: LaunchArgs, name: str) -> bool:

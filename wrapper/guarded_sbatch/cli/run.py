@@ -201,8 +201,7 @@ def _start(launch: LaunchArgs, report: PreflightReport, config: Config, schedule
            command: list[str], tmux: str | None, log: Path | None, stop_command: str | None) -> int:
     """Submit the command through the one launch pipeline (launch/pipeline.py), as the sbatch form is: named after
     its program when it has no name, its output read from the tmux log when it runs in tmux."""
-    from guarded_sbatch.cli.launch import follow_line
-    from guarded_sbatch.launch.pipeline import carry_out, plan_launch
+    from guarded_sbatch.launch.pipeline import carry_out, follow_line, plan_launch
 
     plan = plan_launch(
         launch, report, config, launched_by="run", script=job_script,

@@ -47,12 +47,14 @@ from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.sbatch.argv import LaunchArgs, split_sbatch_argv
-from guarded_sbatch.core.waiting import Waiting
+from guarded_sbatch.core.waiting import Waiting, tell
 from guarded_sbatch.sbatch.guard_options import (
     GuardOption, build_guard_options, executor_keywords, guard_pairs, keyword_words,
 )
 from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_folder, private_job_folder
-from guarded_sbatch.launch.pipeline import carry_out, check_launch, choose_backend, guarded_scheduler, plan_launch
+from guarded_sbatch.launch.pipeline import (
+    carry_out, check_launch, choose_backend, follow_line, guarded_scheduler, plan_launch,
+)
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
 from guarded_sbatch.scheduler import get_scheduler, launch_backends
@@ -198,6 +200,8 @@ class GuardedExecutor(submitit.AutoExecutor):
         job.paths.move_temporary_file(script, "submission_file", keep_as_symlink=True)
         executor._write_job_id(job.job_id, tmp_uuid)
         executor._set_job_permissions(job.paths.folder)
+        run = self.run_ids[-1] if self.run_ids and not tasks else job.job_id
+        tell(follow_line("" if tasks else str(job.paths.stdout), run, array=bool(tasks)))  # a background start
         return job
 
     def _submit(self, launch: LaunchArgs, report: PreflightReport, config: Config, scheduler: Scheduler,

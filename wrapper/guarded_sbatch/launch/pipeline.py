@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -195,6 +196,14 @@ def carry_out(plan: LaunchPlan, scheduler: Scheduler, config: Config, *,
     for record in launched.records:
         warnings.extend(audit_launch(config, record))
     return dataclasses.replace(launched, warnings=tuple(warnings))
+
+
+def follow_line(output: str, run_id: str, *, array: bool = False) -> str:
+    """What a background start says last: where the job's output goes and how to follow the run."""
+    where = f"its output goes to {output} (follow it: `tail -f {shlex.quote(output)}`); " \
+        if output and "%" not in output and not array else ""
+    status = "`guarded-sbatch status --collapse`" if array else "`guarded-sbatch status`"
+    return f"guarded-sbatch: {where}{status} lists it, `guarded-sbatch show {run_id}` shows what its guard sees"
 
 
 @contextmanager
