@@ -79,6 +79,8 @@ def test_a_new_row_is_an_executor_keyword(tmp_path: Path, monkeypatch: pytest.Mo
     assert api_words("give --guard-probe-budget N") == 'give probe_budget="N"'
     with pytest.raises(UsageError, match="--guard-probe-budget needs a positive int"):
         GuardedExecutor(tmp_path / "logs", probe_budget=0, cluster="debug")
+    with pytest.raises(UsageError, match="no keyword probe_budgte=: did you mean probe_budget="):
+        GuardedExecutor(tmp_path / "logs", probe_budgte=1, cluster="debug")
 
 
 @pytest.mark.usefixtures("one_more_option")

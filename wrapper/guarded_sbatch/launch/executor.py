@@ -49,7 +49,7 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.sbatch.argv import LaunchArgs, split_sbatch_argv
 from guarded_sbatch.core.waiting import Waiting, tell
 from guarded_sbatch.sbatch.guard_options import (
-    GuardOption, build_guard_options, executor_keywords, guard_pairs, keyword_words,
+    GuardOption, build_guard_options, executor_keywords, guard_pairs, keyword_words, take_keywords,
 )
 from guarded_sbatch.launch.job_folder import JOB_UMASK, check_result, make_job_folder, private_job_folder
 from guarded_sbatch.launch.pipeline import (
@@ -83,7 +83,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         if cluster not in (None, "debug", *launch_backends()):
             named = ", ".join(repr(name) for name in launch_backends())
             raise UsageError(f"GuardedExecutor runs on cluster={named} or 'debug', not {cluster!r}")
-        guard = {name: kwargs.pop(name) for name in list(kwargs) if name in executor_keywords()}
+        guard = take_keywords(kwargs)  # the rest is submitit's
         waivers: Mapping[str, str] = guard.get("waivers") or {}
         for check in waivers:
             if check not in CHECK_NAMES:

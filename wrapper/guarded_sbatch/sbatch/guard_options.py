@@ -16,7 +16,7 @@ from typing import Any
 
 from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.suggest import did_you_mean
+from guarded_sbatch.core.suggest import closest, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -281,6 +281,19 @@ def keyword_words(given: Mapping[str, Any], cwd: Path) -> list[str]:
 
 def executor_keywords() -> dict[str, GuardOption]:
     return {row.keyword: row for row in guard_table() if row.keyword}
+
+
+def take_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """GuardedExecutor's guard keywords, taken out of `kwargs` (what is left is submitit's); a near miss of one
+    (`tb_dri=`) is one line naming it, not an error of submitit's about an unknown executor."""
+    keywords = executor_keywords()
+    guard = {name: kwargs.pop(name) for name in list(kwargs) if name in keywords}
+    for name in kwargs:
+        near = closest(name, keywords, cutoff=0.8)
+        if near is not None:
+            raise UsageError(f"GuardedExecutor has no keyword {name}=: did you mean {near}=? its guard keywords are "
+                             f"{', '.join(keywords)}")
+    return guard
 
 
 def _absolute(path: Any, cwd: Path) -> Path:
