@@ -42,11 +42,12 @@ def test_backends_differ_only_in_their_declared_traits() -> None:
     }, differ  # None: the backend states nothing and takes SchedulerDefaults' value
 
 
-def test_after_and_the_guards_comment_are_sbatch_words_only_in_the_slurm_backend(tmp_path: Path) -> None:
+def test_the_guards_scheduler_words_are_sbatch_words_only_in_the_slurm_backend(tmp_path: Path) -> None:
     request = SubmitRequest(script=tmp_path / "s.sh", sbatch_options=("-p", "gpu", "--comment=mine"), after="41_2",
-                            comment="mine guarded-sbatch:sidecar=0000abcd")
-    assert sbatch_words(request) == ["-p", "gpu", "--comment=mine", "--dependency=after:41_2",
-                                     "--kill-on-invalid-dep=yes", "--comment=mine guarded-sbatch:sidecar=0000abcd"]
+                            comment="mine guarded-sbatch:sidecar=0000abcd", job_name="sidecar-x", output="/r/s-%j.out")
+    assert sbatch_words(request) == ["-p", "gpu", "--comment=mine", "--job-name=sidecar-x", "--output=/r/s-%j.out",
+                                     "--dependency=after:41_2", "--kill-on-invalid-dep=yes",
+                                     "--comment=mine guarded-sbatch:sidecar=0000abcd"]
     assert sbatch_words(SubmitRequest(script=tmp_path / "s.sh", sbatch_options=("-J", "x"))) == ["-J", "x"]
 
 

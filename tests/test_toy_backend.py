@@ -13,22 +13,19 @@ its sidecar leaving; `status` says who ended each. The toy backend is a real one
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
-from test_source_registry import _differences
+from package_copy import PACKAGE, changed_lines, differences, package_copy
 
 from guarded_sbatch.scheduler.interface import JobState
 
 TESTS = Path(__file__).resolve().parent
-PACKAGE = TESTS.parent / "wrapper" / "guarded_sbatch"
 REGISTRY_LINE = '    "toy": "guarded_sbatch.scheduler.toy",\n'
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 
@@ -36,15 +33,9 @@ TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 @pytest.fixture(scope="module")
 def package_with_toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of guarded_sbatch with the toy backend: one module added, one line added to the registry."""
-    root = tmp_path_factory.mktemp("package")
-    shutil.copytree(PACKAGE, root / "guarded_sbatch", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(TESTS / "toy_backend.py", root / "guarded_sbatch" / "scheduler" / "toy.py")
-    registry = root / "guarded_sbatch" / "scheduler" / "__init__.py"
-    text = registry.read_text()
     last = '    "process": "guarded_sbatch.scheduler.process",\n'
-    assert text.count(last) == 1
-    registry.write_text(text.replace(last, last + REGISTRY_LINE))
-    return root
+    return package_copy(tmp_path_factory.mktemp("package"), "scheduler/toy.py", (TESTS / "toy_backend.py").read_text(),
+                        "scheduler/__init__.py", [(last, last + REGISTRY_LINE)])
 
 
 def _toy_project(tmp_path: Path, package: Path) -> Project:
@@ -69,12 +60,9 @@ def _toy(project: Project, package: Path, code: str) -> object:
 
 
 def test_the_new_backend_is_one_module_and_one_registry_line(package_with_toy: Path) -> None:
-    added, changed = _differences(PACKAGE, package_with_toy / "guarded_sbatch")
+    added, changed = differences(PACKAGE, package_with_toy / "guarded_sbatch")
     assert added == ["scheduler/toy.py"] and changed == ["scheduler/__init__.py"], (added, changed)
-    before = (PACKAGE / "scheduler" / "__init__.py").read_text().splitlines(keepends=True)
-    after = (package_with_toy / "guarded_sbatch" / "scheduler" / "__init__.py").read_text().splitlines(keepends=True)
-    diff = [line for line in difflib.ndiff(before, after) if line[:1] in "+-"]
-    assert diff == ["+ " + REGISTRY_LINE], diff
+    assert changed_lines("scheduler/__init__.py", package_with_toy) == ["+" + REGISTRY_LINE]
     # every list of backends reads the registry: the watchers' --backend, a launch's backends, the toy's traits
     listed = _in_copy(package_with_toy, "from guarded_sbatch.scheduler import backend_names, launch_backends, "
                       "get_scheduler as g; t = g('toy'); print(backend_names(), launch_backends(), t.cancel_command, "
@@ -106,9 +94,9 @@ def test_a_guarded_launch_through_the_toy_backend_stops_a_diverging_run_and_lets
                      interval=1.0, what="the diverging run to end")
     assert final == JobState.CANCELLED.value, final
     sidecar = record["sidecar_id"]
-    output_of = f"open(toy.info({sidecar!r}).stdout_path).read()"
-    output = wait_for(lambda: _toy(project, package_with_toy, f"toy.state({sidecar!r}).is_terminal") and
-                      _toy(project, package_with_toy, output_of), 60, interval=1.0, what="its sidecar to leave")
+    wait_for(lambda: _toy(project, package_with_toy, f"toy.state({sidecar!r}).is_terminal"), 60, interval=1.0,
+             what="its sidecar to leave")
+    output = project.sidecar_output(job)  # where the request's `output` put it: the run's folder, sidecar-toy-N.out
     assert "- Decision: STOP" in output and "FINAL_SUMMARY" in output, output
     started = _toy(project, package_with_toy, f"[toy.info({job!r}).start_time, toy.info({sidecar!r}).start_time]")
     assert isinstance(started, list) and started[0] <= started[1], started  # the sidecar ran `after` the job started
@@ -122,9 +110,9 @@ def test_a_guarded_launch_through_the_toy_backend_stops_a_diverging_run_and_lets
                         60, interval=1.0, what="the healthy run to end")
     assert ok_final == JobState.COMPLETED.value, ok_final
     ok_sidecar = ok_record["sidecar_id"]
-    ok_output = wait_for(lambda: _toy(healthy, package_with_toy, f"toy.state({ok_sidecar!r}).is_terminal") and
-                         _toy(healthy, package_with_toy, f"open(toy.info({ok_sidecar!r}).stdout_path).read()"), 60,
-                         interval=1.0, what="the healthy run's sidecar to leave")
+    wait_for(lambda: _toy(healthy, package_with_toy, f"toy.state({ok_sidecar!r}).is_terminal"), 60, interval=1.0,
+             what="the healthy run's sidecar to leave")
+    ok_output = healthy.sidecar_output(ok_job)
     assert "Decision: STOP" not in ok_output and "ended COMPLETED" in ok_output, ok_output
 
     # status, from the records and the toy's states: the guard ended one, the other ended by itself

@@ -2,10 +2,10 @@
 started and waited for by a small runner process (this module run as `python -P -m guarded_sbatch.scheduler.toy DIR`).
 
 Its own id scheme (`toy-1`, `toy-2`, ...) and its own state files (`<state dir>/toy-jobs/<id>/state.json`, written
-by the runner). It reads none of sbatch's options (each is accepted and ignored) and no #SBATCH line; a job's output
-goes to `slurm-<id>.out` in the folder it was submitted from (sbatch's default name, so the launch's record of the
-job's log names it). `after` (a SubmitRequest field) holds a job until the named one has started, and cancels it
-when that one ended or never existed.
+by the runner). It reads none of sbatch's options (each is accepted and ignored) and no #SBATCH line, only the
+request's scheduler words: `after` holds a job until the named one has started (and cancels it when that one ended or
+never existed); `job_name`; `output` (%j: the id), else `slurm-<id>.out` in the folder it was submitted from (sbatch's
+default name, so the launch's record of a job's log names it).
 
 tests/test_toy_backend.py installs it, on a copy of the package, as `scheduler/toy.py` with one registry line.
 """
@@ -49,9 +49,10 @@ class ToyScheduler(SchedulerDefaults):
             raise UsageError(f"no batch script {script}")
         make_private_dirs(self.root)
         job_id, folder = self._new_job_folder()
+        output = request.output.replace("%j", job_id) if request.output else str(workdir / f"slurm-{job_id}.out")
         write_json_atomic(folder / "spec.json", {
             "argv": ["bash", str(script), *request.script_args], "workdir": str(workdir), "after": request.after,
-            "name": script.name, "owner": getpass.getuser(), "output": str(workdir / f"slurm-{job_id}.out")})
+            "name": request.job_name or script.name, "owner": getpass.getuser(), "output": output})
         runner = start_process(python_argv("-m", __name__, str(folder)), env=request.job_environment(), cwd="/")
         write_json_atomic(folder / "state.json", {"state": "PENDING", "runner": runner.pid})
         return job_id

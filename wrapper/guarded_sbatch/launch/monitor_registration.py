@@ -99,6 +99,7 @@ def _alive(scheduler: Scheduler, job_id: str) -> bool:
 def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOptions, python: str, *,
                     array_job: str | None = None, after: str | None = None) -> str:
     template_text, _ = load_template("monitor.sbatch", list(options.template_dirs))
+    output = str(folder / "monitor-%j.out")  # in its script's #SBATCH line and in its request, like its name
     extra = [f"#SBATCH --{flag}={value}" for flag, value in (
         ("partition", options.partition), ("account", options.account), ("qos", options.qos),
         ("time", options.time_limit)) if value]
@@ -107,11 +108,12 @@ def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOp
     if array_job is not None:
         args += ["--array-job", array_job]
     script = render_template(template_text, {
-        "MONITOR_DIR": str(folder), "MONITOR_JOB_NAME": options.job_name,
-        "MONITOR_OUTPUT": str(folder / "monitor-%j.out"), "SIDECAR_CPUS": "1", "SIDECAR_MEM": options.mem,
+        "MONITOR_DIR": str(folder), "MONITOR_JOB_NAME": options.job_name, "MONITOR_OUTPUT": output,
+        "SIDECAR_CPUS": "1", "SIDECAR_MEM": options.mem,
         "SIDECAR_EXTRA_SBATCH": "\n".join(extra), "PYTHON": shlex.quote(python),
         "MONITOR_ARGS": " ".join(shlex.quote(a) for a in args),
     }, template_name="monitor.sbatch")
     path = folder / "monitor.sbatch"
     path.write_text(script, encoding="utf-8")
-    return scheduler.submit(SubmitRequest(script=path, workdir=folder, after=after))
+    return scheduler.submit(SubmitRequest(script=path, workdir=folder, after=after, job_name=options.job_name,
+                                          output=output))

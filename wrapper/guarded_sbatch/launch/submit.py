@@ -128,6 +128,17 @@ def shared_entry(options: SidecarOptions) -> dict[str, object]:
             "notes": str(options.notes_path) if options.notes_path else "", "full_interval_s": options.full_interval_s}
 
 
+def sidecar_job_name(record: RunRecord) -> str:
+    """The sidecar job's name: in its script's #SBATCH line (a site's own template, people reading it) and in its
+    request (`SubmitRequest.job_name`, each backend's own way to say it)."""
+    return f"sidecar-{check_run_name(record.run_name)}"[:128]
+
+
+def sidecar_output(record: RunRecord) -> str:
+    """Where the sidecar job's output goes (%j: its id), in its script and in its request like its name."""
+    return str(record.folder / "sidecar-%j.out")
+
+
 def render_sidecar_script(
     template_text: str, record: RunRecord, options: SidecarOptions, resources: SidecarResources,
     *, python: str = sys.executable,
@@ -140,8 +151,8 @@ def render_sidecar_script(
             extra.append(f"#SBATCH --{flag}={value}")
     values = {
         "TRAIN_JOB_ID": record.job_id,
-        "SIDECAR_JOB_NAME": f"sidecar-{check_run_name(record.run_name)}"[:128],
-        "SIDECAR_OUTPUT": str(record.folder / "sidecar-%j.out"),
+        "SIDECAR_JOB_NAME": sidecar_job_name(record),
+        "SIDECAR_OUTPUT": sidecar_output(record),
         "SIDECAR_CPUS": str(resources.cpus),
         "SIDECAR_MEM": resources.mem,
         "SIDECAR_EXTRA_SBATCH": "\n".join(extra),
@@ -265,7 +276,8 @@ def _guard_submitted(
     script_path = record.folder / "sidecar.sbatch"
     script_path.write_text(script_text, encoding="utf-8")
     script_path.chmod(0o600)
-    sidecar_id = scheduler.submit(SubmitRequest(script=script_path, workdir=record.folder, after=job_id))
+    sidecar_id = scheduler.submit(SubmitRequest(script=script_path, workdir=record.folder, after=job_id,
+                                                job_name=sidecar_job_name(record), output=sidecar_output(record)))
     record.sidecar_id = sidecar_id
     record.save()
     return GuardedSubmission(record, job_id, sidecar_id)

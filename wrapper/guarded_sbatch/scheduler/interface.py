@@ -66,6 +66,9 @@ class SubmitRequest:
     workdir: Path | None = None  # where the job is submitted from (default: the current folder)
     after: str | None = None  # start once this job has started; never, and end, if it cannot (it ended, is unknown)
     comment: str | None = None  # the job's comment as the guard sets it (the user's own with the guard's marker)
+    # the guard's own jobs (a sidecar, a watcher) name themselves and their output; each wins over the script's lines
+    job_name: str | None = None
+    output: str | None = None  # an absolute path; %j is the job's id
 
     def job_environment(self) -> dict[str, str]:
         """The submitting environment plus `env`, less what names a process of the submitting session: a job

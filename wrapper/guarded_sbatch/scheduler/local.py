@@ -14,6 +14,7 @@ import re
 import signal
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ class LocalScheduler(SchedulerDefaults):
         base = Path(os.path.abspath(request.workdir or os.getcwd()))  # the supervisor runs in its own folder
         script = request.script if request.script.is_absolute() else base / request.script
         options = parse_local_options(request.sbatch_options, script, request.job_environment())
+        options = replace(options, job_name=request.job_name or options.job_name, output=request.output or options.output)
         workdir = (base / options.chdir) if options.chdir else base
         if not workdir.is_dir():
             raise UsageError(f"working folder {workdir} does not exist; create it or fix --chdir")

@@ -48,9 +48,13 @@ _NO_ESTIMATE_BEYOND_S = 366 * 24 * 3600
 
 
 def sbatch_words(request: SubmitRequest) -> list[str]:
-    """sbatch's options for a request: the user's own as given, then what the guard asks in sbatch's words (a
-    later --comment wins in sbatch, so the guard's comment, which keeps the user's in front of its marker, comes last)."""
+    """sbatch's options for a request: the user's own as given, then what the guard asks in sbatch's words (a later
+    option wins in sbatch, so the guard's comment, which keeps the user's in front of its marker, comes last)."""
     words = list(request.sbatch_options)
+    if request.job_name is not None:
+        words.append(f"--job-name={request.job_name}")
+    if request.output is not None:
+        words.append(f"--output={request.output}")
     if request.after is not None:
         words += [f"--dependency=after:{request.after}", "--kill-on-invalid-dep=yes"]
     if request.comment is not None:
