@@ -5,8 +5,9 @@
     + scheduler/__init__.py (one line) "toy": "guarded_sbatch.scheduler.toy",   in BACKENDS
 
 The tests do exactly that on a copy of the package (the tree is shared, so the real one is left alone), check that
-nothing else differs, and run every process from the copy (PYTHONPATH): a guarded launch through the toy backend
-(pre-flight, the training job submitted, its sidecar submitted `after` it), the sidecar reading the run's TensorBoard
+nothing else differs, and run every process from the copy (PYTHONPATH): a guarded launch through the toy backend,
+named by --guard-backend toy or by the user's config (`scheduler = "toy"`): pre-flight, the training job submitted,
+its sidecar submitted `after` it, the sidecar reading the run's TensorBoard
 events as the toy's job, a diverging run STOPPED and cancelled through the toy backend, a healthy one completing and
 its sidecar leaving; `status` says who ended each. The toy backend is a real one: nothing here is a mock.
 """
@@ -38,10 +39,15 @@ def package_with_toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "scheduler/__init__.py", [(last, last + REGISTRY_LINE)])
 
 
-def _toy_project(tmp_path: Path, package: Path) -> Project:
-    """The example project, its CLI and every process it starts run from the copy, on the toy backend."""
+def _toy_project(tmp_path: Path, package: Path, *, configured: bool = False) -> Project:
+    """The example project, its CLI and every process it starts run from the copy; `configured`: the user's config
+    names the toy backend (`scheduler = "toy"`), else the launch names it (--guard-backend toy)."""
     project = make_project(tmp_path, fast_interval=1.0, job_poll=2.0)
-    env = {**project.env, "PYTHONPATH": str(package), "GUARDED_SBATCH_BACKEND": "toy"}
+    if configured:
+        config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
+        config.write_text('scheduler = "toy"\n' + config.read_text(), encoding="utf-8")
+    env = {**project.env, "PYTHONPATH": str(package)}
+    env.pop("GUARDED_SBATCH_BACKEND", None)
     return Project(project.root, env, project.name)
 
 
@@ -77,9 +83,9 @@ def test_the_new_backend_is_one_module_and_one_registry_line(package_with_toy: P
 def test_a_guarded_launch_through_the_toy_backend_stops_a_diverging_run_and_lets_a_healthy_one_end(
         tmp_path: Path, package_with_toy: Path) -> None:
     project = _toy_project(tmp_path / "diverging", package_with_toy)
-    healthy = _toy_project(tmp_path / "healthy", package_with_toy)
+    healthy = _toy_project(tmp_path / "healthy", package_with_toy, configured=True)
     # two launches, running side by side: pre-flight, the training job, its sidecar `after` it — all the toy's
-    launched = project.cli("--guard-tb", TB, "train.sh", "--steps", "3000", "--diverge-at", "60")
+    launched = project.cli("--guard-backend", "toy", "--guard-tb", TB, "train.sh", "--steps", "3000", "--diverge-at", "60")
     assert launched.returncode == 0, launched.stderr
     fine = healthy.cli("--guard-tb", TB, "train.sh", "--steps", "150", "--step-seconds", "0.02")
     assert fine.returncode == 0, fine.stderr
