@@ -55,10 +55,6 @@ class LocalScheduler(SchedulerDefaults):
         self.jobs = JobFolders(self.root)
         self._live_from = 0  # job_process_groups: every lower id had ended at its last call
 
-    def job_dir(self, job_id: str) -> Path:
-        """The folder of a job or array task (`A_T`); an array's own id names the folder of its last task."""
-        return self.jobs.folder(job_id)
-
     def test_only(self, request: SubmitRequest) -> str:
         """What `sbatch --test-only` says (on stderr), without creating a job, as sbatch does."""
         base = Path(os.path.abspath(request.workdir or os.getcwd()))
