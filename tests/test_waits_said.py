@@ -292,3 +292,34 @@ def test_a_launch_on_a_scheduler_slow_to_take_it_says_so(tmp_path: Path, monkeyp
     assert code == 0, err
     lines = _said(err)
     assert "guarded-sbatch: waiting for local to take the job and its guard" in lines, err
+
+
+def test_a_sidecar_waiting_for_its_first_metrics_says_how_long_it_has_waited(tmp_path: Path) -> None:
+    """`monitor` in the foreground (and a sidecar's output): the start-up grace is told at growing gaps."""
+    import io
+
+    from guarded_sbatch.sidecar.loop import Sidecar
+    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sources.run_sources import specs_from_flags
+
+    class Clock:
+        now = 1_796_000_000.0
+
+        def __call__(self) -> float:
+            return self.now
+
+        def sleep(self, seconds: float) -> None:
+            self.now += seconds
+            if self.now - 1_796_000_000.0 > 400:
+                raise StopIteration
+
+    clock, out = Clock(), io.StringIO()
+    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
+                               evidence_dir=tmp_path / "evidence",
+                               sources=specs_from_flags({"tensorboard": [tmp_path / "not-yet"]}),
+                               fast_interval_s=60, full_interval_s=1800, startup_grace_s=300, startup_poll_s=10)
+    with pytest.raises(StopIteration):
+        Sidecar(settings, None, out, clock=clock, sleep=clock.sleep).run()
+    said = [line for line in out.getvalue().splitlines() if line.startswith("sidecar: still no metrics after")]
+    assert said == [f"sidecar: still no metrics after {t}; looking until 300 s, then a missing source is reported"
+                    for t in ("10 s", "20 s", "40 s", "1 min 20 s", "2 min 40 s")]

@@ -26,7 +26,7 @@ from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.sources.files import OUT_OF_MEMORY
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
-    CheckReport, cadence_line, render_final_summary, startup_line,
+    CheckReport, cadence_line, render_final_summary, startup_line, startup_progress_line,
 )
 from guarded_sbatch.scheduler.interface import JobState, JobWatch, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
@@ -75,6 +75,7 @@ class Sidecar:
         self._checks_at_start = self.state.checks
         self.node_losses = NodeLossWatch(settings.job_id)
         self._arrivals: list[float] = []  # the last polls that brought new points: the run's own pace (RunContext)
+        self._startup_said_at = 5.0  # seconds into the start-up grace when "still no metrics" is said next
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
         """A diagnostic line (not a report block) through logging, in the one format of sidecar/logs.py."""
@@ -422,6 +423,9 @@ class Sidecar:
         if not self.state.startup_note_shown:
             self.state.startup_note_shown = True
             self.emit(startup_line(self.settings, self.sources.describe()))
+        elif now - self.state.started_at >= self._startup_said_at:  # a wait says how it goes, at growing gaps
+            self._startup_said_at = 2 * (now - self.state.started_at)
+            self.emit(startup_progress_line(self.settings, now - self.state.started_at))
         return True
 
     def _maybe_alert_wait_or_crash(self, verdict: Verdict, now: float, ended: bool) -> None:

@@ -12,6 +12,7 @@ from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.sanitize import visible
 from guarded_sbatch.core.timefmt import local_timestamp
+from guarded_sbatch.core.waiting import elapsed_text
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,11 @@ def startup_line(settings: Cadence, sources: str) -> str:
     grace = settings.startup_grace_s
     return (f"sidecar: waiting for the run's first metrics ({sources}); looking every {poll:.0f} s for up to "
             f"{grace:.0f} s before reporting a missing source\n")
+
+
+def startup_progress_line(settings: Cadence, waited_s: float) -> str:
+    return (f"sidecar: still no metrics after {elapsed_text(waited_s)}; looking until {settings.startup_grace_s:.0f} s, "
+            "then a missing source is reported\n")
 
 
 def _reason(verdict: Verdict) -> str:
