@@ -323,3 +323,21 @@ def test_a_sidecar_waiting_for_its_first_metrics_says_how_long_it_has_waited(tmp
     said = [line for line in out.getvalue().splitlines() if line.startswith("sidecar: still no metrics after")]
     assert said == [f"sidecar: still no metrics after {t}; looking until 300 s, then a missing source is reported"
                     for t in ("10 s", "20 s", "40 s", "1 min 20 s", "2 min 40 s")]
+
+
+def test_show_plain_on_a_terminal_is_wrapped_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`show --plain` on a terminal: numbers instead of a plot, and its text within the terminal's width."""
+    from guarded_sbatch.cli.show import render
+
+    monkeypatch.setenv("COLUMNS", "61")
+    name = "synthetic-tanh-mlp-bs64-lr15-diverging"
+    view = {"run": name, "job_id": "3268", "state": "CANCELLED", "stopped_by": "guard", "exit": "0:15",
+            "age": "0m34s", "elapsed": "0m06s", "source": f"/home/someone/projects/mlp/runs/{name}/tb",
+            "decision_now": "STOP", "reason_now": "training loss exploded: " + "loss 137.5 at step 121, " * 6,
+            "report": "- Reason: " + "a long reason that goes on " * 8, "plotted": {"train_loss": "train/loss"},
+            "series": {"train/loss": ([1, 2, 3], [0.5, 0.4, 137.5])}, "anomalies": [], "evidence": [],
+            "folder": f"/home/someone/.local/state/guarded-sbatch/runs/{name}-3268"}
+    text = render(view, terminal=True, plain=True, color=False)
+    assert "train/loss (train_loss), last 3 of 3 points:" in text  # the plain columns, not a plot
+    assert max(len(line) for line in text.splitlines()) <= 60, text
+    assert name in text.split()[1]  # the run's name whole in the title
