@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
-from guarded_sbatch.core.runner import CommandResult, StartedProcess, run_command, start_process
+from guarded_sbatch.core.runner import CommandResult, run_command
 from guarded_sbatch.scheduler.interface import (
     JobInfo, JobState, NodeLoss, Scheduler, SchedulerDefaults, SchedulerUnreachableError, SubmitRequest,
 )
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache, info_from_fields, info_to_fields
 from guarded_sbatch.scheduler.slurm_nodes import node_losses
+from guarded_sbatch.scheduler.slurm_watch import JobEndWatch
 from guarded_sbatch.scheduler.slurm_parse import (
     error_lines,
     is_unknown_job,
@@ -407,32 +408,6 @@ def sbatch_answers(timeout_s: float = 10.0) -> bool:
 def sbatch_pass_through(options: Sequence[str], timeout_s: float = 30.0) -> CommandResult:
     """sbatch with options that submit nothing (--help, --usage, --version): its output and exit code as they are."""
     return run_command(["sbatch", *options], timeout=timeout_s, check=False)
-
-
-class JobEndWatch:
-    """`srun --jobid=J --overlap sleep` kept running in the background: Slurm kills the step when
-    job J ends. A long-lived process, so it is the one Slurm call made through start_process, not run_command."""
-
-    def __init__(self, job_id: str) -> None:
-        self.job_id = job_id
-        self.started_at = time.monotonic()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
-        if "SLURM_CONF" in os.environ:
-            env["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-                "--mem-per-cpu=1M", "--job-name=guarded-sbatch-watch", "--quiet", "sleep", "infinity"]
-        try:
-            self.process: StartedProcess | None = start_process(argv, env=env)
-        except CommandError:
-            self.process = None
-
-    def ended(self) -> bool:
-        """True once the step is gone: the job ended (or the step could not start; ask the scheduler)."""
-        return self.process is None or self.process.poll() is not None
-
-    def close(self) -> None:
-        if self.process is not None:
-            self.process.stop(grace_s=5)
 
 
 BACKEND: type[Scheduler] = SlurmScheduler  # what the registry (scheduler/__init__.py) makes
