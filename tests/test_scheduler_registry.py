@@ -12,7 +12,9 @@ import pytest
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.launch.pipeline import choose_backend
-from guarded_sbatch.scheduler import BACKENDS, backend_class, backend_names, get_scheduler, launch_backends, resolve_backend
+from guarded_sbatch.scheduler import (
+    BACKENDS, backend_class, backend_names, backend_traits, get_scheduler, launch_backends, resolve_backend,
+)
 from guarded_sbatch.scheduler.interface import SchedulerDefaults, SubmitRequest
 from guarded_sbatch.scheduler.slurm import sbatch_words
 
@@ -28,6 +30,7 @@ def test_the_registry_names_each_backend_once_and_makes_it() -> None:
     for name in BACKENDS:
         made = get_scheduler(name)
         assert made.name == name and isinstance(made, backend_class(name)) and isinstance(made, SchedulerDefaults)
+        assert backend_traits(name) is backend_class(name)  # its traits read from the class, without making one
 
 
 def test_backends_differ_only_in_their_declared_traits() -> None:

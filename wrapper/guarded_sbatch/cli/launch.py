@@ -151,10 +151,10 @@ def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
 
 def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, scheduler: Scheduler) -> LaunchArgs:
     from guarded_sbatch.launch.launcher_job import as_script_launch, staging_folder, write_job_script
-    from guarded_sbatch.scheduler import launch_backends
+    from guarded_sbatch.scheduler import backend_traits, launch_backends
 
     if not scheduler.multi_node and launcher_job.command.kind != "python":
-        able = [name for name in launch_backends() if get_scheduler(name).multi_node]
+        able = [name for name in launch_backends() if backend_traits(name).multi_node]
         raise UsageError(f"a {launcher_job.command.kind} job needs job steps across nodes (srun, scontrol), which the "
                          f"{scheduler.name} backend has not; use --guard-backend {' or '.join(able)}, or give a python "
                          f"command for the {scheduler.name} backend")

@@ -137,9 +137,9 @@ def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord, end_time:
         return record.stopped_by
     job_state = JobState(state)
     stop_at = float(sidecar.get("stop_requested_at") or 0)
-    from guarded_sbatch.scheduler import get_scheduler
+    from guarded_sbatch.scheduler import backend_traits
 
-    backend = get_scheduler(record.backend)
+    backend = backend_traits(record.backend)
     if backend.whole_second_times:
         stop_at = math.floor(stop_at)  # its end times are whole seconds
     guard_stop = sidecar.get("last_decision") == "STOP" and sidecar.get("finished") and stop_at

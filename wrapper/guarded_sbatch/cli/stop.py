@@ -65,9 +65,9 @@ def _live_runs_of(kind: str, value: str, pid: int | None) -> list[RunRecord]:
     whose process group is PID for pid:PID (on a backend whose jobs are process groups on this host)."""
     from guarded_sbatch.core.errors import GuardedError
     from guarded_sbatch.records.registry import list_runs
-    from guarded_sbatch.scheduler import backend_names, get_scheduler
+    from guarded_sbatch.scheduler import backend_names, backend_traits, get_scheduler
 
-    here = {name: get_scheduler(name) for name in backend_names() if get_scheduler(name).process_groups_here}
+    here = {name: get_scheduler(name) for name in backend_names() if backend_traits(name).process_groups_here}
     found = []
     for record in list_runs():
         scheduler = here.get(record.backend)

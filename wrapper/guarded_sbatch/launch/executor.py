@@ -57,7 +57,7 @@ from guarded_sbatch.launch.pipeline import (
 )
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
-from guarded_sbatch.scheduler import get_scheduler, launch_backends
+from guarded_sbatch.scheduler import backend_traits, get_scheduler, launch_backends
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
@@ -95,7 +95,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         # every backend runs submitit's own batch script (without srun where jobs have no steps): one path for all
         super().__init__(Path(folder), cluster="debug" if backend == "debug" else "slurm", **kwargs)
         self.guard_backend = backend
-        if backend != "debug" and not get_scheduler(backend).multi_node:
+        if backend != "debug" and not backend_traits(backend).multi_node:
             self._executor.update_parameters(use_srun=False)
         cwd = Path.cwd()
         self.submit_dir = cwd
@@ -145,7 +145,7 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _guarded_job(self, folder: Path, job_id: str, tasks: int) -> Job[tp.Any]:
         """submitit's handle of a guarded job: sbatch's own (submitit asks Slurm) or one asking our backend."""
-        native = get_scheduler(self.guard_backend).sbatch_native
+        native = backend_traits(self.guard_backend).sbatch_native
         job_class: type[Job[tp.Any]] = GuardedSlurmJob if native else GuardedSchedulerJob
         job = job_class(folder=folder, job_id=job_id, tasks=list(range(tasks)))
         tp.cast(_Guarded, job).guard_run_dir = self._run_dirs.get(job_id, "")
@@ -177,8 +177,8 @@ class GuardedExecutor(submitit.AutoExecutor):
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
         """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
-        if not get_scheduler(self.guard_backend).multi_node and executor._num_tasks() > 1:
-            able = " or ".join(repr(name) for name in launch_backends() if get_scheduler(name).multi_node)
+        if not backend_traits(self.guard_backend).multi_node and executor._num_tasks() > 1:
+            able = " or ".join(repr(name) for name in launch_backends() if backend_traits(name).multi_node)
             raise UsageError(f"the {self.guard_backend} backend runs one task per job, not {executor._num_tasks()} "
                              f"(tasks_per_node x nodes): use cluster={able}, or one task")
         setup = list(executor.parameters.get("setup") or [])

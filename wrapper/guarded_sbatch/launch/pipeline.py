@@ -33,7 +33,7 @@ from guarded_sbatch.launch.submit import (
     resources_from_config,
     submit_guarded,
 )
-from guarded_sbatch.scheduler import check_backend, get_scheduler, resolve_backend
+from guarded_sbatch.scheduler import backend_traits, check_backend, get_scheduler, resolve_backend
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 if TYPE_CHECKING:
@@ -230,7 +230,7 @@ def _keep_with_runs(plan: LaunchPlan, records: tuple[RunRecord, ...]) -> list[st
         if plan.keep_script:  # each run keeps its own copy; a backend that keeps its own has it once submitted
             last = index == len(records) - 1
             kept = keep_with_run(plan.request.script, record.folder,
-                                 remove_original=last and get_scheduler(record.backend).keeps_script_copy)
+                                 remove_original=last and backend_traits(record.backend).keeps_script_copy)
             record.script, record.script_args = str(kept), []
             record.save()
     return warnings

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest
 
 __all__ = ["BACKENDS", "JobInfo", "JobState", "Scheduler", "SubmitRequest", "backend_class", "backend_names",
-           "check_backend", "get_scheduler", "launch_backends", "resolve_backend"]
+           "backend_traits", "check_backend", "get_scheduler", "launch_backends", "resolve_backend"]
 
 # The registry: each backend's name and its module, which names its class `BACKEND` (imported only when asked for,
 # so the local backend never loads Slurm's parsing). A new backend is one module plus one line here; every list of
@@ -27,18 +28,31 @@ def backend_names() -> tuple[str, ...]:
 
 
 def backend_class(name: str) -> type[Scheduler]:
-    """The class of the backend called `name`; its traits are class attributes (`get_scheduler(name).multi_node`)."""
+    """The class of the backend called `name`, as the Scheduler it makes."""
+    found: type[Scheduler] = _declared(name)
+    return found
+
+
+def backend_traits(name: str) -> type[SchedulerDefaults]:
+    """The class of the backend called `name` as its traits, class attributes read without making one (making a
+    backend may touch the state folder): `backend_traits("slurm").multi_node`."""
+    found = _declared(name)
+    if not (isinstance(found, type) and issubclass(found, SchedulerDefaults)):
+        raise TypeError(f"{BACKENDS[name]}.BACKEND does not inherit SchedulerDefaults (scheduler/interface.py)")
+    return found
+
+
+def _declared(name: str) -> Any:
     module = BACKENDS.get(name)
     if module is None:
         raise UsageError(f"unknown scheduler backend {name!r}; {did_you_mean(name, list(BACKENDS))}"
                          f"use {' or '.join(BACKENDS)}")
-    found: type[Scheduler] = importlib.import_module(module).BACKEND
-    return found
+    return importlib.import_module(module).BACKEND
 
 
 def launch_backends() -> tuple[str, ...]:
     """The backends a launch can submit to (every one that accepts submissions)."""
-    return tuple(name for name in BACKENDS if get_scheduler(name).accepts_submissions)
+    return tuple(name for name in BACKENDS if backend_traits(name).accepts_submissions)
 
 
 def check_backend(name: str, where: str) -> str:
