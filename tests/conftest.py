@@ -70,7 +70,7 @@ SLOWEST_FILES = (
 # its three workers two consecutive tests, then one at a time to whichever is free: so these go in pairs, the pairs
 # about equal, and the short tests fill in after them.
 SLOWEST_SIDE_TESTS = (
-    "test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes",
+    "test_two_node_job_checkpoints_on_its_signal_requeues_and_resumes",
     "test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run",
     "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
     "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",

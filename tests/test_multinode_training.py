@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -81,21 +82,24 @@ def test_accelerate_launch_on_two_nodes_trains_as_one_world(layout: Layout, tmp_
     assert output.count("training finished after 200 steps") == 1
 
 
-@pytest.mark.long  # a run that outlives its time limit and a requeue: minutes of waiting on Slurm
-def test_two_node_job_checkpoints_before_its_time_limit_requeues_and_resumes(layout: Layout, tmp_path: Path) -> None:
+@pytest.mark.long  # a run that checkpoints, is requeued and resumes: minutes of waiting on Slurm
+def test_two_node_job_checkpoints_on_its_signal_requeues_and_resumes(layout: Layout, tmp_path: Path) -> None:
     project = ddp_project(tmp_path)
     slurm = SlurmScheduler(state_dir=tmp_path / "cache")
-    # USR1 150 s before a 3-minute limit: slurmctld checks limits every 30 s, so it comes 30-60 s in, while the 700
-    # steps train (70 s at 0.1 s a step; torchrun's start on 2 nodes takes 5-45 s here, steps up to twice as long
-    # under load). Whatever the first run got done, the resumed one has its 3 minutes for at most 700 steps and its
-    # start. (USR1 near a 2-minute limit left a slow first run's resumed half more than it could finish.)
-    result = project.cli("--guard-backend", "slurm", "--guard-signal-margin", "150", "--guard-max-requeues", "1",
-                         "--guard-waive", "eta=the run spans two allocations by design", *TWO_NODES, "--time", "3",
+    # The signal the template asks for before the time limit (--signal=B:USR1@margin) is sent here by hand once both
+    # nodes train: slurmctld's own time (limits checked every 30 s) raced torchrun's start on 2 nodes (5-45 s), and a
+    # USR1 that came before the workers were up requeued a run with nothing to resume. The time limit itself is
+    # test_launcher_slurm's (one node, where the start is quick).
+    result = project.cli("--guard-backend", "slurm", "--guard-max-requeues", "1", *TWO_NODES, "--time", "10",
                          "--job-name", unique_name("requeue"), "torchrun", "--nproc-per-node", "1", "train.py",
                          "--config", CONFIG, "--steps", "700", "--step-seconds", "0.1")
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)
     sidecar_id = project.run_record(job_id)["sidecar_id"]
+    output_file = project.root / f"slurm-{job_id}.out"
+    assert wait_for(lambda: "'step': 100," in output_file.read_text(errors="replace") if output_file.exists() else False,
+                       150, 0.5, "the 2-node run to reach step 100")
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, capture_output=True, timeout=30)
 
     assert wait_for(lambda: requeued(job_id), 150, 1, "the 2-node job to requeue itself")
     assert slurm.state(sidecar_id) is JobState.RUNNING  # the sidecar keeps watching the pending job
