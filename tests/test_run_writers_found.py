@@ -67,17 +67,19 @@ def test_files_held_open_become_specs_unless_a_known_spec_covers_them(tmp_path: 
 
 
 def test_of_several_runs_folders_the_one_holding_the_jobs_pid_is_picked(tmp_path: Path) -> None:
+    # pids above Linux's pid_max (2^22): no process of this machine has one (a real pid 103 made c "running here")
+    A, B, C = 4_194_401, 4_194_402, 4_194_403
     since = time.time() - 5
     stamp = int(since) + 1
-    for name, pid in (("a", 101), ("b", 102), ("c", 103)):
+    for name, pid in (("a", A), ("b", B), ("c", C)):
         folder = tmp_path / "runs" / name / "lightning_logs" / "version_0"
         folder.mkdir(parents=True)
         (folder / f"events.out.tfevents.{stamp}.vm.{pid}.0").write_bytes(b"")
     # empty files: their names say who wrote them, which is all the pick reads
-    job = WriterIdentity(hosts=("vm",), pids=(102,), pid_hosts=("vm",), others=(101, 103), since=since)
+    job = WriterIdentity(hosts=("vm",), pids=(B,), pid_hosts=("vm",), others=(A, C), since=since)
     specs, note = discover(tmp_path, since=since, job=job)
     assert [s.locator for s in specs] == [str(tmp_path / "runs" / "b" / "lightning_logs" / "version_0")], note
-    unknown = WriterIdentity(hosts=("vm",), pids=(999,), pid_hosts=("vm",), others=(101,), since=since)
+    unknown = WriterIdentity(hosts=("vm",), pids=(A + 10,), pid_hosts=("vm",), others=(A,), since=since)
     specs, note = discover(tmp_path, since=since, job=unknown)  # b and c could be anyone's: neither is taken
     assert specs == [] and "2 TensorBoard candidates" in note
     specs, note = discover(tmp_path, since=since)  # no job known (a folder read by hand): three candidates
