@@ -20,9 +20,22 @@ from guarded_sbatch.sources.discovery import HELD_ORIGIN, discover, held_specs
 
 def test_an_array_tasks_processes_are_the_task_and_a_plain_jobs_its_id() -> None:
     task = b"PATH=/bin\0SLURM_JOB_ID=812\0SLURM_ARRAY_JOB_ID=800\0SLURM_ARRAY_TASK_ID=12\0SLURMD_NODENAME=node2\0"
-    assert job_writers._job_of(task) == ("800_12", "node2")
-    assert job_writers._job_of(b"SLURM_JOB_ID=77\0") == ("77", "")
-    assert job_writers._job_of(b"HOME=/root\0") == ("", "")
+    assert job_writers._job_of(task) == ("800_12", "node2", "")
+    assert job_writers._job_of(b"SLURM_JOB_ID=77\0SLURM_CLUSTER_NAME=devmn\0") == ("77", "", "devmn")
+    assert job_writers._job_of(b"HOME=/root\0") == ("", "", "")
+
+
+def test_a_job_of_the_same_id_on_another_cluster_is_not_this_jobs(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Job ids are a cluster's own: a local-backend job (or another cluster's) with the watched job's id, in the same
+    process table, is another job (it had been read as this one's, its W&B run cited by a Slurm job's sidecar)."""
+    table = [job_writers._Process(10, 10, 1, "11", "node1", "devmn"), job_writers._Process(11, 10, 10, "", ""),
+             job_writers._Process(20, 20, 1, "11", "", "local"), job_writers._Process(21, 20, 20, "", "")]
+    monkeypatch.setattr(job_writers, "_own_processes", lambda now: table)
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "devmn")
+    own, foreign, nodes, _ = job_processes("11", process_groups=False, pgid=None)
+    assert (own, foreign, nodes) == ({10, 11}, {20, 21}, {"node1"})
+    monkeypatch.delenv("SLURM_CLUSTER_NAME")  # a watcher outside any job (monitor by hand): ids alone
+    assert job_processes("11", process_groups=False, pgid=None)[0] == {10, 11, 20, 21}
 
 
 def test_a_child_that_left_the_jobs_process_group_is_still_the_jobs(tmp_path: Path) -> None:

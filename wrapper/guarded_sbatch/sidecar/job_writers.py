@@ -31,6 +31,7 @@ class _Process:
     ppid: int
     slurm_job: str  # SLURM_JOB_ID, or "<array job>_<task>" for an array task
     node: str = ""  # SLURMD_NODENAME: the node a job's process runs on (its event files carry that host)
+    cluster: str = ""  # SLURM_CLUSTER_NAME: job ids are a cluster's own ("local" for the local backend's jobs)
 
 
 _cache: tuple[float, list[_Process]] = (0.0, [])
@@ -55,26 +56,35 @@ def _own_processes(now: float) -> list[_Process]:
                 fields = handle.read().rsplit(b")", 1)[-1].split()
             ppid, pgid = int(fields[1]), int(fields[2])
             with open(f"{base}/environ", "rb") as handle:
-                job, node = _job_of(handle.read(256 * 1024))
+                job, node, cluster = _job_of(handle.read(256 * 1024))
         except (OSError, ValueError, IndexError):
             continue
-        found.append(_Process(int(name), pgid, ppid, job, node))
+        found.append(_Process(int(name), pgid, ppid, job, node, cluster))
     _cache = (now, found)
     return found
 
 
-def _job_of(environ: bytes) -> tuple[str, str]:
-    """(the job a process belongs to, its node) from its environment: an array task's processes are the task's
-    "<array job>_<task>" (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID), as the guard names the task's run; any other
-    job's, SLURM_JOB_ID."""
+_ENV_KEYS = (b"SLURM_JOB_ID", b"SLURMD_NODENAME", b"SLURM_ARRAY_JOB_ID", b"SLURM_ARRAY_TASK_ID", b"SLURM_CLUSTER_NAME")
+
+
+def _job_of(environ: bytes) -> tuple[str, str, str]:
+    """(the job a process belongs to, its node, its cluster) from its environment: an array task's processes are
+    the task's "<array job>_<task>" (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID), as the guard names the task's run;
+    any other job's, SLURM_JOB_ID."""
     values: dict[bytes, str] = {}
     for item in environ.split(b"\0"):
         key, _, value = item.partition(b"=")
-        if key in (b"SLURM_JOB_ID", b"SLURMD_NODENAME", b"SLURM_ARRAY_JOB_ID", b"SLURM_ARRAY_TASK_ID"):
+        if key in _ENV_KEYS:
             values[key] = value.decode("ascii", "replace")
     array, task = values.get(b"SLURM_ARRAY_JOB_ID", ""), values.get(b"SLURM_ARRAY_TASK_ID", "")
     job = f"{array}_{task}" if array and task else values.get(b"SLURM_JOB_ID", "")
-    return job, values.get(b"SLURMD_NODENAME", "")
+    return job, values.get(b"SLURMD_NODENAME", ""), values.get(b"SLURM_CLUSTER_NAME", "")
+
+
+def _same_cluster(process: _Process, cluster: str) -> bool:
+    """Job ids repeat across clusters (and the local backend's across state folders): a process whose job id
+    matches is the job's only when it runs under the same cluster, where both are known."""
+    return not cluster or not process.cluster or process.cluster == cluster
 
 
 def job_processes(job_id: str, *, process_groups: bool, pgid: int | None, other_groups: frozenset[int] = frozenset(),
@@ -92,9 +102,10 @@ def job_processes(job_id: str, *, process_groups: bool, pgid: int | None, other_
         own = _with_descendants({p.pid for p in processes if p.pgid == pgid}, processes)
         others = _with_descendants({p.pid for p in processes if p.pgid in other_groups and p.pgid != pgid}, processes)
         return own, others - own, set(), set()
-    mine = [p for p in processes if p.slurm_job == job_id]
+    cluster = os.environ.get("SLURM_CLUSTER_NAME", "")  # the watcher's own: a job of the cluster it watches
+    mine = [p for p in processes if p.slurm_job == job_id and _same_cluster(p, cluster)]
     own = _with_descendants({p.pid for p in mine}, processes)
-    foreign = _with_descendants({p.pid for p in processes if p.slurm_job and p.slurm_job != job_id}, processes) - own
+    foreign = _with_descendants({p.pid for p in processes if p.slurm_job and p.pid not in own}, processes) - own
     return own, foreign, {p.node for p in mine if p.node}, {p.node for p in processes if p.node}
 
 
