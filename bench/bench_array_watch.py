@@ -111,7 +111,7 @@ REAL_PYTHON = sys.executable
 
 def held_sidecars(inner: Any) -> Any:
     """The local scheduler, except that a per-task sidecar job is not queued there: the bench starts its job script
-    (sidecar.sbatch as rendered) itself, as `--dependency=after:J_T` would, once its task has started. 256 waiting
+    (sidecar.sbatch as rendered) itself, as its `after` (J_T) would, once its task has started. 256 waiting
     sidecar jobs would be 256 local supervisors polling their dependency on this shared machine; the sidecar
     processes, the thing measured, are the same."""
     from guarded_sbatch.scheduler.delegating import DelegatingScheduler
@@ -123,7 +123,8 @@ def held_sidecars(inner: Any) -> Any:
         def submit(self, request: SubmitRequest) -> str:
             if request.script.name != "sidecar.sbatch":
                 return self.inner.submit(request)
-            task = next(o for o in request.sbatch_options if o.startswith("--dependency=after:")).split(":")[1]
+            task = request.after  # the task it follows, in scheduler words
+            assert task is not None, "a per-task sidecar starts after its task"
             self.held[task] = request.script
             return f"held-{task}"
 

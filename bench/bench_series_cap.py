@@ -78,8 +78,8 @@ def measure(code: Path, folder: Path, limit_gb: float) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tags", type=int, nargs="+", default=[100_000, 1_000_000])
-    parser.add_argument("--anchor-code", type=Path, default=Path("/work/main/wrapper"),
-                        help="the wrapper/ folder of the checkout to compare with (default: /work/main/wrapper)")
+    parser.add_argument("--anchor-code", type=Path, default=Path(__file__).resolve().parents[1] / "wrapper",
+                        help="the wrapper/ folder of the checkout to compare with (default: this checkout's)")
     parser.add_argument("--limit-gb", type=float, default=4.0)
     args = parser.parse_args()
     print(f"one-shot judgment of a run with many distinct tags, address space limited to {args.limit_gb:g} GB")
