@@ -46,6 +46,17 @@ def test_a_loss_near_zero_that_jumps_by_orders_back_to_its_start_level_is_not_an
     assert verdict.reason is not Reason.DIVERGENCE or verdict.decision is not Decision.STOP, verdict.message
 
 
+def test_a_loss_beyond_any_real_loss_decides_from_its_first_points() -> None:
+    """A run seen only once it had blown up (a log that starts there, a bar's postfix at 1e37): no earlier level to
+    compare with, but no loss a model is trained to is that large."""
+    verdict = decide(_loss([1.7e37, 1.6e37]))
+    assert verdict.decision is Decision.STOP and verdict.reason is Reason.DIVERGENCE, verdict.message
+    assert "beyond any real loss" in verdict.message and "strong evidence" in verdict.message
+    # a large-scale loss that is real (a sum over unnormalised targets) is left to the other checks
+    assert "beyond any real loss" not in decide(_loss([3e15, 2.9e15, 2.7e15])).message
+    assert decide(_loss([1.7e37, 1.6e37]), JudgePolicy(absurd_loss_orders=38)).reason is not Reason.DIVERGENCE
+
+
 def test_a_language_model_diverged_from_its_first_point_is_stopped_at_its_chance_level() -> None:
     """Vocabulary 1024: ln 1024 = 6.93; a loss of 34-57 from the first logged point, falling to 20, is 3-8x the
     loss of guessing uniformly. Without the chance level nothing flags it; with it (from the config) it is a STOP

@@ -82,6 +82,16 @@ def test_trainer_line(line: str, step: int | None, expected: dict[str, float]) -
     assert "v_num" not in parsed.values and "epoch 003" not in parsed.values
 
 
+def test_a_loggers_line_written_onto_a_progress_bar_keeps_the_bars_readings() -> None:
+    """A logger that writes while a tqdm bar is on screen puts its line right after the bar's bracket (no newline):
+    the bar's postfix loss is a reading, at the bar's step, beside whatever the logger's line says."""
+    line = ("Epoch 3/10:  40%|####      | 40/100 [00:10<00:15,  4.00batch/s, loss=0.52]2026-01-01 10:00:00.000 | INFO"
+            "     | __main__:train:12 - checkpoint saved at iter 340")
+    parsed = parse_line(line)
+    assert parsed is not None and parsed.values.get("loss") == 0.52, parsed
+    assert parsed.step == 3 * 100 + 40 and parsed.bar == (40, 100, True)
+
+
 def test_prose_is_not_metrics() -> None:
     assert parse_line("saving checkpoint to out") is None
     assert parse_line("Loading dataset shards...") is None

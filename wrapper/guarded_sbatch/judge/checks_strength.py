@@ -6,6 +6,8 @@
 - A loss far above the chance level: at >= `chance_multiple` x the loss of guessing uniformly (`chance_loss`,
   ln(classes) from the run's config), or, when that is not known, >= `first_loss_multiple` x the first logged
   loss (an untrained model's loss is about its chance level), at `chance_points` logged points in a row.
+- A loss no model is trained to: a finite training loss at >= 10**absurd_loss_orders (1e30 by default; float32
+  ends at 3.4e38) is numbers about to overflow, whatever the loss's scale and however few points there are.
 - Memory: big spikes (a point >= `spike_memory_ratio` x the median of the points before it, and 10 x above where
   the run started) are counted over the whole run; `spike_memory_count` of them is a STOP even when each one dropped
   back (a run that keeps spiking by orders of magnitude), one is a note (a warm-up spike).
@@ -80,6 +82,22 @@ def check_magnitude_jump(history: MetricHistory, keys: RunKeys, policy: JudgePol
             Anomaly("explosion", keys.train_loss or "", int(steps[t]), peak, evidence),
         )
     return None
+
+
+def check_absurd_loss(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """STOP at once when the newest finite training loss is at or above 10**absurd_loss_orders."""
+    steps, values = _finite_loss(history, keys)
+    bound = 10.0 ** policy.absurd_loss_orders
+    if not len(values) or float(values[-1]) < bound:
+        return None
+    value, step = float(values[-1]), int(steps[-1])
+    evidence = f"{keys.train_loss} {fmt(value)} at step {step}"
+    return Finding.hard_stop(
+        Reason.DIVERGENCE,
+        f"training loss beyond any real loss: {evidence} (strong evidence: >= 1e{policy.absurd_loss_orders:g}, "
+        f"{_orders(3.4e38 / value)} below float32's limit, decides with any number of points)",
+        Anomaly("explosion", keys.train_loss or "", step, value, evidence),
+    )
 
 
 def chance_level(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> tuple[float, str] | None:

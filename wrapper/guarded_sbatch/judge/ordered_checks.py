@@ -69,6 +69,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("non_finite_loss", lambda c: checks_finite.check_nonfinite_loss(c.history, c.keys, c.policy, c.excused,
                                                                       c.context)),
     ("magnitude_jump", lambda c: checks_strength.check_magnitude_jump(c.history, c.keys, c.policy)),
+    ("absurd_loss", lambda c: checks_strength.check_absurd_loss(c.history, c.keys, c.policy)),
     ("above_chance", lambda c: checks_strength.check_above_chance(c.history, c.keys, c.policy)),
     ("repeated_spikes", lambda c: checks_strength.check_repeated_spikes(c.history, c.keys, c.policy)),
     ("nan_counter", lambda c: checks_finite.check_nan_counter(c.history, c.keys, c.policy)),

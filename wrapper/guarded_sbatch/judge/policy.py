@@ -42,6 +42,8 @@ class JudgePolicy:
     # before, reached within jump_within_points logged points and still there
     jump_orders: float = 3.0
     jump_within_points: int = 3
+    # a finite training loss at >= 10**absurd_loss_orders is numbers about to overflow (float32 ends at 3.4e38)
+    absurd_loss_orders: float = 30.0
     # a training loss at >= chance_multiple x the chance level (chance_loss), or >= first_loss_multiple x the
     # first logged loss when the chance level is not known, at chance_points logged points in a row
     chance_multiple: float = 3.0
