@@ -106,3 +106,15 @@ def test_an_integration_the_config_reports_to_must_be_importable_too(tmp_path: P
     code, found, _ = check(root, mine / "bin", tmp_path)
     assert code == 3 and found["status"] == "failed", found
     assert found["finding"].split(" cannot import ")[1].startswith("comet_ml (the config's report_to)"), found
+
+
+def test_a_package_a_helper_imports_that_the_job_lacks_is_a_warning_naming_the_function(tmp_path: Path) -> None:
+    """The example trainer imports tensorboard inside make_writer(): a job whose environment lacks it passed the
+    pre-flight and died at its first step. Whether that code runs cannot be known: a warning, not a block."""
+    mine = user_env(tmp_path / "myenv", with_torch=True)
+    body = ("import torch\n\ndef make_writer():\n    import surely_not_a_module_anyone_installed\n\n"
+            "def maybe():\n    if False:\n        import another_module_nobody_has\n")
+    code, found, _ = check(project(tmp_path, body=body), mine / "bin", tmp_path)
+    assert code == 0 and found["status"] == "warned", found
+    assert "surely_not_a_module_anyone_installed in make_writer() (line 4)" in found["finding"], found
+    assert "another_module_nobody_has" not in found["finding"]  # a conditional import stays optional

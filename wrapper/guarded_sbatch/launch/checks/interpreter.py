@@ -114,23 +114,42 @@ def _interpreter_of(executable: Path) -> Path:
     return Path(words[0]) if words else executable
 
 
-def top_imports(program: Path) -> list[tuple[str, int]]:
-    """The packages the script needs: imported at module level or directly in its `main()` (outside `try`
-    blocks and helper functions: an optional import may well be missing)."""
+Import = tuple[str, int, str]  # (package, line, the function importing it: "" at module level or in main())
+
+
+def script_imports(program: Path) -> tuple[list[Import], list[Import]]:
+    """The packages the script needs: imported at module level or directly in its `main()` (outside `try` and `if`
+    blocks: an optional import may well be missing); and those a helper function imports directly in its body
+    (needed once that code runs, which the pre-flight cannot know)."""
     try:
         tree = ast.parse(read_bounded(program, PROGRAM_BYTES, head=True))
     except (OSError, SyntaxError, ValueError):
-        return []
+        return [], []
+    local = {p.stem for p in program.parent.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} \
+        if program.parent.is_dir() else set()
+    needed = _packages(_needed_statements(tree.body), "", local)
+    helpers: list[Import] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "main":
+            helpers += _packages(_needed_statements(node.body, in_main=True), node.name, local)
+    seen = {name for name, _, _ in needed}
+    later: list[Import] = []
+    for item in helpers:  # each package once, where it is first imported
+        if item[0] not in seen:
+            seen.add(item[0])
+            later.append(item)
+    return needed, later
+
+
+def _packages(statements: list[ast.stmt], function: str, local: set[str]) -> list[Import]:
     names: dict[str, int] = {}
-    for node in _needed_statements(tree.body):
+    for node in statements:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 names.setdefault(alias.name.split(".")[0], node.lineno)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.setdefault(node.module.split(".")[0], node.lineno)
-    local = {p.stem for p in program.parent.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} \
-        if program.parent.is_dir() else set()
-    return [(name, line) for name, line in names.items()
+    return [(name, line, function) for name, line in names.items()
             if name not in sys.stdlib_module_names and name not in local and name != "__future__"]
 
 
@@ -164,11 +183,14 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
                            tuple(evidence))
     python = executable if launcher.kind == "python" else _interpreter_of(executable)
     program = context.program_path()
-    imports = top_imports(program) if program is not None and program.is_file() else []
+    found_in_script = script_imports(program) if program is not None and program.is_file() else ([], [])
+    imports = [(name, line) for name, line, _ in found_in_script[0]]
     imports += _reported_to(context, {name for name, _ in imports})
+    helpers = [item for item in found_in_script[1] if item[0] not in {name for name, _ in imports}]
     try:
         # from "/": the current folder is on sys.path of `-c`, and nothing planted in the project may run as you
-        answer = json.loads(run_command([str(python), "-c", FIND, *(n for n, _ in imports)],
+        asked = [*(n for n, _ in imports), *(n for n, _, _ in helpers)]
+        answer = json.loads(run_command([str(python), "-c", FIND, *asked],
                                         timeout=ASK_TIMEOUT_S, cwd="/").stdout.strip().splitlines()[-1])
     except (CommandError, OSError, ValueError, IndexError) as exc:
         return CheckResult(NAME, CheckStatus.WARNED, f"could not ask the job's interpreter {python} what it can "
@@ -178,8 +200,16 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
     own = _is_own(str(answer.get("prefix", "")))
     if not missing:
         found = ", ".join(n for n, _ in imports) or "no third-party package"
-        return CheckResult(NAME, CheckStatus.PASSED, f"{answer['python']} imports what "
-                           f"{program.name if program else 'the program'} imports: {found}", tuple(evidence))
+        program_name = program.name if program else "the program"
+        later = [item for item in helpers if item[0] in set(answer["missing"])]
+        if later:
+            where_later = ", ".join(f"{n} in {function}() (line {line})" for n, line, function in later)
+            return CheckResult(NAME, CheckStatus.WARNED, f"{answer['python']} imports what {program_name} imports at "
+                               f"its top ({found}), but not what it imports inside a function: {where_later}; the "
+                               "run fails once that code runs: install it in the job's environment",
+                               tuple(evidence), {"python": answer["python"], "missing": [n for n, _, _ in later]})
+        return CheckResult(NAME, CheckStatus.PASSED, f"{answer['python']} imports what {program_name} imports: "
+                           f"{found}", tuple(evidence))
     names = _where_needed(missing, program.name if program else "the program")
     fix = ("that is guarded-sbatch's own environment, first on PATH: put only `guarded-sbatch` on PATH (README), "
            "or activate your environment in the script" if own else
