@@ -194,12 +194,14 @@ class LocalScheduler(SchedulerDefaults):
         """Cancel a job, one array task (`A_T`), or a whole array (`A`, its pending tasks too); with
         signal_name only signal what runs."""
         sig = signal_named(signal_name) if signal_name else signal.SIGTERM
-        for folder in self.jobs.members(job_id):
-            _, status = self.jobs.status(folder)
-            if JobState(status["state"]).is_terminal:
-                continue
-            if signal_name is None:
+        live = [(folder, status) for folder in self.jobs.members(job_id)
+                for status in [self.jobs.status(folder)[1]] if not JobState(status["state"]).is_terminal]
+        if signal_name is None:
+            # every member marked before any is signalled: a task that ends frees its slot, and a pending task
+            # not yet marked would be started in it
+            for folder, _ in live:
                 (folder / "cancel").write_text(str(time.time()), encoding="utf-8")
+        for _, status in live:
             pgid = status.get("pgid")
             if pgid:
                 try:
