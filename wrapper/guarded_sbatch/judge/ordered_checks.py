@@ -35,7 +35,7 @@ metric, its values and their steps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys, select_keys
-from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
+from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,18 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
 ]
 
 
+def _once_each(anomalies: Iterable[Anomaly]) -> tuple[Anomaly, ...]:
+    """One anomaly per kind, metric and step: two checks that see the same point (a held jump, a loss beyond any
+    real loss) name it once, in the earlier check's words."""
+    seen: set[tuple[str, str, int]] = set()
+    unique: list[Anomaly] = []
+    for anomaly in anomalies:
+        if (anomaly.kind, anomaly.metric, anomaly.step) not in seen:
+            seen.add((anomaly.kind, anomaly.metric, anomaly.step))
+            unique.append(anomaly)
+    return tuple(unique)
+
+
 def decide(
     history: MetricHistory, policy: JudgePolicy | None = None, context: RunContext | None = None
 ) -> Verdict:
@@ -120,7 +132,7 @@ def decide(
     checks = [check(inputs) for _, check in CHECKS]
     findings = [*checks, crashed] if cause_unknown else [crashed, *checks]
     present = [f for f in findings if f is not None]
-    anomalies = tuple(a for f in present for a in f.anomalies)
+    anomalies = _once_each(a for f in present for a in f.anomalies)
     loss_points = len(history.series(keys.train_loss)[0]) if keys.train_loss else 0
     thin = loss_points < policy.min_loss_points
 
