@@ -60,7 +60,8 @@ def test_one_config_launched_twice_is_refused_then_waived(tmp_path: Path, backen
     finally:
         for job in jobs:
             scheduler.cancel(job)
-    wait_for(lambda: scheduler.state(first_id).is_terminal, 60, 0.5, "the first run to end")
+    # every run cancelled, the pending one too (its supervisor may still be starting when the first has ended)
+    wait_for(lambda: all(scheduler.state(job).is_terminal for job in jobs), 60, 0.5, "both runs to end")
     after = project.cli_here("check", "--json", "--guard-backend", backend, "--job-name", f"{project.name}-third",
                              "train.sh")
     assert _own_folder(after.stdout)["status"] == "passed", after.stderr  # a finished run's folder is free again
