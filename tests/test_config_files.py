@@ -51,3 +51,26 @@ def test_a_huge_file_a_missing_file_and_a_folder_are_refused_before_parsing(tmp_
         load_structured_file(tmp_path / "absent.yaml")
     with pytest.raises(UsageError, match=r"^cannot read config .*: Is a directory$"):
         load_structured_file(tmp_path)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_the_preflight_on_an_unreadable_config_names_the_fix_in_the_file_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named: bool) -> None:
+    """An invalid YAML config, named with --guard-config or on the launcher line: the finding is the file's own
+    problem and its fix; it does not ask to name a config that was named."""
+    import os
+
+    from guarded_sbatch.core.config import Config
+    from guarded_sbatch.launch.preflight import run_preflight
+    from guarded_sbatch.sbatch.argv import split_sbatch_argv
+
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "bad.yaml").write_text("lr: [1, 2\nbatch: 3\n")
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "t.sh").write_text("#!/bin/bash\n#SBATCH --time=10\npython train.py --config bad.yaml\n")
+    words = ["--job-name=synthetic-mlp-bs64-lr3e-4", *(["--guard-config", "bad.yaml"] if named else []), "t.sh"]
+    report = run_preflight(split_sbatch_argv(words), Config(), None, cwd=tmp_path, env={"PATH": os.environ["PATH"]})
+    diff = next(r for r in report.results if r.name == "config-diff")
+    assert diff.finding.endswith("is not valid YAML at line 2: expected ',' or ']', but got ':'; fix that line"), \
+        diff.finding
+    assert "--guard-config" not in diff.finding and "config-diff" in report.blocking_checks

@@ -33,6 +33,7 @@ class PreflightContext:
     restart: bool
     intended: RunConfig | None = None
     intended_problem: str | None = None  # why the run's config could not be found or read
+    intended_unreadable: bool = False  # the config file was found, and the problem (which names its fix) is inside it
     reference: Reference | None = None
     reference_problem: str | None = None
     mounts: list[Mount] | None = None  # None: read the live mount table
@@ -100,3 +101,4 @@ def load_intended_config(context: PreflightContext) -> None:
         context.intended = load_run_config(candidate, overrides)
     except UsageError as exc:
         context.intended_problem = str(exc)
+        context.intended_unreadable = True

@@ -24,7 +24,8 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
         # a mistyped path: the paths check fails on it and names the fix; the diff flags are not it
         return CheckResult(NAME, CheckStatus.WARNED, f"not checked: {context.intended_problem} (see paths)")
     if intended is None:
-        fix = "name it with {config} and the reference with {reference}"
+        # a file found but unreadable: its problem names the fix in the file, not a flag to name one
+        fix = "" if context.intended_unreadable else "name it with {config} and the reference with {reference}"
         return _fixed(CheckStatus.FAILED, f"cannot diff: {context.intended_problem or 'no config for this run'}", fix)
     if is_launcher_config(intended):
         return _launcher_line(context, intended)
@@ -99,7 +100,8 @@ def _launcher_line(context: PreflightContext, intended: RunConfig) -> CheckResul
 
 def _fixed(status: CheckStatus, problem: str, fix: str, evidence: tuple[str, ...] = ()) -> CheckResult:
     """A result whose finding ends with its fix: in the CLI's words here, in any front end's by finding_for."""
-    return CheckResult(NAME, status, f"{problem}; {render_fix(fix, NAME, CLI_WORDS)}", evidence, fix=fix)
+    finding = f"{problem}; {render_fix(fix, NAME, CLI_WORDS)}" if fix else problem
+    return CheckResult(NAME, status, finding, evidence, fix=fix)
 
 
 def key_diff(intended: RunConfig, reference: RunConfig) -> list[str]:
