@@ -33,6 +33,7 @@ from guarded_sbatch.judge.verdict import Anomaly, Reason
 _BEFORE_POINTS = 16  # the level before a point: the median of up to this many points before it
 _HEAD_POINTS = 5  # where the run started: the median of its first points
 _JUMP_LOOKBACK = 64  # how far back the start of a jump that is still held is looked for
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # 3.4e38: where a float32 loss overflows to inf
 # a jump or a big spike lands this far above where the run started (the heavy tail of a tiny batch's losses
 # reaches back up to about the untrained level, not 10x above it)
 _ABOVE_HEAD = 10.0
@@ -95,7 +96,7 @@ def check_absurd_loss(history: MetricHistory, keys: RunKeys, policy: JudgePolicy
     return Finding.hard_stop(
         Reason.DIVERGENCE,
         f"training loss beyond any real loss: {evidence} (strong evidence: >= 1e{policy.absurd_loss_orders:g}, "
-        f"{_orders(3.4e38 / value)} below float32's limit, decides with any number of points)",
+        f"{_orders(FLOAT32_MAX / value)} below float32's limit, decides with any number of points)",
         Anomaly("explosion", keys.train_loss or "", step, value, evidence),
     )
 

@@ -349,6 +349,7 @@ def _bar_line(message: str, bar: re.Match[str], wall: float) -> ParsedLine | Non
             if not after.kind:  # a logger's line written onto the bar's (no newline between): both are readings
                 for key, value in parsed.values.items():
                     after.values.setdefault(key, value)
-                after.step = parsed.step if parsed.step is not None else after.step
+                if parsed.step is not None:
+                    after.step = parsed.step
             return after
     return parsed

@@ -183,10 +183,10 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
                            tuple(evidence))
     python = executable if launcher.kind == "python" else _interpreter_of(executable)
     program = context.program_path()
-    found_in_script = script_imports(program) if program is not None and program.is_file() else ([], [])
-    imports = [(name, line) for name, line, _ in found_in_script[0]]
+    needed, in_functions = script_imports(program) if program is not None and program.is_file() else ([], [])
+    imports = [(name, line) for name, line, _ in needed]
     imports += _reported_to(context, {name for name, _ in imports})
-    helpers = [item for item in found_in_script[1] if item[0] not in {name for name, _ in imports}]
+    helpers = [item for item in in_functions if item[0] not in {name for name, _ in imports}]
     try:
         # from "/": the current folder is on sys.path of `-c`, and nothing planted in the project may run as you
         asked = [*(n for n, _ in imports), *(n for n, _, _ in helpers)]
@@ -196,12 +196,13 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
         return CheckResult(NAME, CheckStatus.WARNED, f"could not ask the job's interpreter {python} what it can "
                            f"import ({str(exc)[:120]})", tuple(evidence))
     evidence.insert(1, f"the job runs {answer['python']} (Python {answer['version']})")
-    missing = [(n, line) for n, line in imports if n in set(answer["missing"])]
+    unavailable = set(answer["missing"])
+    missing = [(n, line) for n, line in imports if n in unavailable]
     own = _is_own(str(answer.get("prefix", "")))
     if not missing:
         found = ", ".join(n for n, _ in imports) or "no third-party package"
         program_name = program.name if program else "the program"
-        later = [item for item in helpers if item[0] in set(answer["missing"])]
+        later = [item for item in helpers if item[0] in unavailable]
         if later:
             where_later = ", ".join(f"{n} in {function}() (line {line})" for n, line, function in later)
             return CheckResult(NAME, CheckStatus.WARNED, f"{answer['python']} imports what {program_name} imports at "
