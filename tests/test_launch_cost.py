@@ -145,22 +145,3 @@ def test_on_slurm_a_launch_runs_one_squeue_whatever_the_history(tmp_path: Path, 
     commands.clear()
     _preflight(project, slurm.SlurmScheduler(state_dir=tmp_path / "state"))
     assert [argv[0] for argv in commands if argv[0] in ("squeue", "sacct", "scontrol")] == ["squeue"]
-
-
-def test_an_adopted_process_is_live_while_it_runs_then_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-
-    from guarded_sbatch.scheduler.process import job_id_for
-
-    project = _project(tmp_path, monkeypatch)
-    child = subprocess.Popen(["sleep", "60"])
-    try:
-        record = create_run("adopted-run", "process", job_id_for(child.pid), sources={"tb_paths": [str(project / TB)]})
-        registry.update_record(record.folder, lambda data: data.update(submitted_at=time.time() - 60))
-        status, finding = _own_folder(_preflight(project, LocalScheduler(tmp_path / "state" / "local-jobs")))
-        assert status == "failed" and "adopted-run" in finding and not over_runs()
-    finally:
-        child.kill()
-        child.wait()
-    assert _own_folder(_preflight(project, LocalScheduler(tmp_path / "state" / "local-jobs")))[0] == "passed"
-    assert list(over_runs().values()) == [ENDED]

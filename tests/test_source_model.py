@@ -149,7 +149,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
     """The dev cluster's nodes share one process table. The sidecar (on node2) saw the job's first start on
     node1, then only other jobs' processes while the job waited in the queue; the requeued start's file
     (node1, a new pid) is the run's own, and the first start's still is."""
-    from guarded_sbatch.scheduler.interface import JobInfo, JobState
+    from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
     from guarded_sbatch.sidecar import source_set as source_set_module
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sidecar.source_set import SourceSet
@@ -162,7 +162,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
 
     class Queue:
         name = "slurm"
-        process_groups_here = False
+        traits = BackendTraits()
 
         def info(self, job_id: str) -> JobInfo:
             return JobInfo(job_id, JobState.RUNNING, work_dir=str(tmp_path))

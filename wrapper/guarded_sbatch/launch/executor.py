@@ -57,7 +57,7 @@ from guarded_sbatch.launch.pipeline import (
 )
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
-from guarded_sbatch.scheduler import backend_traits, get_scheduler, launch_backends
+from guarded_sbatch.scheduler import backend_names, backend_traits, get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
@@ -80,8 +80,8 @@ class GuardedExecutor(submitit.AutoExecutor):
         (sbatch/guard_options.py): run_name, tb_dir, wandb_dir, log_path, config, reference, checkpoint_dir,
         artifact_dir, notes_path, stop_command, monitor, seconds_per_epoch, epochs, restart=True and
         waivers={"CHECK": "why"}; every other keyword is submitit's."""
-        if cluster not in (None, "debug", *launch_backends()):
-            named = ", ".join(repr(name) for name in launch_backends())
+        if cluster not in (None, "debug", *backend_names()):
+            named = ", ".join(repr(name) for name in backend_names())
             raise UsageError(f"GuardedExecutor runs on cluster={named} or 'debug', not {cluster!r}")
         guard = take_keywords(kwargs)  # the rest is submitit's
         waivers: Mapping[str, str] = guard.get("waivers") or {}
@@ -178,7 +178,7 @@ class GuardedExecutor(submitit.AutoExecutor):
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
         """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
         if not backend_traits(self.guard_backend).multi_node and executor._num_tasks() > 1:
-            able = " or ".join(repr(name) for name in launch_backends() if backend_traits(name).multi_node)
+            able = " or ".join(repr(name) for name in backend_names() if backend_traits(name).multi_node)
             raise UsageError(f"the {self.guard_backend} backend runs one task per job, not {executor._num_tasks()} "
                              f"(tasks_per_node x nodes): use cluster={able}, or one task")
         setup = list(executor.parameters.get("setup") or [])

@@ -111,7 +111,8 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
         error_pattern=options.get("error") or "",
         job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
-        array=array, pinned=pinned, local=context.scheduler is not None and context.scheduler.process_groups_here, named=named,
+        array=array, pinned=pinned, named=named,
+        local=context.scheduler is not None and context.scheduler.traits.process_groups_here,
     )
     export = (options.get("export") or "ALL").upper()
     if env and not export.startswith("ALL"):

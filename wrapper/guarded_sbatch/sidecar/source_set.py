@@ -94,7 +94,7 @@ class SourceSet:
             info = self.scheduler.info(self.settings.job_id)
         except GuardedError:
             return  # try again next poll
-        local = self.scheduler.process_groups_here
+        local = self.scheduler.traits.process_groups_here
         self._job_info_loaded = not (local and info.pgid is None and not info.state.is_terminal)
         self._stdout = Path(info.stdout_path) if info.stdout_path and "%" not in info.stdout_path else None
         self._work_dir = Path(info.work_dir) if info.work_dir else None
@@ -110,7 +110,7 @@ class SourceSet:
         since = self._writer.since
         if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
             since = self._job_start  # a job's own files are those written since it started
-        local = self.scheduler.process_groups_here
+        local = self.scheduler.traits.process_groups_here
         groups = frozenset(self._other_job_groups()) if local and self._pgid is not None else frozenset()
         own, others, nodes, table = job_processes(self.settings.job_id, process_groups=local,
                                                   pgid=self._pgid, other_groups=groups)
