@@ -241,6 +241,25 @@ def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env:
         executor.submit(healthy_training, "x", 1, 0)
 
 
+def test_the_executor_submits_through_submitits_hooks_and_patches_no_class() -> None:
+    """GuardedSlurmExecutor subclasses submitit's SlurmExecutor (its `_submit_command` hook); nothing in
+    launch/executor.py assigns to an attribute of a class it imports from submitit."""
+    import ast
+
+    from submitit.slurm.slurm import SlurmExecutor
+
+    from guarded_sbatch.launch import executor
+
+    assert issubclass(executor.GuardedSlurmExecutor, SlurmExecutor)
+    assert "_submit_command" in vars(executor.GuardedSlurmExecutor)
+    tree = ast.parse(Path(executor.__file__).read_text(encoding="utf-8"))
+    imported = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("submitit") for alias in node.names}
+    patched = [ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign) for target in node.targets
+               if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in imported]
+    assert imported >= {"SlurmExecutor"} and patched == []
+
+
 def test_a_sidecar_that_cannot_be_submitted_cancels_the_local_training_job(guarded_env: Path) -> None:
     import cloudpickle
 
