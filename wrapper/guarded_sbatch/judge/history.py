@@ -131,12 +131,6 @@ class MetricHistory:
         history.add(points)
         return history
 
-    @classmethod
-    def from_reader(cls, reader: Reader, **limits: int) -> MetricHistory:
-        history = cls(**limits)
-        history.read_from(reader)
-        return history
-
     def read_from(self, reader: Reader) -> int:
         """What a reader wrote since its last call: its points, and the crashes it found or saw training go on
         after. Returns how many points it gave."""

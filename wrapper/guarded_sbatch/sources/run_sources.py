@@ -50,8 +50,7 @@ class WriterIdentity:
         return cls(uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
                    hosts=tuple(h for h in _list(raw.get("hosts")) if isinstance(h, str)),
                    pids=tuple(p for p in _list(raw.get("pids")) if isinstance(p, int) and not isinstance(p, bool)),
-                   pid_hosts=tuple(h for h in (*_list(raw.get("pid_hosts")), _text(raw.get("pid_host")))
-                                   if isinstance(h, str) and h),  # pid_host: records before pid_hosts
+                   pid_hosts=tuple(h for h in _list(raw.get("pid_hosts")) if isinstance(h, str) and h),
                    others=tuple(p for p in _list(raw.get("others")) if isinstance(p, int) and not isinstance(p, bool)),
                    since=_number(raw.get("since")),
                    run_id=_text(raw.get("run_id")), tag=_text(raw.get("tag")))
