@@ -13,6 +13,7 @@ from guarded_sbatch.core.errors import ExitCode
 from guarded_sbatch.judge.history import MetricHistory, Reader
 from guarded_sbatch.records.audit import is_per_user
 from guarded_sbatch.sbatch.guard_options import guard_table
+from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.sources.tfrecord import UINT32_STRUCT, masked_crc32c
 
 
@@ -50,3 +51,18 @@ def frame_record(data: bytes) -> bytes:
     """One TFRecord: length, its masked crc, the data, the data's masked crc."""
     length = struct.pack("<Q", len(data))
     return length + UINT32_STRUCT.pack(masked_crc32c(length)) + data + UINT32_STRUCT.pack(masked_crc32c(data))
+
+
+def tb_specs(*folders: object, origin: str = "") -> list[SourceSpec]:
+    """A run's TensorBoard folders as its record keeps them: specs of the kind, in `RunSources.specs`."""
+    return [SourceSpec("tensorboard", str(folder), origin) for folder in folders]
+
+
+def tb_folders(sources: RunSources) -> list[str]:
+    """The TensorBoard folders the launch resolved for a run."""
+    return [spec.locator for spec in sources.places("tensorboard")]
+
+
+def recorded_tb(record: dict[str, Any]) -> list[str]:
+    """The TensorBoard folders a run.json (as read) records for its run."""
+    return tb_folders(RunSources.from_json(record["sources"]) or RunSources())

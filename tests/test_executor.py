@@ -205,7 +205,7 @@ def test_on_the_local_backend_a_stop_really_stops_the_function(guarded_env: Path
     job = executor.submit(diverging_training, str(tb_dir), 400)
     record = find_run(executor.run_ids[0])
     assert record.backend == "local" and record.job_id == job.job_id and record.launched_by == "submitit"
-    assert record.sources["tb_paths"] == [] and record.tb_paths == [str(tb_dir)]
+    assert [s for s in record.sources["specs"] if s["kind"] == "tensorboard"] == [] and record.tb_paths == [str(tb_dir)]
     assert record.sources["stdout"] == str(job.paths.stdout)
     local = get_scheduler("local")
     with pytest.raises(GuardStoppedError, match=r"stopped by its guard \(STOP, non_finite_loss: training loss is nan"):

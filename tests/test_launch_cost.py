@@ -63,7 +63,7 @@ def _history(project: Path, count: int, backend: str) -> None:
     """`count` runs of this config recorded long ago (their jobs long gone), each writing its folder."""
     for index in range(count):
         record = create_run(f"old-run-{index}", backend, str(990000 + index),
-                            sources={"tb_paths": [str(project / TB)]})
+                            sources={"specs": [{"kind": "tensorboard", "locator": str(project / TB)}]})
         registry.update_record(record.folder, lambda data: data.update(submitted_at=time.time() - 86400))
 
 
@@ -87,7 +87,7 @@ def test_a_launch_asks_the_scheduler_once_whatever_the_history(tmp_path: Path, m
     script.write_text("#!/bin/bash\nsleep 60\n", encoding="utf-8")
     live = jobs.submit(SubmitRequest(script=script, workdir=tmp_path))
     try:
-        create_run("live-run", "local", live, sources={"tb_paths": [str(project / TB)]})
+        create_run("live-run", "local", live, sources={"specs": [{"kind": "tensorboard", "locator": str(project / TB)}]})
         first = Counting(jobs)
         status, finding = _own_folder(_preflight(project, first))
         # one question for the run-name check and the own-folder check together; no job asked about one by one

@@ -240,7 +240,7 @@ class SourceSet:
         if judged is not None and kinds.priority(judged.kind) <= max(kinds.priority(kind) for kind in beside):
             return
         others = self._claimed_by_others()
-        for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
+        for folder in dict.fromkeys([*(s.locator for s in identity.places("tensorboard")), *identity.output_dirs]):
             found, note = discovery.discover(Path(folder), since=identity.since,
                                             claimed=claims_below(folder, others), kinds=beside)
             for spec in found:
