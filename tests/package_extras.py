@@ -14,7 +14,7 @@ from guarded_sbatch.judge.history import MetricHistory, Reader
 from guarded_sbatch.records.audit import is_per_user
 from guarded_sbatch.sbatch.guard_options import guard_table
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
-from guarded_sbatch.sources.tfrecord import UINT32_STRUCT, masked_crc32c
+from guarded_sbatch.sources.tfrecord import masked_crc32c
 
 
 def read_audit(path: Path) -> list[dict[str, Any]]:
@@ -50,7 +50,7 @@ def history_read(reader: Reader, **limits: int) -> MetricHistory:
 def frame_record(data: bytes) -> bytes:
     """One TFRecord: length, its masked crc, the data, the data's masked crc."""
     length = struct.pack("<Q", len(data))
-    return length + UINT32_STRUCT.pack(masked_crc32c(length)) + data + UINT32_STRUCT.pack(masked_crc32c(data))
+    return length + struct.pack("<I", masked_crc32c(length)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 def tb_specs(*folders: object, origin: str = "") -> list[SourceSpec]:

@@ -20,7 +20,6 @@ FOOTER_SIZE = 4
 MAX_RECORD_SIZE = 256 * 1024 * 1024
 
 HEADER_STRUCT = struct.Struct("<QI")
-UINT32_STRUCT = struct.Struct("<I")
 MASK_DELTA = 0xA282EAD8
 T = TypeVar("T")
 
