@@ -215,7 +215,7 @@ def _bare(writer: WriterIdentity) -> bool:
 
 
 def recorded_sources(record: RunRecord) -> RunSources:
-    """A guarded run's RunSources; an older record without them gets its submit folder and time."""
+    """A guarded run's RunSources; a record without them (written by hand) gets its submit folder and time."""
     return RunSources.from_json(record.sources) or RunSources(workdir=record.submit_dir, since=record.submitted_at)
 
 
