@@ -6,8 +6,8 @@
     job = executor.submit(train, config)      # a submitit Job, as usual
 
 Each submission is the batch script submitit writes (`python -m submitit.core._submit FOLDER` under its #SBATCH
-lines) through submitit's own hook: `GuardedSlurmExecutor` subclasses its SlurmExecutor, whose `_submit_command` is
-launched through the one launch pipeline of every front end (launch/pipeline.py): the whole pre-flight, as
+lines), handed over at submitit's own hook (`GuardedSlurmExecutor`, a subclass of its SlurmExecutor, overrides
+`_submit_command`) to the one launch pipeline of every front end (launch/pipeline.py): the whole pre-flight, as
 `guarded-sbatch check` runs it, then the submission with its sidecar, its sources, judge settings and waivers
 recorded and audited as the CLI's are. A failed check blocks with BlockedError unless waived
 (`waivers={"config-diff": "why"}`; its hints name these keywords, not the CLI's flags); a sidecar that cannot be
