@@ -95,3 +95,16 @@ def test_no_code_outside_scheduler_tells_backends_apart_by_name(tmp_path: Path) 
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) if "scheduler" not in path.relative_to(PACKAGE).parts[:1]
              for hit in _name_comparisons(path)]
     assert found == [], "read the backend's traits (scheduler/interface.py BackendTraits) instead:\n" + "\n".join(found)
+
+
+def test_a_backends_traits_are_read_importing_that_backend_alone() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import sys; from guarded_sbatch.scheduler import backend_names, backend_traits, check_backend\n"
+             "check_backend('local', 'here'); backend_names(); t = backend_traits('local')\n"
+             "print(t.process_groups_here, sorted(m for m in sys.modules if m.startswith('guarded_sbatch.scheduler.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    here, modules = out.stdout.split(" ", 1)
+    assert here == "True" and "guarded_sbatch.scheduler.local" in modules and "slurm" not in modules, out.stdout
