@@ -36,7 +36,7 @@ def _registry(root: Path, runs: int, shared: str) -> None:
         write_json_atomic(jobs.root / job_id / "spec.json", {"name": f"r{index}", "owner": "u", "work_dir": "/",
                                                              "stdout_path": "", "time_limit_s": None})
         write_json_atomic(jobs.root / job_id / "job.json", {"state": "COMPLETED"})
-        create_run(f"synthetic-old-run-{index}", "local", job_id, sources={"tb_paths": [folder]})
+        create_run(f"synthetic-old-run-{index}", "local", job_id, sources={"specs": [{"kind": "tensorboard", "locator": folder}]})
 
 
 def _median_ms(action, repeat: int) -> float:  # type: ignore[no-untyped-def]

@@ -101,7 +101,7 @@ def _wandb_payload() -> bytes:
 
 
 def _tb_seed() -> bytes:
-    from guarded_sbatch.sources.tfrecord import frame_record
+    from package_extras import frame_record
 
     out = b""
     for step in range(20):

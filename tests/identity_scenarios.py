@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e_helpers import EXAMPLE, Project, make_project, submitted_job_id, wait_for
+from package_extras import recorded_tb
 from multinode_helpers import release, requeued
 from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.sources.run_sources import RunSources
@@ -74,7 +75,7 @@ def cited_paths(output: str) -> list[str]:
 
 def assert_cites_only_its_own(project: Project, job_id: str, output: str) -> None:
     record = project.run_record(job_id)
-    own = [*record["sources"]["tb_paths"], record["sources"]["stdout"], record["sources"]["stderr"],
+    own = [*recorded_tb(record), record["sources"]["stdout"], record["sources"]["stderr"],
            str(project.state_dir / "runs" / record["run_id"])]
     own_wandb = pinned_id(record)
     paths = cited_paths(output)
@@ -94,7 +95,7 @@ def old_diverged_run_is_ignored(tmp_path: Path, backend: str, scheduler: Any) ->
 
     time.sleep(2)  # the old run ended before this one is submitted
     job_id, record, _ = launch(project, "train.sh")  # the everyday form: no --guard-tb
-    assert record["sources"]["tb_paths"] == [str(project.root / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
+    assert recorded_tb(record) == [str(project.root / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
     state, output = wait_ended(project, scheduler, job_id)
     assert state is JobState.COMPLETED, output
     assert "Decision: STOP" not in output and "FINAL_SUMMARY" not in output and "ended COMPLETED" in output
@@ -247,7 +248,7 @@ def one_config_launched_twice(tmp_path: Path, backend: str, scheduler: Any, *,
              "the first run's event file")
     nan_id, broken, _ = launch(project, *waiver, "--job-name", "synthetic-tanh-mlp-bs64-second", "train.sh",
                                "--logdir", shared, "--steps", "3000", "--nan-at", "60")
-    assert healthy["sources"]["tb_paths"] == broken["sources"]["tb_paths"] == [str(folder)]
+    assert recorded_tb(healthy) == recorded_tb(broken) == [str(folder)]
     nan_state, nan_output = wait_ended(project, scheduler, nan_id)
     healthy_state, healthy_output = wait_ended(project, scheduler, healthy_id)
     files = sorted(p.name for p in folder.iterdir() if "tfevents" in p.name)

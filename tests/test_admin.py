@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from e2e_helpers import make_project
-from guarded_sbatch.records.audit import AuditLog, read_audit
+from guarded_sbatch.records.audit import AuditLog
+from package_extras import read_audit
 from guarded_sbatch.site.enforcement import load_policy, render_lua_policy
 from test_site_helpers import REPO, admin_modulefile, with_module
 

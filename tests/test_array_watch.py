@@ -11,7 +11,7 @@ from pathlib import Path
 
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.records import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
 from guarded_sbatch.sidecar.array_watch import ArrayWatcher
 from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, MonitorSettings
 from guarded_sbatch.sidecar.state import SidecarState
@@ -24,8 +24,7 @@ class FakeArray:
     """The states of one array's tasks as Slurm would answer them; counts the calls that would reach slurmctld."""
 
     name = "slurm"
-    free_state_queries = False
-    supports_requeue = False
+    traits = BackendTraits()
 
     def __init__(self) -> None:
         self.tasks = {task: JobState.PENDING for task in TASKS}

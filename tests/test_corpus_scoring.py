@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from package_extras import history_read
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
@@ -65,7 +66,7 @@ def test_warmup_spike_is_reported_as_recovered(generated: dict[str, corpus.RunLa
 
 
 def test_fp16_run_really_overflowed(generated: dict[str, corpus.RunLabels]) -> None:
-    history = MetricHistory.from_reader(TensorBoardSource(generated["fp16_overflow"].tensorboard_dir))
+    history = history_read(TensorBoardSource(generated["fp16_overflow"].tensorboard_dir))
     _, skipped = history.series("train/skipped_steps")
     _, scale = history.series("train/loss_scale")
     assert skipped[-1] >= 5  # real float16 overflows happened and were skipped

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from package_extras import history_read
 from guarded_sbatch.sources.points import Axis, MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
@@ -104,7 +105,7 @@ def test_wandb_gives_the_same_points_as_tensorboard(generated: dict[str, corpus.
 @pytest.mark.parametrize("name", list(corpus.CORPUS))
 def test_tensorboard_and_text_log_give_the_same_decision(generated: dict[str, corpus.RunLabels], name: str) -> None:
     labels = generated[name]
-    from_tb = decide(MetricHistory.from_reader(TensorBoardSource(labels.tensorboard_dir)))
+    from_tb = decide(history_read(TensorBoardSource(labels.tensorboard_dir)))
     text_points = TextLogSource(labels.text_log).read_new()
     assert text_points, f"no points parsed from {labels.text_log}"
     from_text = decide(MetricHistory.from_points(text_points))

@@ -205,7 +205,7 @@ def test_on_the_local_backend_a_stop_really_stops_the_function(guarded_env: Path
     job = executor.submit(diverging_training, str(tb_dir), 400)
     record = find_run(executor.run_ids[0])
     assert record.backend == "local" and record.job_id == job.job_id and record.launched_by == "submitit"
-    assert record.sources["tb_paths"] == [] and record.tb_paths == [str(tb_dir)]
+    assert [s for s in record.sources["specs"] if s["kind"] == "tensorboard"] == [] and record.tb_paths == [str(tb_dir)]
     assert record.sources["stdout"] == str(job.paths.stdout)
     local = get_scheduler("local")
     with pytest.raises(GuardStoppedError, match=r"stopped by its guard \(STOP, non_finite_loss: training loss is nan"):
@@ -239,6 +239,25 @@ def test_on_the_local_backend_a_healthy_function_returns_its_result(guarded_env:
     executor.update_parameters(tasks_per_node=2)
     with pytest.raises(UsageError, match="the local backend runs one task per job, not 2"):
         executor.submit(healthy_training, "x", 1, 0)
+
+
+def test_the_executor_submits_through_submitits_hooks_and_patches_no_class() -> None:
+    """GuardedSlurmExecutor subclasses submitit's SlurmExecutor (its `_submit_command` hook); nothing in
+    launch/executor.py assigns to an attribute of a class it imports from submitit."""
+    import ast
+
+    from submitit.slurm.slurm import SlurmExecutor
+
+    from guarded_sbatch.launch import executor
+
+    assert issubclass(executor.GuardedSlurmExecutor, SlurmExecutor)
+    assert "_submit_command" in vars(executor.GuardedSlurmExecutor)
+    tree = ast.parse(Path(executor.__file__).read_text(encoding="utf-8"))
+    imported = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("submitit") for alias in node.names}
+    patched = [ast.unparse(target) for node in ast.walk(tree) if isinstance(node, ast.Assign) for target in node.targets
+               if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in imported]
+    assert imported >= {"SlurmExecutor"} and patched == []
 
 
 def test_a_sidecar_that_cannot_be_submitted_cancels_the_local_training_job(guarded_env: Path) -> None:

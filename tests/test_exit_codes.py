@@ -11,6 +11,7 @@ from pathlib import Path
 
 from guarded_sbatch.cli.main import main
 from guarded_sbatch.core.errors import ExitCode
+from package_extras import exit_codes_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "wrapper" / "guarded_sbatch"
@@ -42,7 +43,7 @@ def test_no_exit_code_is_a_bare_number() -> None:
 
 def test_the_user_guide_and_help_list_the_one_table() -> None:
     guide = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
-    assert ExitCode.markdown_table() in guide, "docs/user-guide.md's exit codes are not ExitCode.markdown_table()"
+    assert exit_codes_markdown() in guide, "docs/user-guide.md's exit codes are not ExitCode's (exit_codes_markdown())"
     out = io.StringIO()
     with redirect_stdout(out):
         assert main(["--help"]) == ExitCode.OK

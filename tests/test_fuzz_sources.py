@@ -15,7 +15,7 @@ from source_writers import tb_event, write_tb_events
 from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
 from guarded_sbatch.sources.textlog import TextLogSource
-from guarded_sbatch.sources.tfrecord import frame_record
+from package_extras import frame_record
 from guarded_sbatch.sources.wandb_log import FILE_MAGIC, WandbLogSource
 
 FUZZ = settings(

@@ -16,7 +16,8 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.sbatch import guard_options
 from guarded_sbatch.sbatch.argv import split_sbatch_argv
-from guarded_sbatch.sbatch.guard_options import GUARD_TABLE, KINDS, GuardOption, markdown_table
+from guarded_sbatch.sbatch.guard_options import GUARD_TABLE, KINDS, GuardOption
+from package_extras import guard_options_markdown
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE = GuardOption("--guard-probe-budget", "probe_budget", "positive_int", "a probe's budget, in widgets", "N",
@@ -100,5 +101,5 @@ def test_a_new_row_is_replayed_by_restart() -> None:
 
 def test_the_user_guide_lists_every_option_as_the_table_says() -> None:
     guide = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
-    assert markdown_table() in guide, "docs/user-guide.md's guard option table is not the table's: regenerate it " \
-        "with guarded_sbatch.sbatch.guard_options.markdown_table()"
+    assert guard_options_markdown() in guide, "docs/user-guide.md's guard option table is not the table's: regenerate it " \
+        "with tests/package_extras.py guard_options_markdown()"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from package_extras import history_read
 from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.points import CrashEvent, CrashState
@@ -23,7 +24,7 @@ def test_a_crash_in_a_log_is_an_event_not_a_key(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_text(_steps(10, 200) + OOM)
     source = TextLogSource(log)
-    history = MetricHistory.from_reader(source)
+    history = history_read(source)
     assert history.keys() == ["loss", "lr"]  # no crash key among the metrics
     (event,) = history.crashes()
     assert event == CrashEvent(200, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
@@ -60,7 +61,7 @@ def test_a_log_whose_only_content_is_a_crash_is_judged(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_text("[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) "
                    "ran for 600000 milliseconds before timing out.\n")
-    history = MetricHistory.from_reader(TextLogSource(log))
+    history = history_read(TextLogSource(log))
     assert len(history) == 1 and history.keys() == []
     verdict = decide(history)
     assert verdict.decision is Decision.STOP and "NCCL timeout" in verdict.message
@@ -78,7 +79,7 @@ def test_a_log_cut_off_inside_a_traceback_is_a_crash(tmp_path: Path) -> None:
     for ending in (CUT, CUT + FRAMES):
         log = tmp_path / "train.log"
         log.write_text(_steps(10, 200) + ending)
-        history = MetricHistory.from_reader(TextLogSource(log))
+        history = history_read(TextLogSource(log))
         (event,) = history.crashes()
         assert event.exception == CUT_TRACEBACK and event.step == 200 and "Traceback" in event.evidence
         verdict = decide(history)
@@ -89,7 +90,7 @@ def test_a_traceback_read_in_two_pieces_is_the_exception_it_ends_in(tmp_path: Pa
     log = tmp_path / "train.log"
     log.write_text(_steps(10, 200) + CUT + FRAMES)
     source = TextLogSource(log)
-    history = MetricHistory.from_reader(source)
+    history = history_read(source)
     with open(log, "a") as handle:
         handle.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n")
     history.read_from(source)
@@ -102,6 +103,6 @@ def test_a_traceback_cut_off_by_training_output_is_no_crash(tmp_path: Path) -> N
     that printed part of a caught exception): no crash is left open."""
     log = tmp_path / "train.log"
     log.write_text(_steps(10, 200) + CUT + FRAMES + "resuming the epoch\n" + _steps(210, 400))
-    history = MetricHistory.from_reader(TextLogSource(log))
+    history = history_read(TextLogSource(log))
     assert history.open_crash() is None and history.last_step == 400
     assert decide(history).decision is Decision.CONTINUE

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from package_extras import history_read
 from guarded_sbatch.sources.points import MetricPoint as P
 from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.sources.textlog import TextLogSource
@@ -47,7 +48,7 @@ def test_an_optimizer_exiting_line_stops_with_no_loss_point(tmp_path: Path) -> N
     log.write_text("[2023-11-07 01:55:40,300] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
                    "Skipping step. Attempted loss scale: 1, reducing to 1\n"
                    "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.\n")
-    verdict = decide(MetricHistory.from_reader(TextLogSource(log)))
+    verdict = decide(history_read(TextLogSource(log)))
     assert verdict.decision is Decision.STOP and verdict.reason.value == "crashed", verdict.message
 
 

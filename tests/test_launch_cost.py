@@ -63,7 +63,7 @@ def _history(project: Path, count: int, backend: str) -> None:
     """`count` runs of this config recorded long ago (their jobs long gone), each writing its folder."""
     for index in range(count):
         record = create_run(f"old-run-{index}", backend, str(990000 + index),
-                            sources={"tb_paths": [str(project / TB)]})
+                            sources={"specs": [{"kind": "tensorboard", "locator": str(project / TB)}]})
         registry.update_record(record.folder, lambda data: data.update(submitted_at=time.time() - 86400))
 
 
@@ -87,7 +87,7 @@ def test_a_launch_asks_the_scheduler_once_whatever_the_history(tmp_path: Path, m
     script.write_text("#!/bin/bash\nsleep 60\n", encoding="utf-8")
     live = jobs.submit(SubmitRequest(script=script, workdir=tmp_path))
     try:
-        create_run("live-run", "local", live, sources={"tb_paths": [str(project / TB)]})
+        create_run("live-run", "local", live, sources={"specs": [{"kind": "tensorboard", "locator": str(project / TB)}]})
         first = Counting(jobs)
         status, finding = _own_folder(_preflight(project, first))
         # one question for the run-name check and the own-folder check together; no job asked about one by one
@@ -145,22 +145,3 @@ def test_on_slurm_a_launch_runs_one_squeue_whatever_the_history(tmp_path: Path, 
     commands.clear()
     _preflight(project, slurm.SlurmScheduler(state_dir=tmp_path / "state"))
     assert [argv[0] for argv in commands if argv[0] in ("squeue", "sacct", "scontrol")] == ["squeue"]
-
-
-def test_an_adopted_process_is_live_while_it_runs_then_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import subprocess
-
-    from guarded_sbatch.scheduler.process import job_id_for
-
-    project = _project(tmp_path, monkeypatch)
-    child = subprocess.Popen(["sleep", "60"])
-    try:
-        record = create_run("adopted-run", "process", job_id_for(child.pid), sources={"tb_paths": [str(project / TB)]})
-        registry.update_record(record.folder, lambda data: data.update(submitted_at=time.time() - 60))
-        status, finding = _own_folder(_preflight(project, LocalScheduler(tmp_path / "state" / "local-jobs")))
-        assert status == "failed" and "adopted-run" in finding and not over_runs()
-    finally:
-        child.kill()
-        child.wait()
-    assert _own_folder(_preflight(project, LocalScheduler(tmp_path / "state" / "local-jobs")))[0] == "passed"
-    assert list(over_runs().values()) == [ENDED]

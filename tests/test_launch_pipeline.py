@@ -19,6 +19,7 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.sbatch.array import parse_array_spec
 from guarded_sbatch.launch.preflight import run_preflight
+from package_extras import recorded_tb, tb_folders
 
 WAIVER = ("run-name", "a probe of the launch front ends")
 JUDGE = "[judge]\nnonfinite_loss_points = 3\n"
@@ -69,7 +70,9 @@ def _what_was_recorded(root: Path, env: dict[str, str]) -> dict[str, object]:
     sources = record["sources"]
     audit = [json.loads(line) for line in (root.parent / f"{root.name}-audit.log").read_text().splitlines()]
     seen = {
-        "tb_paths": record["tb_paths"], "planned": sources["tb_paths"], "from": sources["tb_from"],
+        "tb_paths": record["tb_paths"],
+        "planned": [s["locator"] for s in sources["specs"] if s["kind"] == "tensorboard"],
+        "from": [s.get("origin") for s in sources["specs"] if s["kind"] == "tensorboard"],
         "output_dirs": sources["output_dirs"], "judge": record["judge"], "waivers": record["waivers"],
         "config_path": record["config_path"], "total_steps": record["total_steps"],
         "audit": [(a["event"], a.get("check"), a.get("reason"), a.get("waivers")) for a in audit],
@@ -137,7 +140,7 @@ def test_each_task_of_an_array_has_its_own_sources(tmp_path: Path, where: str, s
     for task in plan.array.tasks[:4]:
         sources = plan.for_job(f"900_{task}")
         assert sources.stdout == str(root / "logs" / f"lr-sweep-mlp-900_{task}.out")
-        assert sources.tb_paths == [str(root / "runs" / f"lr-{task}")], sources.tb_paths
+        assert tb_folders(sources) == [str(root / "runs" / f"lr-{task}")], sources.specs
     assert not any("needs a shell" in item for item in plan.sources.unresolved), plan.sources.unresolved
     assert any(f"a job array of {plan.array.count} tasks: a guarded run each" in note for note in report.notes)
 
@@ -149,7 +152,7 @@ def test_outside_an_array_the_task_variable_is_not_taken_for_a_task(tmp_path: Pa
                                    "python train.py --logdir runs/lr-$SLURM_ARRAY_TASK_ID\n")
     report = run_preflight(split_sbatch_argv(["train.sh"]), Config(), None, cwd=root, env={"PATH": env["PATH"]})
     plan = report.details["source_plan"]
-    assert plan.array is None and plan.for_job("901").tb_paths == []
+    assert plan.array is None and tb_folders(plan.for_job("901")) == []
     assert any("needs a shell" in item for item in plan.sources.unresolved)
 
 
@@ -180,7 +183,7 @@ def test_an_array_on_slurm_records_a_run_per_task_with_its_own_output(tmp_path: 
             task = record["job_id"].split("_")[1]
             assert record["run_name"] == name and record["submitted_at"] >= started - 1
             assert record["sources"]["stdout"] == str(root / "logs" / f"{name}-{job}_{task}.out")
-            assert record["sources"]["tb_paths"] == [str(root / "runs" / f"lr-{task}")]
+            assert recorded_tb(record) == [str(root / "runs" / f"lr-{task}")]
             assert record["monitor_id"] and not record["sidecar_id"]  # one watcher for the whole array
         assert len({r["monitor_id"] for r in records}) == 1
         slurm = SlurmScheduler(state_dir=tmp_path / "test-slurm-cache")

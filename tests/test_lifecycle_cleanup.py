@@ -132,8 +132,8 @@ def test_lifecycle_arguments() -> None:
 
 def test_restart_words_carry_the_recorded_settings_and_let_the_user_override(tmp_path: Path) -> None:
     record = make_record(tmp_path, script="train.sh", sbatch_options=["-p", "gpu"], script_args=["--lr", "3e-4"],
-                         checkpoint_dir="/scratch/ckpt", tb_paths=["/p/runs"],
-                         waivers=[{"check": "eta", "reason": "old"}, {"check": "config-diff", "reason": "kept"}])
+                         guard_words=["--guard-checkpoint-dir=/scratch/ckpt", "--guard-tb=/p/runs",
+                                      "--guard-waive=eta=old", "--guard-waive=config-diff=kept"])
     words = restart_launch_argv(record, ("--guard-waive", "eta=new reason", "--guard-tb=/p/other"))
     assert words[-6:] == ["--guard-restart", "-p", "gpu", "train.sh", "--lr", "3e-4"]
     assert "--guard-checkpoint-dir=/scratch/ckpt" in words

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from e2e_helpers import make_project, submitted_job_id, wait_for
+from package_extras import recorded_tb
 from guarded_sbatch.scheduler import get_scheduler
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -79,7 +80,7 @@ def test_a_logdir_named_from_slurm_variables_runs_under_set_u_and_is_read(tmp_pa
     job_id = submitted_job_id(result.stdout)
     record = project.run_record(job_id)
     own = project.root / "runs" / f"{project.name}-{job_id}"
-    assert record["sources"]["tb_paths"] == [str(own)]
+    assert recorded_tb(record) == [str(own)]
     scheduler = LocalScheduler(project.state_dir / "local-jobs") if backend == "local" else get_scheduler("slurm")
     assert wait_for(lambda: scheduler.state(job_id).is_terminal, 180, what="training to end")
     assert scheduler.state(job_id) is JobState.COMPLETED, (project.root / f"slurm-{job_id}.out").read_text()

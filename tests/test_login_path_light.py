@@ -69,3 +69,29 @@ print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'numpy' or 
                                       'guarded_sbatch.judge.keys'})))
 """
     assert loaded_heavy_modules([], run) == []
+
+
+def test_a_local_launch_imports_no_slurm_module(tmp_path: Path) -> None:
+    """Only the chosen backend is imported (scheduler/__init__.py reads the registry, not every backend): a local
+    launch, pre-flight to the recorded run, loads none of the Slurm backend's modules."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from e2e_helpers import EXAMPLE_NAME, make_project, submitted_job_id, wait_for
+    from guarded_sbatch.scheduler.local import LocalScheduler
+
+    project = make_project(tmp_path)
+    loaded = tmp_path / "modules.json"
+    probe = (f"import atexit, json, runpy, sys\natexit.register(lambda: open({str(loaded)!r}, 'w').write(json.dumps("
+             "sorted(m for m in sys.modules if m.startswith('guarded_sbatch.')))))\n"
+             "sys.argv = ['guarded-sbatch', *sys.argv[1:]]\nrunpy.run_module('guarded_sbatch', run_name='__main__')\n")
+    launched = subprocess.run([sys.executable, "-c", probe, "--guard-backend", "local", "--guard-tb", f"runs/{EXAMPLE_NAME}",
+                               "train.sh", "--steps", "40"], cwd=project.root, env=project.env, capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert launched.returncode == 0, launched.stderr
+    job_id = submitted_job_id(launched.stdout)
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    for job in (job_id, project.run_record(job_id)["sidecar_id"]):
+        scheduler.cancel(job)
+        wait_for(lambda job=job: scheduler.state(job).is_terminal, 30, what=f"local job {job} to end")
+    modules = json.loads(loaded.read_text())
+    assert "guarded_sbatch.scheduler.local" in modules and "guarded_sbatch.launch.pipeline" in modules
+    assert [m for m in modules if m.startswith("guarded_sbatch.scheduler.slurm")] == []

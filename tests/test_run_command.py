@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import require
 from e2e_helpers import Project, make_project, wait_for
+from package_extras import recorded_tb
 from guarded_sbatch.cli.run import run_under_guard
 from guarded_sbatch.sources.kind_mlflow import MLFLOW_TAG
 from guarded_sbatch.sources.run_sources import RunSources
@@ -78,7 +79,7 @@ def test_its_wandb_offline_run_is_the_one_the_sidecar_reads(tmp_path: Path) -> N
     job_id = result.stdout.strip()
     record = _record(project, job_id)
     run_id = _pinned(record, "wandb")[0]
-    assert record["sources"]["tb_paths"] == [str(project.root / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
+    assert recorded_tb(record) == [str(project.root / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
     scheduler = LocalScheduler(project.state_dir / "local-jobs")
     wait_for(lambda: scheduler.state(job_id).is_terminal, 180, 1, "the diverging run to be stopped")
     wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 60, 1, "its watcher to exit")

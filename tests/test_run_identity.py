@@ -27,6 +27,7 @@ from guarded_sbatch.sidecar.one_shot import judge_once
 from guarded_sbatch.sidecar.settings import SidecarSettings
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover
+from package_extras import tb_folders, tb_specs
 from source_writers import tb_event, write_tb_events
 
 SCRIPT = '#!/bin/bash\n#SBATCH --job-name=x\npython train.py --config c.yaml --tb "$@" --count $# --second=$2\n'
@@ -70,7 +71,7 @@ def _config():  # type: ignore[no-untyped-def]
 def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_path: Path) -> None:
     project, report = _project_check(tmp_path, ["train.sh", "--steps", "4000", "--logdir", "runs/mine"])
     plan = report.details["source_plan"]
-    assert plan.sources.tb_paths == [str(project.root / "runs" / "mine")] and plan.sources.tb_from == ["--logdir"]
+    assert plan.sources.places("tensorboard") == tb_specs(project.root / "runs" / "mine", origin="--logdir")
     wandb, mlflow = plan.sources.pinned("wandb"), plan.sources.pinned("mlflow")
     assert wandb is not None and mlflow is not None
     assert len(plan.env["WANDB_RUN_ID"]) == 8 and plan.env["WANDB_RUN_ID"] == wandb.writer.run_id == wandb.locator
@@ -78,8 +79,8 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     assert json.loads(plan.env["MLFLOW_RUN_CONTEXT"]) == {MLFLOW_TAG: mlflow.writer.tag}
     sources = plan.for_job("42", since=123.0)
     assert sources.stdout == str(project.root / "slurm-42.out") and sources.since == 123.0
-    plan.sources.tb_paths = [str(project.root / "runs" / "$SLURM_JOB_ID")]
-    assert plan.for_job("42").tb_paths == [str(project.root / "runs" / "42")]  # filled in once the id is known
+    plan.sources.specs[:1] = tb_specs(project.root / "runs" / "$SLURM_JOB_ID")
+    assert tb_folders(plan.for_job("42")) == [str(project.root / "runs" / "42")]  # filled in once the id is known
     eta = next(r for r in report.results if r.name == "eta")
     assert "steps=4000 / steps_per_epoch=200" in eta.evidence[0]  # the ETA follows --steps given to the script
     env = {"PATH": os.environ["PATH"], "WANDB_RUN_ID": "mine1234"}
@@ -87,7 +88,7 @@ def test_the_launch_resolves_the_runs_own_folder_wandb_id_and_mlflow_tag(tmp_pat
     plan = user_set.details["source_plan"]
     pinned = plan.sources.pinned("wandb")
     assert pinned is not None and pinned.writer.run_id == "mine1234" and "WANDB_RUN_ID" not in plan.env  # kept
-    assert plan.sources.tb_paths == [str(tmp_path / "b" / "project" / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
+    assert tb_folders(plan.sources) == [str(tmp_path / "b" / "project" / "runs" / "synthetic-tanh-mlp-bs64-lr5e-2")]
 
 
 def test_transformers_tensorboard_folder_from_the_environment_is_the_runs_own(tmp_path: Path) -> None:
@@ -96,15 +97,14 @@ def test_transformers_tensorboard_folder_from_the_environment_is_the_runs_own(tm
     env = {"PATH": os.environ["PATH"], "TENSORBOARD_LOGGING_DIR": "tb/hf-run"}
     project, report = _project_check(tmp_path / "a", ["train.sh"], env=env)
     plan = report.details["source_plan"]
-    assert str(project.root / "tb" / "hf-run") in plan.sources.tb_paths
-    assert "$TENSORBOARD_LOGGING_DIR" in plan.sources.tb_from
+    assert tb_specs(project.root / "tb" / "hf-run", origin="$TENSORBOARD_LOGGING_DIR")[0] in plan.sources.specs
     project = make_project(tmp_path / "b")
     script = project.root / "train.sh"
     text = script.read_text()
     script.write_text(text.replace("\npython", "\nexport TENSORBOARD_LOGGING_DIR=runs/exported\npython", 1))
     report = run_preflight(split_sbatch_argv(["train.sh"]), _config(), None, cwd=project.root,
                            env={"PATH": os.environ["PATH"]})
-    assert str(project.root / "runs" / "exported") in report.details["source_plan"].sources.tb_paths, text
+    assert str(project.root / "runs" / "exported") in tb_folders(report.details["source_plan"].sources), text
 
 
 def test_the_monitoring_check_reports_what_the_launch_resolved(tmp_path: Path) -> None:
@@ -187,7 +187,7 @@ def test_the_recorded_folder_is_read_without_files_from_before_the_run(tmp_path:
     since = time.time()
     new = _events(folder, [1.0, 0.9, 0.8])
     _events(tmp_path / "runs" / "other", [float("nan")] * 12)  # a neighbour, written now
-    identity = RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(folder)])
+    identity = RunSources(since=since, workdir=str(tmp_path), specs=tb_specs(folder))
     sources = SourceSet(_settings(tmp_path, identity), None)
     sources.read()
     assert sources.files_inspected() == [str(new)] and str(old) not in sources.files_inspected()

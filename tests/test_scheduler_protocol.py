@@ -15,7 +15,6 @@ from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobState, Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
-from guarded_sbatch.scheduler.process import ProcessScheduler, job_id_for
 from guarded_sbatch.sidecar.counted import CountedScheduler
 from guarded_sbatch.launch.marking import MarkingScheduler
 
@@ -42,7 +41,7 @@ def _one_line_requeue_error(scheduler: Scheduler, job_id: str) -> str:
 def test_the_local_backend_answers_what_it_cannot_do_as_data(tmp_path: Path) -> None:
     scheduler, job_id = _running_job(tmp_path)
     try:
-        assert (scheduler.name, scheduler.free_state_queries, scheduler.supports_requeue) == ("local", True, False)
+        assert (scheduler.name, scheduler.traits.free_state_queries, scheduler.traits.supports_requeue) == ("local", True, False)
         assert scheduler.states([job_id]) == {job_id: JobState.RUNNING}
         with pytest.raises(SchedulerError, match="no local job 999999"):  # as state() says of it
             scheduler.states([job_id, "999999"])
@@ -57,13 +56,9 @@ def test_the_local_backend_answers_what_it_cannot_do_as_data(tmp_path: Path) -> 
     wait_for(lambda: scheduler.state(job_id).is_terminal, 30, what="the cancelled job to end")
 
 
-def test_the_process_backend_and_a_stop_target_answer_every_member() -> None:
-    process, me = ProcessScheduler(), job_id_for(os.getpid())
-    assert process.states([me]) == {me: JobState.RUNNING}
-    assert (process.node_losses(me), process.watch_job_end(me), process.supports_requeue) == ([], None, False)
-    _one_line_requeue_error(process, me)
+def test_a_stop_target_answers_every_member() -> None:
     target = TargetWatch(parse_stop_target(f"pid:{os.getpid()}"))
-    assert (target.name, target.free_state_queries, target.supports_requeue) == ("local", True, False)
+    assert (target.name, target.traits.free_state_queries, target.traits.supports_requeue) == ("local", True, False)
     assert target.states([str(os.getpid())]) == {str(os.getpid()): JobState.RUNNING}
     assert (target.node_losses("x"), target.watch_job_end("x")) == ([], None)
     _one_line_requeue_error(target, str(os.getpid()))
@@ -78,7 +73,7 @@ def test_the_wrappers_declare_every_member_and_hand_it_on(tmp_path: Path) -> Non
     try:
         marked = MarkingScheduler(scheduler, tmp_path / "job.sh", ())
         counted = CountedScheduler(marked)
-        assert (counted.name, counted.free_state_queries, counted.supports_requeue) == ("local", True, False)
+        assert (counted.name, counted.traits.free_state_queries, counted.traits.supports_requeue) == ("local", True, False)
         assert counted.states([job_id]) == {job_id: JobState.RUNNING} and counted.count == 1
         assert counted.watch_job_end(job_id) is None and counted.count == 1  # no watch, no call
         assert counted.node_losses(job_id) == [] and counted.current_user() == scheduler.current_user()

@@ -1,10 +1,11 @@
 """The one registry of scheduler backends (scheduler/__init__.py BACKENDS) and backend differences as data: every list
 of backend names reads the registry, a bad name is one line with a suggestion, and no code outside scheduler/ tells
-backends apart by comparing their names (it reads their traits, class attributes)."""
+backends apart by comparing their names (it reads their traits: one BackendTraits value per backend class)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -13,36 +14,33 @@ from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.launch.pipeline import choose_backend
 from guarded_sbatch.scheduler import (
-    BACKENDS, backend_class, backend_names, backend_traits, get_scheduler, launch_backends, resolve_backend,
+    BACKENDS, BackendTraits, backend_class, backend_names, backend_traits, get_scheduler, resolve_backend,
 )
 from guarded_sbatch.scheduler.interface import SchedulerDefaults, SubmitRequest
 from guarded_sbatch.scheduler.slurm import sbatch_words
 
 PACKAGE = Path(__file__).resolve().parents[1] / "wrapper" / "guarded_sbatch"
-TRAITS = ("free_state_queries", "supports_requeue", "accepts_submissions", "wait_poll_s", "cancel_command",
-          "whole_second_times", "marks_submissions", "keeps_script_copy", "process_groups_here", "sbatch_native",
-          "multi_node")
 
 
 def test_the_registry_names_each_backend_once_and_makes_it() -> None:
-    assert backend_names() == ("slurm", "local", "process")
-    assert launch_backends() == ("slurm", "local")  # the process backend adopts; it takes no submissions
+    assert backend_names() == ("slurm", "local")
     for name in BACKENDS:
         made = get_scheduler(name)
         assert made.name == name and isinstance(made, backend_class(name)) and isinstance(made, SchedulerDefaults)
-        assert backend_traits(name) is backend_class(name)  # its traits read from the class, without making one
+        assert backend_traits(name) is made.traits  # one value, read from the class without making one
 
 
 def test_backends_differ_only_in_their_declared_traits() -> None:
-    slurm, local = get_scheduler("slurm"), get_scheduler("local")
-    differ = {trait: (vars(type(slurm)).get(trait), vars(type(local)).get(trait)) for trait in TRAITS
-              if getattr(slurm, trait) != getattr(local, trait)}
+    slurm, local = backend_traits("slurm"), backend_traits("local")
+    differ = {field.name: (getattr(slurm, field.name), getattr(local, field.name))
+              for field in dataclasses.fields(BackendTraits) if getattr(slurm, field.name) != getattr(local, field.name)}
     assert differ == {
-        "free_state_queries": (False, True), "supports_requeue": (True, None), "wait_poll_s": (10.0, 1.0),
-        "cancel_command": ("scancel", None), "whole_second_times": (True, None), "marks_submissions": (True, None),
-        "keeps_script_copy": (True, None), "process_groups_here": (None, True), "sbatch_native": (True, None),
-        "multi_node": (True, None),
-    }, differ  # None: the backend states nothing and takes SchedulerDefaults' value
+        "free_state_queries": (False, True), "supports_requeue": (True, False), "wait_poll_s": (10.0, 1.0),
+        "cancel_command": ("scancel", "cancel"), "whole_second_times": (True, False), "marks_submissions": (True, False),
+        "keeps_script_copy": (True, False), "process_groups_here": (False, True), "sbatch_native": (True, False),
+        "multi_node": (True, False),
+    }, differ
+    assert local == BackendTraits(free_state_queries=True, wait_poll_s=1.0, process_groups_here=True)  # the rest: defaults
 
 
 def test_the_guards_scheduler_words_are_sbatch_words_only_in_the_slurm_backend(tmp_path: Path) -> None:
@@ -96,4 +94,17 @@ def test_no_code_outside_scheduler_tells_backends_apart_by_name(tmp_path: Path) 
     assert [hit.split(": ")[0] for hit in _name_comparisons(sample, tmp_path)] == ["sample.py:1", "sample.py:3"]
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) if "scheduler" not in path.relative_to(PACKAGE).parts[:1]
              for hit in _name_comparisons(path)]
-    assert found == [], "read the backend's traits (scheduler/interface.py SchedulerDefaults) instead:\n" + "\n".join(found)
+    assert found == [], "read the backend's traits (scheduler/interface.py BackendTraits) instead:\n" + "\n".join(found)
+
+
+def test_a_backends_traits_are_read_importing_that_backend_alone() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import sys; from guarded_sbatch.scheduler import backend_names, backend_traits, check_backend\n"
+             "check_backend('local', 'here'); backend_names(); t = backend_traits('local')\n"
+             "print(t.process_groups_here, sorted(m for m in sys.modules if m.startswith('guarded_sbatch.scheduler.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    here, modules = out.stdout.split(" ", 1)
+    assert here == "True" and "guarded_sbatch.scheduler.local" in modules and "slurm" not in modules, out.stdout

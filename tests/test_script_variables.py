@@ -16,6 +16,7 @@ from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.sbatch.script_shell import fill_job_variables
 from guarded_sbatch.launch.preflight import run_preflight
+from package_extras import tb_folders
 
 LAUNCHER = 'python train.py --config "$CONFIG" --logdir "$LOGDIR"'
 
@@ -130,8 +131,8 @@ def test_a_config_named_by_a_default_argument_is_checked_not_blocked(tmp_path: P
     config_diff = next(r for r in report.results if r.name == "config-diff")
     assert "needs a shell" not in config_diff.finding
     plan = report.details["source_plan"]
-    assert plan.sources.tb_paths == [str(root / "runs" / "${SLURM_JOB_ID}")]
-    assert plan.for_job("31").tb_paths == [str(root / "runs" / "31")]
+    assert tb_folders(plan.sources) == [str(root / "runs" / "${SLURM_JOB_ID}")]
+    assert tb_folders(plan.for_job("31")) == [str(root / "runs" / "31")]
     paths = next(r for r in report.results if r.name == "paths")
     assert "SLURM_JOB_ID" not in paths.finding or "needs a shell" not in paths.finding
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from source_writers import tb_event, write_tb_events
 from guarded_sbatch.records import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
 from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, MonitorSettings, SharedMonitor
 from guarded_sbatch.sidecar.state import SidecarState
 
@@ -18,8 +18,7 @@ class FakeSlurm:
     """States of a few jobs; counts the calls that would reach slurmctld."""
 
     name = "slurm"
-    free_state_queries = False
-    supports_requeue = False
+    traits = BackendTraits()
 
     def __init__(self, jobs: list[str]) -> None:
         self.jobs = {job: JobState.RUNNING for job in jobs}

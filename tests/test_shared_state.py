@@ -34,7 +34,7 @@ MONITOR = """
 import json, sys
 from pathlib import Path
 from guarded_sbatch.records import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
 from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
 import io
 
@@ -43,8 +43,7 @@ registry.register_run(folder, "778", {"run_dir": str(own_run), "run_name": "own-
 
 class Scheduler:  # the monitor's view of the queue: every job it asks about is running
     name = "slurm"
-    free_state_queries = False
-    supports_requeue = False
+    traits = BackendTraits()
     def __init__(self): self.cancelled = []
     def states(self, ids): return {job: JobState.RUNNING for job in ids}
     def state(self, job): return JobState.CANCELLED if job in self.cancelled else JobState.RUNNING

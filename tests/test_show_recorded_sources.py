@@ -20,6 +20,7 @@ from guarded_sbatch.cli.main import main
 from guarded_sbatch.records.registry import create_run
 from guarded_sbatch.sources.run_sources import RunSources, WriterIdentity
 from guarded_sbatch.sources.writers import this_host
+from package_extras import tb_specs
 
 
 @pytest.fixture()
@@ -63,7 +64,7 @@ def test_show_of_two_runs_in_one_project_reads_each_runs_recorded_folder(tmp_pat
     write_tb_events(project / "runs" / "b", events(30))
     for name, job_id, folder in (("synthetic-tb-run-a", "90001", "a"), ("synthetic-tb-run-b", "90002", "b")):
         record(name, job_id, project, RunSources(since=since, workdir=str(project),
-                                                 tb_paths=[str(project / "runs" / folder)], tb_from=["--logdir"]))
+                                                 specs=tb_specs(project / "runs" / folder, origin="--logdir")))
     for name, folder, decision in (("synthetic-tb-run-a", "a", "CONTINUE"), ("synthetic-tb-run-b", "b", "STOP")):
         code, out, _ = cli("show", name, "--json")
         view = json.loads(out)
@@ -83,7 +84,7 @@ def test_show_in_a_folder_two_writers_share_reads_only_the_runs_own_file(tmp_pat
     for name, job_id, pid, other in (("synthetic-shared-healthy", "90011", 41001, 41002),
                                      ("synthetic-shared-nan", "90012", 41002, 41001)):
         seen = WriterIdentity(hosts=(this_host(),), pids=(pid,), pid_hosts=(this_host(),), others=(other,))
-        record(name, job_id, project, RunSources(since=since, workdir=str(project), tb_paths=[str(shared)],
+        record(name, job_id, project, RunSources(since=since, workdir=str(project), specs=tb_specs(shared),
                                                  uid=os.geteuid(), seen=seen))
     code, out, _ = cli("show", "synthetic-shared-healthy", "--json")
     view = json.loads(out)
@@ -94,7 +95,7 @@ def test_show_in_a_folder_two_writers_share_reads_only_the_runs_own_file(tmp_pat
 
     # a record from before the writers were seen: both files are named, the verdict WAITs, never STOPs
     record("synthetic-shared-unseen", "90013", project, RunSources(since=since, workdir=str(project),
-                                                                    tb_paths=[str(shared)]))
+                                                                    specs=tb_specs(shared)))
     code, out, _ = cli("show", "synthetic-shared-unseen", "--json")
     view = json.loads(out)
     assert view["decision_now"] == "WAIT", view

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from e2e_helpers import Project, make_project, submitted_job_id, wait_for
-from guarded_sbatch.records.audit import read_audit
+from package_extras import read_audit
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"

@@ -27,9 +27,9 @@ from guarded_sbatch.sources.writers import WriterFilter, event_file_writer, this
 def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
     writer = WriterIdentity(uid=1000, hosts=("gpu07",), pids=(4242,), pid_hosts=("gpu07",), others=(777,), since=1.7e9,
                             run_id="ab12cd34")
-    sources = RunSources(since=1.7e9, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["config key logdir"],
-                         stdout="/p/slurm-7.out", uid=1000, seen=writer,
-                         specs=[SourceSpec("jsonl", "/p/m.jsonl", "a guard flag", writer, ("/p",)),
+    sources = RunSources(since=1.7e9, workdir="/p", stdout="/p/slurm-7.out", uid=1000, seen=writer,
+                         specs=[SourceSpec("tensorboard", "/p/runs/a", "config key logdir"),
+                                SourceSpec("jsonl", "/p/m.jsonl", "a guard flag", writer, ("/p",)),
                                 SourceSpec("wandb", "ab12cd34", "guarded-sbatch", WriterIdentity(run_id="ab12cd34"), ("/p",))])
     text = json.dumps(sources.to_json())
     again = RunSources.from_json(json.loads(text))
@@ -40,7 +40,7 @@ def test_a_run_sources_record_round_trips_through_json_unchanged() -> None:
 def test_the_launch_fields_become_one_list_of_specs_with_origin_and_writer() -> None:
     pinned = [SourceSpec("wandb", "id1", "guarded-sbatch", WriterIdentity(run_id="id1"), ("/p", "/p/src")),
               SourceSpec("mlflow", "", "the job's MLflow run", WriterIdentity(tag="t0"), ("/p",))]
-    sources = RunSources(since=100.0, workdir="/p", tb_paths=["/p/runs/a"], tb_from=["--logdir"], specs=pinned,
+    sources = RunSources(since=100.0, workdir="/p", specs=[*pinned, SourceSpec("tensorboard", "/p/runs/a", "--logdir")],
                          stdout="/p/slurm-7.out", stderr="/p/slurm-7.err", uid=5,
                          seen=WriterIdentity(pids=(11,), pid_hosts=("n1",)))
     specs = {spec.kind: spec for spec in sources.source_specs()}
@@ -54,13 +54,13 @@ def test_the_launch_fields_become_one_list_of_specs_with_origin_and_writer() -> 
     assert specs["mlflow"].writer.tag == "t0" and specs["mlflow"].search == ("/p",)
 
 
-def test_older_and_hand_edited_records_are_read_tolerantly() -> None:
-    old = {"since": 5, "workdir": "/p", "tb_paths": ["/p/runs/a", 3], "tb_from": None, "stdout": 7,
+def test_a_hand_edited_record_is_read_tolerantly() -> None:
+    old = {"since": 5, "workdir": "/p", "output_dirs": ["/p/runs/a", 3], "stdout": 7,
            "unknown_field": {"x": 1}, "specs": [{"kind": "tensorboard", "locator": "/x"}, {"locator": "/no-kind"}, "junk"],
            "seen": "not a dict", "uid": True}
     sources = RunSources.from_json(old)
     assert sources is not None
-    assert sources.since == 5.0 and sources.tb_paths == ["/p/runs/a"] and sources.tb_from == []
+    assert sources.since == 5.0 and sources.output_dirs == ["/p/runs/a"]
     assert sources.stdout == "" and sources.uid is None and sources.seen == WriterIdentity()
     assert sources.specs == [SourceSpec("tensorboard", "/x")]
     assert RunSources.from_json({}) is None and RunSources.from_json("x") is None
@@ -149,7 +149,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
     """The dev cluster's nodes share one process table. The sidecar (on node2) saw the job's first start on
     node1, then only other jobs' processes while the job waited in the queue; the requeued start's file
     (node1, a new pid) is the run's own, and the first start's still is."""
-    from guarded_sbatch.scheduler.interface import JobInfo, JobState
+    from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
     from guarded_sbatch.sidecar import source_set as source_set_module
     from guarded_sbatch.sidecar.settings import SidecarSettings
     from guarded_sbatch.sidecar.source_set import SourceSet
@@ -162,7 +162,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
 
     class Queue:
         name = "slurm"
-        process_groups_here = False
+        traits = BackendTraits()
 
         def info(self, job_id: str) -> JobInfo:
             return JobInfo(job_id, JobState.RUNNING, work_dir=str(tmp_path))
@@ -313,7 +313,8 @@ def test_a_named_link_and_the_recorded_folder_it_points_to_are_one_source_the_na
     link.symlink_to(real, target_is_directory=True)
     settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
                                sources=[SourceSpec("tensorboard", str(link), "--guard-tb")],
-                               identity=RunSources(tb_paths=[str(real)], workdir=str(tmp_path / "project")))
+                               identity=RunSources(specs=[SourceSpec("tensorboard", str(real))],
+                                                   workdir=str(tmp_path / "project")))
     sources = SourceSet(settings, None, live=False)
     assert sources.read() == 30
     tensorboard = [s for s in sources.sources if s.kind == "tensorboard"]

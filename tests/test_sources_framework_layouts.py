@@ -19,6 +19,7 @@ from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover
 from guarded_sbatch.sources.kind_tensorboard import fresh_files
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
+from package_extras import tb_folders, tb_specs
 from source_writers import tb_event, write_tb_events
 
 pytestmark = pytest.mark.frameworks
@@ -119,7 +120,7 @@ def test_a_lightning_csv_logger_in_the_runs_output_folder_is_read_by_the_sidecar
     old.save()
     os.utime(root / "lightning_logs" / "version_0" / "metrics.csv", (1.0, 1.0))
     since = time.time() - 1
-    identity = RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(root)], output_dirs=[str(root)])
+    identity = RunSources(since=since, workdir=str(tmp_path), specs=tb_specs(root), output_dirs=[str(root)])
     settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json",
                                evidence_dir=tmp_path / "e", identity=identity)
     sources = SourceSet(settings, None)
@@ -160,7 +161,7 @@ def test_each_example_passes_the_preflight_as_a_new_project(tmp_path: Path, fold
     failed = [(r.name, r.finding) for r in report.results if r.status is CheckStatus.FAILED]
     assert failed == []
     plan = report.details["source_plan"]
-    assert plan.sources.tb_paths == ([str(root / tb_path)] if tb_path else [])
+    assert tb_folders(plan.sources) == ([str(root / tb_path)] if tb_path else [])
 
 
 @pytest.mark.parametrize("key, role", [

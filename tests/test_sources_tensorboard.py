@@ -13,7 +13,8 @@ from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.sources.tb_event import read_event
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
-from guarded_sbatch.sources.tfrecord import crc32c, frame_record, pure_python_crc32c
+from guarded_sbatch.sources.tfrecord import crc32c, pure_python_crc32c
+from package_extras import frame_record
 from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
 
 

@@ -15,7 +15,7 @@ from source_writers import tb_event
 from guarded_sbatch.judge.findings import median
 from guarded_sbatch.sources.tb_event import read_event
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
-from guarded_sbatch.sources.tfrecord import frame_record
+from package_extras import frame_record
 from tensorboard.compat.proto import tensor_pb2, tensor_shape_pb2, types_pb2
 from tensorboard.compat.proto.summary_pb2 import Summary
 

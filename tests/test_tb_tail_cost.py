@@ -10,7 +10,7 @@ import pytest
 from source_writers import tb_event, write_tb_events
 
 from guarded_sbatch.sources.tensorboard import TensorBoardSource
-from guarded_sbatch.sources.tfrecord import frame_record
+from package_extras import frame_record
 
 
 def _counted(source: TensorBoardSource) -> list[int]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.judge import Decision, MetricHistory, decide
+from package_extras import history_read
+from guarded_sbatch.judge import Decision, decide
 from guarded_sbatch.sources.points import CrashState
 from guarded_sbatch.sources.textlog import TextLogSource
 from guarded_sbatch.sources.textlog_crash import CrashTracker
@@ -184,7 +185,7 @@ def test_crash_found_when_it_arrives_in_a_later_read(tmp_path: Path) -> None:
     lines = (CORPUS / "litgpt_crash.log").read_text().splitlines(keepends=True)
     log.write_text("".join(lines[:-3]))
     source = TextLogSource(log)
-    history = MetricHistory.from_reader(source)
+    history = history_read(source)
     cut = decide(history)  # the log ends inside the traceback so far: a crash that cannot say why yet
     assert cut.reason.value == "crashed" and "before its exception line" in cut.message, cut.message
     with open(log, "a") as handle:

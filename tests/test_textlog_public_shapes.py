@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from package_extras import history_read
 from guarded_sbatch.judge.keys import Role, classify_key
 from guarded_sbatch.judge import Decision, MetricHistory, Reason, decide
 from guarded_sbatch.sources.textlog import TextLogSource
@@ -174,7 +175,7 @@ def test_yolo_results_csv_is_read_per_epoch_with_its_loss_as_the_sum_of_its_part
                                         for e in (1, 2)]
     path = tmp_path / "results.csv"
     path.write_text(header + "".join(f"{' ' * 19}{row}" for row in rows), encoding="utf-8")
-    history = MetricHistory.from_reader(LightningCsvSource(path))
+    history = history_read(LightningCsvSource(path))
     assert history.series("train/loss")[0].tolist() == [0, 1, 2]
     assert history.series("train/loss")[1][0] == pytest.approx(0.094566 + 0.036931 + 0.032046)
     verdict = decide(history)

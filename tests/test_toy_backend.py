@@ -1,7 +1,7 @@
 """Adding a scheduler backend is one module plus one registry line (docs/architecture.md, "Where a new piece goes"):
 
     + scheduler/toy.py                 (here tests/toy_backend.py) ToyScheduler(SchedulerDefaults): each job a plain
-                                       subprocess, ids `toy-N`, its own state files; its traits as class attributes
+                                       subprocess, ids `toy-N`, its own state files; its traits one BackendTraits
     + scheduler/__init__.py (one line) "toy": "guarded_sbatch.scheduler.toy",   in BACKENDS
 
 The tests do exactly that on a copy of the package (the tree is shared, so the real one is left alone), check that
@@ -34,7 +34,7 @@ TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
 @pytest.fixture(scope="module")
 def package_with_toy(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of guarded_sbatch with the toy backend: one module added, one line added to the registry."""
-    last = '    "process": "guarded_sbatch.scheduler.process",\n'
+    last = '    "local": "guarded_sbatch.scheduler.local",\n'
     return package_copy(tmp_path_factory.mktemp("package"), "scheduler/toy.py", (TESTS / "toy_backend.py").read_text(),
                         "scheduler/__init__.py", [(last, last + REGISTRY_LINE)])
 
@@ -69,12 +69,11 @@ def test_the_new_backend_is_one_module_and_one_registry_line(package_with_toy: P
     added, changed = differences(PACKAGE, package_with_toy / "guarded_sbatch")
     assert added == ["scheduler/toy.py"] and changed == ["scheduler/__init__.py"], (added, changed)
     assert changed_lines("scheduler/__init__.py", package_with_toy) == ["+" + REGISTRY_LINE]
-    # every list of backends reads the registry: the watchers' --backend, a launch's backends, the toy's traits
-    listed = _in_copy(package_with_toy, "from guarded_sbatch.scheduler import backend_names, launch_backends, "
-                      "get_scheduler as g; t = g('toy'); print(backend_names(), launch_backends(), t.cancel_command, "
-                      "t.process_groups_here, t.sbatch_native)")
-    assert listed.split() == ["('slurm',", "'local',", "'process',", "'toy')", "('slurm',", "'local',", "'toy')",
-                              "toy", "cancel", "True", "False"], listed
+    # every list of backends reads the registry: the watchers' --backend, the toy's traits
+    listed = _in_copy(package_with_toy, "from guarded_sbatch.scheduler import backend_names, get_scheduler as g; "
+                      "t = g('toy').traits; print(backend_names(), t.cancel_command, t.process_groups_here, "
+                      "t.sbatch_native)")
+    assert listed.split() == ["('slurm',", "'local',", "'toy')", "toy", "cancel", "True", "False"], listed
     helped = subprocess.run([sys.executable, "-m", "guarded_sbatch", "sidecar", "--help"], capture_output=True,
                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(package_with_toy)})
     assert "toy" in helped.stdout, helped.stdout

@@ -24,7 +24,7 @@ from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.executor import _Guarded
 from guarded_sbatch.launch.pipeline import check_launch, follow_line
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, SchedulerDefaults, SubmitRequest
+from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState, SchedulerDefaults, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
 SLOW_S = 1.2  # how long each slow thing takes here: past the shrunk first line (0.1 s) and first progress (0.5 s)
@@ -41,7 +41,7 @@ class SlowJobs(SchedulerDefaults):
     """A scheduler whose jobs run for SLOW_S after they are asked about (or cancelled) first."""
 
     name = "local"  # polled every second at most by --wait
-    wait_poll_s = 0.1
+    traits = BackendTraits(wait_poll_s=0.1)
 
     def __init__(self) -> None:
         self.ends_at: float | None = None

@@ -27,6 +27,7 @@ import pytest
 
 from conftest import require
 from source_writers import tb_event, write_tb_events
+from package_extras import tb_specs
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, WriterIdentity
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
@@ -196,7 +197,7 @@ def two_writers_in_one_folder(scheduler: Scheduler, tmp_path: Path, options: tup
         jobs.append(broken)
         files = sorted(p.name for p in logdir.iterdir())
         assert len(files) == 2, files
-        recorded = RunSources(since=since, workdir=str(tmp_path), tb_paths=[str(logdir)], uid=os.geteuid())
+        recorded = RunSources(since=since, workdir=str(tmp_path), specs=tb_specs(logdir), uid=os.geteuid())
 
         decision, message, read, seen = _judge(tmp_path, recorded, scheduler, healthy)
         assert decision == "CONTINUE", message

@@ -24,7 +24,9 @@ from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import make_private_dirs, read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.runner import start_process
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, signal_named
+from guarded_sbatch.scheduler.interface import (
+    BackendTraits, JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, signal_named,
+)
 
 POLL_S = 0.2
 CANCEL_GRACE_S = 3.0
@@ -34,10 +36,8 @@ class ToyScheduler(SchedulerDefaults):
     """Jobs as subprocesses of a runner each; what differs from SchedulerDefaults is stated here, as data."""
 
     name = "toy"
-    free_state_queries = True  # a file on this host
-    wait_poll_s = 0.5
-    cancel_command = "toy cancel"
-    process_groups_here = True
+    # a state query reads a file on this host
+    traits = BackendTraits(free_state_queries=True, wait_poll_s=0.5, cancel_command="toy cancel", process_groups_here=True)
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir() / "toy-jobs"

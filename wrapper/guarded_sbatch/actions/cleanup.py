@@ -173,7 +173,7 @@ def _tracker_actions(record: RunRecord, path_action: Callable[[str, list[str]], 
     tracker = record.tracker or {}
     kind = str(tracker.get("kind", "")).lower()
     actions: list[CleanupAction] = []
-    run_path = str(tracker.get("run_path") or tracker.get("wandb_run_path") or "")
+    run_path = str(tracker.get("run_path") or "")
     # Only the W&B run the launch gave the job (WANDB_RUN_ID) is ever deleted: a log planted in a shared folder
     # may name any run the user's key can delete.
     launch_id = pinned_run_id(record, "wandb")

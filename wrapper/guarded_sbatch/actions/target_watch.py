@@ -6,21 +6,21 @@ from __future__ import annotations
 
 from guarded_sbatch.actions.stop_targets import StopTarget, stop_target, target_alive
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue
+from guarded_sbatch.scheduler.interface import (
+    BackendTraits, JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
+)
 
 
 class TargetWatch(SchedulerDefaults):
     """The Scheduler interface over one stop target (job id: the target's text)."""
-
-    accepts_submissions = False
 
     def __init__(self, target: StopTarget, *, grace_s: float = 30.0) -> None:
         self.target = target
         self.grace_s = grace_s
         here = target.kind in ("tmux", "pid")  # a tmux session's or a pid's processes run on this host
         self.name = "local" if here else "ssh"
-        self.free_state_queries = here  # asked at every poll (cheap); ssh on the watcher's job-poll cadence
-        self.process_groups_here = here
+        # asked at every poll (cheap); ssh on the watcher's job-poll cadence
+        self.traits = BackendTraits(free_state_queries=here, process_groups_here=here)
 
     def state(self, job_id: str) -> JobState:
         alive = target_alive(self.target)

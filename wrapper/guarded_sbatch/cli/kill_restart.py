@@ -189,23 +189,12 @@ def restart_launch_argv(record: RunRecord, guard_options: tuple[str, ...], *, wh
                                              *record.guard_words]):
         raise UsageError(f"run {record.run_id} was launched with a secret on its command line, which was not recorded: "
                          "relaunch it by hand, with the secret in an environment variable")
-    recorded = replay_words(record.guard_words or _older_record_words(record), guard_options, record)
-    needs_dashes = record.launched_by == "run" and record.script != "--"  # older records kept "--" as the script
-    command = ["--", record.script] if needs_dashes else [record.script]  # `run [options] -- COMMAND`
+    recorded = replay_words(record.guard_words, guard_options, record)
+    command = ["--", record.script] if record.launched_by == "run" else [record.script]  # `run [options] -- COMMAND`
     task = None if whole_array else task_of(record)
     one_task = [f"--array={task}"] if task is not None else []  # after the recorded options: the last --array wins
     return [*recorded, *guard_options, "--guard-restart", *record.sbatch_options, *one_task, *command,
             *record.script_args]
-
-
-def _older_record_words(record: RunRecord) -> list[str]:
-    """The guard options a record written before `guard_words` was kept holds in its own fields."""
-    words = [f"--guard-{name}={value}" for name, value in (("checkpoint-dir", record.checkpoint_dir),
-                                                           ("artifact-dir", record.artifact_dir)) if value]
-    for flag, values in (("--guard-tb", record.tb_paths), ("--guard-wandb", record.wandb_paths),
-                         ("--guard-log", record.log_paths)):
-        words += [f"{flag}={value}" for value in values]
-    return words + [f"--guard-waive={w['check']}={w.get('reason', '')}" for w in record.waivers if w.get("check")]
 
 
 def _job_live(record: RunRecord) -> bool:

@@ -129,7 +129,7 @@ def _test_only(launch: LaunchArgs, scheduler: Scheduler) -> int:
     from guarded_sbatch.scheduler.interface import SubmitRequest
 
     words = [*launch.sbatch_options, str(launch.script), *launch.script_args]
-    if scheduler.sbatch_native:
+    if scheduler.traits.sbatch_native:
         return _pass_through_to_sbatch(tuple(words))
     from guarded_sbatch.scheduler.local import LocalScheduler
 
@@ -151,10 +151,10 @@ def launcher_job_of(launch: LaunchArgs, config: Config) -> LauncherJob | None:
 
 def _use_rendered_script(launch: LaunchArgs, launcher_job: LauncherJob, scheduler: Scheduler) -> LaunchArgs:
     from guarded_sbatch.launch.launcher_job import as_script_launch, staging_folder, write_job_script
-    from guarded_sbatch.scheduler import backend_traits, launch_backends
+    from guarded_sbatch.scheduler import backend_names, backend_traits
 
-    if not scheduler.multi_node and launcher_job.command.kind != "python":
-        able = [name for name in launch_backends() if backend_traits(name).multi_node]
+    if not scheduler.traits.multi_node and launcher_job.command.kind != "python":
+        able = [name for name in backend_names() if backend_traits(name).multi_node]
         raise UsageError(f"a {launcher_job.command.kind} job needs job steps across nodes (srun, scontrol), which the "
                          f"{scheduler.name} backend has not; use --guard-backend {' or '.join(able)}, or give a python "
                          f"command for the {scheduler.name} backend")
@@ -226,7 +226,7 @@ def wants_wait(launch: LaunchArgs, scheduler: Scheduler) -> bool:
 
     in_script = launch.script is not None and any(
         option.name == "wait" for d in parse_script(_script(launch), dict(os.environ)).directives for option in d.options)
-    if in_script and scheduler.sbatch_native:
+    if in_script and scheduler.traits.sbatch_native:
         raise UsageError(f"{launch.script} has #SBATCH --wait, which would make sbatch block before the job's sidecar "
                          "is submitted; remove that line and give --wait on the command line instead")
     return in_script or _has(launch, "wait") or os.environ.get("SBATCH_WAIT", "") not in ("", "0")
@@ -242,7 +242,7 @@ def wait_for_job(scheduler: Scheduler, job_id: str, *, quiet: bool) -> int:
     if not quiet:
         print(f"guarded-sbatch: waiting for job {job_id} to end (--wait); Ctrl-C stops waiting, the job and its "
               "guard go on", file=sys.stderr, flush=True)
-    poll = scheduler.wait_poll_s
+    poll = scheduler.traits.wait_poll_s
     with Waiting(f"job {job_id} to end (--wait)", said=True, quiet=quiet) as told:
         while True:
             try:

@@ -25,7 +25,7 @@ from guarded_sbatch.cli.watch_args import (
 from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
-from guarded_sbatch.scheduler import backend_names, launch_backends
+from guarded_sbatch.scheduler import backend_names
 from guarded_sbatch.sources.run_sources import flagged_specs
 from guarded_sbatch.sidecar.settings import SidecarSettings
 
@@ -81,7 +81,7 @@ def run_shared_monitor(argv: list[str]) -> int:
     from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor, install_signal_handlers
 
     parser = ArgumentParser(prog="guarded-sbatch sidecar --shared", description="watch every registered run of this user")
-    parser.add_argument("--backend", choices=launch_backends(), required=True)
+    parser.add_argument("--backend", choices=backend_names(), required=True)
     parser.add_argument("--monitor-dir", type=Path, help="the registration folder (default: the user's, per cluster)")
     parser.add_argument("--cluster", default="", help="cluster name, for the default folder")
     parser.add_argument("--max-runs", type=int, default=200)

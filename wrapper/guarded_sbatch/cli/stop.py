@@ -65,15 +65,21 @@ def _live_runs_of(kind: str, value: str, pid: int | None) -> list[RunRecord]:
     whose process group is PID for pid:PID (on a backend whose jobs are process groups on this host)."""
     from guarded_sbatch.core.errors import GuardedError
     from guarded_sbatch.records.registry import list_runs
-    from guarded_sbatch.scheduler import backend_names, backend_traits, get_scheduler
+    from guarded_sbatch.scheduler import backend_traits, get_scheduler
+    from guarded_sbatch.scheduler.interface import Scheduler
 
-    here = {name: get_scheduler(name) for name in backend_names() if backend_traits(name).process_groups_here}
+    here: dict[str, Scheduler | None] = {}  # only the backends of live runs are imported
     found = []
     for record in list_runs():
-        scheduler = here.get(record.backend)
-        if record.ended or record.stopped_by or scheduler is None:
+        if record.ended or record.stopped_by:
             continue
         try:
+            if record.backend not in here:
+                groups = backend_traits(record.backend).process_groups_here
+                here[record.backend] = get_scheduler(record.backend) if groups else None
+            scheduler = here[record.backend]
+            if scheduler is None:
+                continue
             if kind == "tmux":
                 match = f"--guard-tmux={value}" in record.sbatch_options
             else:

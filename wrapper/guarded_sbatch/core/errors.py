@@ -34,12 +34,6 @@ class ExitCode(enum.IntEnum):
         return "exit codes (`--wait`: the job's own, as sbatch --wait gives it):\n" + \
             "\n".join(f"  {code.value:<4} {code.meaning}" for code in cls)
 
-    @classmethod
-    def markdown_table(cls) -> str:
-        """The table as docs/user-guide.md shows it (a test holds the page to it)."""
-        rows = ["| exit code | meaning |", "|---|---|", *(f"| {code.value} | {code.meaning} |" for code in cls)]
-        return "\n".join(rows) + "\n"
-
 
 class GuardedError(Exception):
     """An error with a one-line message for people and an exit code."""

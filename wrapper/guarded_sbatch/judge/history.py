@@ -1,7 +1,7 @@
 """The metric history the decision core judges: points per key, sorted by step, de-duplicated.
 
 Columnar: per key, numpy arrays of steps, values and wall times, grown in blocks. Points come in as
-MetricPoints (`add`) or straight as columns from a reader (`add_columns`); a poll whose new steps
+MetricPoints (`add`) or as a reader's batches of columns (`add_batches`); a poll whose new steps
 all follow the last one is an append (O(new points)), anything else a sorted merge.
 
 A resumed job repeats steps and a reader may deliver a point twice: (key, step) is unique and the
@@ -131,12 +131,6 @@ class MetricHistory:
         history.add(points)
         return history
 
-    @classmethod
-    def from_reader(cls, reader: Reader, **limits: int) -> MetricHistory:
-        history = cls(**limits)
-        history.read_from(reader)
-        return history
-
     def read_from(self, reader: Reader) -> int:
         """What a reader wrote since its last call: its points, and the crashes it found or saw training go on
         after. Returns how many points it gave."""
@@ -188,18 +182,6 @@ class MetricHistory:
         for name in touched:  # thinned once, after all the batches: what one add of them all does
             if name in self._series:  # not a series dropped at the cap
                 self._thin_if_full(self._series[name])
-        return count
-
-    def add_columns(self, columns: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float]]]) -> int:
-        """Add points given as columns per key: {key: (steps, wall_times, values)}, each in arrival
-        order (what a reader that builds arrays delivers). Returns how many points were given."""
-        count = 0
-        for key, (steps, walls, values) in columns.items():
-            step_array = np.asarray(steps, dtype=np.int64)
-            if len(step_array):
-                self._add_one(key, step_array, np.asarray(walls, dtype=np.float64),
-                              np.asarray(values, dtype=np.float64))
-                count += len(step_array)
         return count
 
     def _add_one(self, key: str, steps: np.ndarray, walls: np.ndarray, values: np.ndarray, *, thin: bool = True) -> None:

@@ -6,7 +6,8 @@
     job = executor.submit(train, config)      # a submitit Job, as usual
 
 Each submission is the batch script submitit writes (`python -m submitit.core._submit FOLDER` under its #SBATCH
-lines), launched through the one launch pipeline of every front end (launch/pipeline.py): the whole pre-flight, as
+lines), handed over at submitit's own hook (`GuardedSlurmExecutor`, a subclass of its SlurmExecutor, overrides
+`_submit_command`) to the one launch pipeline of every front end (launch/pipeline.py): the whole pre-flight, as
 `guarded-sbatch check` runs it, then the submission with its sidecar, its sources, judge settings and waivers
 recorded and audited as the CLI's are. A failed check blocks with BlockedError unless waived
 (`waivers={"config-diff": "why"}`; its hints name these keywords, not the CLI's flags); a sidecar that cannot be
@@ -57,7 +58,7 @@ from guarded_sbatch.launch.pipeline import (
 )
 from guarded_sbatch.launch.preflight import PreflightReport
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
-from guarded_sbatch.scheduler import backend_traits, get_scheduler, launch_backends
+from guarded_sbatch.scheduler import backend_names, backend_traits, get_scheduler
 from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
 
 StrPath = tp.Union[str, "os.PathLike[str]"]
@@ -80,8 +81,8 @@ class GuardedExecutor(submitit.AutoExecutor):
         (sbatch/guard_options.py): run_name, tb_dir, wandb_dir, log_path, config, reference, checkpoint_dir,
         artifact_dir, notes_path, stop_command, monitor, seconds_per_epoch, epochs, restart=True and
         waivers={"CHECK": "why"}; every other keyword is submitit's."""
-        if cluster not in (None, "debug", *launch_backends()):
-            named = ", ".join(repr(name) for name in launch_backends())
+        if cluster not in (None, "debug", *backend_names()):
+            named = ", ".join(repr(name) for name in backend_names())
             raise UsageError(f"GuardedExecutor runs on cluster={named} or 'debug', not {cluster!r}")
         guard = take_keywords(kwargs)  # the rest is submitit's
         waivers: Mapping[str, str] = guard.get("waivers") or {}
@@ -115,7 +116,7 @@ class GuardedExecutor(submitit.AutoExecutor):
         name = self.guard_run_name or str(self._executor.parameters.get("job_name") or "")
         return name or "submitit"
 
-    # submit, map_array, submit_array and batch() all come through here
+    # submit, map_array, submit_array and batch() all come through here (AutoExecutor hands them to its executor)
     def _internal_process_submissions(self, delayed_submissions: list[DelayedSubmission]) -> list[Job[tp.Any]]:
         config = load_config()
         if self.guard_backend == "debug":
@@ -125,23 +126,12 @@ class GuardedExecutor(submitit.AutoExecutor):
             finally:
                 script.unlink(missing_ok=True)
             return super()._internal_process_submissions(delayed_submissions)
-        original = SlurmExecutor._submit_command
-
-        def guarded(executor: SlurmExecutor, command: str) -> Job[tp.Any]:
-            return self._submit_command_guarded(executor, command, config)
-
-        # patched on the class for this submission: submitit builds a fresh SlurmExecutor for an array
-        SlurmExecutor._submit_command = guarded  # type: ignore[method-assign,assignment]
-        try:
-            jobs = super()._internal_process_submissions(delayed_submissions)
-        finally:
-            SlurmExecutor._submit_command = original  # type: ignore[method-assign]
+        plain = tp.cast(SlurmExecutor, self._executor)  # holds the parameters AutoExecutor translated
+        # one per submission, as submitit's array path makes its own copy: what a submission adds stays on it
+        guarded = GuardedSlurmExecutor(self, config, plain)
+        jobs = guarded._internal_process_submissions(delayed_submissions)
         self._own_names.add(self.run_name())
-        return [job if isinstance(job, _Guarded) else self._array_task(job) for job in jobs]
-
-    def _array_task(self, job: Job[tp.Any]) -> Job[tp.Any]:
-        """submitit's handle of one array task, as a guarded one (each task has its own run record)."""
-        return self._guarded_job(self._executor.folder, job.job_id, job.num_tasks)
+        return jobs
 
     def _guarded_job(self, folder: Path, job_id: str, tasks: int) -> Job[tp.Any]:
         """submitit's handle of a guarded job: sbatch's own (submitit asks Slurm) or one asking our backend."""
@@ -176,14 +166,12 @@ class GuardedExecutor(submitit.AutoExecutor):
         return launch, report
 
     def _submit_command_guarded(self, executor: SlurmExecutor, command: str, config: Config) -> Job[tp.Any]:
-        """submitit's PicklingExecutor._submit_command, with guarded-sbatch's pre-flight and submission."""
+        """The submission of submitit's batch script (GuardedSlurmExecutor's `_submit_command`): the pre-flight, then
+        the launch pipeline; submitit's handle of the job, its files named as submitit names them."""
         if not backend_traits(self.guard_backend).multi_node and executor._num_tasks() > 1:
-            able = " or ".join(repr(name) for name in launch_backends() if backend_traits(name).multi_node)
+            able = " or ".join(repr(name) for name in backend_names() if backend_traits(name).multi_node)
             raise UsageError(f"the {self.guard_backend} backend runs one task per job, not {executor._num_tasks()} "
                              f"(tasks_per_node x nodes): use cluster={able}, or one task")
-        setup = list(executor.parameters.get("setup") or [])
-        if setup[:1] != [JOB_UMASK]:  # the job's result pickle and logs: the user's alone (launch/job_folder.py)
-            executor.parameters["setup"] = [JOB_UMASK, *setup]
         tmp_uuid = uuid.uuid4().hex
         script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
         script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
@@ -216,6 +204,43 @@ class GuardedExecutor(submitit.AutoExecutor):
         self.run_ids.extend(record.run_id for record in launched.records)
         self._run_dirs.update((record.job_id, str(record.folder)) for record in launched.records)
         return launched.submission.job_id
+
+
+class GuardedSlurmExecutor(SlurmExecutor):
+    """submitit's SlurmExecutor whose submission step, the `_submit_command` hook of submitit's PicklingExecutor, is the
+    guarded launch of its GuardedExecutor; submitit's own steps pickle the function, write the batch script
+    (`_make_submission_file_text`) and name the job's files. Made for one submission from the parameters of the
+    AutoExecutor's SlurmExecutor (`plain`)."""
+
+    def __init__(self, guard: GuardedExecutor, config: Config, plain: SlurmExecutor) -> None:
+        super().__init__(plain.folder, max_num_timeout=plain.max_num_timeout, python=plain.python)
+        self.update_parameters(**plain.parameters)
+        # the job's result pickle and logs: the user's alone (launch/job_folder.py)
+        self.parameters["setup"] = [JOB_UMASK, *(self.parameters.get("setup") or [])]
+        self.guard = guard
+        self.config = config
+
+    def _submit_command(self, command: str) -> Job[tp.Any]:
+        return self.guard._submit_command_guarded(self, command, self.config)
+
+    def _internal_process_submissions(self, delayed_submissions: list[DelayedSubmission]) -> list[Job[tp.Any]]:
+        if len(delayed_submissions) == 1:
+            return super()._internal_process_submissions(delayed_submissions)  # through _submit_command
+        # an array: submitit's SlurmExecutor submits one through a plain SlurmExecutor of its own (sbatch itself), so
+        # its steps are said here: a pickle per task, one guarded submission, a guarded handle per task
+        folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        pickles = []
+        for delayed in delayed_submissions:
+            pickles.append(folder / f"{uuid.uuid4().hex}.pkl")
+            delayed.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
+            delayed.dump(pickles[-1])
+        self.parameters["map_count"] = len(pickles)  # the script's #SBATCH --array
+        array = self._submit_command(self._submitit_command_str)
+        jobs = [self.guard._guarded_job(self.folder, f"{array.job_id}_{n}", array.num_tasks) for n in range(len(pickles))]
+        for job, pickle in zip(jobs, pickles):
+            job.paths.move_temporary_file(pickle, "submitted_pickle")
+        return jobs
 
 
 class _Guarded:
@@ -345,4 +370,4 @@ def api_words(text: str) -> str:
     return text
 
 
-__all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedSchedulerJob", "GuardedSlurmJob"]
+__all__ = ["GuardStoppedError", "GuardedExecutor", "GuardedSchedulerJob", "GuardedSlurmExecutor", "GuardedSlurmJob"]

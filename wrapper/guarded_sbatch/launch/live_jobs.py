@@ -24,11 +24,11 @@ class Snapshot:
     taken_at: float  # epoch seconds, just before the query
 
     def state_of(self, job_id: str) -> JobState | None:
-        """The job's state as listed (a record of a whole array, "J", by its tasks: live while one is; a process's
-        "PID" by its "PID@START"); None when the scheduler does not list it."""
+        """The job's state as listed (a record of a whole array, "J", by its tasks: live while one is; a
+        heterogeneous job's by its components, "J+N"); None when the scheduler does not list it."""
         if job_id in self.jobs:
             return self.jobs[job_id]
-        parts = [state for key, state in self.jobs.items() if key.startswith((f"{job_id}_", f"{job_id}+", f"{job_id}@"))]
+        parts = [state for key, state in self.jobs.items() if key.startswith((f"{job_id}_", f"{job_id}+"))]
         live = [state for state in parts if not state.is_terminal]
         return live[0] if live else parts[0] if parts else None
 

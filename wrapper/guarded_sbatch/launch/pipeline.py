@@ -101,7 +101,7 @@ def guarded_scheduler(backend: str, script: Path, command_line: tuple[ParsedOpti
     """The backend a launch submits through: where the site's plugins see submissions (Slurm) every one marked
     (launch/marking.py: the training script's with the preflight marker, its guard's with the sidecar one)."""
     scheduler = get_scheduler(backend)
-    return MarkingScheduler(scheduler, script, command_line) if scheduler.marks_submissions else scheduler
+    return MarkingScheduler(scheduler, script, command_line) if scheduler.traits.marks_submissions else scheduler
 
 
 def check_launch(launch: LaunchArgs, config: Config, scheduler: Scheduler | None, *, cwd: Path | None = None,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from guarded_sbatch.sources.place_keys import OUTPUT_KEYS
 from guarded_sbatch.sources.run_sources import (
-    RECORDED_APART,
     RunSources,
     SourceSpec,
     WriterIdentity,
@@ -49,9 +48,11 @@ class SourcePlan:
 
     def describe(self) -> list[str]:
         """Report notes: what the sidecar will read as this run's own, and what it could not pin down."""
-        own = [f"TensorBoard {path} ({label})" for path, label in zip(self.sources.tb_paths, self.sources.tb_from)]
+        tensorboard = self.sources.places(TENSORBOARD.name)
+        own = [f"TensorBoard {spec.locator} ({spec.origin})" for spec in tensorboard]
         own.extend(self.pinned)
-        own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs if not is_pinned(spec))
+        own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs
+                   if not is_pinned(spec) and spec not in tensorboard)
         error = f" and {self.error_pattern}" if self.error_pattern else ""
         own.append(f"the job's log {self.output_pattern}{error}")
         tasks = [] if self.array is None else [
@@ -84,7 +85,7 @@ class SourcePlan:
         sources = self.sources
         return replace(
             sources, since=since if since is not None else sources.since,
-            tb_paths=[with_job(p) for p in sources.tb_paths], output_dirs=[with_job(p) for p in sources.output_dirs],
+            output_dirs=[with_job(p) for p in sources.output_dirs],
             specs=[replace(spec, locator=with_job(spec.locator), search=tuple(map(with_job, spec.search)),
                            writer=replace(spec.writer, run_id=with_job(spec.writer.run_id))) for spec in sources.specs],
             stdout=expand(self.output_pattern), stderr=expand(self.error_pattern),
@@ -96,13 +97,12 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     sources = RunSources(since=now, workdir=str(workdir))
     env: dict[str, str] = {}
     named, problems = named_places(context)
-    for spec in named:  # a TensorBoard folder a framework takes from the environment, before the config's
-        if spec.kind == TENSORBOARD.name and spec.origin.startswith("$"):
-            sources.tb_paths.append(spec.locator)
-            sources.tb_from.append(spec.origin)
+    # a TensorBoard folder a framework takes from the environment comes before the config's; the config's TensorBoard
+    # keys are read with its output folders (_folders: events go under the output folder when no key names one)
+    sources.specs.extend(spec for spec in named if spec.kind == TENSORBOARD.name and spec.origin.startswith("$"))
     _folders(context, sources)
-    sources.specs.extend(spec for spec in named if spec.kind not in RECORDED_APART)
-    sources.unresolved.extend(problem for kind, problem in problems if kind not in RECORDED_APART)
+    sources.specs.extend(spec for spec in named if spec.kind != TENSORBOARD.name)
+    sources.unresolved.extend(problem for kind, problem in problems if kind != TENSORBOARD.name)
     pinned = _pin_tracker_runs(context, sources, env)
     options = context.options
     array = parse_array_spec(options.get("array") or "") if options.has("array") else None
@@ -111,7 +111,8 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
         error_pattern=options.get("error") or "",
         job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
-        array=array, pinned=pinned, local=context.scheduler is not None and context.scheduler.process_groups_here, named=named,
+        array=array, pinned=pinned, named=named,
+        local=context.scheduler is not None and context.scheduler.traits.process_groups_here,
     )
     export = (options.get("export") or "ALL").upper()
     if env and not export.startswith("ALL"):
@@ -139,10 +140,9 @@ def _folders(context: PreflightContext, sources: RunSources) -> None:
                                           f"{_why(context, value)}")
             continue
         path = str(context.resolve(value))
-        if path not in sources.tb_paths:
-            sources.tb_paths.append(path)
-            sources.tb_from.append(label)
-    if not sources.tb_paths and not found_tb:
+        if path not in {spec.locator for spec in sources.places(TENSORBOARD.name)}:
+            sources.specs.append(SourceSpec(TENSORBOARD.name, path, label))
+    if not sources.places(TENSORBOARD.name) and not found_tb:
         sources.unresolved.append("no TensorBoard / output folder in the run's config or arguments (logdir, "
                                   "output_dir, ...): TensorBoard files are looked for only if they are clearly "
                                   "this run's")

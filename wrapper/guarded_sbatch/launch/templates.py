@@ -63,7 +63,7 @@ def _count_or(*extra: str, allow_range: bool = False) -> Callable[[str], bool]:
 
 
 VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
-    # whatever a backend's ids look like (Slurm's 12 and 12_3, the process backend's pid@start-ticks, ...): one word of
+    # whatever a backend's ids look like (Slurm's 12 and 12_3, a new backend's own, ...): one word of
     # characters that mean nothing to bash inside double quotes or a comment
     "TRAIN_JOB_ID": (
         "a job id (letters, digits, _ . @ : + -)",

@@ -143,9 +143,3 @@ def _user() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return str(os.getuid())
-
-
-def read_audit(path: Path) -> list[dict[str, Any]]:
-    """The records of an audit log, every user's file of a per-user folder (for tests and admins' scripts)."""
-    files = sorted(path.glob("*.jsonl")) if is_per_user(path) else [path]
-    return [json.loads(line) for file in files for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -156,17 +156,6 @@ def usage_lines(width: int = 31) -> list[str]:
     return lines
 
 
-def markdown_table() -> str:
-    """The guard options as docs/user-guide.md lists them (a test holds the page to this)."""
-    rows = ["| option | value | what it does | GuardedExecutor keyword |", "|---|---|---|---|"]
-    for row in guard_table():
-        metavar = row.metavar.replace("|", "\\|")  # a table cell's pipe, even in code
-        value = f"`{metavar}`" + (", repeatable" if row.repeatable else "") if row.metavar else "—"
-        keyword = (f"`{row.keyword}=True`" if row.kind == "flag" else f"`{row.keyword}=`") if row.keyword else "—"
-        rows.append(f"| `{row.flag}` | {value} | {row.help.replace('|', '/')} | {keyword} |")
-    return "\n".join(rows) + "\n"
-
-
 def build_guard_options(pairs: Sequence[tuple[str, str | None]]) -> GuardOptions:
     """GuardOptions from (flag, value) pairs in the order given: a single-valued option given twice keeps the last."""
     values: dict[str, Any] = {}

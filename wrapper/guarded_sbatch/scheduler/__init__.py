@@ -3,64 +3,52 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest
+from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState, Scheduler, SubmitRequest
 
-__all__ = ["BACKENDS", "JobInfo", "JobState", "Scheduler", "SubmitRequest", "backend_class", "backend_names",
-           "backend_traits", "check_backend", "get_scheduler", "launch_backends", "resolve_backend"]
+__all__ = ["BACKENDS", "BackendTraits", "JobInfo", "JobState", "Scheduler", "SubmitRequest", "backend_class",
+           "backend_names", "backend_traits", "check_backend", "get_scheduler", "resolve_backend"]
 
-# The registry: each backend's name and its module, which names its class `BACKEND` (imported only when asked for,
-# so the local backend never loads Slurm's parsing). A new backend is one module plus one line here; every list of
-# backend names (argparse's choices, the config's `scheduler`, --guard-backend) reads this one.
+# The registry: each backend's name and its module, which names its class `BACKEND` (imported only when that backend
+# is asked for, so a local launch never loads Slurm's modules). A new backend is one module plus one line here; every
+# list of backend names (argparse's choices, the config's `scheduler`, --guard-backend) reads this one.
 BACKENDS: dict[str, str] = {
     "slurm": "guarded_sbatch.scheduler.slurm",
     "local": "guarded_sbatch.scheduler.local",
-    "process": "guarded_sbatch.scheduler.process",
 }
 
 
 def backend_names() -> tuple[str, ...]:
-    """Every registered backend (a watcher's --backend: an adopted process's included)."""
+    """Every registered backend, without importing one."""
     return tuple(BACKENDS)
 
 
 def backend_class(name: str) -> type[Scheduler]:
-    """The class of the backend called `name`, as the Scheduler it makes."""
-    found: type[Scheduler] = _declared(name)
-    return found
-
-
-def backend_traits(name: str) -> type[SchedulerDefaults]:
-    """The class of the backend called `name` as its traits, class attributes read without making one (making a
-    backend may touch the state folder): `backend_traits("slurm").multi_node`."""
-    found = _declared(name)
-    if not (isinstance(found, type) and issubclass(found, SchedulerDefaults)):
-        raise TypeError(f"{BACKENDS[name]}.BACKEND does not inherit SchedulerDefaults (scheduler/interface.py)")
-    return found
-
-
-def _declared(name: str) -> Any:
+    """The class of the backend called `name` (its module alone imported), as the Scheduler it makes."""
     module = BACKENDS.get(name)
     if module is None:
         raise UsageError(f"unknown scheduler backend {name!r}; {did_you_mean(name, list(BACKENDS))}"
                          f"use {' or '.join(BACKENDS)}")
-    return importlib.import_module(module).BACKEND
+    found: type[Scheduler] = importlib.import_module(module).BACKEND
+    return found
 
 
-def launch_backends() -> tuple[str, ...]:
-    """The backends a launch can submit to (every one that accepts submissions)."""
-    return tuple(name for name in BACKENDS if backend_traits(name).accepts_submissions)
+def backend_traits(name: str) -> BackendTraits:
+    """The traits of the backend called `name`, read from its class without making one (making a backend may touch
+    the state folder): `backend_traits("slurm").multi_node`."""
+    traits = backend_class(name).traits
+    if not isinstance(traits, BackendTraits):
+        raise TypeError(f"{BACKENDS[name]}.BACKEND.traits is not a BackendTraits (scheduler/interface.py)")
+    return traits
 
 
 def check_backend(name: str, where: str) -> str:
-    """`name` if a launch can submit to it, else UsageError naming `where` it came from."""
-    choices = launch_backends()
-    if name not in choices:
-        raise UsageError(f"unknown backend {name!r} ({where}); {did_you_mean(name, list(choices))}"
-                         f"use {' or '.join(choices)}")
+    """`name` if it is a registered backend, else UsageError naming `where` it came from (nothing imported)."""
+    if name not in BACKENDS:
+        raise UsageError(f"unknown backend {name!r} ({where}); {did_you_mean(name, list(BACKENDS))}"
+                         f"use {' or '.join(BACKENDS)}")
     return name
 
 
@@ -74,5 +62,5 @@ def resolve_backend(configured: str) -> str:
 
 
 def get_scheduler(name: str, **kwargs: object) -> Scheduler:
-    """A backend of the registry by its name ("slurm", "local", "process" for an adopted process, ...)."""
+    """A backend of the registry by its name ("slurm", "local", ...)."""
     return backend_class(name)(**kwargs)

@@ -6,8 +6,7 @@ anything the protocol gains is added here once, and mypy checks the wrapper agai
 
 from __future__ import annotations
 
-
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest
+from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SubmitRequest
 
 
 class DelegatingScheduler:
@@ -19,48 +18,8 @@ class DelegatingScheduler:
         return self.inner.name
 
     @property
-    def free_state_queries(self) -> bool:
-        return self.inner.free_state_queries
-
-    @property
-    def supports_requeue(self) -> bool:
-        return self.inner.supports_requeue
-
-    @property
-    def accepts_submissions(self) -> bool:
-        return self.inner.accepts_submissions
-
-    @property
-    def wait_poll_s(self) -> float:
-        return self.inner.wait_poll_s
-
-    @property
-    def cancel_command(self) -> str:
-        return self.inner.cancel_command
-
-    @property
-    def whole_second_times(self) -> bool:
-        return self.inner.whole_second_times
-
-    @property
-    def marks_submissions(self) -> bool:
-        return self.inner.marks_submissions
-
-    @property
-    def keeps_script_copy(self) -> bool:
-        return self.inner.keeps_script_copy
-
-    @property
-    def process_groups_here(self) -> bool:
-        return self.inner.process_groups_here
-
-    @property
-    def sbatch_native(self) -> bool:
-        return self.inner.sbatch_native
-
-    @property
-    def multi_node(self) -> bool:
-        return self.inner.multi_node
+    def traits(self) -> BackendTraits:
+        return self.inner.traits
 
     def submit(self, request: SubmitRequest) -> str:
         return self.inner.submit(request)

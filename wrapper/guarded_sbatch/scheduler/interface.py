@@ -121,11 +121,34 @@ class NodeLoss:
         return f"job {job_id} lost a node: run {self.run} ended NODE_FAIL on {self.nodes} (down: {dead})"
 
 
+@dataclass(frozen=True)
+class BackendTraits:
+    """How one backend differs from another, as data: each backend class states its one value (`traits`), read
+    instead of comparing backend names (`backend_traits(name)` reads it without making a backend). The defaults are
+    the most modest answers."""
+
+    free_state_queries: bool = False  # a state query costs nothing (no controller to ask): asked at every poll
+    supports_requeue: bool = False
+    wait_poll_s: float = 10.0  # seconds between the state queries of a `--wait`
+    cancel_command: str = "cancel"  # what a user's cancel of a job is called in `status` ("scancel")
+    whole_second_times: bool = False  # start and end times are whole seconds (compared with a STOP's time, floored)
+    # the site's plugins see every submission: a launch's jobs carry the guard's marker (launch/marking.py)
+    marks_submissions: bool = False
+    # it keeps its own copy of a submitted script, so the launch's temporary one may go once submitted
+    keeps_script_copy: bool = False
+    # each job is a process group on this host: `info().pgid` names it, `job_process_groups()` lists them
+    process_groups_here: bool = False
+    # sbatch itself takes the submissions: it answers sbatch's informational modes (`--test-only`) and reads the
+    # script's #SBATCH lines (an `#SBATCH --wait` would block it before the guard is submitted)
+    sbatch_native: bool = False
+    multi_node: bool = False  # a job may span nodes with job steps (srun): a launcher command (torchrun ...) can run
+
+
 class Scheduler(Protocol):
     """A place where jobs run: every member the launch, the CLI, the sidecar and the shared monitor use.
     Every method has a bounded run time. What a backend cannot do is answered as data (an empty list, None,
     False), or for `requeue` with SchedulerError, never by the method being absent. How backends differ is data
-    too: the properties below, class attributes on each backend (`SchedulerDefaults` gives the defaults)."""
+    too: its `traits`."""
 
     @property
     def name(self) -> str:
@@ -133,58 +156,7 @@ class Scheduler(Protocol):
         ...
 
     @property
-    def free_state_queries(self) -> bool:
-        """A state query costs nothing (no controller to ask): the sidecar asks at every poll."""
-        ...
-
-    @property
-    def supports_requeue(self) -> bool: ...
-
-    @property
-    def accepts_submissions(self) -> bool:
-        """It runs the jobs a launch submits (an adopted process's backend does not)."""
-        ...
-
-    @property
-    def wait_poll_s(self) -> float:
-        """Seconds between the state queries of a `--wait`."""
-        ...
-
-    @property
-    def cancel_command(self) -> str:
-        """What a user's cancel of a job is called in `status` ("scancel", "cancel")."""
-        ...
-
-    @property
-    def whole_second_times(self) -> bool:
-        """Its start and end times are whole seconds (compared with a STOP's time, floored)."""
-        ...
-
-    @property
-    def marks_submissions(self) -> bool:
-        """The site's plugins see every submission: a launch's jobs carry the guard's marker (launch/marking.py)."""
-        ...
-
-    @property
-    def keeps_script_copy(self) -> bool:
-        """It keeps its own copy of a submitted script, so the launch's temporary one may go once submitted."""
-        ...
-
-    @property
-    def process_groups_here(self) -> bool:
-        """Each job is a process group on this host: `info().pgid` names it, `job_process_groups()` lists them."""
-        ...
-
-    @property
-    def sbatch_native(self) -> bool:
-        """sbatch itself takes the submissions: it answers sbatch's informational modes (`--test-only`) and reads the
-        script's #SBATCH lines (an `#SBATCH --wait` would block it before the guard is submitted)."""
-        ...
-
-    @property
-    def multi_node(self) -> bool:
-        """A job may span nodes with job steps (srun, scontrol): a launcher command (torchrun ...) can run."""
-        ...
+    def traits(self) -> BackendTraits: ...
 
     def submit(self, request: SubmitRequest) -> str:
         """Submit and return the job id."""
@@ -243,21 +215,11 @@ def cannot_requeue(backend: str, job_id: str) -> SchedulerError:
 
 class SchedulerDefaults:
     """The answers of a backend that lacks a part (requeue, node deaths, a job-end watch, a start estimate, a queue of
-    named jobs, process groups) and its traits' most modest values: a backend inherits them and states only what
-    differs, its traits as class attributes (sources' SourceBase likewise; dask-jobqueue's job classes)."""
+    named jobs, process groups) and the most modest traits: a backend inherits them and states only what differs,
+    its `traits` as one class attribute (sources' SourceBase likewise; dask-jobqueue's job classes)."""
 
     name: str = ""
-    free_state_queries = False
-    supports_requeue = False
-    accepts_submissions = True
-    wait_poll_s = 10.0
-    cancel_command = "cancel"
-    whole_second_times = False
-    marks_submissions = False
-    keeps_script_copy = False
-    process_groups_here = False
-    sbatch_native = False
-    multi_node = False
+    traits = BackendTraits()
 
     def state(self, job_id: str) -> JobState:
         raise NotImplementedError

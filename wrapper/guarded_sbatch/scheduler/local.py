@@ -24,7 +24,7 @@ from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.redact import redact, redact_args
 from guarded_sbatch.core.runner import start_process
 from guarded_sbatch.scheduler.interface import (
-    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
+    BackendTraits, JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
     signal_named,
 )
 from guarded_sbatch.scheduler.local_files import check_output_path
@@ -46,9 +46,8 @@ class LocalScheduler(SchedulerDefaults):
     """Jobs as local process groups, with Slurm's states; job arrays with Slurm's task ids (`A_T`)."""
 
     name = "local"
-    free_state_queries = True  # a file on this host: asked at every poll
-    wait_poll_s = 1.0
-    process_groups_here = True
+    # a state query reads a file on this host: asked at every poll
+    traits = BackendTraits(free_state_queries=True, wait_poll_s=1.0, process_groups_here=True)
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or state_dir() / "local-jobs"

@@ -17,7 +17,7 @@ from typing import Any
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.runner import CommandResult, run_command
 from guarded_sbatch.scheduler.interface import (
-    JobInfo, JobState, NodeLoss, Scheduler, SchedulerDefaults, SchedulerUnreachableError, SubmitRequest,
+    BackendTraits, JobInfo, JobState, NodeLoss, Scheduler, SchedulerDefaults, SchedulerUnreachableError, SubmitRequest,
 )
 from guarded_sbatch.scheduler.slurm_cache import FinalStateCache, info_from_fields, info_to_fields
 from guarded_sbatch.scheduler.slurm_nodes import node_losses
@@ -67,15 +67,17 @@ class SlurmScheduler(SchedulerDefaults):
     """Scheduler protocol over a real Slurm cluster."""
 
     name = "slurm"
-    free_state_queries = False  # each query is an RPC to slurmctld
-    supports_requeue = True
-    wait_poll_s = 10.0  # one squeue per 10 s, as sbatch --wait's own backoff
-    cancel_command = "scancel"
-    whole_second_times = True
-    marks_submissions = True  # the site's cli_filter / job_submit plugins read the marker
-    keeps_script_copy = True  # slurmctld stores the script at submission
-    sbatch_native = True
-    multi_node = True
+    traits = BackendTraits(
+        free_state_queries=False,  # each query is an RPC to slurmctld
+        supports_requeue=True,
+        wait_poll_s=10.0,  # one squeue per 10 s, as sbatch --wait's own backoff
+        cancel_command="scancel",
+        whole_second_times=True,
+        marks_submissions=True,  # the site's cli_filter / job_submit plugins read the marker
+        keeps_script_copy=True,  # slurmctld stores the script at submission
+        sbatch_native=True,
+        multi_node=True,
+    )
 
     def __init__(
         self,

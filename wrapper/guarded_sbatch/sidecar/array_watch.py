@@ -87,7 +87,7 @@ class ArrayWatcher(SharedMonitor):
         the array's last query: on Slurm asking `scontrol show job J_T` once per task would be a call per task. Where
         a question costs nothing (the local backend, whose job info carries the task's process group) it is asked."""
         entry = self.entries.get(job_id)
-        record = _record(Path(entry["run_dir"])) if entry is not None and not self.scheduler.free_state_queries else None
+        record = _record(Path(entry["run_dir"])) if entry is not None and not self.scheduler.traits.free_state_queries else None
         sources = RunSources.from_json(record.sources) if record is not None else None
         if sources is None or not sources.workdir:
             return self.scheduler.info(job_id)

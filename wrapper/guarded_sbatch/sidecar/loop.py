@@ -256,7 +256,7 @@ class Sidecar:
     def _maybe_poll_job(self, now: float, had_new_points: bool) -> None:
         if self.scheduler is None or self.settings.job_id is None:
             return
-        cheap = self.scheduler.free_state_queries
+        cheap = self.scheduler.traits.free_state_queries
         since_poll = now - self.state.last_job_poll_at
         due = cheap or not self._asked_since_start or since_poll >= self.settings.job_poll_s
         watch = self._job_watch

@@ -30,7 +30,7 @@ from guarded_sbatch.sources.run_sources import RunSources, SourceSpec, flagged_s
 from guarded_sbatch.judge.policy import JudgePolicy
 from guarded_sbatch.judge.table import recorded_policy
 from guarded_sbatch.scheduler.interface import (
-    JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
+    BackendTraits, JobInfo, JobState, JobWatch, NodeLoss, Scheduler, SchedulerDefaults, SubmitRequest, cannot_requeue,
 )
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar
@@ -55,7 +55,6 @@ class _SharedView(SchedulerDefaults):
     nothing: the monitor alone does (one query for all its runs)."""
 
     name = "slurm-shared"
-    accepts_submissions = False
 
     def __init__(self, monitor: "SharedMonitor", job_id: str, *, free: bool = False) -> None:
         self.monitor = monitor
@@ -63,7 +62,7 @@ class _SharedView(SchedulerDefaults):
         self.stopping = False
         # free: the monitor asks about every run at each of its own queries, so a run's loop may read the
         # answer at every poll (an array's watcher); else the loop asks at its own job_poll_s
-        self.free_state_queries = free
+        self.traits = BackendTraits(free_state_queries=free)
 
     def state(self, job_id: str) -> JobState:
         if self.stopping:
@@ -280,7 +279,7 @@ class SharedMonitor:
     def _requeue_or_leave(self) -> int:
         self.emit(f"monitor: {self._leave_reason}\n")
         if self._leave_reason.startswith("time limit") and self.settings.job_id:
-            if self.scheduler.supports_requeue:
+            if self.scheduler.traits.supports_requeue:
                 for run in self.runs.values():
                     run.sidecar.state.save(run.sidecar.settings.state_file)
                 self.emit(f"monitor: requeueing job {self.settings.job_id}; every run resumes from its state\n")

@@ -94,7 +94,7 @@ class SourceSet:
             info = self.scheduler.info(self.settings.job_id)
         except GuardedError:
             return  # try again next poll
-        local = self.scheduler.process_groups_here
+        local = self.scheduler.traits.process_groups_here
         self._job_info_loaded = not (local and info.pgid is None and not info.state.is_terminal)
         self._stdout = Path(info.stdout_path) if info.stdout_path and "%" not in info.stdout_path else None
         self._work_dir = Path(info.work_dir) if info.work_dir else None
@@ -110,7 +110,7 @@ class SourceSet:
         since = self._writer.since
         if not since and self._job_start and self.settings.identity is None and not self.settings.search_dirs:
             since = self._job_start  # a job's own files are those written since it started
-        local = self.scheduler.process_groups_here
+        local = self.scheduler.traits.process_groups_here
         groups = frozenset(self._other_job_groups()) if local and self._pgid is not None else frozenset()
         own, others, nodes, table = job_processes(self.settings.job_id, process_groups=local,
                                                   pgid=self._pgid, other_groups=groups)
@@ -240,7 +240,7 @@ class SourceSet:
         if judged is not None and kinds.priority(judged.kind) <= max(kinds.priority(kind) for kind in beside):
             return
         others = self._claimed_by_others()
-        for folder in dict.fromkeys([*identity.tb_paths, *identity.output_dirs]):
+        for folder in dict.fromkeys([*(s.locator for s in identity.places("tensorboard")), *identity.output_dirs]):
             found, note = discovery.discover(Path(folder), since=identity.since,
                                             claimed=claims_below(folder, others), kinds=beside)
             for spec in found:

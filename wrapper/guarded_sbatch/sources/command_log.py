@@ -50,9 +50,6 @@ class CommandLogSource(SourceBase):
         self.command = command
         self.timeout_s = timeout_s
         self.spool_path = spool_path
-        self.polls = 0
-        self.failures = 0
-        self.windows_without_overlap = 0
         self._byte_limit = byte_limit_of(self.argv)
         self._seen_tail: list[str] = []
         spool_path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,11 +66,9 @@ class CommandLogSource(SourceBase):
         return [f"command: {self.command}", str(self.spool_path)]
 
     def read_new(self) -> list[MetricPoint]:
-        self.polls += 1
         try:
             result, dropped = run_command_tail(self.argv, timeout=self.timeout_s, max_bytes=MAX_WINDOW_BYTES)
         except CommandError as exc:
-            self.failures += 1
             raise SourceError(f"unreachable: {exc}") from None
         if dropped:
             self.sanitize_notes = [*self.sanitize_notes, f"{self.describe()} printed {dropped + MAX_WINDOW_BYTES} "
@@ -81,9 +76,7 @@ class CommandLogSource(SourceBase):
         if _ZEROS in result.stdout:  # a hole in the log, printed as zeros: damage, never healthy
             file_trust.note_damage(self.spool_path, f"{self.describe()} printed a run of zero bytes (a hole in the log?)")
         lines = complete_lines(result.stdout, byte_limit=0 if dropped else self._byte_limit)
-        new, overlapped = new_lines(self._seen_tail, lines)
-        if self._seen_tail and not overlapped:
-            self.windows_without_overlap += 1
+        new, _ = new_lines(self._seen_tail, lines)
         if lines:
             self._seen_tail = lines[-ANCHOR_LINES:]
         if new:

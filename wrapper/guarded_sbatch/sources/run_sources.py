@@ -3,8 +3,9 @@ and nothing of a neighbour's (its TensorBoard folders, its W&B run id, the tag o
 stdout/stderr files, and the time before which no file can be its own).
 
 The one model of "this run's sources" is a list of `SourceSpec(kind, locator, origin, writer)`:
-`RunSources.source_specs()` gives it for a record (the launch's fields tb_paths / stdout / stderr are converted
-there, and only there; a tracker run pinned by the id the job was given is a spec of its kind like any other),
+`RunSources.source_specs()` gives it for a record (every place the launch resolved is a spec of its kind, the
+TensorBoard folders included; the job's stdout / stderr become specs there, and only there; a tracker run pinned by
+the id the job was given is a spec of its kind like any other),
 `specs_from_flags` for paths a person names, and the sidecar, the shared monitor, `show`, `status` and
 `kill`/`restart` all read that list. `WriterIdentity` says who may have written a file of the run; `attribute()`
 decides whether one file is the run's own.
@@ -19,11 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from guarded_sbatch.records.registry import RunRecord
-
-# kinds whose launch-resolved places the record keeps in fields of their own (tb_paths), made specs in
-# RunSources.source_specs(); every other kind's place resolved at launch is recorded in RunSources.specs
-RECORDED_APART = frozenset({"tensorboard"})
-
 
 @dataclass(frozen=True)
 class WriterIdentity:
@@ -50,8 +46,7 @@ class WriterIdentity:
         return cls(uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
                    hosts=tuple(h for h in _list(raw.get("hosts")) if isinstance(h, str)),
                    pids=tuple(p for p in _list(raw.get("pids")) if isinstance(p, int) and not isinstance(p, bool)),
-                   pid_hosts=tuple(h for h in (*_list(raw.get("pid_hosts")), _text(raw.get("pid_host")))
-                                   if isinstance(h, str) and h),  # pid_host: records before pid_hosts
+                   pid_hosts=tuple(h for h in _list(raw.get("pid_hosts")) if isinstance(h, str) and h),
                    others=tuple(p for p in _list(raw.get("others")) if isinstance(p, int) and not isinstance(p, bool)),
                    since=_number(raw.get("since")),
                    run_id=_text(raw.get("run_id")), tag=_text(raw.get("tag")))
@@ -89,7 +84,7 @@ class SourceSpec:
 
     @classmethod
     def from_json(cls, raw: object) -> SourceSpec | None:
-        """A spec from a record; None for an entry that is not one (an older or hand-edited record)."""
+        """A spec from a record; None for an entry that is not one (a hand-edited record)."""
         if not isinstance(raw, dict) or not isinstance(raw.get("kind"), str) or not raw["kind"]:
             return None
         return cls(kind=raw["kind"], locator=_text(raw.get("locator")), origin=_text(raw.get("origin")),
@@ -140,14 +135,13 @@ def _short(host: str) -> str:
 class RunSources:
     since: float = 0.0  # epoch seconds: a file created earlier is not this run's
     workdir: str = ""
-    tb_paths: list[str] = field(default_factory=list)  # the run's own event folders (config keys, launcher args)
-    tb_from: list[str] = field(default_factory=list)  # where each came from, for the report
     output_dirs: list[str] = field(default_factory=list)
     stdout: str = ""  # expanded, except %N on Slurm (the node is known only once it runs)
     stderr: str = ""
     unresolved: list[str] = field(default_factory=list)  # what could not be pinned down, and why
-    # each other kind's place resolved at launch (its keys), and each tracker run pinned by the id (or tag) the job
-    # was given (the kind's LaunchKind.pin: its writer carries the id)
+    # each kind's place resolved at launch (its keys, launcher arguments, variables: the run's own TensorBoard
+    # folders too), and each tracker run pinned by the id (or tag) the job was given (LaunchKind.pin: its writer
+    # carries the id)
     specs: list[SourceSpec] = field(default_factory=list)
     uid: int | None = None  # the job's user: a file another uid owns is never read
     seen: WriterIdentity = field(default_factory=WriterIdentity)  # the job's node and processes, as its sidecar saw them
@@ -160,7 +154,7 @@ class RunSources:
 
     @classmethod
     def from_json(cls, raw: object) -> RunSources | None:
-        """Tolerant of older records (fields missing or of another type are left at their defaults)."""
+        """Tolerant of a hand-edited record (fields missing or of another type are left at their defaults)."""
         if not isinstance(raw, dict) or not raw:
             return None
         defaults = asdict(cls())
@@ -191,9 +185,6 @@ class RunSources:
         specs = [spec if not _bare(spec.writer) else replace(spec, writer=self.writer(run_id=spec.writer.run_id,
                                                                                         tag=spec.writer.tag))
                  for spec in self.specs]
-        for index, path in enumerate(self.tb_paths):
-            origin = self.tb_from[index] if index < len(self.tb_from) else "the run's config"
-            specs.append(SourceSpec("tensorboard", path, origin, self.writer()))
         for path, origin in ((self.stdout, "the job's stdout"), (self.stderr, "the job's stderr")):
             if path and path not in {s.locator for s in specs if s.kind == "textlog"}:
                 specs.append(SourceSpec("textlog", path, origin, self.writer()))
@@ -202,8 +193,11 @@ class RunSources:
     def claimed_folders(self) -> list[str]:
         """The folders (and files) this run calls its own: a neighbour never reads them, even when written since it
         started. Every recorded spec's place is one (the launch resolves them to absolute paths)."""
-        return [*self.tb_paths, *self.output_dirs,
-                *(s.locator for s in self.specs if s.locator.startswith("/") and not is_pinned(s))]
+        return [*self.output_dirs, *(s.locator for s in self.specs if s.locator.startswith("/") and not is_pinned(s))]
+
+    def places(self, kind: str) -> list[SourceSpec]:
+        """The places of `kind` the launch resolved (not a tracker run pinned by its id), in the order found."""
+        return [spec for spec in self.specs if spec.kind == kind and not is_pinned(spec)]
 
     def pinned(self, kind: str) -> SourceSpec | None:
         """The tracker run of `kind` pinned at launch by the id (or tag) the job was given, if any."""
@@ -221,7 +215,7 @@ def _bare(writer: WriterIdentity) -> bool:
 
 
 def recorded_sources(record: RunRecord) -> RunSources:
-    """A guarded run's RunSources; an older record without them gets its submit folder and time."""
+    """A guarded run's RunSources; a record without them (written by hand) gets its submit folder and time."""
     return RunSources.from_json(record.sources) or RunSources(workdir=record.submit_dir, since=record.submitted_at)
 
 

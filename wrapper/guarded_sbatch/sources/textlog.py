@@ -67,8 +67,6 @@ class TextLogSource(OneFileSource):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.lines_read = 0
-        self.lines_with_metrics = 0
         self._offset = 0
         self._pending = b""
         self._last_step: int | None = None  # carried to lines without their own step
@@ -127,7 +125,6 @@ class TextLogSource(OneFileSource):
         cleaned = clean_line(line[:MAX_RECORD_CHARS])
         if not cleaned.strip():
             return False
-        self.lines_read += 1
         if self._crashes.feed(cleaned, self._last_step):
             self._sync_crash()
             return False
@@ -169,7 +166,6 @@ class TextLogSource(OneFileSource):
 
     def _add_values(self, parsed: ParsedLine, step: int, points: list[MetricPoint]) -> bool:
         """The line's values as points at step; True when a key did not move past its last step."""
-        self.lines_with_metrics += 1
         repeated = False
         for key, value in parsed.values.items():
             if parsed.kind == "bar":

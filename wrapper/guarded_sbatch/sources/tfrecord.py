@@ -1,7 +1,6 @@
 """TFRecord framing (TensorBoard event files) with masked CRC-32C checks: the constants and the crc.
 
-The reader frames records with these (sources/tb_records.py); frame_record() is the writer side, for tests that
-build files by hand.
+The reader frames records with these (sources/tb_records.py).
 
 Record layout: uint64 length, uint32 masked crc32c(length bytes), data, uint32 masked crc32c(data).
 No file header. A record cut short at the end of the file is not an error: the caller keeps its
@@ -21,7 +20,6 @@ FOOTER_SIZE = 4
 MAX_RECORD_SIZE = 256 * 1024 * 1024
 
 HEADER_STRUCT = struct.Struct("<QI")
-UINT32_STRUCT = struct.Struct("<I")
 MASK_DELTA = 0xA282EAD8
 T = TypeVar("T")
 
@@ -77,12 +75,6 @@ def unmask(masked: T) -> T:
 
 def masked_crc32c(data: bytes) -> int:
     return mask(crc32c(data))
-
-
-def frame_record(data: bytes) -> bytes:
-    """Encode one record (used by tests to build files by hand)."""
-    length = struct.pack("<Q", len(data))
-    return length + UINT32_STRUCT.pack(masked_crc32c(length)) + data + UINT32_STRUCT.pack(masked_crc32c(data))
 
 
 # where a header may start: a length under 2**29 (bytes 4-7 zero, byte 3 at most 0x10)

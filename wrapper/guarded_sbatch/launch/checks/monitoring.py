@@ -10,6 +10,7 @@ from pathlib import Path
 from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sources.kind_launch import LaunchKind, Uses
+from guarded_sbatch.sources.kind_tensorboard import LAUNCH as TENSORBOARD
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -120,7 +121,7 @@ def _no_tracker(context: PreflightContext) -> CheckResult:
     reads TensorBoard events under the run's output folder, should the run write any (the source plan's)."""
     stdout = context.options.get("output") or "slurm-%j.out"
     plan = context.source_plan
-    folders = [f"{path} ({origin})" for path, origin in zip(plan.sources.tb_paths, plan.sources.tb_from)] \
+    folders = [f"{spec.locator} ({spec.origin})" for spec in plan.sources.places(TENSORBOARD.name)] \
         if isinstance(plan, SourcePlan) else []
     if folders:
         finding = (f"no tracker named in the program or its config: the sidecar watches the job's own log ({stdout}) "

@@ -46,8 +46,7 @@ def planned_folders(context: PreflightContext) -> list[Folder]:
     plan = context.source_plan
     if isinstance(plan, SourcePlan):
         sources = plan.sources
-        labelled = [*((p, label, False) for p, label in zip(sources.tb_paths, sources.tb_from)),
-                    *((p, "output folder", False) for p in sources.output_dirs),
+        labelled = [*((p, "output folder", False) for p in sources.output_dirs),
                     *((s.locator, s.origin, place_of(s.kind) == "file") for s in sources.specs if not is_pinned(s))]
         for path, label, is_file in labelled:
             if not re.search(r"SLURM_JOB_?ID", path):
@@ -70,7 +69,7 @@ def recorded_folders(raw: dict[str, Any]) -> list[str]:
     # a tracker run pinned by its id (a W&B run, the tagged run in an MLflow store) claims no place: a store is shared
     places = [s.locator for s in map(SourceSpec.from_json, specs) if s is not None and not is_pinned(s)] \
         if isinstance(specs, list) else []
-    paths = [*_strings(sources.get("tb_paths")), *_strings(sources.get("output_dirs")), *_strings(raw.get("tb_paths")),
+    paths = [*_strings(sources.get("output_dirs")), *_strings(raw.get("tb_paths")),
              *(p for p in _strings(places) if p.startswith("/"))]
     kept = [os.path.normpath(p) for p in paths if p and not JOB_VARIABLE.search(p)]
     return list(dict.fromkeys(kept))
