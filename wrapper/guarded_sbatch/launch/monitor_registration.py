@@ -1,6 +1,6 @@
 """Shared watchers at launch: register the run with the user's monitor job (per-user mode), submitting that
 job only when none is queued or running (see records.monitor_registry for the folder's contract); or, for a task of a
-job array (`J_T`), with its array's own watcher (sidecar/array_watch.py): one job for every task of the array,
+job array (`J_T`), with its array's own watcher (sidecar/shared_monitor.py): one job for every task of the array,
 submitted at the first task's registration to start after J_T (the first task's start, never the last's: Slurm's
 `after:J` waits for every task of a throttled array to start)."""
 
