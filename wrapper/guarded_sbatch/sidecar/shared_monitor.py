@@ -176,7 +176,8 @@ class SharedMonitor:
         out = os.fdopen(os.open(plan.state_file.parent / REPORT_FILE,
                                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "a", encoding="utf-8")
         sidecar = Sidecar(plan, self.scheduler, out, clock=self.clock, sleep=self.sleep, answers=self)
-        sidecar.emit(f"monitor: watched by job {self.job_id or '(by hand)'}\n")
+        sidecar.emit(f"monitor: watched by {'array watcher' if self.array else 'shared monitor'} job "
+                     f"{self.job_id or '(by hand)'}\n")
         run = _Run(job_id, sidecar, out, waiting.record)
         self.runs[job_id] = run
         if not sidecar.begin():
@@ -218,7 +219,8 @@ class SharedMonitor:
 
     def run(self) -> int:
         cpu_start = _cpu_seconds()
-        self.emit(f"monitor: watcher {self.job_id or '(by hand)'} starts on {self.folder}\n")
+        what = "array watcher" if self.array else "shared monitor"
+        self.emit(f"monitor: {what} {self.job_id or '(by hand)'} starts on {self.folder}\n")
         try:
             while True:
                 self.poll(self.clock())
