@@ -54,7 +54,8 @@ def _phase(root: Path, label: str, tasks: int, throttle: int, lines: int, shared
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.sbatch.array import parse_array_spec
     from guarded_sbatch.launch.monitor_registration import array_watch_options
-    from guarded_sbatch.launch.submit import SidecarOptions, resources_from_config, submit_guarded
+    from guarded_sbatch.launch.pipeline import watch_table
+    from guarded_sbatch.launch.submit import RecordFields, resources_from_config, submit_guarded
     from guarded_sbatch.scheduler import get_scheduler
     from guarded_sbatch.scheduler.interface import SubmitRequest
 
@@ -75,7 +76,8 @@ def _phase(root: Path, label: str, tasks: int, throttle: int, lines: int, shared
     submission = submit_guarded(
         held, SubmitRequest(script=project / "task.sh", sbatch_options=(f"--array=0-{tasks - 1}%{throttle}",),
                             workdir=project),
-        run_name=name, sidecar=SidecarOptions(), resources=resources_from_config(config),
+        run_name=name, resources=resources_from_config(config),
+        record=RecordFields(watch=watch_table(config, stop_command=None, notes=None, array=True)),
         shared=array_watch_options(config, name) if shared else None, task_ids=spec.task_ids)
     ids = spec.task_ids(submission.job_id)
     watchers = sorted({one.sidecar_id for one in submission.tasks})

@@ -75,6 +75,9 @@ class StandInSlurm:
     """Answers like SlurmScheduler; every method call is one call to slurmctld."""
 
     name = "slurm"
+    free_state_queries = False
+    process_groups_here = False
+    supports_requeue = False
 
     def __init__(self, root: Path) -> None:
         from guarded_sbatch.scheduler.interface import JobState
@@ -112,17 +115,19 @@ class StandInSlurm:
 
 def monitor_child(root: Path, runs: int, seconds: float, fast: float, job_poll: float) -> None:
     from guarded_sbatch.records import monitor_registry as registry
-    from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
+    from guarded_sbatch.sidecar.shared_monitor import SharedMonitor
 
     folder = root / "monitor"
     for i in range(runs):
         run_dir = root / f"run{i:03d}"
-        registry.register_run(folder, str(i), {"run_dir": str(run_dir), "run_name": f"run{i:03d}",
-                                               "tb": [str(run_dir / "tb")]})
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "run.json").write_text(json.dumps({  # the run's record, as a launch writes it: its watcher's plan
+            "run_id": f"run{i:03d}", "run_name": f"run{i:03d}", "backend": "slurm", "job_id": str(i),
+            "tb_paths": [str(run_dir / "tb")], "watch": {"sidecar": {"fast_interval_s": fast, "job_poll_s": job_poll}}}))
+        registry.register_run(folder, str(i), {"run_dir": str(run_dir), "run_name": f"run{i:03d}"})
     scheduler = StandInSlurm(root)
-    monitor = SharedMonitor(MonitorSettings(folder=folder, job_id=None, fast_interval_s=fast, job_poll_s=job_poll,
-                                            max_runs=max(200, runs)), scheduler, io.StringIO())  # type: ignore[arg-type]
-    monitor.adopt()
+    monitor = SharedMonitor(folder, scheduler, io.StringIO())  # type: ignore[arg-type]
+    monitor.poll(time.time())
     end = time.time() + seconds
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime

@@ -376,7 +376,7 @@ def render(data: bytes, work: Path) -> None:
         raise Escape(f"render {name}: {type(exc).__name__}: {exc}"[:300]) from exc
     if name == "SRUN_NOTE" and any(c in out for c in "\n\r"):  # a comment: words and spaces are fine there
         raise Escape(f"render {name}: a line break accepted: {out!r}"[:300])
-    shell_words = ("PYTHON", "SIDECAR_ARGS", "MONITOR_ARGS", "LAUNCHER", "LAUNCHER_ARGS")  # quoted words, checked below
+    shell_words = ("PYTHON", "LAUNCHER", "LAUNCHER_ARGS")  # quoted words, checked below
     if name not in (*shell_words, "SIDECAR_EXTRA_SBATCH", "SRUN_NOTE") and (
             any(c in out for c in "\n\r;&|`$<>(){}'\"\\ ") ):
         raise Escape(f"render {name}: unsafe value accepted: {out!r}"[:300])

@@ -106,7 +106,7 @@ def _monitor(tmp_path: Path, env: dict[str, str], *args: str) -> tuple[subproces
 
 def _state(state_dir: Path) -> dict:
     try:
-        return json.loads((state_dir / "monitor-state.json").read_text())
+        return json.loads((state_dir / "sidecar-state.json").read_text())
     except (OSError, ValueError):
         return {}
 

@@ -5,15 +5,15 @@ watcher leaving within one query of the last task's end. (The same on the dev Sl
 from __future__ import annotations
 
 import io
-import json
 import math
 from pathlib import Path
 
 from source_writers import tb_event, write_tb_events
+from watch_records import register
+from guarded_sbatch.scheduler.interface import BackendTraits
 from guarded_sbatch.records import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
-from guarded_sbatch.sidecar.array_watch import ArrayWatcher
-from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, MonitorSettings
+from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, SharedMonitor
 from guarded_sbatch.sidecar.state import SidecarState
 
 ARRAY = "77"
@@ -60,12 +60,10 @@ def _task(tmp_path: Path, folder: Path, task: str, nan_from: int | None, steps: 
         loss = math.nan if nan_from is not None and step >= nan_from else 1.0 / step + 0.5
         events += [tb_event(step, "train/loss", loss), tb_event(step, "train/lr", 0.01)]
     write_tb_events(run_dir / "tb", events)
-    (run_dir / "run.json").write_text(json.dumps({  # the task's record: its folder and output, as the launch wrote them
-        "run_id": run_dir.name, "run_name": f"lrsweep-{task}", "backend": "slurm", "job_id": task,
-        "tb_paths": [str(run_dir / "tb")],
-        "sources": {"workdir": str(run_dir), "stdout": str(run_dir / f"slurm-{task}.out"), "since": 1.0}}))
-    registry.register_run(folder, task, {"run_dir": str(run_dir), "run_name": f"lrsweep-{task}",
-                                         "tb": [str(run_dir / "tb")], "notes": str(tmp_path / "NOTES.md")})
+    # the task's record: its folder and output, as the launch wrote them
+    register(folder, task, run_dir, f"lrsweep-{task}", tb=run_dir / "tb", notes=tmp_path / "NOTES.md",
+             sidecar={"fast_interval_s": 60.0, "job_poll_s": 30.0},
+             sources={"workdir": str(run_dir), "stdout": str(run_dir / f"slurm-{task}.out"), "since": 1.0})
     return run_dir
 
 
@@ -74,8 +72,7 @@ TIMELINE = [(1060, "77_2", JobState.RUNNING), (1200, "77_0", JobState.COMPLETED)
             (1400, "77_3", JobState.COMPLETED)]
 
 
-def _watcher(folder: Path, slurm: FakeArray, clock: list[float]) -> ArrayWatcher:
-    settings = MonitorSettings(folder=folder, job_id="900", fast_interval_s=60, job_poll_s=30)
+def _watcher(folder: Path, slurm: FakeArray, clock: list[float]) -> SharedMonitor:
 
     def sleep(seconds: float) -> None:
         clock[0] += seconds
@@ -83,7 +80,7 @@ def _watcher(folder: Path, slurm: FakeArray, clock: list[float]) -> ArrayWatcher
             if clock[0] >= when and not slurm.tasks[task].is_terminal and slurm.tasks[task] is not state:
                 slurm.tasks[task] = state
 
-    return ArrayWatcher(settings, slurm, io.StringIO(), clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type]
+    return SharedMonitor(folder, slurm, io.StringIO(), job_id="900", clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type]
 
 
 def test_tasks_are_adopted_as_they_start_and_only_the_nan_task_is_cancelled(tmp_path: Path) -> None:
@@ -103,7 +100,7 @@ def test_tasks_are_adopted_as_they_start_and_only_the_nan_task_is_cancelled(tmp_
     assert watcher.run() == 0  # runs until every task has ended, then leaves
     assert slurm.cancelled == ["77_2"]
     assert slurm.single == 1  # the stop's confirmation; every other question was one query for the array
-    assert slurm.infos == 0  # a task's folder and output come from its record, not a call per task
+    assert slurm.infos == 1  # the stop checks whose job it cancels; a task's folder and output come from its record
     assert all(sorted(asked) == sorted(set(asked)) for asked in slurm.asked)
     assert len(slurm.asked) <= (clock[0] - 1000) / 30 + 2
     for task in TASKS:
@@ -125,7 +122,6 @@ def test_the_watcher_leaves_within_one_query_of_the_last_tasks_end(tmp_path: Pat
         _task(tmp_path, folder, task, nan_from=None)
         slurm.tasks[task] = JobState.RUNNING
     clock = [2000.0]
-    settings = MonitorSettings(folder=folder, job_id="900", fast_interval_s=60, job_poll_s=30)
     ended_at = 2125.0
 
     def sleep(seconds: float) -> None:
@@ -133,7 +129,7 @@ def test_the_watcher_leaves_within_one_query_of_the_last_tasks_end(tmp_path: Pat
         if clock[0] >= ended_at:
             slurm.tasks.update({task: JobState.COMPLETED for task in TASKS})
 
-    watcher = ArrayWatcher(settings, slurm, io.StringIO(), clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type]
+    watcher = SharedMonitor(folder, slurm, io.StringIO(), job_id="900", clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type]
     assert watcher.run() == 0
     assert clock[0] - ended_at <= 30 + 1, clock[0] - ended_at
     assert slurm.cancelled == [] and slurm.single == 0
@@ -143,8 +139,7 @@ def test_a_task_cancelled_before_it_started_is_retired_without_reading_anything(
     folder = tmp_path / "array-77"
     slurm = FakeArray()
     run_dir = tmp_path / "never"
-    run_dir.mkdir()
-    registry.register_run(folder, "77_3", {"run_dir": str(run_dir), "run_name": "lrsweep-77_3"})
+    register(folder, "77_3", run_dir, "lrsweep-77_3")
     slurm.tasks["77_3"] = JobState.CANCELLED
     clock = [3000.0]
     watcher = _watcher(folder, slurm, clock)

@@ -33,7 +33,7 @@ def test_example_site_config_loads_every_key(tmp_path: Path) -> None:
     assert config.run_roots[0] == Path("/scratch/alice/runs")
     assert config.sidecar.partition == "cpu" and config.sidecar.qos == "sidecar"
     assert config.locked == {"checks.mandatory", "name_pattern", "run_roots", "quiet_hours"}
-    assert config.check_interval_s == 1800
+    assert config.sidecar.full_interval_s == 1800
 
 
 def test_user_config_overrides_unlocked_keys(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from guarded_sbatch.judge import Decision
 from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.crash_confirm import ALIVE_MARGIN_S, CRASH_CONFIRM_S
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.judge.policy import RunContext
@@ -43,7 +43,7 @@ def _sources(tmp_path: Path, log_text: str, **paths: object) -> tuple[SourceSet,
     log.write_text(log_text)
     os.utime(log, (T0, T0))  # printed at T0
     clock = Clock()
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "state.json",
                                evidence_dir=tmp_path / "evidence",
                                sources=specs_from_flags({"textlog": [log], **paths}))
     return SourceSet(settings, None, clock=clock), clock

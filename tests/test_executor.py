@@ -118,7 +118,7 @@ def test_the_sidecar_stops_a_diverging_function(guarded_env: Path, slurm_cluster
     assert record.launched_by == "submitit" and record.run_name == RUN_NAME and record.sidecar_id
     assert record.tb_paths == [str(tb_dir)] and executor.run_ids == [record.run_id]
     sidecar_script = (record.folder / "sidecar.sbatch").read_text()
-    assert f"--job {job.job_id}" in sidecar_script
+    assert f"guarded_sbatch sidecar {record.folder}" in sidecar_script  # the run's folder: its record says the rest
 
     scheduler = SlurmScheduler()
     wait_for(lambda: scheduler.state(job.job_id).is_terminal, 120, 1.0, what="the sidecar to stop the job")

@@ -11,7 +11,7 @@ import pytest
 
 from e2e_helpers import make_project
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
-from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, submit_guarded
+from guarded_sbatch.launch.submit import SidecarResources, submit_guarded
 from guarded_sbatch.scheduler.interface import SubmitRequest
 
 
@@ -41,7 +41,7 @@ def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def _submit(scheduler: FakeScheduler, tmp_path: Path, run_name: str | None = "launch-order-run",
             resources: SidecarResources | None = None) -> object:
     request = SubmitRequest(script=tmp_path / "train.sh", sbatch_options=(), script_args=(), workdir=tmp_path)
-    return submit_guarded(scheduler, request, run_name=run_name, sidecar=SidecarOptions(),  # type: ignore[arg-type]
+    return submit_guarded(scheduler, request, run_name=run_name,  # type: ignore[arg-type]
                           resources=resources or SidecarResources())
 
 

@@ -12,13 +12,13 @@ import pytest
 
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.records.registry import RunRecord
-from guarded_sbatch.launch.submit import SidecarOptions, SidecarResources, render_sidecar_script
+from guarded_sbatch.launch.submit import SidecarResources, render_sidecar_script
 from guarded_sbatch.launch.templates import builtin_templates_dir, check_run_name, placeholders, render_template
 
 GOOD = {
     "TRAIN_JOB_ID": "123", "SIDECAR_JOB_NAME": "sidecar-a-b-c", "SIDECAR_OUTPUT": "/tmp/x/sidecar-%j.out",
     "SIDECAR_CPUS": "1", "SIDECAR_MEM": "400M", "SIDECAR_EXTRA_SBATCH": "#SBATCH --partition=debug",
-    "PYTHON": "/bin/true", "SIDECAR_ARGS": shlex.join(["--job", "123"]), "LAUNCHER": "true",
+    "PYTHON": "/bin/true", "RUN_DIR": "/tmp/x/run-123", "LAUNCHER": "true",
     "LAUNCHER_ARGS": shlex.join(["train.py", "--lr", "0.1"]), "SIGNAL_MARGIN_SECONDS": "120",
     "MAX_REQUEUES": "1", "NNODES": "1", "NPROC_PER_NODE": "1", "NUM_PROCESSES": "1", "SRUN": "",
     "SRUN_NOTE": ", one process",
@@ -86,7 +86,7 @@ def test_hostile_sidecar_values_are_refused_before_render(field: str, tmp_path: 
         else:
             resources = SidecarResources(**{field: hostile})
         try:
-            script = render_sidecar_script(template, record, SidecarOptions(), resources, python="/bin/true")
+            script = render_sidecar_script(template, record, resources, python="/bin/true")
         except UsageError:
             continue
         assert hostile.strip() == "" and field != "run_name", (field, hostile)  # empty optional values: not set

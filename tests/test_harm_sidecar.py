@@ -16,14 +16,14 @@ from guarded_sbatch.sidecar import loop as loop_module
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.one_shot import judge_once
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.files import read_range, read_whole
 from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
 
 
-def _settings(tmp_path: Path, log: Path) -> SidecarSettings:
-    return SidecarSettings(job_id=None, run_name="t", sources=specs_from_flags({"textlog": [log]}),
+def _settings(tmp_path: Path, log: Path) -> WatchPlan:
+    return WatchPlan(job_id=None, run_name="t", sources=specs_from_flags({"textlog": [log]}),
                            state_file=tmp_path / "state.json", evidence_dir=tmp_path / "evidence")
 
 

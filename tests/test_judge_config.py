@@ -3,7 +3,6 @@ line with the valid range, the launch's table recorded with the run and used by 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -13,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.cli.watch_args import policy_for
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.records.registry import RunRecord
@@ -93,28 +91,30 @@ def test_the_site_can_lock_a_threshold(tmp_path: Path) -> None:
 
 def test_a_sidecar_judges_with_its_runs_record_not_the_config_of_today(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from guarded_sbatch.sidecar.plan import plan_of
+
     monkeypatch.setenv("GUARDED_SBATCH_USER_CONFIG", str(_config(tmp_path, "[judge]\nspike_z = 9.0\n")))
     monkeypatch.delenv("GUARDED_SBATCH_SITE_CONFIG", raising=False)
-    args = argparse.Namespace(train_loss_key="train/loss", eval_key=None, baseline=None, target_value=None)
     record = RunRecord(run_id="r1", run_name="mnist-mlp-bs64-lr1e-3", backend="local", job_id="7",
-                       judge={"spike_z": 7.0, "nonfinite_loss_points": 3})
-    policy = policy_for(args, record)
+                       judge={"spike_z": 7.0, "nonfinite_loss_points": 3, "train_loss_key": "train/loss"})
+    policy = plan_of(record, tmp_path, site=load_config()).policy
+    assert policy is not None
     assert (policy.spike_z, policy.nonfinite_loss_points, policy.train_loss_key) == (7.0, 3, "train/loss")
-    assert policy_for(args).spike_z == 9.0  # no record: today's config
     broken = dataclasses.replace(record, judge={"spike_z": -1})
-    assert policy_for(args, broken, strict=False) == JudgePolicy(train_loss_key="train/loss")  # never unguarded
+    assert plan_of(broken, tmp_path).policy == JudgePolicy()  # never unguarded
 
 
 def test_every_watcher_judges_a_run_with_its_records_thresholds() -> None:
     """The sidecar's fallback, the shared monitor and `show` take a run's policy from its record through one function."""
     import inspect
 
-    from guarded_sbatch.cli import show
+    from guarded_sbatch.cli import monitor, show, sidecar_job
     from guarded_sbatch.judge.table import recorded_policy
-    from guarded_sbatch.sidecar import shared_monitor
+    from guarded_sbatch.sidecar import plan, shared_monitor
 
     assert recorded_policy({"spike_z": 7.0}, "r1").spike_z == 7.0
     assert recorded_policy({"spike_z": -7}, "r1") == JudgePolicy()  # edited by hand: defaults, still watched
     assert recorded_policy({}, "r1") == JudgePolicy()
-    for module in (show, shared_monitor):
-        assert "recorded_policy(record.judge, record.run_name)" in inspect.getsource(module)
+    assert "recorded_policy(record.judge, record.run_name)" in inspect.getsource(plan)
+    for module in (show, shared_monitor, sidecar_job, monitor):  # every watcher's plan comes from that one builder
+        assert "plan_of(" in inspect.getsource(module)

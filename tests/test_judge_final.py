@@ -20,7 +20,8 @@ from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.core.config import SidecarJobSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.state import SidecarState
 
 TB = "runs/synthetic-tanh-mlp-bs64-lr5e-2"
@@ -92,9 +93,9 @@ END
 def _watch(tmp_path: Path, tail: str, end: str) -> tuple[str, SidecarState, JobState]:
     scheduler, job_id, log, go = _job(tmp_path, TRAINER.replace("TAIL", tail).replace("END", end))
     asked = _EndsWhileAsked(scheduler, lambda: go.touch())
-    settings = SidecarSettings(run_name="final-read-mlp-bs8-lr1e-3", job_id=job_id, state_file=tmp_path / "state.json",
+    settings = WatchPlan(run_name="final-read-mlp-bs8-lr1e-3", job_id=job_id, state_file=tmp_path / "state.json",
                                evidence_dir=tmp_path / "evidence", sources=specs_from_flags({"textlog": [log]}),
-                               fast_interval_s=1.0, startup_grace_s=0.0)
+                               sidecar=SidecarJobSettings(fast_interval_s=1.0), startup_grace_s=0.0)
     out = io.StringIO()
     clock = [time.time()]
 
@@ -134,9 +135,9 @@ def test_a_real_hf_trainer_dying_behind_its_progress_bar(tmp_path: Path) -> None
                    f"exec {sys.executable} {maker} --child hf {tmp_path / 'record.json'} > {log} 2>&1\n")
     scheduler = LocalScheduler(tmp_path / "jobs")
     job_id = scheduler.submit(SubmitRequest(script=job, workdir=tmp_path))
-    settings = SidecarSettings(run_name="tiny-gpt2-hf-bs4-lr5e-3", job_id=job_id, state_file=tmp_path / "state.json",
+    settings = WatchPlan(run_name="tiny-gpt2-hf-bs4-lr5e-3", job_id=job_id, state_file=tmp_path / "state.json",
                                evidence_dir=tmp_path / "evidence", sources=specs_from_flags({"textlog": [log]}),
-                               fast_interval_s=0.5, startup_poll_s=0.5)
+                               sidecar=SidecarJobSettings(fast_interval_s=0.5), startup_poll_s=0.5)
     out = io.StringIO()
     assert Sidecar(settings, scheduler, out).run() == 0
     state = SidecarState.load(settings.state_file)

@@ -128,6 +128,6 @@ def test_monitor_job_follows_the_config_and_sees_the_job_end(tmp_path: Path) -> 
     result = project.cli("monitor", "--job", job_id, "--backend", "local", "--tb",
                          "runs/synthetic-tanh-mlp-bs64-lr5e-2", timeout=90)  # no interval flags
     assert result.returncode == 0, result.stderr
-    assert "metrics read every 1 s" in result.stderr and "the scheduler asked every 2 s" in result.stderr
+    assert "checks the metrics every 1 s" in result.stderr and "asks the scheduler at most every 2 s" in result.stderr
     assert scheduler.state(job_id) is JobState.COMPLETED
     assert "COMPLETED" in result.stdout, result.stdout[-2000:]  # it saw the job end and left by itself

@@ -136,7 +136,7 @@ def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
 
     from guarded_sbatch.sidecar.loop import Sidecar
     from guarded_sbatch.sources.run_sources import specs_from_flags
-    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.plan import WatchPlan
 
     hook = WebhookServer().start()
     clock = [1_796_000_000.0]
@@ -147,7 +147,7 @@ def test_a_long_wait_is_alerted_once(tmp_path: Path) -> None:
             raise StopIteration
 
     try:
-        settings = SidecarSettings(
+        settings = WatchPlan(
             run_name="never-logs", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
             sources=specs_from_flags({"tensorboard": [tmp_path / "missing"]}),
             notify=NotifySettings(urls=(f"json://{HOST}:{hook.port}/wait",), wait_long_s=3600))

@@ -19,7 +19,8 @@ from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sidecar.report import CheckReport, one_line, summarise_metrics
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.core.config import SidecarJobSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 
 BASE = 1_796_000_000.0
 
@@ -41,9 +42,10 @@ class Clock:
 
 def _sidecar(tmp_path: Path, tb: Path, clock: Clock) -> tuple[Sidecar, io.StringIO]:
     out = io.StringIO()
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "state.json",
                                evidence_dir=tmp_path / "evidence", sources=specs_from_flags({"tensorboard": [tb]}),
-                               fast_interval_s=60, full_interval_s=1800, startup_grace_s=300, startup_poll_s=10)
+                               sidecar=SidecarJobSettings(fast_interval_s=60, full_interval_s=1800),
+                               startup_grace_s=300, startup_poll_s=10)
     return Sidecar(settings, None, out, clock=clock, sleep=clock.sleep), out
 
 

@@ -24,7 +24,7 @@ from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.results import CheckStatus
 from guarded_sbatch.sidecar.one_shot import judge_once
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover
 from package_extras import tb_folders, tb_specs
@@ -165,8 +165,8 @@ def test_discovery_never_merges_sibling_runs_and_skips_files_older_than_the_job(
     assert [s.locator for s in claimed] == [str(tmp_path / "runs" / "mine")]
 
 
-def _settings(tmp_path: Path, identity: RunSources, **extra: object) -> SidecarSettings:
-    return SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
+def _settings(tmp_path: Path, identity: RunSources, **extra: object) -> WatchPlan:
+    return WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
                            identity=identity, **extra)  # type: ignore[arg-type]
 
 

@@ -97,7 +97,7 @@ def test_a_registration_carries_fingerprints_and_the_monitor_adopting_it_masks_t
     from guarded_sbatch.records import monitor_registry as registry
     from guarded_sbatch.records.registry import create_run
     from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, register_with_monitor
-    from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
+    from guarded_sbatch.sidecar.shared_monitor import SharedMonitor
 
     monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("HF_TOKEN", "hf-launch-secret-9z8y7x")  # this launch's secret, not the monitor's
@@ -105,12 +105,12 @@ def test_a_registration_carries_fingerprints_and_the_monitor_adopting_it_masks_t
     record = create_run("coco-resnet50-bs256", "slurm", "501", submit_dir=str(tmp_path))
     slurm = FakeSlurm(["501", "900"])
     registry.write_monitor(folder, "900")
-    assert register_with_monitor(slurm, record, {"tb": []}, SharedMonitorOptions(), folder=folder) == "900"  # type: ignore[arg-type]
+    assert register_with_monitor(slurm, record, SharedMonitorOptions(), folder=folder) == "900"  # type: ignore[arg-type]
     registration = (folder / "runs" / "501.json").read_text()
     assert "hf-launch-secret-9z8y7x" not in registration and "secret_fingerprints" in registration
     monkeypatch.delenv("HF_TOKEN")
     line = "login with hf-launch-secret-9z8y7x failed"
     assert "hf-launch-secret-9z8y7x" in redact(line, {})
-    monitor = SharedMonitor(MonitorSettings(folder=folder, job_id="900"), slurm, io.StringIO())  # type: ignore[arg-type]
-    monitor.adopt()
+    monitor = SharedMonitor(folder, slurm, io.StringIO(), job_id="900")  # type: ignore[arg-type]
+    monitor.poll(0.0)
     assert redact(line, {}) == f"login with {MASK} failed"

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from alert_servers import HOST, WebhookServer
+from watch_records import write_record
 from e2e_helpers import REPO, wait_for
 from guarded_sbatch.sources.points import MetricPoint
 from guarded_sbatch.judge.history import MetricHistory
@@ -86,9 +87,10 @@ def test_the_sidecar_survives_a_poll_that_runs_out_of_memory_and_alerts(tmp_path
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     try:
+        write_record(tmp_path / "run", job, "huge-run", backend="local", tb=tb,
+                     sidecar={"fast_interval_s": 1.0, "job_poll_s": 2.0})
         sidecar = subprocess.run(
-            [sys.executable, "-P", "-m", "guarded_sbatch", "sidecar", "--job", job, "--backend", "local",
-             "--run-dir", str(tmp_path / "run"), "--tb", str(tb), "--fast-interval", "1", "--job-poll", "2"],
+            [sys.executable, "-P", "-m", "guarded_sbatch", "sidecar", str(tmp_path / "run")],
             capture_output=True, text=True, timeout=240, cwd="/", env=env, preexec_fn=cap)
         assert sidecar.returncode == 0, sidecar.stdout[-2000:] + sidecar.stderr[-2000:]
         assert "MemoryError" in sidecar.stdout + sidecar.stderr

@@ -20,7 +20,7 @@ from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision
 from guarded_sbatch.sidecar.one_shot import judge_sources
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 
 BOMB = "model: tanh-mlp\ntask: synthetic-regression\na: &a {x: 1, y: 2, z: 3, w: 4, v: 5, u: 6, t: 7, s: 8, r: 9}\n" + "".join(
@@ -83,7 +83,7 @@ def test_a_one_shot_read_judges_the_whole_run_not_its_first_16_mb(tmp_path: Path
 def test_an_event_file_swapped_for_dev_zero_or_proc_mem_is_a_named_wait(tmp_path: Path) -> None:
     tb = tmp_path / "tb"
     event_file = write_tb_events(tb, [tb_event(s, "train/loss", 2.0 / s + 0.1, wall_time=time.time()) for s in range(1, 300)])
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
                                sources=specs_from_flags({"tensorboard": [tb]}))
     sources = SourceSet(settings, None, live=True)
     sources.read()

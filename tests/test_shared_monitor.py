@@ -8,10 +8,12 @@ import math
 from pathlib import Path
 
 from source_writers import tb_event, write_tb_events
+from guarded_sbatch.scheduler.interface import BackendTraits
 from guarded_sbatch.records import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
-from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, MonitorSettings, SharedMonitor
+from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.sidecar.shared_monitor import REPORT_FILE, SharedMonitor
 from guarded_sbatch.sidecar.state import SidecarState
+from watch_records import register
 
 
 class FakeSlurm:
@@ -52,18 +54,16 @@ def _run(tmp_path: Path, folder: Path, job: str, nan_from: int | None) -> Path:
         loss = math.nan if nan_from is not None and step >= nan_from else 1.0 / step + 0.5
         events += [tb_event(step, "train/loss", loss), tb_event(step, "train/lr", 0.01)]
     write_tb_events(run_dir / "tb", events)
-    registry.register_run(folder, job, {"run_dir": str(run_dir), "run_name": f"run-{job}",
-                                        "tb": [str(run_dir / "tb")], "notes": str(tmp_path / "NOTES.md")})
+    register(folder, job, run_dir, f"run-{job}", tb=run_dir / "tb", notes=tmp_path / "NOTES.md",
+             sidecar={"fast_interval_s": 60.0, "job_poll_s": 300.0})
     return run_dir
 
 
 def _monitor(folder: Path, slurm: FakeSlurm, clock: list[float]) -> SharedMonitor:
-    settings = MonitorSettings(folder=folder, job_id="900", fast_interval_s=60, job_poll_s=300)
-
     def sleep(seconds: float) -> None:
         clock[0] += seconds
 
-    return SharedMonitor(settings, slurm, io.StringIO(), clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type]
+    return SharedMonitor(folder, slurm, io.StringIO(), job_id="900", clock=lambda: clock[0], sleep=sleep)  # type: ignore[arg-type]
 
 
 def test_one_monitor_stops_only_the_broken_run_and_resumes_after_a_restart(tmp_path: Path) -> None:
@@ -137,14 +137,14 @@ def test_launches_register_with_one_monitor_job_and_a_full_monitor_sends_them_ba
     slurm = Submitting()
     folder = tmp_path / "monitor"
     options = SharedMonitorOptions(max_runs=2, time_limit="1-00:00:00", qos="lowprio")
-    ids = [register_with_monitor(slurm, RunRecord(f"r{i}", f"run{i}", "slurm", str(100 + i)), {"tb": []}, options,  # type: ignore[arg-type]
+    ids = [register_with_monitor(slurm, RunRecord(f"r{i}", f"run{i}", "slurm", str(100 + i)), options,  # type: ignore[arg-type]
                                  folder=folder) for i in range(3)]
     assert ids == ["900", "900", None]  # one monitor; the third run gets a sidecar of its own
     assert len(slurm.submitted) == 1 and "--time=1-00:00:00" in slurm.submitted[0] and "--qos=lowprio" in slurm.submitted[0]
     assert "--signal=B:USR1@" in slurm.submitted[0] and "--requeue" in slurm.submitted[0]
     slurm.jobs["900"] = JobState.COMPLETED  # the monitor left: the next launch submits a new one
     registry.retire(folder, "100")
-    assert register_with_monitor(slurm, RunRecord("r3", "run3", "slurm", "103"), {"tb": []}, options,  # type: ignore[arg-type]
+    assert register_with_monitor(slurm, RunRecord("r3", "run3", "slurm", "103"), options,  # type: ignore[arg-type]
                                  folder=folder) == "901"
 
 

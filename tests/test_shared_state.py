@@ -33,13 +33,16 @@ def _chown_tree(path: Path, user: User, gid: int) -> None:
 MONITOR = """
 import json, sys
 from pathlib import Path
+from guarded_sbatch.scheduler.interface import BackendTraits
 from guarded_sbatch.records import monitor_registry as registry
-from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
-from guarded_sbatch.sidecar.shared_monitor import MonitorSettings, SharedMonitor
+from guarded_sbatch.scheduler.interface import JobInfo, JobState
+from guarded_sbatch.sidecar.shared_monitor import SharedMonitor
 import io
 
 folder, own_run = Path(sys.argv[1]), Path(sys.argv[2])
-registry.register_run(folder, "778", {"run_dir": str(own_run), "run_name": "own-run", "tb": [str(own_run / "tb")]})
+(own_run / "run.json").write_text(json.dumps({"run_id": "own-run-778", "run_name": "own-run", "backend": "slurm",
+                                              "job_id": "778", "tb_paths": [str(own_run / "tb")]}))
+registry.register_run(folder, "778", {"run_dir": str(own_run), "run_name": "own-run"})
 
 class Scheduler:  # the monitor's view of the queue: every job it asks about is running
     name = "slurm"
@@ -54,8 +57,7 @@ class Scheduler:  # the monitor's view of the queue: every job it asks about is 
 clock = [1000.0]
 def sleep(seconds): clock[0] += seconds
 scheduler = Scheduler()
-monitor = SharedMonitor(MonitorSettings(folder=folder, job_id="900", fast_interval_s=60, job_poll_s=300), scheduler,
-                        io.StringIO(), clock=lambda: clock[0], sleep=sleep)
+monitor = SharedMonitor(folder, scheduler, io.StringIO(), job_id="900", clock=lambda: clock[0], sleep=sleep)
 for _ in range(3):
     monitor.poll(clock[0])
     clock[0] += 60

@@ -18,7 +18,8 @@ from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.core.config import SidecarJobSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.state import SidecarState
 
 FAST_S, FULL_S = 60.0, 1800.0
@@ -77,14 +78,14 @@ class Run:
             self._writer.write(event.SerializeToString())
         self._writer.flush()
 
-    def settings(self, **overrides: object) -> SidecarSettings:
+    def settings(self, **overrides: object) -> WatchPlan:
         values: dict[str, object] = dict(
             run_name="synthetic-tanh-mlp-bs64-lr5e-2", job_id=self.job_id, state_file=self.tmp / "state.json",
-            evidence_dir=self.tmp / "evidence", sources=specs_from_flags({"tensorboard": [self.tb]}), fast_interval_s=FAST_S,
-            full_interval_s=FULL_S, job_poll_s=300.0,
+            evidence_dir=self.tmp / "evidence", sources=specs_from_flags({"tensorboard": [self.tb]}),
+            sidecar=SidecarJobSettings(fast_interval_s=FAST_S, full_interval_s=FULL_S, job_poll_s=300.0),
         )
         values.update(overrides)
-        return SidecarSettings(**values)  # type: ignore[arg-type]
+        return WatchPlan(**values)  # type: ignore[arg-type]
 
     def clock(self) -> float:
         return self.now

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from guarded_sbatch.sidecar.loop import Sidecar
 from guarded_sbatch.sources.run_sources import specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from source_writers import write_wandb_offline_run
 
 
@@ -20,7 +20,7 @@ def test_wandb_run_is_recorded_for_the_cleanup(tmp_path: Path) -> None:
     run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"run_id": "tanh-mlp-bs64-7", "run_name": "tanh-mlp-bs64",
                                                   "backend": "local", "job_id": "7"}))
-    settings = SidecarSettings(run_name="tanh-mlp-bs64", job_id=None, state_file=run_dir / "sidecar-state.json",
+    settings = WatchPlan(run_name="tanh-mlp-bs64", job_id=None, state_file=run_dir / "sidecar-state.json",
                                evidence_dir=run_dir / "evidence", sources=specs_from_flags({"wandb": [wandb_dir]}))
     out = io.StringIO()
     Sidecar(settings, None, out).poll_once()

@@ -151,7 +151,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
     (node1, a new pid) is the run's own, and the first start's still is."""
     from guarded_sbatch.scheduler.interface import BackendTraits, JobInfo, JobState
     from guarded_sbatch.sidecar import source_set as source_set_module
-    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.plan import WatchPlan
     from guarded_sbatch.sidecar.source_set import SourceSet
 
     tables = iter([({10}, {20}, {"node1"}, {"node1", "node3"}),  # first start, another job on node3
@@ -167,7 +167,7 @@ def test_a_requeued_job_on_a_node_sharing_the_sidecars_process_table_is_still_to
         def info(self, job_id: str) -> JobInfo:
             return JobInfo(job_id, JobState.RUNNING, work_dir=str(tmp_path))
 
-    settings = SidecarSettings(run_name="r", job_id="7", state_file=tmp_path / "state.json",
+    settings = WatchPlan(run_name="r", job_id="7", state_file=tmp_path / "state.json",
                                evidence_dir=tmp_path / "evidence")
     sources = SourceSet(settings, Queue())  # type: ignore[arg-type]
     for _ in range(3):
@@ -303,7 +303,7 @@ def test_a_named_link_and_the_recorded_folder_it_points_to_are_one_source_the_na
 
     from source_writers import tb_event, write_tb_events
 
-    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.plan import WatchPlan
     from guarded_sbatch.sidecar.source_set import SourceSet
 
     real = tmp_path / "project" / "runs" / "exp"
@@ -311,7 +311,7 @@ def test_a_named_link_and_the_recorded_folder_it_points_to_are_one_source_the_na
                            for step in range(30)])
     link = tmp_path / "events-link"
     link.symlink_to(real, target_is_directory=True)
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "s.json", evidence_dir=tmp_path / "e",
                                sources=[SourceSpec("tensorboard", str(link), "--guard-tb")],
                                identity=RunSources(specs=[SourceSpec("tensorboard", str(real))],
                                                    workdir=str(tmp_path / "project")))

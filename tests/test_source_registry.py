@@ -193,14 +193,14 @@ import json, sys, time
 from pathlib import Path
 from guarded_sbatch.records.registry import create_run
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 
 project, theirs, mine, since = Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4])
 create_run("synthetic-jsonl-theirs", "local", "424242", submit_dir=str(project), script=str(project / "t.sh"),
            sources=RunSources(since=since, workdir=str(project),
                               specs=[SourceSpec("jsonl", theirs, "config key metrics_jsonl")]).to_json())
-settings = SidecarSettings(run_name="mine", job_id=None, state_file=project / "s.json", evidence_dir=project / "e",
+settings = WatchPlan(run_name="mine", job_id=None, state_file=project / "s.json", evidence_dir=project / "e",
                            identity=RunSources(since=since, workdir=str(project)))
 read = SourceSet(settings, None)
 read.read()

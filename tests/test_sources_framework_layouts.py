@@ -14,7 +14,7 @@ import pytest
 
 from conftest import require
 from guarded_sbatch.sources.run_sources import RunSources
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.discovery import discover
 from guarded_sbatch.sources.kind_tensorboard import fresh_files
@@ -121,7 +121,7 @@ def test_a_lightning_csv_logger_in_the_runs_output_folder_is_read_by_the_sidecar
     os.utime(root / "lightning_logs" / "version_0" / "metrics.csv", (1.0, 1.0))
     since = time.time() - 1
     identity = RunSources(since=since, workdir=str(tmp_path), specs=tb_specs(root), output_dirs=[str(root)])
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "s.json",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "s.json",
                                evidence_dir=tmp_path / "e", identity=identity)
     sources = SourceSet(settings, None)
     assert sources.read() == 0  # nothing written yet: nothing to read, nothing ambiguous

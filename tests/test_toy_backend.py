@@ -69,12 +69,12 @@ def test_the_new_backend_is_one_module_and_one_registry_line(package_with_toy: P
     added, changed = differences(PACKAGE, package_with_toy / "guarded_sbatch")
     assert added == ["scheduler/toy.py"] and changed == ["scheduler/__init__.py"], (added, changed)
     assert changed_lines("scheduler/__init__.py", package_with_toy) == ["+" + REGISTRY_LINE]
-    # every list of backends reads the registry: the watchers' --backend, the toy's traits
+    # every list of backends reads the registry: monitor's --backend, the toy's traits
     listed = _in_copy(package_with_toy, "from guarded_sbatch.scheduler import backend_names, get_scheduler as g; "
                       "t = g('toy').traits; print(backend_names(), t.cancel_command, t.process_groups_here, "
                       "t.sbatch_native)")
     assert listed.split() == ["('slurm',", "'local',", "'toy')", "toy", "cancel", "True", "False"], listed
-    helped = subprocess.run([sys.executable, "-m", "guarded_sbatch", "sidecar", "--help"], capture_output=True,
+    helped = subprocess.run([sys.executable, "-m", "guarded_sbatch", "monitor", "--help"], capture_output=True,
                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(package_with_toy)})
     assert "toy" in helped.stdout, helped.stdout
 

@@ -14,6 +14,8 @@ import typing as tp
 from pathlib import Path
 
 import pytest
+
+from guarded_sbatch.core.config import SidecarJobSettings
 from e2e_helpers import EXAMPLE
 
 from guarded_sbatch.cli import array_lifecycle
@@ -166,11 +168,11 @@ def test_monitor_once_says_it_reads_a_slow_run(tmp_path: Path, monkeypatch: pyte
                                                capsys: pytest.CaptureFixture[str]) -> None:
     from guarded_sbatch.cli.main import main
     from guarded_sbatch.sidecar import one_shot
-    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.plan import WatchPlan
 
     real = one_shot.judge_once
 
-    def slow(settings: SidecarSettings, only_files: frozenset[str] | None = None) -> tp.Any:
+    def slow(settings: WatchPlan, only_files: frozenset[str] | None = None) -> tp.Any:
         time.sleep(SLOW_S)  # a large run on a slow file system
         return real(settings, only_files)
 
@@ -299,7 +301,7 @@ def test_a_sidecar_waiting_for_its_first_metrics_says_how_long_it_has_waited(tmp
     import io
 
     from guarded_sbatch.sidecar.loop import Sidecar
-    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.sidecar.plan import WatchPlan
     from guarded_sbatch.sources.run_sources import specs_from_flags
 
     class Clock:
@@ -314,10 +316,11 @@ def test_a_sidecar_waiting_for_its_first_metrics_says_how_long_it_has_waited(tmp
                 raise StopIteration
 
     clock, out = Clock(), io.StringIO()
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=tmp_path / "state.json",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=tmp_path / "state.json",
                                evidence_dir=tmp_path / "evidence",
                                sources=specs_from_flags({"tensorboard": [tmp_path / "not-yet"]}),
-                               fast_interval_s=60, full_interval_s=1800, startup_grace_s=300, startup_poll_s=10)
+                               sidecar=SidecarJobSettings(fast_interval_s=60, full_interval_s=1800),
+                               startup_grace_s=300, startup_poll_s=10)
     with pytest.raises(StopIteration):
         Sidecar(settings, None, out, clock=clock, sleep=clock.sleep).run()
     said = [line for line in out.getvalue().splitlines() if line.startswith("sidecar: still no metrics after")]

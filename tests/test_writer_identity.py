@@ -33,7 +33,7 @@ from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 from guarded_sbatch.sidecar.one_shot import judge_sources
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.kinds import run_files
 
@@ -128,7 +128,7 @@ def test_a_wandb_run_folder_another_user_owns_is_not_read_nor_deleted(coworker: 
     spec = SourceSpec("wandb", "ab12cd34", "guarded-sbatch", WriterIdentity(uid=os.geteuid(), run_id="ab12cd34"),
                       search=(str(shared_folder),))
     assert run_files([spec]) == [str(ours)]  # the co-worker's folder of the same id is never chosen for deletion
-    settings = SidecarSettings(run_name="r", job_id=None, state_file=shared_folder / "s.json",
+    settings = WatchPlan(run_name="r", job_id=None, state_file=shared_folder / "s.json",
                                evidence_dir=shared_folder / "e", sources=[],
                                identity=RunSources(workdir=str(shared_folder), specs=[
                                    SourceSpec("wandb", "ab12cd34", "guarded-sbatch", WriterIdentity(run_id="ab12cd34"),
@@ -172,7 +172,7 @@ def _start_writer(scheduler: Scheduler, folder: Path, logdir: Path, mode: str, o
 
 def _judge(folder: Path, sources: RunSources, scheduler: Scheduler | None,
            job_id: str) -> tuple[str, str, str, WriterIdentity]:
-    settings = SidecarSettings(run_name=f"run-{job_id}", job_id=job_id, state_file=folder / f"state-{job_id}.json",
+    settings = WatchPlan(run_name=f"run-{job_id}", job_id=job_id, state_file=folder / f"state-{job_id}.json",
                                evidence_dir=folder / f"evidence-{job_id}", identity=sources)
     source_set = SourceSet(settings, scheduler, live=False)
     source_set.read()

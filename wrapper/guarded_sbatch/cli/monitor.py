@@ -3,46 +3,39 @@ would — a folder, a log, a W&B run, a job, or a run anywhere through a log com
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
 from argparse import Namespace, RawDescriptionHelpFormatter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from guarded_sbatch.cli.args import ArgumentParser
+from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_once  # ONCE_EXIT: read here by scripts
-from guarded_sbatch.cli.watch_args import (
-    Watched,
-    add_interval_flags,
-    add_source_flags,
-    add_stop_flags,
-    anywhere_settings,
-    flagged_kinds,
-    given_sources,
-    policy_for,
-    recorded_sources,
-    watched_of,
-)
-from guarded_sbatch.core.config import load_config
+from guarded_sbatch.cli.sidecar_job import load_watcher
+from guarded_sbatch.core.config import load_config, watcher_flags
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.scheduler import backend_names
+from guarded_sbatch.sidecar.report import cadence_text
 from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
 
 if TYPE_CHECKING:
-    from guarded_sbatch.records.registry import RunRecord
+    from guarded_sbatch.sources.kinds import SourceKind
 
 
 @dataclass(frozen=True)
-class Cadence:
-    fast_interval_s: float
-    full_interval_s: float
-    job_poll_s: float
+class Watched:
+    """What a monitor watches, as the command line says it (`--stop slurm:JOBID` is that job)."""
+
+    job: str | None
+    backend: str | None
+    stop_target: str | None
 
 
-def _guarded_run(job_id: str, backend: str) -> object | None:
+def _guarded_run(job_id: str, backend: str) -> RunRecord | None:
     """The guarded run of this job on this backend (a local job id and a Slurm job id may be equal)."""
     from guarded_sbatch.records.registry import list_runs
 
@@ -58,18 +51,8 @@ EXAMPLES = """examples:
         --stop tmux:train"""
 ONCE_CODES = ("exit codes with --once: 0 CONTINUE, 10 WAIT, 11 STOP (the same with --json); 2 bad usage, "
               "e.g. a --tb/--wandb/--log path that is not there. A watch (no --once) exits 0 when it ends. "
-              "Without --fast-interval/--full-interval/--job-poll a watch follows the config "
-              "([sidecar] fast_interval_seconds, job_poll_seconds; check_interval_minutes).")
-
-
-def _cadence(args: Namespace) -> Cadence:
-    """The command line's cadence; what it leaves out, the config's, as the sidecar of a launch would use."""
-    given = (args.fast_interval, args.full_interval, args.job_poll)
-    if None not in given:
-        return Cadence(*given)
-    config = load_config()
-    defaults = (config.sidecar.fast_interval_s, config.check_interval_s, config.sidecar.job_poll_s)
-    return Cadence(*(value if value is not None else default for value, default in zip(given, defaults)))
+              "Without " + "/".join(flag for flag, _, _ in watcher_flags()) + " a watch follows the config ("
+              + ", ".join(key for _, _, key in watcher_flags()) + ").")
 
 
 def _refuse_missing_paths(args: Namespace) -> None:
@@ -99,19 +82,23 @@ def run_monitor(argv: list[str]) -> int:
                         help="where the job of --job runs (default: GUARDED_SBATCH_BACKEND, else the config's)")
     parser.add_argument("--stop-command", metavar="CMD", help="a command that stops the run, run on STOP (wins over "
                                                              "cancelling the job)")
-    add_stop_flags(parser)
+    parser.add_argument("--stop", dest="stop_target", metavar="TARGET",
+                        help="how to stop the run on STOP: tmux:SESSION, pid:PID (its process group), "
+                             "ssh:[USER@]HOST[:PORT]:PID, slurm:JOBID; with --stop-command, the command runs "
+                             "first and the target is checked (and stopped) after the grace period")
+    parser.add_argument("--stop-grace", type=positive_float, metavar="S",
+                        help="seconds between interrupt, terminate and kill (default 30)")
     parser.add_argument("--notes", type=Path, metavar="FILE", help="the project notes file a STOP appends to")
     parser.add_argument("--state-dir", type=Path, metavar="DIR", help="where the watcher keeps state and evidence")
     add_source_flags(parser)
-    add_interval_flags(parser, from_config=True)
+    for flag, name, key in watcher_flags():
+        parser.add_argument(flag, dest=name, type=positive_float, metavar="S", help=f"seconds (default: the config's {key})")
     args = parser.parse_args(argv)
     watched = watched_of(args)
-    from guarded_sbatch.sidecar.loop import Sidecar
     if (args.run or args.all_runs) and not args.once:
         raise UsageError("--run and --all-runs choose what --once judges; add --once")
     if args.once:
         _refuse_missing_paths(args)
-    cadence = _cadence(args)
     if args.json and not args.once:
         raise UsageError("monitor --json needs --once (a watch prints reports, not one JSON object): "
                          "use `guarded-sbatch monitor --once --json ...`")
@@ -119,26 +106,19 @@ def run_monitor(argv: list[str]) -> int:
     if not (given or args.log_command or search_dirs or watched.job):
         raise UsageError("monitor needs something to read: --tb, --wandb, --log, --log-command, a folder, "
                          "a W&B run path, or --job")
-    backend, record = None, None
+    backend, guarded = None, None
     if watched.job:
         from guarded_sbatch.cli.launch import choose_backend
 
         backend = choose_backend(load_config(), watched.backend)
-        record = cast("RunRecord | None", _guarded_run(watched.job, backend))
-    state_dir = args.state_dir or _monitor_state_dir(args, watched, given)
-    explicit = bool(given or args.log_command or search_dirs)
-    settings = SidecarSettings(
-        run_name=args.target or (record.run_name if record else None) or watched.job or watched.stop_target
-        or "monitored run",
-        job_id=watched.job or watched.stop_target,  # no job: the stop target names the run
-        state_file=state_dir / "monitor-state.json", evidence_dir=state_dir / "evidence",
-        notes_path=args.notes, stop_command=args.stop_command, sources=given, search_dirs=search_dirs,
-        fast_interval_s=cadence.fast_interval_s, full_interval_s=cadence.full_interval_s, job_poll_s=cadence.job_poll_s,
-        policy=policy_for(args, record), identity=None if explicit else recorded_sources(record),
-        **anywhere_settings(args, watched),
-    )
+        guarded = _guarded_run(watched.job, backend)
+    from guarded_sbatch.sidecar.loop import Sidecar
+    from guarded_sbatch.sidecar.plan import plan_of
+
+    record = _monitor_record(args, watched, guarded, backend or "", given, search_dirs)
+    plan = plan_of(record, args.state_dir or _monitor_state_dir(args, watched, given))
     if args.once:
-        return judge_runs_once(replace(settings, job_id=watched.job), args.run, args.all_runs, args.json)
+        return judge_runs_once(plan, args.run, args.all_runs, args.json)
     scheduler: Any = None
     if backend is not None:
         from guarded_sbatch.scheduler import get_scheduler
@@ -148,14 +128,87 @@ def run_monitor(argv: list[str]) -> int:
         from guarded_sbatch.actions.stop_targets import parse_stop_target
         from guarded_sbatch.actions.target_watch import TargetWatch
 
-        scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=args.stop_grace)
-    settings.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
+        scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=plan.stop_grace_s)
+    plan.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
-    print(f"guarded-sbatch monitor: watching {what}: metrics read every {settings.fast_interval_s:g} s, "
-          f"a full report every {settings.full_interval_s / 60:g} min"
-          + (f", the scheduler asked every {settings.job_poll_s:g} s" if watched.job else "")
-          + "; Ctrl-C to leave (the run goes on)", file=sys.stderr, flush=True)
-    return Sidecar(settings, scheduler, sys.stdout).run()
+    print(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)",
+          file=sys.stderr, flush=True)
+    return Sidecar(plan, scheduler, sys.stdout).run()
+
+
+def _monitor_record(args: Namespace, watched: Watched, guarded: RunRecord | None, backend: str,
+                    given: list[SourceSpec], search_dirs: list[Path]) -> RunRecord:
+    """The command line as a run record, which the watcher reads like a guarded run's (sidecar/plan.py): the guarded
+    run's own record when `--job` names one and no source is named outright (its sources, its thresholds)."""
+    config = load_config()
+    explicit = bool(given or args.log_command or search_dirs)
+    own = guarded if guarded is not None and not explicit else None
+    judge = dict(guarded.judge if guarded is not None and guarded.judge else config.judge)
+    flags = {"train_loss_key": args.train_loss_key, "key_metric": args.eval_key, "baseline": args.baseline,
+             "target": args.target_value}
+    judge.update({name: value for name, value in flags.items() if value is not None})
+    from guarded_sbatch.judge.table import policy_from_table
+
+    where = f"run record of {guarded.run_name}" if guarded is not None and guarded.judge else \
+        (", ".join(map(str, config.sources)) or "config")
+    policy_from_table(judge, where=where)  # a bad threshold is said now, in one line
+    sidecar = dataclasses.replace(config.sidecar, **{name: vars(args)[name] for _, name, _ in watcher_flags()
+                                                     if vars(args)[name] is not None})
+    watch = {"sidecar": dataclasses.asdict(sidecar), "stop_command": args.stop_command or "",
+             "notes": str(args.notes) if args.notes else "", "named": [spec.to_json() for spec in given],
+             "search_dirs": [str(folder) for folder in search_dirs], "log_commands": list(args.log_command),
+             "log_command_timeout_s": args.log_command_timeout, "stop_target": watched.stop_target or "",
+             "stop_grace_s": args.stop_grace}
+    name = args.target or (guarded.run_name if guarded else None) or watched.job or watched.stop_target or "monitored run"
+    if own is not None:
+        return dataclasses.replace(own, run_name=name, judge=judge, watch=watch)
+    return RunRecord(run_id="monitor", run_name=name, backend=backend, job_id=watched.job or watched.stop_target or "",
+                     judge=judge, watch=watch)
+
+
+def flagged_kinds() -> list[SourceKind]:
+    """sources/kinds.py's kinds with a flag (the readers, and numpy, loaded on first use)."""
+    load_watcher()
+    from guarded_sbatch.sources.kinds import flagged_kinds as kinds_with_flags
+
+    return kinds_with_flags()
+
+
+def add_source_flags(parser: ArgumentParser) -> None:
+    for kind in flagged_kinds():  # every kind in sources/kinds.py with a flag gets it here
+        if kind.flag:
+            parser.add_argument(kind.flag, dest=f"source_{kind.name}", action="append", type=Path, default=[],
+                                metavar="PATH", help=kind.help)
+    parser.add_argument("--log-command", action="append", default=[], metavar="CMD",
+                        help="a command whose stdout is the run's recent log, run at each poll "
+                             "(e.g. \"ssh gpu07 tail -c 2000000 /scratch/run/train.log\"); failure means WAIT")
+    parser.add_argument("--log-command-timeout", type=positive_float, metavar="S",
+                        help="seconds the log command may take (default 30)")
+    parser.add_argument("--train-loss-key", metavar="KEY", help="the metric to judge as training loss")
+    parser.add_argument("--eval-key", metavar="KEY", help="the key eval metric")
+    parser.add_argument("--baseline", type=float, metavar="VALUE", help="the key metric of a reference run")
+    parser.add_argument("--target", dest="target_value", type=float,
+                        help="the key metric that would count as success")
+
+
+def given_sources(args: Namespace) -> list[SourceSpec]:
+    """The sources named with the kinds' flags (--tb, --wandb, --log, --mlflow, --csv, ...)."""
+    return specs_from_flags({kind.name: list(vars(args).get(f"source_{kind.name}", [])) for kind in flagged_kinds()})
+
+
+def watched_of(args: Namespace) -> Watched:
+    """Bad targets fail now, not at the STOP; slurm:JOBID is the job to watch and cancel."""
+    watched = Watched(args.job, args.backend, args.stop_target)
+    if not args.stop_target:
+        return watched
+    from guarded_sbatch.actions.stop_targets import parse_stop_target
+
+    target = parse_stop_target(args.stop_target)
+    if target.kind != "slurm":
+        return watched
+    if args.job and args.job != target.value:
+        raise UsageError(f"--stop {args.stop_target} and --job {args.job} name different jobs")
+    return Watched(target.value, "slurm", None)
 
 
 def _classify_target(target: str | None, given: list[SourceSpec]) -> tuple[list[Path], list[SourceSpec]]:

@@ -13,7 +13,7 @@ from guarded_sbatch.core.errors import ExitCode
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.sources.run_sources import SourceSpec
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 
 # the decision is the exit code, so a script can branch on it without parsing
 ONCE_EXIT = {"CONTINUE": int(ExitCode.OK), "WAIT": int(ExitCode.WAIT), "STOP": int(ExitCode.STOP)}
@@ -27,7 +27,7 @@ class _Judged:
     files: tuple[str, ...]
 
 
-def judge_runs_once(settings: SidecarSettings, named: str | None, all_runs: bool, as_json: bool) -> int:
+def judge_runs_once(settings: WatchPlan, named: str | None, all_runs: bool, as_json: bool) -> int:
     from guarded_sbatch.sidecar.one_shot import judge_once
     from guarded_sbatch.sidecar.one_shot_runs import choose, left_out_note, tensorboard_runs
 
@@ -54,7 +54,7 @@ def judge_runs_once(settings: SidecarSettings, named: str | None, all_runs: bool
     return max(ONCE_EXIT.get(j.verdict.decision.value, int(ExitCode.OK)) for j in judged)
 
 
-def _folders_of_several_runs(settings: SidecarSettings) -> SidecarSettings:
+def _folders_of_several_runs(settings: WatchPlan) -> WatchPlan:
     """A folder to search (`monitor --once DIR`) holding several TensorBoard runs is read as --tb DIR would be: one
     run judged, the others named (the search would take none of them)."""
     from guarded_sbatch.sidecar.one_shot_runs import tensorboard_runs

@@ -19,7 +19,6 @@ from typing import Any, TextIO
 from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.actions.evidence_plot import plotted_keys
 from guarded_sbatch.cli.args import ArgumentParser
-from guarded_sbatch.judge.table import recorded_policy
 from guarded_sbatch.cli.array_lifecycle import array_tasks
 from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.cli.status_table import render_table
@@ -28,11 +27,10 @@ from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.waiting import Waiting, fit
 from guarded_sbatch.records.registry import RunRecord, find_run
-from guarded_sbatch.sources.run_sources import flagged_specs, recorded_sources
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.one_shot import judge_sources, read_whole_run, with_note
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import plan_of
 from guarded_sbatch.sidecar.source_set import SourceSet
 
 PLAIN_ROWS = 12
@@ -103,14 +101,10 @@ def gather(record: RunRecord) -> dict[str, Any]:
 
 def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float]]], Any, str]:
     """The run judged now on its recorded sources (the ones its sidecar reads), never on a rediscovery."""
-    settings = SidecarSettings(
-        run_name=record.run_name, job_id=record.job_id, state_file=record.folder / ".show-state.json",
-        evidence_dir=record.evidence_dir, sources=flagged_specs(record), identity=recorded_sources(record),
-        policy=recorded_policy(record.judge, record.run_name),  # as its sidecar judges it
-    )
-    sources = SourceSet(settings, None, live=False)
+    plan = plan_of(record, record.folder)  # as its sidecar judges it: the same plan from the same record
+    sources = SourceSet(plan, None, live=False)
     unread = read_whole_run(sources)  # the whole run, not the first poll's worth
-    verdict = with_note(judge_sources(sources, None, RunContext(job_live=False)), unread)
+    verdict = with_note(judge_sources(sources, plan.policy, RunContext(job_live=False)), unread)
     history = sources.history()
     series = {}
     for key in history.keys():

@@ -31,7 +31,8 @@ from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
 
 __all__ = ["DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
-           "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml"]
+           "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml",
+           "recorded_sidecar", "watcher_flags"]
 
 SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
 # The admins' site config at a fixed system path: always read when it is there, whatever the environment says
@@ -108,7 +109,8 @@ def setting_value(item: Field[Any], raw: Any, fail: Callable[[str, str], Excepti
 
 @dataclass(frozen=True)
 class SidecarJobSettings:
-    """The sidecar job's resources and cadence."""
+    """The sidecar job's resources and cadence. A launch keeps them in the run's record (`watch`), and every watcher
+    of the run reads them there (sidecar/plan.py): the one type from the config file to the loop."""
 
     partition: str = setting("sidecar.partition")
     account: str = setting("sidecar.account")
@@ -119,10 +121,35 @@ class SidecarJobSettings:
     template: str = setting("sidecar.template")
     fast_interval_s: float = setting("sidecar.fast_interval_seconds")  # how often the sidecar reads new metrics
     job_poll_s: float = setting("sidecar.job_poll_seconds")  # how often it may ask the scheduler (≤ 12 an hour)
+    full_interval_s: float = setting("check_interval_minutes", scale=60.0)  # between full reports
     mode: str = setting("sidecar.mode")  # "per-job" | "per-user" (one shared monitor job per user and cluster)
     max_runs_per_monitor: int = setting("sidecar.max_runs_per_monitor")
     monitor_time: str = setting("sidecar.monitor_time")  # the shared monitor's --time; it requeues itself before the limit
     monitor_mem: str = setting("sidecar.monitor_mem")
+
+
+def recorded_sidecar(table: Mapping[str, Any]) -> SidecarJobSettings:
+    """The sidecar settings a run record keeps (`dataclasses.asdict` at launch), each checked as the schema says; a
+    field missing (an older record) or edited by hand into something invalid is the schema's default."""
+    kept: dict[str, Any] = {}
+    for item in fields(SidecarJobSettings):
+        if item.name not in table:
+            continue
+        key, value = schema.KEYS[item.metadata["key"]], table[item.name]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        raw = value / item.metadata["scale"] if key.kind == "float" and number else value
+        try:
+            checked(key, raw, lambda path, what: ValueError(path))
+        except ValueError:
+            continue
+        kept[item.name] = float(value) if key.kind == "float" else value
+    return SidecarJobSettings(**kept)
+
+
+def watcher_flags() -> list[tuple[str, str, str]]:
+    """(flag, field, config key) of each sidecar setting a watcher's command line may set (the schema's `flag`)."""
+    return [(schema.KEYS[item.metadata["key"]].flag, item.name, item.metadata["key"])
+            for item in fields(SidecarJobSettings) if schema.KEYS[item.metadata["key"]].flag]
 
 
 @dataclass(frozen=True)
@@ -144,7 +171,6 @@ class Config:
     template_dirs: tuple[Path, ...] = setting("template_dirs")
     scheduler: str = setting("scheduler")  # "slurm" | "local" | "auto"
     job_umask: str = setting("job_umask")  # "" (the user's own) or an octal umask every guarded job starts with
-    check_interval_s: float = setting("check_interval_minutes", scale=60.0)
     reference_dirs: tuple[str, ...] = setting("preflight.reference_dirs")
     reference_max_depth: int = setting("preflight.reference_max_depth")
     reference_max_age_days: float = setting("preflight.reference_max_age_days")

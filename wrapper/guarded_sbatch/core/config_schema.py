@@ -46,6 +46,7 @@ class Key:
     example: Any = None  # the example site config's value, when it is not the default
     note: str = ""  # a short comment after the value in the example
     sample: str = ""  # a value to show in the error for a bad one
+    flag: str = ""  # the watcher's command-line flag that sets it for one `monitor` (in seconds; cli/monitor.py)
 
 
 _WAIT_DOC = (
@@ -97,6 +98,7 @@ SCHEMA: tuple[Key, ...] = (
         30.0,
         "Minutes between the sidecar's full reports (it checks hard faults more often).",
         example=30,
+        flag="--full-interval",
     ),
     Key(
         "notes",
@@ -196,7 +198,7 @@ SCHEMA: tuple[Key, ...] = (
     Key("sidecar.mem", "str", "1G", ""),
     Key("sidecar.time", "str", "", "", note="empty: the sidecar ends with the training job"),
     Key("sidecar.template", "str", "sidecar.sbatch", "", note="looked up in template_dirs, then the built-in templates"),
-    Key("sidecar.fast_interval_seconds", "float", 10.0, "", example=10,
+    Key("sidecar.fast_interval_seconds", "float", 10.0, "", example=10, flag="--fast-interval",
         note="how often the sidecar reads new metric points (new bytes of local files: cheap; the scheduler is asked "
              "on its own cadence)"),
     Key(
@@ -205,6 +207,7 @@ SCHEMA: tuple[Key, ...] = (
         300.0,
         "",
         example=300,
+        flag="--job-poll",
         note="how often it may ask the scheduler about the job (Slurm < 23.02 has no RPC limits)",
     ),
     Key(

@@ -23,13 +23,12 @@ from guarded_sbatch.judge.table import with_chance, policy_from_table, policy_ta
 from guarded_sbatch.records.registry import list_runs
 from guarded_sbatch.launch.launcher_job import keep_with_run
 from guarded_sbatch.launch.marking import MarkingScheduler
-from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, array_watch_options
+from guarded_sbatch.launch.monitor_registration import ARRAY_JOB_POLL_S, SharedMonitorOptions, array_watch_options
 from guarded_sbatch.launch.preflight import run_preflight
 from guarded_sbatch.launch.run_reference import save_config_snapshot
 from guarded_sbatch.launch.submit import (
     GuardedSubmission,
     RecordFields,
-    SidecarOptions,
     resources_from_config,
     submit_guarded,
 )
@@ -59,10 +58,9 @@ class LaunchPlan:
     run_name: str
     sources: SourcePlan | None  # what the run writes, resolved by the pre-flight (each job's: `for_job`)
     since: float  # files older than this are not the run's own
-    sidecar: SidecarOptions
     resources: SidecarResources
     shared: SharedMonitorOptions | None  # watched by one shared job (per-user mode; every job array)
-    record: RecordFields  # judge settings, waivers, planned end, ...: the same fields from every front end
+    record: RecordFields  # judge settings, waivers, what its watcher is told, ...: the same from every front end
     run_config: RunConfig | None  # the config the run was launched with, kept beside its record
     keep_script: bool = False  # a script rendered from a launcher command: kept with the run as job.sbatch
 
@@ -147,13 +145,7 @@ def plan_launch(
     request = SubmitRequest(script=script or _script(launch), sbatch_options=words,
                             script_args=launch.script_args if script is None else (), workdir=cwd,
                             env=dict(sources.env) if sources is not None else {})
-    sidecar = SidecarOptions(
-        tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
-        log_paths=(*(_absolute(p, cwd) for p in guard.log), *([output_log] if output_log and not sources else [])),
-        stop_command=guard.stop_command or stop_command, notes_path=notes_path(guard.notes, config, cwd),
-        fast_interval_s=config.sidecar.fast_interval_s, full_interval_s=config.check_interval_s,
-        job_poll_s=config.sidecar.job_poll_s,
-    )
+    array = sources.array if sources is not None else None
     record = RecordFields(
         launched_by=launched_by, waivers=tuple(w.to_json() for w in report.waivers),
         judge=with_chance(judge_table(config), report.intended_run_config.values if report.intended_run_config else None),
@@ -164,11 +156,14 @@ def plan_launch(
         tracker=dict(tracker or {}), script=replay[0] if replay else None,
         script_args=replay[1] if replay else None, sbatch_options=replay[2] if replay else None,
         guard_words=launch.guard_words,
+        tb_paths=tuple(_absolute(p, cwd) for p in guard.tb), wandb_paths=tuple(_absolute(p, cwd) for p in guard.wandb),
+        log_paths=(*(_absolute(p, cwd) for p in guard.log), *([output_log] if output_log and not sources else [])),
+        watch=watch_table(config, stop_command=guard.stop_command or stop_command,
+                          notes=notes_path(guard.notes, config, cwd), array=array is not None),
     )
-    array = sources.array if sources is not None else None
     shared = shared_watch(config, name, array=array is not None, monitor=guard.monitor)
     since = own_files_since(report.run_name, cwd, restart=guard.restart if continues_run is None else continues_run)
-    return LaunchPlan(request=request, run_name=name, sources=sources, since=since, sidecar=sidecar,
+    return LaunchPlan(request=request, run_name=name, sources=sources, since=since,
                       resources=resources_from_config(config), shared=shared, record=record,
                       run_config=report.intended_run_config,
                       keep_script=keep_script)
@@ -181,7 +176,7 @@ def carry_out(plan: LaunchPlan, scheduler: Scheduler, config: Config, *,
     try:
         with job_umask(config.job_umask), Waiting(f"{scheduler.name} to take the job and its guard"):
             submission = submit_guarded(
-                scheduler, plan.request, run_name=plan.run_name, sidecar=plan.sidecar, resources=plan.resources,
+                scheduler, plan.request, run_name=plan.run_name, resources=plan.resources,
                 record=plan.record, on_training_submitted=on_submitted, shared=plan.shared, task_ids=plan.task_ids(),
                 sources_for_job=(lambda job_id: sources.for_job(job_id, since=plan.since).to_json())
                 if sources is not None else None,
@@ -266,9 +261,20 @@ def shared_watch(config: Config, run_name: str, *, array: bool, monitor: str | N
         return None
     return SharedMonitorOptions(
         max_runs=job.max_runs_per_monitor, time_limit=job.monitor_time, partition=job.partition, qos=job.qos,
-        account=job.account, mem=job.monitor_mem, fast_interval_s=job.fast_interval_s, job_poll_s=job.job_poll_s,
-        template_dirs=tuple(config.template_dirs),
+        account=job.account, mem=job.monitor_mem, template_dirs=tuple(config.template_dirs),
     )
+
+
+def watch_table(config: Config, *, stop_command: str | None, notes: Path | None, array: bool) -> dict[str, Any]:
+    """What every watcher of the run is told beyond its sources and thresholds, as its record keeps it (`watch`,
+    read by sidecar/plan.py): the config's [sidecar] settings (an array's tasks asked about at most every
+    ARRAY_JOB_POLL_S, all at once), the stop command, the notes file and which alerts to send."""
+    sidecar = config.sidecar
+    if array:
+        sidecar = dataclasses.replace(sidecar, job_poll_s=min(sidecar.job_poll_s, ARRAY_JOB_POLL_S))
+    return {"sidecar": dataclasses.asdict(sidecar), "stop_command": stop_command or "",
+            "notes": str(notes) if notes else "",
+            "alerts": {"on": sorted(config.notify_on), "wait_long_s": config.notify_wait_long_s}}
 
 
 def notes_path(given: Path | None, config: Config, cwd: Path) -> Path | None:

@@ -28,18 +28,6 @@ from guarded_sbatch.scheduler.interface import Scheduler, SubmitRequest
 
 
 @dataclass(frozen=True)
-class SidecarOptions:
-    tb_paths: tuple[Path, ...] = ()
-    wandb_paths: tuple[Path, ...] = ()
-    log_paths: tuple[Path, ...] = ()
-    stop_command: str | None = None
-    notes_path: Path | None = None
-    fast_interval_s: float | None = None
-    full_interval_s: float | None = None
-    job_poll_s: float | None = None
-
-
-@dataclass(frozen=True)
 class SidecarResources:
     cpus: int = SidecarJobSettings.cpus
     mem: str = SidecarJobSettings.mem
@@ -80,16 +68,20 @@ class RecordFields:
     script_args: tuple[str, ...] | None = None
     sbatch_options: tuple[str, ...] | None = None
     guard_words: tuple[str, ...] = ()  # the launch's guard options as given (restart replays them)
+    tb_paths: tuple[Path, ...] = ()  # the guard flags' sources (--guard-tb, --guard-wandb, --guard-log)
+    wandb_paths: tuple[Path, ...] = ()
+    log_paths: tuple[Path, ...] = ()
+    watch: Mapping[str, Any] = field(default_factory=dict)  # what every watcher of the run is told (sidecar/plan.py)
 
-    def values(self, request: SubmitRequest, sidecar: SidecarOptions) -> dict[str, Any]:
+    def values(self, request: SubmitRequest) -> dict[str, Any]:
         """The keyword arguments of records/registry.create_run for one job of this launch."""
         return {
             "script": self.script if self.script is not None else str(request.script),
             "script_args": list(self.script_args if self.script_args is not None else request.script_args),
             "sbatch_options": list(self.sbatch_options if self.sbatch_options is not None else request.sbatch_options),
             "submit_dir": str(request.workdir or Path.cwd()),
-            "tb_paths": [str(p) for p in sidecar.tb_paths], "wandb_paths": [str(p) for p in sidecar.wandb_paths],
-            "log_paths": [str(p) for p in sidecar.log_paths], "waivers": [dict(w) for w in self.waivers],
+            "tb_paths": [str(p) for p in self.tb_paths], "wandb_paths": [str(p) for p in self.wandb_paths],
+            "log_paths": [str(p) for p in self.log_paths], "watch": dict(self.watch), "waivers": [dict(w) for w in self.waivers],
             "judge": dict(self.judge), "config_path": self.config_path, "total_steps": self.total_steps,
             "planned_end": self.planned_end, "checkpoint_dir": self.checkpoint_dir, "artifact_dir": self.artifact_dir,
             "tracker": dict(self.tracker), "launched_by": self.launched_by, "guard_words": list(self.guard_words),
@@ -105,29 +97,6 @@ class GuardedSubmission:
     interrupted: bool = False  # Ctrl-C came while submitting: taken only once the job was guarded
 
 
-def sidecar_arguments(record: RunRecord, options: SidecarOptions) -> list[str]:
-    # the run's sources travel one way: its record in --run-dir (the guard flags' paths among them), never argv
-    args = ["--job", record.job_id, "--backend", record.backend, "--run-dir", str(record.folder)]
-    if options.stop_command:
-        args += ["--stop-command", options.stop_command]
-    if options.notes_path:
-        args += ["--notes", str(options.notes_path)]
-    for flag, value in (("--fast-interval", options.fast_interval_s), ("--full-interval", options.full_interval_s),
-                        ("--job-poll", options.job_poll_s)):
-        if value is not None:
-            args += [flag, str(value)]
-    return args
-
-
-def shared_entry(options: SidecarOptions) -> dict[str, object]:
-    """What the shared monitor needs to watch a run (its registration, beside run_dir and run_name). The run's
-    record (run_dir/run.json, written before it registers) is what the monitor reads; the guard flags' paths here
-    serve a registration without a record."""
-    return {"tb": [str(p) for p in options.tb_paths], "wandb": [str(p) for p in options.wandb_paths],
-            "log": [str(p) for p in options.log_paths], "stop_command": options.stop_command or "",
-            "notes": str(options.notes_path) if options.notes_path else "", "full_interval_s": options.full_interval_s}
-
-
 def sidecar_job_name(record: RunRecord) -> str:
     """The sidecar job's name: in its script's #SBATCH line (a site's own template, people reading it) and in its
     request (`SubmitRequest.job_name`, each backend's own way to say it)."""
@@ -140,10 +109,10 @@ def sidecar_output(record: RunRecord) -> str:
 
 
 def render_sidecar_script(
-    template_text: str, record: RunRecord, options: SidecarOptions, resources: SidecarResources,
-    *, python: str = sys.executable,
+    template_text: str, record: RunRecord, resources: SidecarResources, *, python: str = sys.executable,
 ) -> str:
-    """The sidecar's sbatch script: a pure function of the template, the run and the options."""
+    """The sidecar's sbatch script: a pure function of the template, the run and its resources. Its command names
+    the run's folder and nothing else: the watcher learns the rest from the record there (sidecar/plan.py)."""
     extra = []
     for flag, value in (("partition", resources.partition), ("account", resources.account),
                         ("qos", resources.qos), ("time", resources.time_limit)):
@@ -157,7 +126,7 @@ def render_sidecar_script(
         "SIDECAR_MEM": resources.mem,
         "SIDECAR_EXTRA_SBATCH": "\n".join(extra),
         "PYTHON": shlex.quote(python),
-        "SIDECAR_ARGS": " ".join(shlex.quote(a) for a in sidecar_arguments(record, options)),
+        "RUN_DIR": str(record.folder),
     }
     return render_template(template_text, values, template_name=resources.template)
 
@@ -167,7 +136,6 @@ def submit_guarded(
     request: SubmitRequest,
     *,
     run_name: str,
-    sidecar: SidecarOptions,
     resources: SidecarResources,
     record: RecordFields | None = None,
     on_training_submitted: Callable[[str], object] | None = None,
@@ -183,7 +151,7 @@ def submit_guarded(
     run_name = check_run_name(run_name or _fallback_name(request))
     # A trial render with a stand-in job id: a bad value fails here, before anything is submitted.
     trial = RunRecord(run_id=new_run_id(run_name, "0"), run_name=run_name, backend=scheduler.name, job_id="0")
-    render_sidecar_script(template_text, trial, sidecar, resources)
+    render_sidecar_script(template_text, trial, resources)
     try:
         runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
@@ -202,8 +170,8 @@ def submit_guarded(
         try:
             for watched in task_ids(job_id) if task_ids is not None else [job_id]:
                 watcher = guarded[-1].record.monitor_id if guarded else ""  # an array's tasks: one watcher
-                guarded.append(_guard_submitted(scheduler, request, watched, run_name, template_text, sidecar,
-                                                resources, fields, sources_for_job, shared, watcher))
+                guarded.append(_guard_submitted(scheduler, request, watched, run_name, template_text, resources,
+                                                fields, sources_for_job, shared, watcher))
         except Exception as exc:  # noqa: BLE001 - whatever failed, the training job must not run unguarded
             raise _unguarded(scheduler, job_id, exc) from None
     submission = guarded[0] if task_ids is None else \
@@ -256,23 +224,23 @@ def _unguarded(scheduler: Scheduler, job_id: str, exc: BaseException) -> Guarded
 
 def _guard_submitted(
     scheduler: Scheduler, request: SubmitRequest, job_id: str, run_name: str, template_text: str,
-    sidecar: SidecarOptions, resources: SidecarResources, fields: RecordFields,
+    resources: SidecarResources, fields: RecordFields,
     sources_for_job: Callable[[str], dict[str, object]] | None = None,
     shared: SharedMonitorOptions | None = None, watcher: str = "",
 ) -> GuardedSubmission:
     """One guarded job (or array task): its record, then its watcher. `watcher`: the shared job the array's earlier
     tasks registered with, recorded at once (the record is written once per task, not twice)."""
-    record = create_run(run_name, scheduler.name, job_id, **fields.values(request, sidecar),
+    record = create_run(run_name, scheduler.name, job_id, **fields.values(request),
                         sources=sources_for_job(job_id) if sources_for_job else {},
                         monitor_id=watcher if shared is not None else "")
     if shared is not None:  # per-user monitor mode: register with it instead of a sidecar of our own
-        monitor_id = register_with_monitor(scheduler, record, shared_entry(sidecar), shared)
+        monitor_id = register_with_monitor(scheduler, record, shared)
         if monitor_id != record.monitor_id:
             record.monitor_id = monitor_id or ""  # not sidecar_id: kill/restart cancel that one, and it is shared
             record.save()
         if monitor_id is not None:
             return GuardedSubmission(record, job_id, monitor_id)
-    script_text = render_sidecar_script(template_text, record, sidecar, resources)
+    script_text = render_sidecar_script(template_text, record, resources)
     script_path = record.folder / "sidecar.sbatch"
     script_path.write_text(script_text, encoding="utf-8")
     script_path.chmod(0o600)

@@ -78,7 +78,7 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
     "SIDECAR_MEM": ("a memory size such as 400M or 2G", lambda v: _MEM.fullmatch(v) is not None),
     "SIDECAR_EXTRA_SBATCH": ("#SBATCH lines of a checked partition/account/qos/time", _sbatch_lines),
     "PYTHON": ("a quoted command", _shell_words),
-    "SIDECAR_ARGS": ("quoted arguments", _shell_words),
+    "RUN_DIR": ("an absolute path of plain characters", lambda v: _PATH.fullmatch(v) is not None),
     "LAUNCHER": ("a quoted command", _shell_words),
     "LAUNCHER_ARGS": ("quoted arguments", _shell_words),
     "SIGNAL_MARGIN_SECONDS": ("a number of seconds", lambda v: _COUNT.fullmatch(v) is not None),
@@ -92,7 +92,7 @@ VALIDATORS: dict[str, tuple[str, Callable[[str], bool]]] = {
 }
 # the shared monitor's script takes the same kinds of values as the sidecar's
 VALIDATORS.update(MONITOR_DIR=VALIDATORS["SIDECAR_OUTPUT"], MONITOR_OUTPUT=VALIDATORS["SIDECAR_OUTPUT"],
-                  MONITOR_JOB_NAME=VALIDATORS["SIDECAR_JOB_NAME"], MONITOR_ARGS=VALIDATORS["SIDECAR_ARGS"])
+                  MONITOR_JOB_NAME=VALIDATORS["SIDECAR_JOB_NAME"])
 
 
 def check_value(name: str, value: object) -> str:

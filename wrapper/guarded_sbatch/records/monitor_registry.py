@@ -3,9 +3,9 @@
 Layout under <state dir>/shared-monitor/<cluster>/ (the user's own state folder, no daemon):
   lock              flock'ed around every change that must agree with the monitor job's existence
   monitor.json      {"job_id": ..., "submitted_at": ...} while a monitor job exists
-  runs/<job>.json   one registration per watched run (what a sidecar's command line would say)
+  runs/<job>.json   one registration per watched run: its folder (its record says the rest, sidecar/plan.py)
   done/<job>.json   registrations of runs the monitor has finished with
-  array-<J>/        the same layout for the watcher of one job array (sidecar/array_watch.py), a run per task
+  array-<J>/        the same layout for the watcher of one job array (sidecar/shared_monitor.py), a run per task
 
 A launch writes its registration and, under the lock, submits a monitor job unless one is queued or
 running. The monitor retires finished runs and, under the same lock, leaves (and removes

@@ -48,6 +48,7 @@ class RunRecord:
     launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
     judge: dict[str, Any] = field(default_factory=dict)  # [judge] thresholds at launch: its sidecar judges with these
     guard_words: list[str] = field(default_factory=list)  # the launch's guard options as given: what restart replays
+    watch: dict[str, Any] = field(default_factory=dict)  # what every watcher of the run is told (sidecar/plan.py)
 
     @property
     def folder(self) -> Path:

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from guarded_sbatch.judge.verdict import Verdict
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sidecar.stop_record import save_evidence
 from guarded_sbatch.sidecar.tracker_runs import stop_process_tree
 
 
-def stop_one_run(settings: SidecarSettings, sources: SourceSet, verdict: Verdict, *, data_source: str,
+def stop_one_run(settings: WatchPlan, sources: SourceSet, verdict: Verdict, *, data_source: str,
                  pid: int) -> str:
     """Stop one agent run's process, keep its evidence apart, retire it; the line that says what was done."""
     run = sources.describe()

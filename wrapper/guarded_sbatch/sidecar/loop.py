@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.sidecar.logs import stream_logger
@@ -28,13 +28,13 @@ from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line, startup_progress_line,
 )
-from guarded_sbatch.scheduler.interface import JobState, JobWatch, Scheduler
+from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.node_loss import NodeLossWatch
 
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.state import SidecarState
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sources.kinds import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
@@ -46,17 +46,30 @@ from guarded_sbatch.sidecar.agent_stop import stop_one_run
 MAX_FULL_INTERVAL_S = 4 * 3600.0
 
 
+class SharedAnswers(Protocol):
+    """What a watcher of several runs (sidecar/shared_monitor.py) answers for each from its one scheduler query: a
+    run's loop reads its job's state there at every poll, and asks the scheduler itself only to stop it."""
+
+    def state(self, job_id: str) -> JobState: ...
+
+    def info(self, job_id: str) -> JobInfo: ...
+
+    def node_losses(self, job_id: str) -> list[NodeLoss]: ...
+
+
 class Sidecar:
     def __init__(
         self,
-        settings: SidecarSettings,
+        settings: WatchPlan,
         scheduler: Scheduler | None,
         out: TextIO,
         *,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
+        answers: SharedAnswers | None = None,
     ) -> None:
         self.settings = settings
+        self.answers = answers
         self.out = out
         self.clock = clock
         self.sleep = sleep
@@ -64,7 +77,7 @@ class Sidecar:
         self.log = stream_logger("sidecar", out)
         self.calls = CountedScheduler(scheduler) if scheduler is not None else None
         self.scheduler: Scheduler | None = self.calls  # every scheduler call the sidecar makes goes through the count
-        self.sources = SourceSet(settings, self.scheduler)
+        self.sources = SourceSet(settings, self.scheduler, info=answers.info if answers is not None else None)
         self.job_state: JobState = JobState.UNKNOWN
         self._job_watch: JobWatch | None = None  # Slurm's idle step in the job while it runs
         self._watch_starts = 0
@@ -98,7 +111,7 @@ class Sidecar:
             self._diag(f"resuming (restart {self.state.restarts}) after {self.state.checks} checks\n")
         else:
             self.state.started_at = now
-            self.state.full_interval_s = self.settings.full_interval_s
+            self.state.full_interval_s = self.settings.sidecar.full_interval_s
             self.state.next_full_report_at = now  # first full report as soon as there is something to say
         self.emit(cadence_line(self.settings))
         changed = policy_table(self.settings.policy) if self.settings.policy is not None else {}
@@ -248,7 +261,7 @@ class Sidecar:
         since = now - self.state.last_new_data_at if self.state.last_new_data_at else None
         gaps = sorted(b - a for a, b in zip(self._arrivals, self._arrivals[1:]))
         pace = gaps[len(gaps) // 2] if gaps else None  # the median gap between polls that brought new points
-        if pace is not None and pace <= 1.5 * self.settings.fast_interval_s:
+        if pace is not None and pace <= 1.5 * self.settings.sidecar.fast_interval_s:
             pace = None  # new points at (nearly) every poll: the run logs faster than it is watched
         return judge_sources(self.sources, self.settings.policy,
                              RunContext(job_live=live, seconds_since_last_point=since, point_interval_s=pace))
@@ -256,9 +269,13 @@ class Sidecar:
     def _maybe_poll_job(self, now: float, had_new_points: bool) -> None:
         if self.scheduler is None or self.settings.job_id is None:
             return
+        if self.answers is not None:  # the watcher's one query answers for every run: read at each poll, free
+            self._learn_state(self.answers.state(self.settings.job_id), self.answers.node_losses)
+            self.state.last_job_poll_at = now
+            return
         cheap = self.scheduler.traits.free_state_queries
         since_poll = now - self.state.last_job_poll_at
-        due = cheap or not self._asked_since_start or since_poll >= self.settings.job_poll_s
+        due = cheap or not self._asked_since_start or since_poll >= self.settings.sidecar.job_poll_s
         watch = self._job_watch
         if watch is not None and watch.ended():
             due, self._job_watch = True, None  # the job (or its watch step) ended: ask which
@@ -268,28 +285,34 @@ class Sidecar:
             quiet = not had_new_points and not self.sources.stdout_grew()
             if quiet and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s:
                 due = True
-                self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.job_poll_s)
+                self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.sidecar.job_poll_s)
         if not due:
             return
         self._asked_since_start = True
         try:
-            self.job_state = self.scheduler.state(self.settings.job_id)
+            state = self.scheduler.state(self.settings.job_id)
         except GuardedError:
-            self.job_state = JobState.UNKNOWN
-        if self.job_state is JobState.UNKNOWN and self.state.last_job_state != JobState.UNKNOWN.value:
-            self._diag(f"the scheduler could not tell the state of job {self.settings.job_id} "
-                      "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
-        elif self.job_state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
-            self._diag(f"the scheduler answers again: job {self.settings.job_id} is {self.job_state.value}\n")
-        for line in self.node_losses.after_poll(self.scheduler, self.state.last_job_state, self.job_state):
-            self._diag(line, logging.WARNING)
-        self.state.last_job_state = self.job_state.value
+            state = JobState.UNKNOWN
+        self._learn_state(state, self.scheduler.node_losses)
         if cheap:
             self.state.last_job_poll_at = now
             return
         self.state.record_job_poll(now)
         if self.job_state is JobState.RUNNING and self._job_watch is None and self._watch_starts < 3:
             self._start_job_watch(self.scheduler, self.settings.job_id, now)
+
+    def _learn_state(self, state: JobState, node_losses: Callable[[str], list[NodeLoss]]) -> None:
+        """The job's state as the scheduler answered; a change to or from "cannot tell" said once, and a run lost
+        with a node (sidecar/node_loss.py)."""
+        self.job_state = state
+        if state is JobState.UNKNOWN and self.state.last_job_state != JobState.UNKNOWN.value:
+            self._diag(f"the scheduler could not tell the state of job {self.settings.job_id} "
+                      "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
+        elif state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
+            self._diag(f"the scheduler answers again: job {self.settings.job_id} is {state.value}\n")
+        for line in self.node_losses.after_poll(node_losses, self.state.last_job_state, state):
+            self._diag(line, logging.WARNING)
+        self.state.last_job_state = state.value
 
     def _start_job_watch(self, scheduler: Scheduler, job_id: str, now: float) -> None:
         self._job_watch = scheduler.watch_job_end(job_id)
@@ -300,7 +323,7 @@ class Sidecar:
     def _full_report(self, verdict: Verdict, now: float, *, ending: bool) -> None:
         interval = self.state.full_interval_s
         if verdict.anomalies or verdict.decision is not Decision.CONTINUE:
-            interval = max(self.settings.fast_interval_s * 5, self.settings.full_interval_s / 4)
+            interval = max(self.settings.sidecar.fast_interval_s * 5, self.settings.sidecar.full_interval_s / 4)
             self.state.healthy_streak = 0
         else:
             self.state.healthy_streak += 1
@@ -409,8 +432,8 @@ class Sidecar:
     def _poll_interval(self, now: float) -> float:
         """Look for the first metrics often during the start-up grace, then at the normal cadence."""
         if not self.state.last_new_data_at and now - self.state.started_at < self.settings.startup_grace_s:
-            return min(self.settings.fast_interval_s, self.settings.startup_poll_s)
-        return self.settings.fast_interval_s
+            return min(self.settings.sidecar.fast_interval_s, self.settings.startup_poll_s)
+        return self.settings.sidecar.fast_interval_s
 
     def _starting_up(self, now: float, verdict: Verdict) -> bool:
         """No metrics yet within the grace after the start: one line, not an "unreachable" report."""

@@ -8,8 +8,9 @@ after squeue shows the new state, so the question is asked at a few job polls be
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from guarded_sbatch.scheduler.interface import JobState, Scheduler
+from collections.abc import Callable, Iterator
+
+from guarded_sbatch.scheduler.interface import JobState, NodeLoss
 
 _RAN = frozenset({JobState.RUNNING.value, JobState.COMPLETING.value})
 # what a job that lost a node is next: back in the queue (--requeue) or ended NODE_FAIL
@@ -23,8 +24,9 @@ class NodeLossWatch:
         self.told = 0  # runs lost with a node, said once each
         self.asks_left = 0
 
-    def after_poll(self, scheduler: Scheduler, previous: str, state: JobState) -> Iterator[str]:
-        """Lines to report after a job poll that went from `previous` (a JobState value) to `state`."""
+    def after_poll(self, node_losses: Callable[[str], list[NodeLoss]], previous: str, state: JobState) -> Iterator[str]:
+        """Lines to report after a job poll that went from `previous` (a JobState value) to `state`; `node_losses`:
+        the scheduler's (or a watcher of several runs', which answers none: its one query is all it asks)."""
         if self.job_id is None:
             return
         if previous in _RAN and state in _AFTER_A_NODE_DIED:
@@ -32,7 +34,7 @@ class NodeLossWatch:
         if not self.asks_left or state is JobState.UNKNOWN:
             return
         self.asks_left -= 1
-        losses = scheduler.node_losses(self.job_id)
+        losses = node_losses(self.job_id)
         if len(losses) > self.told:
             self.asks_left = 0
         then = ("the job was not requeued (submit it with --requeue to have Slurm run it again)"

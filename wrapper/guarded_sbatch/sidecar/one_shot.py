@@ -14,7 +14,7 @@ from guarded_sbatch.core.file_trust import damage_note, untrusted_note
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.source_state import SourceReadState, judge
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sources.kinds import label as source_label
 
@@ -55,7 +55,7 @@ class OneShot:
     files: tuple[str, ...]  # the files the judged source read
 
 
-def judge_once(settings: SidecarSettings, only_files: frozenset[str] | None = None) -> OneShot:
+def judge_once(settings: WatchPlan, only_files: frozenset[str] | None = None) -> OneShot:
     """The one-shot check, naming the files it judged; `only_files`: the TensorBoard files of one run of a folder
     that holds several (sidecar/one_shot_runs.py), the others never read."""
     sources = SourceSet(settings, None, live=False, only_files=only_files)

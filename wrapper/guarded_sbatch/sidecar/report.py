@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge.verdict import Verdict
@@ -13,6 +13,9 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.sanitize import visible
 from guarded_sbatch.core.timefmt import local_timestamp
 from guarded_sbatch.core.waiting import elapsed_text
+
+if TYPE_CHECKING:
+    from guarded_sbatch.core.config import SidecarJobSettings
 
 
 @dataclass(frozen=True)
@@ -69,16 +72,10 @@ class Describes(Protocol):
 
 
 class Cadence(Protocol):
-    """The settings a sidecar's start lines read (sidecar.settings.SidecarSettings has them all)."""
+    """The settings a sidecar's start lines read (sidecar/plan.py's WatchPlan has them all)."""
 
     @property
-    def fast_interval_s(self) -> float: ...
-
-    @property
-    def full_interval_s(self) -> float: ...
-
-    @property
-    def job_poll_s(self) -> float: ...
+    def sidecar(self) -> SidecarJobSettings: ...
 
     @property
     def startup_poll_s(self) -> float: ...
@@ -92,7 +89,7 @@ class Cadence(Protocol):
 
 def cadence_text(settings: Cadence) -> str:
     """The line that says how often the sidecar looks (printed once at its start)."""
-    fast, full, poll = settings.fast_interval_s, settings.full_interval_s, settings.job_poll_s
+    fast, full, poll = settings.sidecar.fast_interval_s, settings.sidecar.full_interval_s, settings.sidecar.job_poll_s
     return (f"checks the metrics every {_duration(fast)}, acts at once on a STOP, prints a full report every "
             f"{_duration(full)} and on any change, asks the scheduler at most every {_duration(poll)}")
 
@@ -104,7 +101,7 @@ def cadence_line(settings: Cadence) -> str:
 
 
 def startup_line(settings: Cadence, sources: str) -> str:
-    poll = min(settings.fast_interval_s, settings.startup_poll_s)
+    poll = min(settings.sidecar.fast_interval_s, settings.startup_poll_s)
     grace = settings.startup_grace_s
     return (f"sidecar: waiting for the run's first metrics ({sources}); looking every {poll:.0f} s for up to "
             f"{grace:.0f} s before reporting a missing source\n")

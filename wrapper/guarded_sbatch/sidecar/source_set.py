@@ -32,18 +32,22 @@ from guarded_sbatch.sidecar.tracker_runs import agent_run_process, has_points, j
 from guarded_sbatch.sidecar.source_read import one_line, out_of_memory, read_into, unreachable_path
 
 if TYPE_CHECKING:
-    from guarded_sbatch.scheduler.interface import Scheduler
-    from guarded_sbatch.sidecar.settings import SidecarSettings
+    from guarded_sbatch.scheduler.interface import JobInfo, Scheduler
+    from guarded_sbatch.sidecar.plan import WatchPlan
     from guarded_sbatch.sources.base import MetricSource
 
 
 class SourceSet:
-    def __init__(self, settings: SidecarSettings, scheduler: Scheduler | None, *, live: bool = True,
-                 clock: Callable[[], float] = time.time, only_files: frozenset[str] | None = None) -> None:
+    def __init__(self, settings: WatchPlan, scheduler: Scheduler | None, *, live: bool = True,
+                 clock: Callable[[], float] = time.time, only_files: frozenset[str] | None = None,
+                 info: Callable[[str], JobInfo] | None = None) -> None:
         """`live`: a running job is being watched, so a printed crash is confirmed by silence
         (sidecar/crash_confirm.py); a one-shot read judges the files as they stand. `only_files`: of a TensorBoard
-        folder named outright, these event files alone are read (one run of several, sidecar/one_shot_runs.py)."""
+        folder named outright, these event files alone are read (one run of several, sidecar/one_shot_runs.py).
+        `info`: where the job's folder and output are learned when not from the scheduler (a watcher of several
+        runs, sidecar/loop.py)."""
         self._only = only_files
+        self._info = info
         self.settings = settings
         self.crashes = CrashConfirmation(live=live, clock=clock)
         self.scheduler = scheduler
@@ -91,7 +95,7 @@ class SourceSet:
         if self._job_info_loaded or self.scheduler is None or self.settings.job_id is None:
             return
         try:
-            info = self.scheduler.info(self.settings.job_id)
+            info = (self._info or self.scheduler.info)(self.settings.job_id)
         except GuardedError:
             return  # try again next poll
         local = self.scheduler.traits.process_groups_here

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from guarded_sbatch.core.config import SidecarJobSettings
 from guarded_sbatch.core.fsutil import locked, read_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
 
@@ -16,7 +17,7 @@ class SidecarState:
     checks: int = 0
     full_reports: int = 0
     next_full_report_at: float = 0.0
-    full_interval_s: float = 1800.0
+    full_interval_s: float = SidecarJobSettings.full_interval_s  # grows while healthy; set at the first start
     healthy_streak: int = 0
     last_decision: str = ""
     last_reason: str = ""

@@ -10,11 +10,11 @@ from guarded_sbatch.actions.evidence import write_evidence
 from guarded_sbatch.actions.notes import append_project_note
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.judge.verdict import Verdict
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 
 
-def save_evidence(settings: SidecarSettings, sources: SourceSet, verdict: Verdict, *, data_source: str,
+def save_evidence(settings: WatchPlan, sources: SourceSet, verdict: Verdict, *, data_source: str,
                   stop_detail: str) -> tuple[str | None, Path | None]:
     """Write the evidence bundle; (its JSON path, its plot) — raises what went wrong, for the caller to name."""
     history = sources.history()
@@ -28,7 +28,7 @@ def save_evidence(settings: SidecarSettings, sources: SourceSet, verdict: Verdic
     return str(bundle.json_path), bundle.plot_path
 
 
-def append_stop_note(settings: SidecarSettings, verdict: Verdict, *, stop_detail: str,
+def append_stop_note(settings: WatchPlan, verdict: Verdict, *, stop_detail: str,
                      evidence_path: str | None) -> str:
     """Append the STOP to the project's notes file; what became of it, for the FINAL_SUMMARY."""
     if settings.notes_path is None:
