@@ -29,7 +29,7 @@ from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.scheduler import backend_names
 from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.settings import SidecarSettings, recorded_unguarded_after
 
 if TYPE_CHECKING:
     from guarded_sbatch.records.registry import RunRecord
@@ -135,7 +135,7 @@ def run_monitor(argv: list[str]) -> int:
         notes_path=args.notes, stop_command=args.stop_command, sources=given, search_dirs=search_dirs,
         fast_interval_s=cadence.fast_interval_s, full_interval_s=cadence.full_interval_s, job_poll_s=cadence.job_poll_s,
         policy=policy_for(args, record), identity=None if explicit else recorded_sources(record),
-        **anywhere_settings(args, watched),
+        unguarded_after_s=recorded_unguarded_after(record), **anywhere_settings(args, watched),
     )
     if args.once:
         return judge_runs_once(replace(settings, job_id=watched.job), args.run, args.all_runs, args.json)

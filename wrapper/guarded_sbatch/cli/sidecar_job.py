@@ -27,7 +27,7 @@ from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.scheduler import backend_names, launch_backends
 from guarded_sbatch.sources.run_sources import flagged_specs
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.settings import SidecarSettings, recorded_unguarded_after
 
 if TYPE_CHECKING:
     from guarded_sbatch.records.registry import RunRecord
@@ -63,7 +63,7 @@ def run_sidecar_command(argv: list[str]) -> int:
         sources=[*given_sources(args), *(flagged_specs(record) if record is not None else [])],
         fast_interval_s=args.fast_interval, full_interval_s=args.full_interval, job_poll_s=args.job_poll,
         policy=policy_for(args, record, strict=False), identity=recorded_sources(record),
-        notify=notify, audit=audit, **anywhere_settings(args, watched),
+        notify=notify, audit=audit, unguarded_after_s=recorded_unguarded_after(record), **anywhere_settings(args, watched),
     )
     try:
         return Sidecar(settings, get_scheduler(cast(str, watched.backend)), sys.stdout).run()

@@ -80,6 +80,7 @@ class RecordFields:
     script_args: tuple[str, ...] | None = None
     sbatch_options: tuple[str, ...] | None = None
     guard_words: tuple[str, ...] = ()  # the launch's guard options as given (restart replays them)
+    unguarded_after_s: float | None = None  # config sidecar.unguarded_after_seconds: its watcher's UNGUARDED time
 
     def values(self, request: SubmitRequest, sidecar: SidecarOptions) -> dict[str, Any]:
         """The keyword arguments of records/registry.create_run for one job of this launch."""
@@ -93,6 +94,7 @@ class RecordFields:
             "judge": dict(self.judge), "config_path": self.config_path, "total_steps": self.total_steps,
             "planned_end": self.planned_end, "checkpoint_dir": self.checkpoint_dir, "artifact_dir": self.artifact_dir,
             "tracker": dict(self.tracker), "launched_by": self.launched_by, "guard_words": list(self.guard_words),
+            "unguarded_after_s": self.unguarded_after_s,
         }
 
 

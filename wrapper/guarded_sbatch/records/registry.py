@@ -48,6 +48,7 @@ class RunRecord:
     launched_by: str = "cli"  # "cli" (guarded-sbatch) or "submitit" (GuardedExecutor)
     judge: dict[str, Any] = field(default_factory=dict)  # [judge] thresholds at launch: its sidecar judges with these
     guard_words: list[str] = field(default_factory=list)  # the launch's guard options as given: what restart replays
+    unguarded_after_s: float | None = None  # no judged loss this long: UNGUARDED (sidecar/unguarded_time.py); None: default
 
     @property
     def folder(self) -> Path:

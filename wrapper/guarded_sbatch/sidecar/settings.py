@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from guarded_sbatch.actions.notify import NotifySettings
 from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.sources.run_sources import RunSources, SourceSpec
 from guarded_sbatch.judge.policy import JudgePolicy
+
+if TYPE_CHECKING:
+    from guarded_sbatch.records.registry import RunRecord
 
 
 @dataclass(frozen=True)
@@ -35,3 +39,11 @@ class SidecarSettings:
     audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there
     startup_grace_s: float = 300.0  # no metrics yet this soon after the start is normal, not "unreachable"
     startup_poll_s: float = 10.0  # how often to look for the first metrics during the grace
+    # a running job with no judged loss this long is UNGUARDED (sidecar/unguarded_time.py); a guarded run's, from its record
+    unguarded_after_s: float = SidecarJobSettings.unguarded_after_s
+
+
+def recorded_unguarded_after(record: RunRecord | None) -> float:
+    """The UNGUARDED time a guarded run was launched with (its record's), else the built-in one."""
+    value = record.unguarded_after_s if record is not None else None
+    return float(value) if isinstance(value, (int, float)) and value > 0 else SidecarJobSettings.unguarded_after_s

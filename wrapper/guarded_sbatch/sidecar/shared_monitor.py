@@ -34,7 +34,7 @@ from guarded_sbatch.scheduler.interface import (
 )
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.loop import Sidecar
-from guarded_sbatch.sidecar.settings import SidecarSettings
+from guarded_sbatch.sidecar.settings import SidecarSettings, recorded_unguarded_after
 
 log = logging.getLogger(__name__)
 REPORT_FILE = "sidecar-monitor.out"
@@ -191,6 +191,7 @@ class SharedMonitor:
             full_interval_s=float(entry.get("full_interval_s") or 1800.0),
             job_poll_s=self.settings.job_poll_s, policy=policy,
             identity=RunSources.from_json(record.sources) if record is not None else None,
+            unguarded_after_s=recorded_unguarded_after(record),
         )
         view = _SharedView(self, job_id, free=free_states)
         sidecar = Sidecar(sidecar_settings, view, out, clock=self.clock, sleep=self.sleep)
