@@ -28,7 +28,7 @@ TITLES = {
     "wait_long": "waiting for a long time",
     "crash": "training job ended badly",
     "sidecar_error": "the sidecar failed",
-    "unguarded": "NOT GUARDED: no loss it can read",
+    "unguarded": "NOT GUARDED (it judges no loss)",
 }
 SEND_TIMEOUT_S = 30.0
 

@@ -148,13 +148,8 @@ def decide(
             f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
             anomalies, last_step, summary,
         )
-    if keys.train_loss is None and not keys.eval_keys:
-        return Verdict(
-            Decision.WAIT, Reason.NO_DATA,
-            f"no training loss or eval metric among the logged keys ({', '.join(history.keys()[:8])}); "
-            "only optimizer metrics, which look finite",
-            anomalies, last_step, summary,
-        )
+    if keys.train_loss is None and not keys.eval_keys:  # only optimizer metrics, which look finite: no loss judged
+        return _nothing_to_judge(history, policy, None, summary, anomalies)
     notes = [f.message for f in present]
     if thin and keys.train_loss is not None:
         notes.append(f"only {loss_points} training-loss points, not rising: trends are judged from "
@@ -166,9 +161,10 @@ def decide(
 
 
 def _nothing_to_judge(history: MetricHistory, policy: JudgePolicy, crashed: Finding | None,
-                      summary: dict[str, Any]) -> Verdict:
-    """The WAIT of a run that logged no training loss, eval metric or optimizer metric: start-up (too_early) for its
-    first few logged steps, then UNGUARDED, naming the series seen and the option that names the loss."""
+                      summary: dict[str, Any], anomalies: tuple[Anomaly, ...] = ()) -> Verdict:
+    """The WAIT of a run that logged no training loss or eval metric (its optimizer metrics, if any, judged finite):
+    start-up (too_early) for its first few logged steps, then UNGUARDED, naming the series seen and the option that
+    names the loss."""
     last_step = history.last_step
     if crashed is not None:
         return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
@@ -177,12 +173,11 @@ def _nothing_to_judge(history: MetricHistory, policy: JudgePolicy, crashed: Find
         return Verdict(
             Decision.WAIT, Reason.TOO_EARLY,
             f"no training loss logged yet (start-up; logged so far: {', '.join(logged[:8]) or 'nothing'})",
-            last_step=last_step, summary=summary,
+            anomalies, last_step, summary,
         )
     # logged for a while, still nothing a loss: the run is not guarded, and the fix is to name the loss
     return Verdict(Decision.WAIT, Reason.UNGUARDED,
-                   unguarded.unread_message(history, unguarded.KEY_FLAG),
-                   last_step=last_step, summary=summary)
+                   unguarded.unread_message(history, unguarded.KEY_FLAG), anomalies, last_step, summary)
 
 
 def _first_stop_or_wait(present: list[Finding], thin_loss_points: int | None) -> tuple[Decision, Reason, str] | None:
