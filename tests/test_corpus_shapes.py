@@ -94,8 +94,8 @@ def test_start_up_summaries_are_not_metrics_and_no_loss_yet_is_start_up(tmp_path
     assert (payload["decision"], payload["reason"]) == ("WAIT", "too_early"), payload
     assert "name the loss key" not in payload["reason"] and "start-up" in json.dumps(payload)
     log.write_text(log.read_text() + "".join(f"iter {i}: mfu {15 + i / 100:.2f}%\n" for i in range(0, 300, 10)))
-    payload = _monitor(log, tmp_path / "b")  # logged for a while, still no loss: now the advice is right
-    assert payload["reason"] == "no_data" and "name the loss key" in payload["message"], payload
+    payload = _monitor(log, tmp_path / "b")  # logged for a while, still no loss: unguarded, and the advice is right
+    assert payload["reason"] == "unguarded" and "--train-loss-key" in payload["message"], payload
 
 
 def _first_stop(points: list[MetricPoint]) -> int | None:

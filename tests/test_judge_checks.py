@@ -43,9 +43,11 @@ def test_no_points_is_wait_no_data() -> None:
     assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.NO_DATA)
 
 
-def test_unknown_keys_only_is_wait_no_data() -> None:
+def test_unknown_keys_only_is_wait_unguarded_naming_what_was_seen_and_the_fix() -> None:
     verdict = decide(history(series("throughput", range(0, 100, 10), lambda s: 5.0)))
-    assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.NO_DATA)
+    assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.UNGUARDED)
+    # a timing is never the likeliest loss: the key is left for the user to name
+    assert "series seen: throughput" in verdict.message and verdict.message.endswith("--train-loss-key KEY")
 
 
 def test_short_log_with_nan_is_judged_on_what_is_there() -> None:
@@ -308,7 +310,8 @@ def test_staleness_counts_only_for_a_live_job() -> None:
 
 def test_policy_names_the_loss_key() -> None:
     h = history(series("objective", range(0, 600, 10), lambda s: NAN if s >= 500 else 1.0))
-    assert decide(h).reason is Reason.NO_DATA
+    blind = decide(h)
+    assert blind.reason is Reason.UNGUARDED and blind.message.endswith("name the loss with --train-loss-key objective")
     verdict = decide(h, JudgePolicy(train_loss_key="objective"))
     assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_LOSS)
 

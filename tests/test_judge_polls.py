@@ -111,7 +111,7 @@ def test_nan_grad_norm_alone_without_a_loss_key_is_judged() -> None:
     three = decide(hist(pts("grad norm", steps, [1.0] * 7 + [NAN] * 3)))
     assert (three.decision, three.reason) == (Decision.STOP, Reason.NON_FINITE_METRIC)
     only_finite = decide(hist(pts("grad norm", steps, [1.0] * 10)))
-    assert (only_finite.decision, only_finite.reason) == (Decision.WAIT, Reason.NO_DATA)
+    assert (only_finite.decision, only_finite.reason) == (Decision.WAIT, Reason.UNGUARDED)  # no loss to judge
 
 
 def test_open_grad_norm_explosion_with_a_normal_loss_is_wait() -> None:

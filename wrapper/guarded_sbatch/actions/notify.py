@@ -22,12 +22,13 @@ from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 
-EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
+EVENTS = ("stop", "wait_long", "crash", "sidecar_error", "unguarded")
 TITLES = {
     "stop": "STOPPED",
     "wait_long": "waiting for a long time",
     "crash": "training job ended badly",
     "sidecar_error": "the sidecar failed",
+    "unguarded": "NOT GUARDED (it judges no loss)",
 }
 SEND_TIMEOUT_S = 30.0
 

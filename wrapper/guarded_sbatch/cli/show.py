@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -32,6 +33,7 @@ from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.sidecar.one_shot import judge_sources, read_whole_run, with_note
 from guarded_sbatch.sidecar.plan import plan_of
 from guarded_sbatch.sidecar.source_set import SourceSet
+from guarded_sbatch.sidecar.unguarded_time import recorded_verdict
 
 PLAIN_ROWS = 12
 
@@ -91,6 +93,7 @@ def gather(record: RunRecord) -> dict[str, Any]:
         "stopped_by": row["stopped_by"], "age": row["age"], "elapsed": row["elapsed"], "exit_code": row["exit_code"],
         "exit": row["exit"],
         "decision_now": verdict.decision.value if verdict else None,
+        "unguarded": bool(verdict and verdict.reason is Reason.UNGUARDED),
         "reason_now": verdict.message if verdict else None,
         "anomalies": [_anomaly_text(a) for a in verdict.anomalies] if verdict else [],
         "source": source, "report": latest_report(record.folder),
@@ -105,6 +108,7 @@ def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float
     sources = SourceSet(plan, None, live=False)
     unread = read_whole_run(sources)  # the whole run, not the first poll's worth
     verdict = with_note(judge_sources(sources, plan.policy, RunContext(job_live=False)), unread)
+    verdict = recorded_verdict(record, sources, verdict, time.time())  # no judged loss for minutes: UNGUARDED
     history = sources.history()
     series = {}
     for key in history.keys():
@@ -153,7 +157,8 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool, plain: bool = F
             + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
             + (f", exit {view['exit']}" if view.get("exit") else ""),
             f"age {view['age'] or '-'}, ran {view['elapsed'] or '-'}; metrics: {view['source']}",
-            f"judged now: {view['decision_now'] or '-'}: {view['reason_now'] or '-'}", ""]
+            f"judged now: {'UNGUARDED' if view.get('unguarded') else view['decision_now'] or '-'}: "
+            f"{view['reason_now'] or '-'}", ""]
     width = shutil.get_terminal_size((100, 40)).columns - 1 if terminal else None
     parts = [_fit("\n".join(head), width)]
     parts.append(_fit(view["report"] or "(no sidecar report yet)", width))

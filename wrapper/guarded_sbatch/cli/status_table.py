@@ -18,6 +18,8 @@ COLUMNS = [("RUN", "run"), ("JOB", "job_id"), ("STATE", "state"), ("AGE", "age")
 def cell(row: dict[str, Any], key: str) -> str:
     """A row's value as the table shows it (`-` for none)."""
     value = row.get(key)
+    if key == "decision" and row.get("reason") == "unguarded":
+        return "UNGUARDED"  # a WAIT on a run its guard cannot read (judge Reason.UNGUARDED): seen at a glance
     return "-" if value is None else str(value)
 
 
@@ -35,7 +37,7 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 # of its own and its facts under it.
 DROP_ORDER = ("evidence", "age", "eta", "ended_at", "elapsed", "reason", "last_step", "exit", "job_id", "stopped_by")
 GAP = 2
-STYLES = {"STOP": "red", "WAIT": "yellow", "CONTINUE": "green"}
+STYLES = {"STOP": "red", "UNGUARDED": "magenta", "WAIT": "yellow", "CONTINUE": "green"}
 
 
 def fitted_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, str, int]]:
@@ -73,7 +75,7 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
     for title, key, natural in columns:
         table.add_column(title, no_wrap=True, width=natural)
     for row in rows:
-        style = _style(str(row.get("decision"))) if color else None
+        style = _style(cell(row, "decision")) if color else None
         table.add_row(*(cell(row, key) for _, key, _ in columns), style=style)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color, color_system="standard",
@@ -95,8 +97,8 @@ def _render_list(rows: list[dict[str, Any]], *, color: bool, width: int) -> str:
         facts = (f"job {cell(row, 'job_id')}  {cell(row, 'state')}  {cell(row, 'decision')}  {cell(row, 'reason')}  "
                  f"step {cell(row, 'last_step')}")
         text = textwrap.fill(facts, width=max(width, 20), initial_indent="  ", subsequent_indent="  ")
-        style = _style(str(row.get("decision"))) if color else None
-        code = {"red": "31", "yellow": "33", "green": "32"}.get(style or "")
+        style = _style(cell(row, "decision")) if color else None
+        code = {"red": "31", "magenta": "35", "yellow": "33", "green": "32"}.get(style or "")
         lines.append(f"\033[{code}m{text}\033[0m" if code else text)
     return "\n".join(lines) + "\n"
 

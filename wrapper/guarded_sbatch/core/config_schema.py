@@ -16,7 +16,7 @@ from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.suggest import did_you_mean
 
 MAX_NUMBER = 1e9  # seconds, counts, sizes: anything larger (1e308, a 400-digit integer) is a typo or an attack
-NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error")
+NOTIFY_EVENTS = ("stop", "wait_long", "crash", "sidecar_error", "unguarded")
 LAUNCHER_KINDS = ("python", "torchrun", "accelerate", "deepspeed")  # the kinds sbatch/launcher.py recognises
 DEFAULT_FORBIDDEN_NAMES: tuple[str, ...] = (
     r"(run|wave|phase|exp|try|trial|job|attempt|v)[-_]?\d+",
@@ -52,7 +52,8 @@ class Key:
 _WAIT_DOC = (
     "Which events: stop (the sidecar stopped a run; the plot is attached where the service takes files),\n"
     "wait_long (WAIT for wait_long_minutes in a row), crash (the job ended FAILED / OUT_OF_MEMORY / NODE_FAIL /\n"
-    "TIMEOUT), sidecar_error (the sidecar itself failed: the run is no longer watched)."
+    "TIMEOUT), sidecar_error (the sidecar itself failed: the run is no longer watched), unguarded (a running job\n"
+    "with no judged loss after sidecar.unguarded_after_seconds: the guard cannot read it; once per run)."
 )
 
 SCHEMA: tuple[Key, ...] = (
@@ -210,6 +211,8 @@ SCHEMA: tuple[Key, ...] = (
         flag="--job-poll",
         note="how often it may ask the scheduler about the job (Slurm < 23.02 has no RPC limits)",
     ),
+    Key("sidecar.unguarded_after_seconds", "float", 180.0, "", example=180,
+        note="a running job with no judged loss this long after it started is UNGUARDED: shown, alerted once"),
     Key(
         "sidecar.mode",
         "choice",

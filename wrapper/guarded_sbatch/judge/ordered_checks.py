@@ -29,7 +29,8 @@ Thin evidence: with fewer than `min_loss_points` training-loss points only the s
 WAIT; a finding on strong evidence (Finding.hard) decides however few points there are. A short window is still
 judged for what it shows: a jump far above its own earlier level is a WAIT that names it (checks_window.py). The
 NaN checks run even when no loss key is logged (a log whose only signal is `grad norm: nan`); no loss key at all is
-start-up (too_early) until the run has logged at a few steps. Every WAIT and STOP message names its evidence: the
+start-up (too_early) until the run has logged at a few steps, then UNGUARDED (its lines cannot be judged:
+judge/unguarded.py names what was seen and the option that names the loss). Every WAIT and STOP message names its evidence: the
 metric, its values and their steps.
 """
 
@@ -43,7 +44,8 @@ import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge import (checks_climb, checks_crash, checks_dead, checks_eval, checks_finite, checks_scale,
-                                  checks_schedule, checks_stall, checks_strength, checks_trend, checks_window)
+                                  checks_schedule, checks_stall, checks_strength, checks_trend, checks_window,
+                                  unguarded)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
@@ -146,13 +148,8 @@ def decide(
             f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
             anomalies, last_step, summary,
         )
-    if keys.train_loss is None and not keys.eval_keys:
-        return Verdict(
-            Decision.WAIT, Reason.NO_DATA,
-            f"no training loss or eval metric among the logged keys ({', '.join(history.keys()[:8])}); "
-            "only optimizer metrics, which look finite",
-            anomalies, last_step, summary,
-        )
+    if keys.train_loss is None and not keys.eval_keys:  # only optimizer metrics, which look finite: no loss judged
+        return _nothing_to_judge(history, policy, None, summary, anomalies)
     notes = [f.message for f in present]
     if thin and keys.train_loss is not None:
         notes.append(f"only {loss_points} training-loss points, not rising: trends are judged from "
@@ -164,8 +161,10 @@ def decide(
 
 
 def _nothing_to_judge(history: MetricHistory, policy: JudgePolicy, crashed: Finding | None,
-                      summary: dict[str, Any]) -> Verdict:
-    """The WAIT of a run that logged no training loss, eval metric or optimizer metric (yet)."""
+                      summary: dict[str, Any], anomalies: tuple[Anomaly, ...] = ()) -> Verdict:
+    """The WAIT of a run that logged no training loss or eval metric (its optimizer metrics, if any, judged finite):
+    start-up (too_early) for its first few logged steps, then UNGUARDED, naming the series seen and the option that
+    names the loss."""
     last_step = history.last_step
     if crashed is not None:
         return Verdict(Decision.WAIT, crashed.reason, crashed.message, crashed.anomalies, last_step, summary)
@@ -174,14 +173,11 @@ def _nothing_to_judge(history: MetricHistory, policy: JudgePolicy, crashed: Find
         return Verdict(
             Decision.WAIT, Reason.TOO_EARLY,
             f"no training loss logged yet (start-up; logged so far: {', '.join(logged[:8]) or 'nothing'})",
-            last_step=last_step, summary=summary,
+            anomalies, last_step, summary,
         )
-    return Verdict(
-        Decision.WAIT, Reason.NO_DATA,
-        f"no training loss or eval metric among the logged keys ({', '.join(logged[:8])}); "
-        "name the loss key in the policy",
-        last_step=last_step, summary=summary,
-    )
+    # logged for a while, still nothing a loss: the run is not guarded, and the fix is to name the loss
+    return Verdict(Decision.WAIT, Reason.UNGUARDED,
+                   unguarded.unread_message(history, unguarded.KEY_FLAG), anomalies, last_step, summary)
 
 
 def _first_stop_or_wait(present: list[Finding], thin_loss_points: int | None) -> tuple[Decision, Reason, str] | None:

@@ -43,6 +43,9 @@ class Reason(enum.Enum):
     SOURCE_DAMAGED = "source_damaged"  # holes skipped in the judged files: not called healthy
     CRASHED = "crashed"
     INTERRUPTED = "interrupted"
+    # a WAIT: training lines with no loss the judge can read, or (the watcher, after a few minutes of a running job)
+    # no judged loss at all; its message names what was seen and the one option that fixes it (judge/unguarded.py)
+    UNGUARDED = "unguarded"
 
 
 @dataclass(frozen=True)

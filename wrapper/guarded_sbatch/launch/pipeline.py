@@ -148,7 +148,8 @@ def plan_launch(
     array = sources.array if sources is not None else None
     record = RecordFields(
         launched_by=launched_by, waivers=tuple(w.to_json() for w in report.waivers),
-        judge=with_chance(judge_table(config), report.intended_run_config.values if report.intended_run_config else None),
+        judge=loss_key_named(with_chance(judge_table(config), report.intended_run_config.values
+                                         if report.intended_run_config else None), guard.loss_key),
         config_path=report.intended_config or "", total_steps=report.total_steps,
         planned_end=planned_end(report),
         checkpoint_dir=str(_absolute(guard.checkpoint_dir, cwd)) if guard.checkpoint_dir else "",
@@ -249,6 +250,11 @@ def judge_table(config: Config) -> dict[str, object]:
     """The config's [judge] thresholds, checked (names, ranges) and as the run's record keeps them."""
     where = ", ".join(map(str, config.sources)) or "config"
     return policy_table(policy_from_table(config.judge, where=where))
+
+
+def loss_key_named(table: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """The recorded [judge] table with the loss named by --guard-loss-key (it wins over the config's)."""
+    return {**table, "train_loss_key": key} if key else table
 
 
 def shared_watch(config: Config, run_name: str, *, array: bool, monitor: str | None) -> SharedMonitorOptions | None:

@@ -52,6 +52,7 @@ class GuardOptions:
     signal_margin_s: int | None = None
     max_requeues: int | None = None
     monitor: str | None = None  # per-job | per-user; None: the config's [sidecar] mode
+    loss_key: str | None = None  # the series judged as the training loss (the run record's [judge] train_loss_key)
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,8 @@ GUARD_TABLE: tuple[GuardOption, ...] = (
                 repeatable=True, keyword="wandb_dir"),
     GuardOption("--guard-log", "log", "path", "a text log of the run the sidecar reads", "PATH", repeatable=True,
                 keyword="log_path"),
+    GuardOption("--guard-loss-key", "loss_key", "text", "the logged series the sidecar judges as the training loss, "
+                "when it cannot tell (an UNGUARDED run names it)", "KEY", keyword="train_loss_key"),
     GuardOption("--guard-stop-command", "stop_command", "text", "how the sidecar stops the run (default: cancel the job)",
                 "CMD", keyword="stop_command"),
     GuardOption("--guard-notes", "notes", "path", "the project notes file the sidecar appends to on STOP", "PATH",

@@ -1,5 +1,5 @@
-"""The sidecar's alerts (actions/notify.py): STOP, a long WAIT, a crashed job. Sent after any action,
-bounded in time, never raising; each event at most once per run."""
+"""The sidecar's alerts (actions/notify.py): STOP, a long WAIT, a crashed job, a run it cannot guard (UNGUARDED).
+Sent after any action, bounded in time, never raising; each event at most once per run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.actions.notify import Alert, send_alert
-from guarded_sbatch.judge.verdict import Decision, Verdict
+from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
 from guarded_sbatch.scheduler.interface import JobState
 from guarded_sbatch.sidecar.report import summarise_metrics
 
@@ -22,6 +22,9 @@ def alert_wait_or_crash(sidecar: Any, verdict: Verdict, now: float, ended: bool)
                    f"(last decision {verdict.decision.value}: {verdict.message})")
         alert(sidecar, "crash", _with_message(verdict, message))
         return
+    if verdict.reason is Reason.UNGUARDED and "unguarded" not in state.alerts_sent:
+        state.alerts_sent.append("unguarded")  # once per run: the guard is blind, and says how to fix it
+        alert(sidecar, "unguarded", verdict)
     if verdict.decision is not Decision.WAIT:
         state.wait_since = 0.0
         return

@@ -31,6 +31,7 @@ from guarded_sbatch.sidecar.report import (
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
 from guarded_sbatch.sidecar.node_loss import NodeLossWatch
+from guarded_sbatch.sidecar.unguarded_time import sidecar_verdict
 
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
 from guarded_sbatch.sidecar.state import SidecarState
@@ -168,6 +169,7 @@ class Sidecar:
             what = self._poll_failed("judging the metrics", exc)
             verdict = Verdict(Decision.WAIT, Reason.SOURCE_UNREADABLE,
                               f"this poll could not be judged ({what}); waiting, the watch goes on")
+        verdict = sidecar_verdict(self, verdict, now, new_points)  # no judged loss for minutes: UNGUARDED
         self.state.data_source = source_label(self.sources.active_kind)
         ended = self.job_state.is_terminal
         if verdict.decision is Decision.STOP:

@@ -43,6 +43,7 @@ class SidecarState:
     wait_since: float = 0.0  # when the current run of WAIT decisions began (for the wait_long alert)
     alerts_sent: list[str] = field(default_factory=list)  # events already alerted (each once per run)
     startup_note_shown: bool = False
+    running_since: float = 0.0  # the first poll that saw the job running (or new points): UNGUARDED counts from it
     poll_errors: int = 0  # polls where a source, the judge or the report failed (each became a WAIT)
     last_poll_error: str = ""
 
