@@ -207,6 +207,8 @@ SCHEMA: tuple[Key, ...] = (
         example=300,
         note="how often it may ask the scheduler about the job (Slurm < 23.02 has no RPC limits)",
     ),
+    Key("sidecar.kill_grace_seconds", "float", 3.0, "", high=3600,
+        note="a STOP sends TERM to the job's steps, then KILL after this grace, then cancels the job"),
     Key(
         "sidecar.mode",
         "choice",

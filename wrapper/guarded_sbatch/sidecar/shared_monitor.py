@@ -80,6 +80,10 @@ class _SharedView(SchedulerDefaults):
     def states(self, job_ids: list[str]) -> dict[str, JobState]:
         return {job_id: self.state(job_id) for job_id in job_ids}
 
+    def live_steps(self, job_id: str) -> list[str]:
+        self.stopping = True  # asked by a stop only
+        return self.monitor.scheduler.live_steps(job_id)
+
     def submit(self, request: SubmitRequest) -> str:
         raise SchedulerError(f"run {self.job_id} is watched by a shared monitor, which submits nothing for it")
 
