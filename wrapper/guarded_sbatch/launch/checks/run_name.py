@@ -189,4 +189,7 @@ def _number(text: str) -> str | None:
         value = float(text)
     except ValueError:
         return None
-    return _short_number(value) if value == value and abs(value) != float("inf") else None
+    if value != value or abs(value) == float("inf"):
+        return None
+    written = text.strip().lower()  # as the user wrote it (5e-2 stays 5e-2) where that is a name's part
+    return written if re.fullmatch(r"[0-9]+(\.[0-9]+)?(e-?[0-9]+)?", written) else _short_number(value)
