@@ -49,6 +49,9 @@ class FakeArray:
         self.cancelled.append(job_id)
         self.tasks[job_id] = JobState.CANCELLED
 
+    def live_steps(self, job_id: str) -> list[str]:
+        return []  # no steps: the cancel ends the job
+
     def current_user(self) -> str:
         return "me"
 

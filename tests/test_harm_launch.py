@@ -32,6 +32,9 @@ class FakeScheduler:
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         self.cancelled.append(job_id)
 
+    def live_steps(self, job_id: str) -> list[str]:
+        return []  # no steps: the cancel ends the job
+
 
 @pytest.fixture(autouse=True)
 def isolated_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -43,6 +43,9 @@ class FakeSlurm:
         self.cancelled.append(job_id)
         self.jobs[job_id] = JobState.CANCELLED
 
+    def live_steps(self, job_id: str) -> list[str]:
+        return []  # no steps: the cancel ends the job
+
     def current_user(self) -> str:
         return "me"
 

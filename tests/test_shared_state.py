@@ -52,6 +52,7 @@ class Scheduler:  # the monitor's view of the queue: every job it asks about is 
     def state(self, job): return JobState.CANCELLED if job in self.cancelled else JobState.RUNNING
     def info(self, job): return JobInfo(job, self.state(job), owner="me")
     def cancel(self, job, *, signal_name=None): self.cancelled.append(job)
+    def live_steps(self, job): return []
     def current_user(self): return "me"
 
 clock = [1000.0]

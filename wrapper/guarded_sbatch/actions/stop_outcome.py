@@ -11,4 +11,5 @@ class StopOutcome:
     ok: bool
     detail: str
     final_state: str | None = None
+    ended_at: float | None = None  # epoch seconds when the job's processes were seen gone (a cancel that ended its steps)
     found: bool = True  # False: the target had already ended, so nothing was stopped (ok stays True: it is gone)

@@ -123,6 +123,7 @@ class SidecarJobSettings:
     job_poll_s: float = setting("sidecar.job_poll_seconds")  # how often it may ask the scheduler (≤ 12 an hour)
     full_interval_s: float = setting("check_interval_minutes", scale=60.0)  # between full reports
     unguarded_after_s: float = setting("sidecar.unguarded_after_seconds")  # no judged loss this long: UNGUARDED
+    kill_grace_s: float = setting("sidecar.kill_grace_seconds")  # a STOP's TERM to the job's steps, then KILL
     mode: str = setting("sidecar.mode")  # "per-job" | "per-user" (one shared monitor job per user and cluster)
     max_runs_per_monitor: int = setting("sidecar.max_runs_per_monitor")
     monitor_time: str = setting("sidecar.monitor_time")  # the shared monitor's --time; it requeues itself before the limit

@@ -213,6 +213,8 @@ SCHEMA: tuple[Key, ...] = (
     ),
     Key("sidecar.unguarded_after_seconds", "float", 180.0, "", example=180,
         note="a running job with no judged loss this long after it started is UNGUARDED: shown, alerted once"),
+    Key("sidecar.kill_grace_seconds", "float", 3.0, "", high=3600,
+        note="a STOP sends TERM to the job's steps, then KILL after this grace, then cancels the job"),
     Key(
         "sidecar.mode",
         "choice",

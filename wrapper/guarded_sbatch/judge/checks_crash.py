@@ -43,18 +43,20 @@ def check_crashed(history: MetricHistory) -> Finding | None:
     if event is None:
         return None
     step, exception, evidence = event.step, event.exception, event.evidence
-    if event.state is CrashState.PRINTED:
-        return Finding.wait(
-            Reason.CRASHED,
-            f"the job's log ends in {exception}; not stopping yet: a caught exception's traceback is followed by "
-            "more training, a crash by silence",
-            Anomaly("crash_unconfirmed", "log", step, None, evidence),
-        )
+    # an interruption is one at once, confirmed or not (a requeued job waiting for its restart: slurmstepd's
+    # `CANCELLED ... DUE TO JOB REQUEUE`)
     if is_interruption(exception):
         return Finding.wait(
             Reason.INTERRUPTED,
             f"interrupted: {exception} (a signal from outside: Ctrl-C, the checkpoint signal before the time limit, "
             "a preemption or a scancel); not cancelling a run that may be requeued or resumed",
             Anomaly("interrupted", "log", step, None, evidence),
+        )
+    if event.state is CrashState.PRINTED:
+        return Finding.wait(
+            Reason.CRASHED,
+            f"the job's log ends in {exception}; not stopping yet: a caught exception's traceback is followed by "
+            "more training, a crash by silence",
+            Anomaly("crash_unconfirmed", "log", step, None, evidence),
         )
     return Finding.stop(Reason.CRASHED, f"crashed: {exception}", Anomaly("crashed", "log", step, None, evidence))

@@ -252,14 +252,22 @@ class _Guarded:
     @property
     def guard_stop(self) -> dict[str, tp.Any] | None:
         """The guard's STOP verdict for this job (decision, reason, message, last_step), or None."""
+        verdict = self._evidence().get("verdict")
+        return verdict if isinstance(verdict, dict) and verdict.get("decision") == "STOP" else None
+
+    @property
+    def guard_stop_action(self) -> str:
+        """What the stop did, as its evidence says: the cancel, and when the job's processes ended."""
+        return str(self._evidence().get("stop") or "")
+
+    def _evidence(self) -> dict[str, tp.Any]:
         if not self.guard_run_dir:
-            return None
+            return {}
         try:
             evidence = json.loads((Path(self.guard_run_dir) / "evidence" / "evidence.json").read_text("utf-8"))
         except (OSError, ValueError):
-            return None
-        verdict = evidence.get("verdict") if isinstance(evidence, dict) else None
-        return verdict if isinstance(verdict, dict) and verdict.get("decision") == "STOP" else None
+            return {}
+        return evidence if isinstance(evidence, dict) else {}
 
     def wait(self) -> None:
         """submitit's wait, saying so (core/waiting.py): a line within 2 s, then progress at growing gaps (the
@@ -286,8 +294,9 @@ class _Guarded:
                 time.sleep(0.5)
         stop = self.guard_stop
         if stop is not None:
+            action = f"; {self.guard_stop_action}" if self.guard_stop_action else ""
             raise GuardStoppedError(f"job {job.job_id} was stopped by its guard (STOP, {stop.get('reason')}: "
-                                    f"{stop.get('message')}); evidence in {self.guard_run_dir}/evidence")
+                                    f"{stop.get('message')}){action}; evidence in {self.guard_run_dir}/evidence")
 
 
 class GuardedSlurmJob(_Guarded, SlurmJob[core.R]):

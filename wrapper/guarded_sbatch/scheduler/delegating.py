@@ -36,6 +36,9 @@ class DelegatingScheduler:
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         self.inner.cancel(job_id, signal_name=signal_name)
 
+    def live_steps(self, job_id: str) -> list[str]:
+        return self.inner.live_steps(job_id)
+
     def requeue(self, job_id: str) -> None:
         self.inner.requeue(job_id)
 

@@ -178,6 +178,11 @@ class Scheduler(Protocol):
         """Put the job back in the queue under its id; SchedulerError where the backend cannot."""
         ...
 
+    def live_steps(self, job_id: str) -> list[str]:
+        """The job's running steps that a signal can reach apart from the job's own cancel (Slurm: `J.0`, not the
+        batch shell); [] where a job has none (its cancel ends all its processes)."""
+        ...
+
     def node_losses(self, job_id: str) -> list[NodeLoss]:
         """The job's runs that ended because a node died; [] where nodes cannot die (or nobody records it)."""
         ...
@@ -231,6 +236,9 @@ class SchedulerDefaults:
         raise cannot_requeue(self.name, job_id)
 
     def node_losses(self, job_id: str) -> list[NodeLoss]:
+        return []
+
+    def live_steps(self, job_id: str) -> list[str]:
         return []
 
     def watch_job_end(self, job_id: str) -> JobWatch | None:

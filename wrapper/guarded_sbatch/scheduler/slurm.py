@@ -240,11 +240,24 @@ class SlurmScheduler(SchedulerDefaults):
             self._raise_if_unreachable(result)
             raise SchedulerError(f"scontrol requeue {job_id} failed: {error_lines(result.stderr, 'scontrol')}")
 
+    def live_steps(self, job_id: str) -> list[str]:
+        """The job's srun steps now (`squeue -s`): a signal to a step reaches its processes while the job lives, which
+        the job's own cancel cannot hurry (slurmctld turns a job's KILL into a cancel: TERM, then KILL after KillWait).
+        The batch shell and the extern step are left to the cancel."""
+        result = self._run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], timeout=self.query_timeout_s)
+        if result.returncode != 0:
+            self._raise_if_unreachable(result)
+            return []  # gone already (or never started): nothing to signal
+        steps = (line.strip() for line in result.stdout.splitlines())
+        return [step for step in steps if step and step.rsplit(".", 1)[-1] not in ("batch", "extern", "interactive")]
+
     def cancel(self, job_id: str, *, signal_name: str | None = None) -> None:
         """scancel the job; with a signal, send it instead (`B:SIG` to the batch shell only, else to all steps)."""
         signal = signal_name
         argv = ["scancel"]
-        if signal:
+        if signal and "." in job_id:  # a step: its own processes
+            argv.append(f"--signal={signal}")
+        elif signal:
             batch_only = signal.upper().startswith("B:")
             argv += ["--batch" if batch_only else "--full", f"--signal={signal[2:] if batch_only else signal}"]
         argv.append(job_id)

@@ -34,6 +34,10 @@ class CountedScheduler(DelegatingScheduler):
         self.count += 1
         self.inner.cancel(job_id, signal_name=signal_name)
 
+    def live_steps(self, job_id: str) -> list[str]:
+        self.count += 1
+        return self.inner.live_steps(job_id)
+
     def requeue(self, job_id: str) -> None:
         self.count += 1
         self.inner.requeue(job_id)

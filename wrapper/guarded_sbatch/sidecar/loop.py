@@ -408,7 +408,8 @@ class Sidecar:
             self.state.stop_requested_at = now
             self.state.save(self.settings.state_file)
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
-                               stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s)
+                               stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s,
+                               kill_grace_s=self.settings.sidecar.kill_grace_s)
         self._diag(f"stop {'done' if outcome.ok else 'FAILED'}: {outcome.detail}\n")
         evidence_path, plot_path = None, None
         try:

@@ -20,6 +20,7 @@ from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.records.registry import ENDED, mark_over, open_runs
 from guarded_sbatch.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
+from guarded_sbatch.launch.checks.own_folder_defaults import defaults_shared
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.live_jobs import snapshot_of
@@ -87,8 +88,7 @@ def overlaps(ours: str, theirs: str) -> bool:
 def check_own_folder(context: PreflightContext) -> CheckResult:
     folders = planned_folders(context)
     if not folders:
-        return CheckResult(NAME, CheckStatus.PASSED, "no folder of this run is known before it starts; "
-                           "nothing to compare with live runs")
+        return defaults_shared(context, _liveness)
     conflicts: list[str] = []
     unsure: list[str] = []
     evidence = [f"this run writes {f.path} ({f.label})" for f in folders]

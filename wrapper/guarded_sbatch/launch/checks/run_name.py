@@ -29,7 +29,11 @@ def run_name_of(context: PreflightContext) -> tuple[str | None, str]:
     if context.launch.guard_options.run_name:
         return context.launch.guard_options.run_name, "--guard-run-name"
     if context.options.job_name:
-        return context.options.job_name, f"--job-name ({context.options.source('job-name')})"
+        source = f"--job-name ({context.options.source('job-name')})"
+        swept = named_from_arguments(context.options.job_name, context.launch.script_args)
+        if swept != context.options.job_name:  # a loop's runs: one script, one job name, their own arguments
+            return swept, f"{source} with the script's arguments"
+        return context.options.job_name, source
     if context.intended is not None:
         found = context.intended.find(CONFIG_NAME_KEYS)
         if found is not None and isinstance(found[1], str) and found[1] and "$" not in found[1]:
@@ -44,7 +48,8 @@ def check_run_name(context: PreflightContext) -> CheckResult:
     if name is None:
         script = context.launch.script.name if context.launch.script else "wrap"
         return CheckResult(NAME, CheckStatus.FAILED,
-                           f"no run name: sbatch would call it {script!r}; set --job-name{hint}")
+                           f"no run name: sbatch would call it {script!r}; set --job-name{hint} (#SBATCH --job-name "
+                           "in the script: a loop's runs are then named from their arguments, --lr 3e-4 adding -lr3e-4)")
     evidence = [f"name {name!r} from {source}"]
     problem = name_problem(name, context.config.name_pattern, context.config.forbidden_names)
     if problem:
@@ -143,3 +148,48 @@ def _short_number(value: float) -> str:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+# a script argument that sets one of these names the run: (the part's prefix, the keys it stands for)
+SWEPT_KEYS = (("lr", r.LEARNING_RATE), ("bs", (*r.PLAIN_BATCH, *r.PER_DEVICE_BATCH, *r.GLOBAL_BATCH)),
+              ("seed", r.SEED), ("wd", r.WEIGHT_DECAY))
+
+
+def named_from_arguments(name: str, args: tuple[str, ...] | list[str]) -> str:
+    """The run name of one launch of a sweep: the job name with what the script's arguments set (`--lr 3e-4`,
+    `--lr=3e-4`, `lr=3e-4`: a learning rate, batch size, seed or weight decay) put in it, replacing the name's own
+    part for that key (`...-bs64-lr5e-2` with `--lr 1e-3` is `...-bs64-lr1e-3`), else added. The same arguments give
+    the same name (a restart); other arguments another run."""
+    for prefix, value in _swept_values(args):
+        part = f"{prefix}{value}"
+        pattern = rf"(?<=-){prefix}[0-9][0-9.]*(?:e-?[0-9]+)?(?=-|$)"
+        name = re.sub(pattern, part, name, count=1) if re.search(pattern, name) else f"{name}-{part}"
+    return name
+
+
+def _swept_values(args: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    found: dict[str, str] = {}
+    words = list(args)
+    for index, word in enumerate(words):
+        key, equals, value = word.lstrip("-").partition("=")
+        if not equals:
+            if not word.startswith("-") or index + 1 >= len(words):
+                continue
+            value = words[index + 1]
+        key = key.replace("-", "_").lower()
+        for prefix, keys in SWEPT_KEYS:
+            number = _number(value)
+            if key in keys and number is not None:
+                found[prefix] = number
+    return list(found.items())
+
+
+def _number(text: str) -> str | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if value != value or abs(value) == float("inf"):
+        return None
+    written = text.strip().lower()  # as the user wrote it (5e-2 stays 5e-2) where that is a name's part
+    return written if re.fullmatch(r"[0-9]+(\.[0-9]+)?(e-?[0-9]+)?", written) else _short_number(value)
