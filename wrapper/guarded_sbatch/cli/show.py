@@ -12,7 +12,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,6 +22,7 @@ from guarded_sbatch.judge.table import recorded_policy
 from guarded_sbatch.cli.array_lifecycle import array_tasks
 from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.cli.status_table import render_table
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
@@ -217,10 +217,10 @@ def write_png(view: dict[str, Any], path: Path) -> None:
     verdict = view["verdict_obj"] or Verdict(Decision.WAIT, Reason.NO_DATA, "")
     if not view["series"]:
         raise UsageError(f"run {view['run_id']} has no metrics to plot yet; try again once it has logged some")
-    path = path.expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="guarded-sbatch-show-") as folder:
+    path = Path(os.path.abspath(path.expanduser()))  # never resolved: a link planted at FILE is refused, not followed
+    door.make_dirs(path.parent)
+    with door.private_temp_dir("guarded-sbatch-show-") as folder:
         try:
-            plot_in_subprocess(Path(folder), path, view["series"], verdict, run_name=view["run"])
+            plot_in_subprocess(folder, path, view["series"], verdict, run_name=view["run"])
         except RuntimeError as exc:
             raise UsageError(f"could not write {path}: {exc}") from None

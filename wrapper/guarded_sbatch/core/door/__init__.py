@@ -16,7 +16,9 @@ import contextlib
 import errno
 import fcntl
 import os
+import shutil
 import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -198,8 +200,14 @@ def open_dir(folder: str | os.PathLike[str], *, dir_fd: int | None = None) -> in
         raise
 
 
-def make_private_dirs(path: str | os.PathLike[str], mode: int = 0o700) -> None:
-    """mkdir -p with every folder it creates `mode` whatever the umask (existing ones are left as they are)."""
+def make_dirs(path: str | os.PathLike[str]) -> None:
+    """mkdir -p under the umask (a folder of a shared project keeps the site's group rights)."""
+    make_private_dirs(path, None)
+
+
+def make_private_dirs(path: str | os.PathLike[str], mode: int | None = 0o700) -> None:
+    """mkdir -p with every folder it creates `mode` whatever the umask (existing ones are left as they are);
+    mode None: the umask's."""
     missing = []
     current = Path(os.path.abspath(path))
     while not os.path.lexists(current):
@@ -207,10 +215,11 @@ def make_private_dirs(path: str | os.PathLike[str], mode: int = 0o700) -> None:
         current = current.parent
     for folder in reversed(missing):
         try:
-            os.mkdir(folder, mode)
+            os.mkdir(folder, 0o777 if mode is None else mode)
         except FileExistsError:
             continue
-        os.chmod(folder, mode, follow_symlinks=False)  # mkdir's mode is masked by the umask
+        if mode is not None:
+            chmod_own_folder(folder, mode)  # mkdir's mode is masked by the umask
 
 
 def chmod_own_folder(path: str | os.PathLike[str], mode: int) -> None:
@@ -338,6 +347,16 @@ def locked(path: str | os.PathLike[str], *, deadline_s: float = 30.0) -> Iterato
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+@contextlib.contextmanager
+def private_temp_dir(prefix: str) -> Iterator[Path]:
+    """A fresh 0700 folder of the user's (mkdtemp), removed with what is in it afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def remove(path: str | os.PathLike[str]) -> bool:

@@ -67,7 +67,7 @@ def acl_entries(raw: bytes) -> list[tuple[int, int, int]]:
     return [struct.unpack_from("<HHI", raw, offset) for offset in range(4, len(raw) - 7, 8)]
 
 
-def _acl_of(target: int | str) -> bytes:
+def acl_of(target: int | str) -> bytes:
     try:
         return os.getxattr(target, ACL_XATTR)
     except OSError:
@@ -119,7 +119,7 @@ def _folder_writers(folder: str, owner: int) -> list[str]:
         if info.st_uid not in (owner, 0):
             found.append(f"{current} above it belongs to {user_name(info.st_uid)}: the file can be swapped")
         elif first and not info.st_mode & stat.S_ISVTX:  # sticky (/tmp): only an entry's owner renames it
-            reasons = own_writers(current, info, _acl_of(current))
+            reasons = own_writers(current, info, acl_of(current))
             found.extend(f"the file lies in {reason}: it can be swapped" for reason in reasons)
         first = False
         parent = os.path.dirname(current)
@@ -148,7 +148,7 @@ def writers_of(path: str | os.PathLike[str], info: os.stat_result, fd: int | Non
     """Who besides the owner (and root) can change the file at `path`; `info` is its open descriptor's fstat and
     `fd` that descriptor (its ACL is read from it: no swap in between)."""
     label = os.fspath(path)
-    acl = _acl_of(fd if fd is not None else label)
+    acl = acl_of(fd if fd is not None else label)
     reasons = own_writers(label, info, acl)
     folder = os.path.dirname(os.path.abspath(label))
     reasons.extend(_folder_writers(folder, info.st_uid))
