@@ -26,6 +26,7 @@ from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.sanitize import visible, visible_line
 from guarded_sbatch.core.waiting import Waiting, fit
 from guarded_sbatch.records.registry import RunRecord, find_run
 from guarded_sbatch.sources.run_sources import flagged_specs, recorded_sources
@@ -80,6 +81,9 @@ def gather(record: RunRecord) -> dict[str, Any]:
     """Everything show prints about a run: its status row, the curves by role, the verdict now, the evidence."""
     row = run_status_row(record)
     series, verdict, source = _judge_now(record)
+    # a key is a co-worker's text (a TensorBoard tag): its escapes, colours included, are shown, never obeyed (the
+    # CLI's own output filter keeps colour codes for the tool's tags, so data is made visible here, at its source)
+    series = {visible_line(key): value for key, value in series.items()}
     evidence_dir = record.evidence_dir
     evidence = sorted(str(p) for p in evidence_dir.iterdir()) if evidence_dir.is_dir() else []
     if not series:  # the metric files are gone: the curves the STOP kept
@@ -93,9 +97,9 @@ def gather(record: RunRecord) -> dict[str, Any]:
         "stopped_by": row["stopped_by"], "age": row["age"], "elapsed": row["elapsed"], "exit_code": row["exit_code"],
         "exit": row["exit"],
         "decision_now": verdict.decision.value if verdict else None,
-        "reason_now": verdict.message if verdict else None,
-        "anomalies": [_anomaly_text(a) for a in verdict.anomalies] if verdict else [],
-        "source": source, "report": latest_report(record.folder),
+        "reason_now": visible(verdict.message) if verdict else None,
+        "anomalies": [visible(_anomaly_text(a)) for a in verdict.anomalies] if verdict else [],
+        "source": visible(source), "report": visible(latest_report(record.folder)),
         "series": {key: series[key] for key in plotted.values()},
         "plotted": plotted, "evidence": evidence, "folder": str(record.folder), "verdict_obj": verdict,
     }

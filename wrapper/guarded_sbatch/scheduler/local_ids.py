@@ -14,7 +14,7 @@ import pwd
 from collections.abc import Callable
 from pathlib import Path
 
-from guarded_sbatch.core.errors import SchedulerError
+from guarded_sbatch.core.errors import NothingSubmittedError, SchedulerError
 from guarded_sbatch.core.fsutil import make_private_dirs
 
 COUNTER = "counter"
@@ -93,5 +93,6 @@ def take_free_ids(root: Path, count: int, collides: Callable[[int], str | None])
         clash = collides(first)
         if clash is None:
             return first
-    raise SchedulerError(f"every job id tried would write over an existing file (last: {clash}); "
-                         "move the old output files away or name the output with --output")
+    raise NothingSubmittedError(f"every job id tried would write over an existing file (last: {clash}; another "
+                                "user's file in a shared folder?); nothing was submitted: move the old output files "
+                                "away or name the output with --output")
