@@ -33,6 +33,7 @@ __all__ = ["Read", "Writers", "Opened", "NotRegularError", "NotOwnError", "LinkR
 
 LOCK_DEADLINE_S = 5.0
 READ_DEADLINE_S = 10.0
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 
 
@@ -192,8 +193,8 @@ def open_dir(folder: str | os.PathLike[str], *, dir_fd: int | None = None) -> in
             if stat.S_ISLNK(info.st_mode) and info.st_uid not in (0, me):
                 raise LinkRefusedError(errno.ELOOP, f"{ancestor} on the way is a link made by "
                                        f"{trust.user_name(info.st_uid)}: refused", label)
-    try:
-        return os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:  # O_PATH: a folder the user may write but not list (an admin's 1733 audit folder) is opened too
+        return os.open(folder, _DIR_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkRefusedError(errno.ELOOP, "a symbolic link: refused (never followed)", label) from None
@@ -224,7 +225,7 @@ def make_private_dirs(path: str | os.PathLike[str], mode: int | None = 0o700) ->
 
 def chmod_own_folder(path: str | os.PathLike[str], mode: int) -> None:
     """chmod a folder of the user's, through a descriptor opened without following a link."""
-    fd = open_dir(path)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fchmod(fd, mode)
     finally:
