@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.redact import secret_fingerprints
@@ -114,6 +115,6 @@ def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOp
         "MONITOR_ARGS": " ".join(shlex.quote(a) for a in args),
     }, template_name="monitor.sbatch")
     path = folder / "monitor.sbatch"
-    path.write_text(script, encoding="utf-8")
+    door.write_atomic(path, script, 0o600)
     return scheduler.submit(SubmitRequest(script=path, workdir=folder, after=after, job_name=options.job_name,
                                           output=output))

@@ -16,20 +16,21 @@ import contextlib
 import errno
 import fcntl
 import os
-import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from guarded_sbatch.core.door import trust
+from guarded_sbatch.core.door.special import (anonymous_file, lock_file, make_temp_dir, open_raw, private_temp_dir,
+                                              read_proc, remove_own_temp_dir)
 from guarded_sbatch.core.door.trust import Writers, code_refusal, writers_of
 
 __all__ = ["Read", "Writers", "Opened", "NotRegularError", "NotOwnError", "LinkRefusedError", "LockTimeoutError",
            "TooLargeError", "read", "opened", "lock", "write_atomic", "write_new", "append", "open_dir",
-           "make_private_dirs", "remove", "code_refusal", "writers_of", "kind_of"]
+           "make_private_dirs", "remove", "rename", "code_refusal", "writers_of", "kind_of", "anonymous_file", "lock_file",
+           "make_temp_dir", "open_raw", "private_temp_dir", "read_proc", "remove_own_temp_dir"]
 
 LOCK_DEADLINE_S = 5.0
 READ_DEADLINE_S = 10.0
@@ -350,14 +351,19 @@ def locked(path: str | os.PathLike[str], *, deadline_s: float = 30.0) -> Iterato
         os.close(fd)  # closing releases the lock
 
 
-@contextlib.contextmanager
-def private_temp_dir(prefix: str) -> Iterator[Path]:
-    """A fresh 0700 folder of the user's (mkdtemp), removed with what is in it afterwards."""
-    folder = Path(tempfile.mkdtemp(prefix=prefix))
+def rename(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Rename within or across folders of the user's, each reached by a descriptor (no link on the way followed);
+    a link at `target` is replaced, never written through."""
+    src, dst = Path(os.path.abspath(source)), Path(os.path.abspath(target))
+    src_fd = open_dir(src.parent)
     try:
-        yield folder
+        dst_fd = open_dir(dst.parent)
+        try:
+            os.replace(src.name, dst.name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+        finally:
+            os.close(dst_fd)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        os.close(src_fd)
 
 
 def remove(path: str | os.PathLike[str]) -> bool:
