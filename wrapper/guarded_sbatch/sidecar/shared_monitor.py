@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from guarded_sbatch.core import door
 from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.core.redact import remember_fingerprints
 from guarded_sbatch.core.errors import GuardedError, SchedulerError
@@ -177,8 +178,8 @@ class SharedMonitor:
         job_id = str(entry["job_id"])
         run_dir = Path(entry["run_dir"])
         remember_fingerprints(entry.get("secret_fingerprints") or [])  # this launch's secrets, masked too
-        out = os.fdopen(os.open(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600),
-                        "a", encoding="utf-8")
+        out = os.fdopen(door.open_raw(run_dir / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                      | os.O_NONBLOCK, 0o600), "a", encoding="utf-8")
         record = _record(run_dir)
         policy = recorded_policy(record.judge, record.run_name) if record is not None else JudgePolicy()
         sidecar_settings = SidecarSettings(
