@@ -40,6 +40,8 @@ def _accesses(tree: ast.AST) -> list[tuple[int, str]]:
             if func.attr in MODULE_CALLS[owner.id]:
                 found.append((node.lineno, f"{owner.id}.{func.attr}()"))
             continue
+        if isinstance(owner, ast.Name) and owner.id == "door":
+            continue  # the door itself
         if func.attr in PATH_METHODS:
             if func.attr == "open" and node.args and not isinstance(node.args[0], ast.Constant):
                 continue  # Path.open takes a mode string; `kind.open(target)` is a reader's constructor

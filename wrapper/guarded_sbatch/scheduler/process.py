@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.scheduler.interface import (
     JobInfo, JobState, Scheduler, SchedulerDefaults, SubmitRequest, signal_named,
@@ -23,7 +23,7 @@ GRACE_S = 10.0
 
 def _stat_fields(pid: int) -> list[str] | None:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = door.read_proc(f"/proc/{pid}/stat").decode("utf-8", "replace")
     except OSError:
         return None
     # the command name (field 2) may hold spaces and parentheses: split after its last ')'

@@ -29,7 +29,8 @@ from guarded_sbatch.core.door.trust import Writers, code_refusal, writers_of
 
 __all__ = ["Read", "Writers", "Opened", "NotRegularError", "NotOwnError", "LinkRefusedError", "LockTimeoutError",
            "TooLargeError", "read", "opened", "lock", "write_atomic", "write_new", "append", "open_dir",
-           "make_private_dirs", "remove", "rename", "code_refusal", "writers_of", "kind_of", "anonymous_file", "lock_file",
+           "make_private_dirs", "make_new_dir", "remove", "rename", "code_refusal", "writers_of", "kind_of",
+           "anonymous_file", "lock_file",
            "make_temp_dir", "open_raw", "private_temp_dir", "read_proc", "remove_own_temp_dir"]
 
 LOCK_DEADLINE_S = 5.0
@@ -246,7 +247,7 @@ def _refuse_link(folder_fd: int, name: str, label: str) -> None:
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o600, *,
-                 make_folder: bool = False) -> None:
+                 make_folder: bool = False, durable: bool = False) -> None:
     """Replace `path` with `data` (mode `mode` whatever the umask): a new file made O_EXCL|O_NOFOLLOW in the
     folder's descriptor, then renamed over the name. A link (or a FIFO, a device) at `path` is refused and named."""
     target = Path(os.path.abspath(path))
@@ -261,6 +262,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, mode: int = 0o
         try:
             os.fchmod(fd, mode)
             _write_all(fd, payload)
+            if durable:
+                os.fsync(fd)
             os.close(fd)
             fd = -1
             os.replace(temp, target.name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
@@ -364,6 +367,22 @@ def rename(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> No
             os.close(dst_fd)
     finally:
         os.close(src_fd)
+
+
+def make_new_dir(path: str | os.PathLike[str], mode: int = 0o700) -> None:
+    """mkdir of a folder that must be new (FileExistsError otherwise, a link there included), `mode` whatever the
+    umask, made from its parent's descriptor."""
+    target = Path(os.path.abspath(path))
+    folder_fd = open_dir(target.parent)
+    try:
+        os.mkdir(target.name, mode, dir_fd=folder_fd)
+        fd = os.open(target.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(folder_fd)
 
 
 def remove(path: str | os.PathLike[str]) -> bool:
