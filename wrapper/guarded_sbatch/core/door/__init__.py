@@ -25,11 +25,11 @@ from pathlib import Path
 from guarded_sbatch.core.door import trust
 from guarded_sbatch.core.door.special import (anonymous_file, lock_file, make_temp_dir, open_raw, private_temp_dir,
                                               read_proc, remove_own_temp_dir)
-from guarded_sbatch.core.door.trust import Writers, code_refusal, writers_of
+from guarded_sbatch.core.door.trust import Writers, writers_of
 
 __all__ = ["Read", "Writers", "Opened", "NotRegularError", "NotOwnError", "LinkRefusedError", "LockTimeoutError",
            "TooLargeError", "read", "opened", "lock", "write_atomic", "write_new", "append", "open_dir",
-           "make_private_dirs", "make_new_dir", "remove", "rename", "code_refusal", "writers_of", "kind_of",
+           "make_private_dirs", "make_new_dir", "remove", "rename", "writers_of", "kind_of",
            "anonymous_file", "lock_file",
            "make_temp_dir", "open_raw", "private_temp_dir", "read_proc", "remove_own_temp_dir"]
 
@@ -328,7 +328,8 @@ def append(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, own:
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularError(errno.EINVAL, f"{kind_of(info.st_mode)}, not a regular file: not written", label)
         if own and info.st_uid != os.geteuid():
-            raise NotOwnError(errno.EPERM, f"belongs to {trust.user_name(info.st_uid)}, not you: not written", label)
+            raise NotOwnError(errno.EPERM, f"belongs to uid {info.st_uid}, not you ({trust.user_name(info.st_uid)}): "
+                              "not written", label)
         lock(fd, label, deadline_s=lock_deadline_s)
         _write_all(fd, data)
     finally:

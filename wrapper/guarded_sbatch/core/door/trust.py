@@ -74,31 +74,35 @@ def acl_of(target: int | str) -> bytes:
         return b""  # no ACL (ENODATA), or a file system without them
 
 
-def _acl_writers(label: str, entries: list[tuple[int, int, int]], owner: int, gid: int) -> list[str]:
+def _acl_writers(entries: list[tuple[int, int, int]], owner: int, gid: int) -> list[str]:
     mask = next((perm for tag, perm, _ in entries if tag == _MASK), 0x07)
     found = []
     for tag, perm, ident in entries:
         if not perm & mask & _WRITE:
             continue
         if tag == _USER and ident != owner and ident != 0:
-            found.append(f"{label} is writable by the user {user_name(ident)} through its ACL")
+            found.append(f"writable by the user {user_name(ident)} through its ACL")
         elif tag == _GROUP and not private_group(ident, owner):
-            found.append(f"{label} is writable by the group {group_name(ident)} through its ACL")
+            found.append(f"writable by the group {group_name(ident)} through its ACL")
         elif tag == _GROUP_OBJ and not private_group(gid, owner):
-            found.append(f"{label} is writable by its group {group_name(gid)} (ACL)")
+            found.append(f"writable by its group {group_name(gid)} through its ACL")
     return found
 
 
 def own_writers(label: str, info: os.stat_result, acl: bytes) -> list[str]:
     """Who besides the owner can write the object itself (mode bits, or its ACL when it has one)."""
+    return [f"{label} is {what}" for what in _who(info, acl)]
+
+
+def _who(info: os.stat_result, acl: bytes) -> list[str]:
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o002:
-        return [f"{label} is writable by every user (mode {mode:04o})"]
+        return [f"writable by every user (mode {mode:04o})"]
     entries = acl_entries(acl)
     if len(entries) > 3:  # an extended ACL: the group bits show the mask, the entries say who
-        return _acl_writers(label, entries, info.st_uid, info.st_gid)
+        return _acl_writers(entries, info.st_uid, info.st_gid)
     if mode & 0o020 and not private_group(info.st_gid, info.st_uid):
-        return [f"{label} is writable by its group {group_name(info.st_gid)} (mode {mode:04o})"]
+        return [f"writable by its group (mode {mode:04o})"]
     return []
 
 
@@ -117,10 +121,10 @@ def _folder_writers(folder: str, owner: int) -> list[str]:
         except OSError:
             break
         if info.st_uid not in (owner, 0):
-            found.append(f"{current} above it belongs to {user_name(info.st_uid)}: the file can be swapped")
+            found.append(f"it lies under {current}, owned by {user_name(info.st_uid)}: the file can be swapped")
         elif first and not info.st_mode & stat.S_ISVTX:  # sticky (/tmp): only an entry's owner renames it
-            reasons = own_writers(current, info, acl_of(current))
-            found.extend(f"the file lies in {reason}: it can be swapped" for reason in reasons)
+            found.extend(f"it lies in {current}, {what}: the file can be swapped"
+                         for what in _who(info, acl_of(current)))
         first = False
         parent = os.path.dirname(current)
         if parent == current:
@@ -141,7 +145,8 @@ def default_acl_writers(folder: str | os.PathLike[str], owner: int) -> list[str]
         gid = os.stat(folder).st_gid
     except OSError:
         return []
-    return _acl_writers(f"new files in {os.fspath(folder)}", entries, owner, gid) if len(entries) > 3 else []
+    found = _acl_writers(entries, owner, gid) if len(entries) > 3 else []
+    return [f"new files in {os.fspath(folder)} are {what}" for what in found]
 
 
 def writers_of(path: str | os.PathLike[str], info: os.stat_result, fd: int | None = None) -> Writers:
@@ -151,16 +156,5 @@ def writers_of(path: str | os.PathLike[str], info: os.stat_result, fd: int | Non
     acl = acl_of(fd if fd is not None else label)
     reasons = own_writers(label, info, acl)
     folder = os.path.dirname(os.path.abspath(label))
-    reasons.extend(_folder_writers(folder, info.st_uid))
+    reasons.extend(f"{label} {why[3:]}" for why in _folder_writers(folder, info.st_uid))  # "it lies in" -> the path
     return Writers(info.st_uid, tuple(dict.fromkeys(reasons)))
-
-
-def code_refusal(path: str | os.PathLike[str], info: os.stat_result, fd: int | None = None) -> str:
-    """Why a file that decides what runs as the user (a config, a template) is refused: it is owned by someone
-    else than the user or root, or someone else can write it or a folder above it. "" when trusted."""
-    me = os.geteuid()
-    if info.st_uid not in (me, 0):
-        return f"{os.fspath(path)} belongs to {user_name(info.st_uid)}, not you or root"
-    writers = writers_of(path, info, fd)
-    others = [why for why in writers.others if not why.startswith(f"{os.fspath(path)} is writable by the user root")]
-    return "; ".join(others)
