@@ -114,7 +114,7 @@ def append_line(path: Path, line: str) -> None:
         door.append(target, data, 0o600 if per_user else SHARED_FILE_MODE, own=per_user,
                     lock_deadline_s=AUDIT_LOCK_DEADLINE_S)
     except door.NotOwnError as exc:
-        raise AuditRefusedError(f"audit log {target} {exc.strerror.split(':')[0]}: this record was not written there "
+        raise AuditRefusedError(f"audit log {target} {(exc.strerror or '').split(':')[0]}: this record was not written there "
                                 "(tell your site admin)") from None
     except (door.NotRegularError, door.LinkRefusedError, door.LockTimeoutError) as exc:
         raise AuditRefusedError(f"audit log {target}: {exc.strerror}: this record was not written (tell your site "
