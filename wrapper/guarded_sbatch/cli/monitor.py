@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from guarded_sbatch.core import door
 from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_once  # ONCE_EXIT: read here by scripts
 from guarded_sbatch.cli.watch_args import (
@@ -149,7 +150,7 @@ def run_monitor(argv: list[str]) -> int:
         from guarded_sbatch.actions.target_watch import TargetWatch
 
         scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=args.stop_grace)
-    settings.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
+    door.remove(settings.state_file)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
     print(f"guarded-sbatch monitor: watching {what}: metrics read every {settings.fast_interval_s:g} s, "
           f"a full report every {settings.full_interval_s / 60:g} min"

@@ -136,10 +136,13 @@ def _anomaly_text(anomaly: Any) -> str:
     return where + (f" ({anomaly.message})" if anomaly.message else "")
 
 
+REPORT_BYTES = 16 << 20  # the end of each sidecar output: its last report and FINAL_SUMMARY
+
+
 def latest_report(folder: Path) -> str:
     """The sidecar's last full report block, and its FINAL_SUMMARY when there is one."""
     outputs = sorted(folder.glob("sidecar-*.out"), key=lambda p: p.stat().st_mtime)
-    lines = "".join(p.read_text(encoding="utf-8", errors="replace") for p in outputs).splitlines()
+    lines = "".join(door.read(p, REPORT_BYTES, tail=True).text("replace") for p in outputs).splitlines()
     final = _block(lines, "FINAL_SUMMARY")  # an ended run: its summary says it all (the last report repeats it)
     return final or _block(lines, "## Training Check")
 

@@ -70,9 +70,10 @@ def anonymous_file() -> IO[bytes]:
     return tempfile.TemporaryFile()
 
 
-def make_temp_dir(prefix: str) -> Path:
-    """A fresh 0700 folder of the user's (mkdtemp), the caller's to remove (`remove_tree_of_own_temp`)."""
-    return Path(tempfile.mkdtemp(prefix=prefix))
+def make_temp_dir(prefix: str, folder: str | os.PathLike[str] | None = None) -> Path:
+    """A fresh 0700 folder of the user's (mkdtemp, in `folder` or the system's), the caller's to remove
+    (`remove_own_temp_dir`)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=folder))
 
 
 def remove_own_temp_dir(folder: str | os.PathLike[str]) -> None:
