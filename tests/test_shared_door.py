@@ -279,3 +279,16 @@ def test_planted_outputs_for_her_next_job_ids_refuse_without_saying_a_job_runs(s
                          env=cluster.env(cluster.victim, GUARDED_SBATCH_BACKEND="local"), timeout=120)
     assert result.returncode != 0 and "would write over an existing file" in result.stderr, result.stderr
     assert "nothing was submitted" in result.stderr and "runs unguarded" not in result.stderr, result.stderr
+
+
+# ---- low: colour sequences in a co-worker's TensorBoard tag ----
+
+def test_a_colour_sequence_in_a_tag_is_shown_never_obeyed_by_show() -> None:
+    from guarded_sbatch.cli import show
+    from guarded_sbatch.core.sanitize import visible_keeping_colours
+
+    tag = "\x1b[32mall runs healthy\x1b[0m/loss"
+    series = {tag: ([1, 2], [1.0, 0.5])}
+    shown = {show.visible_line(key): value for key, value in series.items()}  # what gather() does with keys
+    printed = visible_keeping_colours(next(iter(shown)))  # the CLI's output filter keeps its own colour codes
+    assert "\x1b" not in printed and "\\x1b[32mall runs healthy" in printed
