@@ -321,7 +321,6 @@ def test_slurms_commands_are_run_by_the_slurm_backend_only() -> None:
 # settings types); probing an object for a member is allowed only on these receivers, each with its reason.
 PROBING_DIRS = ("sidecar", "sources", "scheduler")
 PROBING_ALLOWED: dict[tuple[str, str], str] = {
-    ("sources/files.py", "os"): "O_NOCTTY / O_CLOEXEC exist on some platforms only (0: no such flag)",
     ("sidecar/state.py", "defaults"): "a dataclass's own fields, by the names dataclasses.fields() gives",
 }
 PROBES = {"getattr", "hasattr"}
@@ -368,9 +367,9 @@ def test_the_probing_check_sees_each_form(tmp_path: Path) -> None:
                       "def poll(scheduler):\n"
                       "    if hasattr(scheduler, 'states'):\n"
                       "        return getattr(scheduler, 'name', '')\n"
-                      "flags = getattr(os, 'O_NOCTTY', 0)\n", encoding="utf-8")
+                      "flags = getattr(defaults, 'O_NOCTTY', 0)\n", encoding="utf-8")
     assert sorted(int(line.split(":")[0]) for line in _probes(sample, "sample.py")) == [3, 4, 6, 7, 8]
-    assert sorted(int(line.split(":")[0]) for line in _probes(sample, "sources/files.py")) == [3, 4, 6, 7]
+    assert sorted(int(line.split(":")[0]) for line in _probes(sample, "sidecar/state.py")) == [3, 4, 6, 7]
 
 
 NOT_SCHEDULERS = {"Scheduler"}  # the protocol itself

@@ -126,6 +126,10 @@ def test_the_system_site_config_holds_whatever_the_environment_says(shared_clust
             result = subprocess.run(["unshare", "-m", "sh", "-c", f'mount --bind "$0" {SYSTEM} && exec "$@"',
                                      str(site_dir), *inner], cwd=project, env=env, capture_output=True, text=True,
                                     timeout=180)
+            if extra:  # round 4: a config another user wrote is refused as code, with the reason (core/config.py)
+                assert result.returncode == 2, result.stderr
+                assert f"config {lenient} refused: it belongs to {cluster.coworker.name}" in result.stderr
+                continue
             assert result.returncode == 3, result.stderr
             assert "[FAIL] paths: config path" in result.stderr and "missing.yaml" in result.stderr, result.stderr
             assert "waiver refused: paths" in result.stderr, result.stderr  # mandatory: not waivable

@@ -172,8 +172,11 @@ def test_unwritable_notes_still_cancel_and_the_failure_is_in_the_final_summary(r
     output = out.getvalue()
     assert run.scheduler.state(run.job_id) is JobState.CANCELLED
     summary = output[output.index("FINAL_SUMMARY"):]
+    # the alert and FINAL_SUMMARY go out first (a note is a file others may lock); the note's fate follows it
     note_line = next(line for line in summary.splitlines() if line.startswith("- Project note:"))
-    assert "FAILED" in note_line and "cannot write project note" in note_line and str(blocker) in note_line
+    assert "written after this summary" in note_line
+    after = next(line for line in summary.splitlines() if line.startswith("sidecar: project note:"))
+    assert "FAILED" in after and "cannot write project note" in after and str(blocker) in after
     assert f"job {run.job_id} cancelled" in summary
 
 

@@ -96,6 +96,7 @@ ensure_test_tools() {
   command -v tmux >/dev/null 2>&1 || missing+=(tmux)
   { command -v sshd >/dev/null 2>&1 || [[ -x /usr/sbin/sshd ]]; } || missing+=(openssh-server)
   { command -v ssh >/dev/null 2>&1 && command -v ssh-keygen >/dev/null 2>&1; } || missing+=(openssh-client)
+  command -v setfacl >/dev/null 2>&1 || missing+=(acl)  # the shared-cluster tests' folders with default ACLs
   ((${#missing[@]} == 0)) && return 0
   if command -v apt-get >/dev/null 2>&1 && [[ $(id -u) -eq 0 ]]; then
     echo "guarded-sbatch: installing ${missing[*]} for the tests" >&2

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.actions.evidence_plot import plot_input
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import private_dir, read_tail, write_json_atomic, write_private
 from guarded_sbatch.core.jsonnum import dumps as json_dumps, json_number
@@ -112,7 +113,6 @@ def plot_in_subprocess(
     except CommandError as exc:
         raise RuntimeError(f"plotting failed: {(exc.stderr.strip().splitlines() or [str(exc)])[-1]}") from None
     finally:
-        input_path.unlink(missing_ok=True)
+        door.remove(input_path)
     if not path.is_file():
         raise RuntimeError("plotting process wrote no file")
-    os.chmod(path, 0o600)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.judge.keys import KeyClassifier, Role, key_words
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
@@ -86,12 +87,16 @@ def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Seq
 
 def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
                  run_name: str = "") -> None:
-    """Write the evidence figure (build_figure) to path as a PNG."""
+    """Write the evidence figure (build_figure) to path as a PNG (0600), through the door: a link planted at the
+    path is refused and named, never written through or chmod'ed."""
+    import io  # noqa: PLC0415
     import matplotlib.pyplot as plt  # noqa: PLC0415 - lazy: ~40 MB, only ever in this child process
 
     fig = build_figure(series, verdict, run_name)
-    fig.savefig(path, dpi=90)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
+    door.write_atomic(path, buffer.getvalue(), 0o600)
 
 
 def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict, run_name: str = "") -> Any:
@@ -161,8 +166,12 @@ def main(argv: list[str]) -> int:
     """`python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png`."""
     if len(argv) != 2:
         raise SystemExit("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png")
-    series, verdict, run_name = _from_input(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
-    plot_metrics(Path(argv[1]), series, verdict, run_name)
+    series, verdict, run_name = _from_input(json.loads(door.read(argv[0], 256 << 20, own=True).text()))
+    try:
+        plot_metrics(Path(argv[1]), series, verdict, run_name)
+    except (door.LinkRefusedError, door.NotRegularError) as exc:
+        sys.stderr.write(f"{exc.filename}: {exc.strerror}\n")  # the parent's error names it (evidence.py)
+        return 1
     return 0
 
 

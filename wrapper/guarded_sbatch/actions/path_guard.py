@@ -8,14 +8,14 @@ symlinks that lead out are refused. Links are never followed (as `rm -r LINK`): 
 symlink inside the roots loses the link alone, a folder on the way that is a symlink is refused. Nothing owned
 by another user is crossed (systemd-tmpfiles' "unsafe path transition": in a group-writable project folder a
 co-worker can swap what they own into the run's path): such a folder on the way is refused, such an entry
-inside the deleted tree is left in place and reported. Deletion walks from the root with directory file
-descriptors (openat with O_NOFOLLOW, fstat of each opened folder, unlinkat), so a parent swapped mid-way is
-never followed, and it never crosses into another file system or a (bind) mount point.
+inside the deleted tree is left in place and reported. The plan records the device and inode of the root,
+each folder on the way and the target; deletion (core/door/tree.py) walks from the root's descriptor (openat with
+O_NOFOLLOW, unlinkat) and refuses, naming it, whatever is not what the plan saw; it never crosses into another file
+system or a (bind) mount point. A link another user made on the way to the root is refused at the plan.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import pwd
 import stat
@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from guarded_sbatch.core.door import tree
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.mounts import mount_points
 
@@ -40,6 +41,7 @@ class GuardedPath:
     root: Path  # the (resolved) run root it lies inside
     is_link: bool  # the recorded path itself is a symlink: the link alone is deleted, never its target
     link_target: str = ""  # where that link points (left alone)
+    identities: tuple[tuple[int, int], ...] = ()  # (st_dev, st_ino) of the root, each folder down and the target
 
     def describe(self) -> str:
         """What deleting it really does, for the plan."""
@@ -118,7 +120,8 @@ def check_deletable(
     """Accept `path` for deletion or raise PathRefusedError with a one-line reason.
 
     `recorded_paths` are the paths recorded for the run; `roots` the folders deletion is confined to
-    (see allowed_roots); `base_dir` anchors relative paths (the run's submit folder). The refusals come in
+    (see allowed_roots); `base_dir` anchors relative paths (the run's submit folder) (registry.launch_root has
+    checked it is still the folder recorded at launch, by device and inode). The refusals come in
     order: the text itself, not the run's, a protected place, an unacceptable root, the roots' own folders,
     outside the roots.
     """
@@ -151,9 +154,25 @@ def check_deletable(
     lexical_root = next(root for root in [*lexical_roots, *resolved_roots] if _inside(lexical, root))
     real_root = Path(os.path.realpath(lexical_root))
     real = real_root / lexical.relative_to(lexical_root)
+    _refuse_foreign_links(text, lexical)
     is_link = _check_transitions(text, real_root, real)
+    planned = tree.plan_identities(real_root, real.relative_to(real_root).parts, PathRefusedError)
     return GuardedPath(recorded=lexical, resolved=real, root=real_root, is_link=is_link,
-                       link_target=os.readlink(real) if is_link else "")
+                       link_target=os.readlink(real) if is_link else "", identities=planned)
+
+
+def _refuse_foreign_links(text: str, lexical: Path) -> None:
+    """Refuse a path reached through a link another user made (a co-worker's `alice -> ~alice` put in place of
+    the shared folder): only root's and the user's own links are taken as the way to the run root."""
+    me = os.geteuid()
+    for ancestor in lexical.parents:  # the recorded path itself may be a link: only the link goes
+        try:
+            info = os.lstat(ancestor)
+        except OSError:
+            continue
+        if stat.S_ISLNK(info.st_mode) and info.st_uid not in (0, me):
+            raise PathRefusedError(f"{text}: the folder {ancestor} on the way is a symlink: refused (made by "
+                                   f"{_owner_name(info.st_uid)}: swapped in by another user?), nothing deleted")
 
 
 def _refuse_unrecorded(text: str, lexical: Path, recorded_paths: Iterable[str | os.PathLike[str]],
@@ -232,134 +251,10 @@ def _check_transitions(text: str, root: Path, path: Path) -> bool:
 
 
 def delete_guarded(guarded: GuardedPath) -> str:
-    """Delete an accepted path without following symlinks or crossing mounts; return what was done."""
-    # Re-check at the last moment: the tree may have changed since the plan was made.
-    if os.path.islink(guarded.resolved) != guarded.is_link:
-        now = "a symlink" if os.path.islink(guarded.resolved) else "no symlink any more"
-        raise PathRefusedError(f"{guarded.recorded} changed since the plan (it is now {now}): not deleted")
-    if guarded.is_link:
-        _unlink_link(guarded.root, guarded.resolved)
-        return f"symlink deleted (its target {guarded.link_target} left alone)"
+    """Delete an accepted path from the run root's descriptor, only when the root, every folder on the way and the
+    target are still the ones the plan saw (device and inode); never following a link or crossing a mount."""
     relative = guarded.resolved.relative_to(guarded.root).parts
     if not relative:
         raise PathRefusedError(f"{guarded.resolved} is the run root itself: not deleted")
-    mounts = mount_points()
-    root_fd = _open_dir(str(guarded.root), None, guarded.recorded)
-    try:
-        root_dev = os.fstat(root_fd).st_dev
-        parent_fd = _walk_to_parent(root_fd, guarded, mounts, root_dev)
-        try:
-            name = relative[-1]
-            what = _delete_entry(parent_fd, name, guarded.resolved, root_dev, mounts)
-        finally:
-            if parent_fd != root_fd:
-                os.close(parent_fd)
-    finally:
-        os.close(root_fd)
-    return what
-
-
-def _walk_to_parent(root_fd: int, guarded: GuardedPath, mounts: frozenset[Path], root_dev: int) -> int:
-    """The parent folder of the path to delete, opened one component at a time with O_NOFOLLOW: a component
-    swapped for a symlink, a mount point, another file system or another user's folder stops the walk."""
-    parent_fd, current = root_fd, guarded.root
-    try:
-        for part in guarded.resolved.relative_to(guarded.root).parts[:-1]:
-            current = current / part
-            if current in mounts:
-                raise PathRefusedError(f"{current} is a mount point: not crossed, {guarded.recorded} not deleted")
-            next_fd = _open_dir(part, parent_fd, guarded.recorded)
-            if parent_fd != root_fd:
-                os.close(parent_fd)
-            parent_fd = next_fd
-            info = os.fstat(parent_fd)
-            if info.st_dev != root_dev:
-                raise PathRefusedError(f"{current} is on another file system: not crossed, not deleted")
-            if info.st_uid != os.geteuid():
-                raise PathRefusedError(f"{current} belongs to {_owner_name(info.st_uid)} since the plan: not crossed, "
-                                       f"{guarded.recorded} not deleted")
-    except BaseException:
-        if parent_fd != root_fd:
-            os.close(parent_fd)
-        raise
-    return parent_fd
-
-
-def _open_dir(name: str, dir_fd: int | None, recorded: Path) -> int:
-    try:
-        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise PathRefusedError(f"{recorded}: a folder on the way became a symlink or a file: not deleted") from None
-        raise
-
-
-def _unlink_link(root: Path, path: Path) -> None:
-    """Remove the symlink `path` itself, its parent reached from `root` without following any link."""
-    root_fd = _open_dir(str(root), None, path)
-    parent_fd = root_fd
-    try:
-        for part in path.relative_to(root).parts[:-1]:
-            next_fd = _open_dir(part, parent_fd, path)
-            if parent_fd != root_fd:
-                os.close(parent_fd)
-            parent_fd = next_fd
-        if stat.S_ISLNK(os.stat(path.name, dir_fd=parent_fd, follow_symlinks=False).st_mode):
-            os.unlink(path.name, dir_fd=parent_fd)
-    finally:
-        if parent_fd != root_fd:
-            os.close(parent_fd)
-        os.close(root_fd)
-
-
-def _delete_entry(parent_fd: int, name: str, path: Path, root_dev: int, mounts: frozenset[Path]) -> str:
-    try:
-        info = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return "already gone"
-    if stat.S_ISLNK(info.st_mode):
-        raise PathRefusedError(f"{path} became a symlink since the plan: not deleted")
-    if info.st_uid != os.geteuid():
-        raise PathRefusedError(f"{path} belongs to {_owner_name(info.st_uid)} since the plan: not deleted")
-    if not stat.S_ISDIR(info.st_mode):
-        os.unlink(name, dir_fd=parent_fd)
-        return "file deleted"
-    kept = _delete_tree(parent_fd, name, path, root_dev, mounts)
-    if kept:
-        return f"folder emptied except {kept} mount point(s), other file system(s) or other users' entries left in place"
-    return "folder deleted"
-
-
-def _delete_tree(parent_fd: int, name: str, path: Path, root_dev: int, mounts: frozenset[Path]) -> int:
-    """Delete folder `name` under parent_fd; returns how many mount points / foreign file systems were kept."""
-    if path in mounts:
-        return 1
-    fd = _open_dir(name, parent_fd, path)
-    kept = 0
-    try:
-        opened = os.fstat(fd)
-        if opened.st_dev != root_dev or opened.st_uid != os.geteuid():  # swapped since its stat
-            return 1
-        with os.scandir(fd) as entries:
-            names = [entry.name for entry in entries]
-        for child in names:
-            try:
-                info = os.stat(child, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue
-            if info.st_uid != os.geteuid():
-                kept += 1  # another user's file or folder: theirs to delete
-                continue
-            if stat.S_ISDIR(info.st_mode):
-                if info.st_dev != root_dev or (path / child) in mounts:
-                    kept += 1
-                    continue
-                kept += _delete_tree(fd, child, path / child, root_dev, mounts)
-            else:
-                os.unlink(child, dir_fd=fd)  # files and symlinks: the link itself, never its target
-    finally:
-        os.close(fd)
-    if kept:
-        return kept
-    os.rmdir(name, dir_fd=parent_fd)
-    return 0
+    return tree.delete_planned(guarded.root, relative, guarded.identities, guarded.recorded, mount_points(),
+                               PathRefusedError, link_only=guarded.is_link)

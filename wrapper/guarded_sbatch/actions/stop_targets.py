@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from guarded_sbatch.core import door
 from guarded_sbatch.actions.stop_outcome import StopOutcome
 from guarded_sbatch.core.errors import CommandError, UsageError
 from guarded_sbatch.core.runner import run_command
@@ -121,8 +122,7 @@ def process_table() -> dict[int, Proc]:
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
+            fields = door.read_proc(f"/proc/{name}/stat").decode("utf-8", "replace").rsplit(")", 1)[1].split()
             uid = os.stat(f"/proc/{name}").st_uid
         except (OSError, IndexError):
             continue  # ended while we looked
@@ -169,10 +169,9 @@ def _members_fn(pid: int) -> tuple[Callable[[], set[int]], str]:
 def real_uid(pid: int) -> int | None:
     """The real uid of pid (/proc/PID/status; the folder's owner is root for a non-dumpable process)."""
     try:
-        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
+        for line in door.read_proc(f"/proc/{pid}/status").decode("utf-8", "replace").splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
     return None

@@ -11,6 +11,7 @@ import stat as stat_module
 import time
 from pathlib import Path
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 from guarded_sbatch.core.runner import run_command
@@ -89,12 +90,13 @@ def delete_mlflow_run(kind: str, store: Path, run_id: str) -> str:
     if not metas:
         return f"MLflow run {run_id} not in {store} (already gone)"
     for meta in metas:
-        lines = [line for line in meta.read_text(encoding="utf-8").splitlines() if not line.startswith("deleted_time:")]
+        found = door.read(meta, 1 << 20, own=True, nofollow=True)
+        lines = [line for line in found.text().splitlines() if not line.startswith("deleted_time:")]
         if not any(line.strip() in (f"run_id: {run_id}", f"run_uuid: {run_id}") for line in lines):
             continue  # a folder named like the run that is not its meta: left alone
         lines = ["lifecycle_stage: deleted" if line.startswith("lifecycle_stage:") else line for line in lines]
         lines.append(f"deleted_time: {deleted_ms}")
-        meta.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        door.write_atomic(meta, "\n".join(lines) + "\n", 0o644)
     return f"MLflow run {run_id} marked deleted in {metas[0]}"
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
@@ -87,7 +88,7 @@ def _preflight(launch: LaunchArgs, config: Config, scheduler: Scheduler, launche
                             command_line=launch_command(command_line) if launcher_job is not None else "")
     finally:
         if launcher_job is not None and check_only:
-            _script(launch).unlink(missing_ok=True)
+            door.remove(_script(launch))
 
 
 def _print_report(report: PreflightReport, launch: LaunchArgs, *, check_only: bool, show_report: bool,

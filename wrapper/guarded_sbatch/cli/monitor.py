@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_once  # ONCE_EXIT: read here by scripts
 from guarded_sbatch.cli.sidecar_job import load_watcher
@@ -129,7 +130,7 @@ def run_monitor(argv: list[str]) -> int:
         from guarded_sbatch.actions.target_watch import TargetWatch
 
         scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=plan.stop_grace_s)
-    plan.state_file.unlink(missing_ok=True)  # an interactive watch starts fresh
+    door.remove(plan.state_file)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
     print(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)",
           file=sys.stderr, flush=True)

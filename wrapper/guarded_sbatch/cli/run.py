@@ -16,13 +16,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.pychild import python_argv
 from guarded_sbatch.core.redact import redact
@@ -95,10 +94,10 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     if tmux and not check_only and _tmux_session_exists(tmux):
         raise UsageError(f"tmux session {tmux} already exists: pick another --guard-tmux name or end that session")
     private_dir(state_dir() / "run-staging")
-    staging = Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=state_dir() / "run-staging"))
+    staging = door.make_temp_dir(time.strftime("%Y%m%d-%H%M%S-"), state_dir() / "run-staging")
     script = staging / "command.sh"  # what the pre-flight reads; also the job itself without tmux
-    script.write_text("#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"
-                      f"exec {shlex.join(command)}\n", encoding="utf-8")
+    door.write_new(script, "#!/bin/bash\n# written by guarded-sbatch run\nexport PYTHONUNBUFFERED=1\n"
+                   f"exec {shlex.join(command)}\n", 0o700)
     launch = split_sbatch_argv([*options, str(script)])
     scheduler = LocalScheduler()  # `run --` is the local backend's front end: the command runs here
     if launch.guard_options.backend not in (None, scheduler.name):
@@ -111,7 +110,7 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     report = dataclasses.replace(report, results=tuple(_run_wording(result) for result in report.results))
     print_report(report, launching=not check_only or bool(clear_line), clear_line=clear_line, color=color)
     if check_only or report.blocked:
-        shutil.rmtree(staging, ignore_errors=True)  # nothing runs from it
+        door.remove_own_temp_dir(staging)  # nothing runs from it
         if report.blocked and not check_only:
             raise BlockedError("launch blocked by the pre-flight: nothing was started; fix the failed checks above, "
                                "or waive one with --guard-waive CHECK=\"REASON\"")
@@ -177,14 +176,14 @@ def _tmux_job(staging: Path, session: str, command: list[str], env: dict[str, st
     log, status = staging / "output.log", staging / "exit-status"
     inner = staging / "in-tmux.sh"
     exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
-    inner.write_text(
-        "#!/bin/bash\n# guarded-sbatch run: the command, inside its tmux session\nexport PYTHONUNBUFFERED=1\n"
+    door.write_new(
+        inner, "#!/bin/bash\n# guarded-sbatch run: the command, inside its tmux session\nexport PYTHONUNBUFFERED=1\n"
         f"{exports}cd {shlex.quote(os.getcwd())}\n{shlex.join(command)} 2>&1 | tee -a {shlex.quote(str(log))}\n"
-        f"echo \"${{PIPESTATUS[0]}}\" > {shlex.quote(str(status))}\n", encoding="utf-8")
+        f"echo \"${{PIPESTATUS[0]}}\" > {shlex.quote(str(status))}\n", 0o700)
     stopper = shlex.join([*python_argv("-m", "guarded_sbatch"), "stop", f"tmux:{session}",
                           "--grace", str(TMUX_STOP_GRACE_S)])
     outer = staging / "tmux-job.sh"
-    outer.write_text(f"""#!/bin/bash
+    door.write_new(outer, f"""#!/bin/bash
 # guarded-sbatch run: the local job of tmux session {session}
 stop() {{ setsid {stopper} >> {shlex.quote(str(staging / 'stop.log'))} 2>&1 < /dev/null & wait $!; exit 143; }}
 trap stop TERM INT
@@ -192,8 +191,8 @@ env -u TMUX tmux new-session -d -s {shlex.quote(session)} "bash {shlex.quote(str
 echo "guarded-sbatch run: tmux session {session}; attach with: tmux attach -t {session}"
 while tmux has-session -t ={shlex.quote(session)} 2>/dev/null; do sleep 1 & wait $!; done
 exit "$(cat {shlex.quote(str(status))} 2>/dev/null || echo 1)"
-""", encoding="utf-8")
-    log.touch()
+""", 0o700)
+    door.write_new(log, b"", 0o600)
     return outer, log
 
 

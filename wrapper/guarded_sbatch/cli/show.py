@@ -12,7 +12,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,9 +22,11 @@ from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.cli.array_lifecycle import array_tasks
 from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.cli.status_table import render_table
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import ExitCode, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
+from guarded_sbatch.core.sanitize import visible, visible_line
 from guarded_sbatch.core.waiting import Waiting, fit
 from guarded_sbatch.records.registry import RunRecord, find_run
 from guarded_sbatch.judge.policy import RunContext
@@ -80,6 +81,9 @@ def gather(record: RunRecord) -> dict[str, Any]:
     """Everything show prints about a run: its status row, the curves by role, the verdict now, the evidence."""
     row = run_status_row(record)
     series, verdict, source = _judge_now(record)
+    # a key is a co-worker's text (a TensorBoard tag): its escapes, colours included, are shown, never obeyed (the
+    # CLI's own output filter keeps colour codes for the tool's tags, so data is made visible here, at its source)
+    series = {visible_line(key): value for key, value in series.items()}
     evidence_dir = record.evidence_dir
     evidence = sorted(str(p) for p in evidence_dir.iterdir()) if evidence_dir.is_dir() else []
     if not series:  # the metric files are gone: the curves the STOP kept
@@ -94,9 +98,9 @@ def gather(record: RunRecord) -> dict[str, Any]:
         "exit": row["exit"],
         "decision_now": verdict.decision.value if verdict else None,
         "unguarded": bool(verdict and verdict.reason is Reason.UNGUARDED),
-        "reason_now": verdict.message if verdict else None,
-        "anomalies": [_anomaly_text(a) for a in verdict.anomalies] if verdict else [],
-        "source": source, "report": latest_report(record.folder),
+        "reason_now": visible(verdict.message) if verdict else None,
+        "anomalies": [visible(_anomaly_text(a)) for a in verdict.anomalies] if verdict else [],
+        "source": visible(source), "report": visible(latest_report(record.folder)),
         "series": {key: series[key] for key in plotted.values()},
         "plotted": plotted, "evidence": evidence, "folder": str(record.folder), "verdict_obj": verdict,
     }
@@ -130,10 +134,13 @@ def _anomaly_text(anomaly: Any) -> str:
     return where + (f" ({anomaly.message})" if anomaly.message else "")
 
 
+REPORT_BYTES = 16 << 20  # the end of each sidecar output: its last report and FINAL_SUMMARY
+
+
 def latest_report(folder: Path) -> str:
     """The sidecar's last full report block, and its FINAL_SUMMARY when there is one."""
     outputs = sorted(folder.glob("sidecar-*.out"), key=lambda p: p.stat().st_mtime)
-    lines = "".join(p.read_text(encoding="utf-8", errors="replace") for p in outputs).splitlines()
+    lines = "".join(door.read(p, REPORT_BYTES, tail=True).text("replace") for p in outputs).splitlines()
     final = _block(lines, "FINAL_SUMMARY")  # an ended run: its summary says it all (the last report repeats it)
     return final or _block(lines, "## Training Check")
 
@@ -216,10 +223,10 @@ def write_png(view: dict[str, Any], path: Path) -> None:
     verdict = view["verdict_obj"] or Verdict(Decision.WAIT, Reason.NO_DATA, "")
     if not view["series"]:
         raise UsageError(f"run {view['run_id']} has no metrics to plot yet; try again once it has logged some")
-    path = path.expanduser().resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="guarded-sbatch-show-") as folder:
+    path = Path(os.path.abspath(path.expanduser()))  # never resolved: a link planted at FILE is refused, not followed
+    door.make_dirs(path.parent)
+    with door.private_temp_dir("guarded-sbatch-show-") as folder:
         try:
-            plot_in_subprocess(Path(folder), path, view["series"], verdict, run_name=view["run"])
+            plot_in_subprocess(folder, path, view["series"], verdict, run_name=view["run"])
         except RuntimeError as exc:
             raise UsageError(f"could not write {path}: {exc}") from None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import os
-import stat
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -27,6 +26,7 @@ from guarded_sbatch.core.config_schema import (
     Key,
     checked,
 )
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean
 
@@ -279,20 +279,23 @@ MAX_TOML_BYTES = 1024 * 1024  # a site or user config is a few KB; a 54 MB one c
 
 
 def read_toml(path: Path) -> dict[str, Any]:
-    """The TOML of a config file, its size bounded before it is read (and a FIFO or device never read)."""
+    """The TOML of a config file, its size bounded before it is read (and a FIFO or device never read). A config
+    decides what runs as the user (template folders, commands): it is trusted as code, so one another user can
+    write (owner, mode bits, ACL, its folder) is refused with the reason."""
     try:
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb", buffering=0) as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                raise UsageError(f"config {path} is not a regular file; point to the TOML file itself")
-            if info.st_size > MAX_TOML_BYTES:
-                raise UsageError(f"config {path} is {info.st_size} bytes, more than the {MAX_TOML_BYTES} a config may be; "
-                                 "is it the right file?")
-            raw = handle.read(MAX_TOML_BYTES + 1)
-        if len(raw) > MAX_TOML_BYTES:
-            raise UsageError(f"config {path} grew past {MAX_TOML_BYTES} bytes while read; is it the right file?")
+        found = door.read(path, MAX_TOML_BYTES)
+    except door.TooLargeError as exc:
+        raise UsageError(f"config {path} is {exc.size} bytes, more than the {MAX_TOML_BYTES} a config may be; "
+                         "is it the right file?") from None
+    except (door.NotRegularError, IsADirectoryError):
+        raise UsageError(f"config {path} is not a regular file; point to the TOML file itself") from None
     except OSError as exc:
         raise UsageError(f"cannot read config {path}: {exc.strerror or exc}; check the path and its permissions") from None
+    refusal = untrusted_code(path, found.writers)
+    if refusal:
+        raise UsageError(f"config {path} refused: {refusal}; a config decides what runs as you, so only you (or root) "
+                         "may be able to write it: chmod go-w it (and its folder), or keep your own copy in your home")
+    raw = found.data
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -307,6 +310,14 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"config {path} is not valid TOML: {message}; fix that line") from None
     except ValueError as exc:  # an integer thousands of digits long
         raise UsageError(f"config {path}: {str(exc)[:120]}; give a real value") from None
+
+
+def untrusted_code(path: Path, writers: door.Writers) -> str:
+    """Why a file read as code is not trusted ("" when it is): someone else than the user or root owns it, or
+    someone else can write it or swap it."""
+    if writers.owner not in (os.geteuid(), 0):
+        return f"it belongs to {door.trust.user_name(writers.owner)}, not you or root"
+    return writers.why()
 
 
 def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: Path, prefix: str = "") -> None:

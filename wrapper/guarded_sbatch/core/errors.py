@@ -62,6 +62,10 @@ class SchedulerError(GuardedError):
     exit_code = ExitCode.SCHEDULER
 
 
+class NothingSubmittedError(SchedulerError):
+    """The scheduler refused before any job was submitted (the message must not suggest one runs unguarded)."""
+
+
 class CommandError(SchedulerError):
     """A subprocess failed: carries the command, its exit code and its stderr."""
 

@@ -10,13 +10,12 @@ The readers record here what they saw of each file they opened (`note_opened`) a
 
 from __future__ import annotations
 
-import functools
-import grp
 import os
-import pwd
 import re
 import stat
 from dataclasses import dataclass, field
+
+from guarded_sbatch.core.door import trust
 
 _MAX_FILES = 4096  # a watcher opens a bounded set of files; past this the oldest facts are forgotten
 FIX = ("run the job with umask 022 or 077 (`umask 022` at the top of the job script, or in the shell you submit from: "
@@ -46,40 +45,10 @@ def _facts(path: str | os.PathLike[str]) -> FileFacts:
     return found
 
 
-def writable_by_others(path: str | os.PathLike[str], info: os.stat_result) -> str:
-    """Why a user other than the file's owner (and root) can change the file at `path` ("" when none can).
-    `info` is the open descriptor's fstat (no swap in between for the file; its folder is stat()ed now)."""
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o002:
-        return f"{os.fspath(path)} is writable by every user (mode {mode:04o})"
-    if mode & 0o020 and not _private_group(info.st_gid, info.st_uid):
-        return f"{os.fspath(path)} is writable by its group (mode {mode:04o})"
-    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
-    try:
-        parent = os.stat(folder)
-    except OSError:
-        return ""
-    pmode = stat.S_IMODE(parent.st_mode)
-    if pmode & 0o1000:
-        return ""  # sticky (/tmp): only the file's owner renames or deletes it
-    if pmode & 0o002 or (pmode & 0o020 and not _private_group(parent.st_gid, info.st_uid)):
-        who = "every user" if pmode & 0o002 else "its group"
-        return f"{os.fspath(path)} lies in {folder}, writable by {who} (mode {pmode:04o}): the file can be swapped"
-    if parent.st_uid != info.st_uid and parent.st_uid != 0:
-        return f"{os.fspath(path)} lies in {folder}, owned by uid {parent.st_uid}: the file can be swapped"
-    return ""
-
-
-@functools.lru_cache(maxsize=64)
-def _private_group(gid: int, uid: int) -> bool:
-    """The user's own private group (user private groups: same name as the user, no other member): its write bit
-    gives nobody else anything."""
-    try:
-        group = grp.getgrgid(gid)
-        user = pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return group.gr_name == user.pw_name and user.pw_gid == gid and set(group.gr_mem) <= {user.pw_name}
+def writable_by_others(path: str | os.PathLike[str], info: os.stat_result, fd: int | None = None) -> str:
+    """Why a user other than the file's owner (and root) can change the file at `path` ("" when none can): its
+    mode bits, its ACL, the folders above it (core/door/trust.py). `info` is the open descriptor's fstat."""
+    return trust.writers_of(path, info, fd).why()
 
 
 _SCRIPT_UMASK = re.compile(r"^\s*umask\s+0*[0-7]?[2367][2367]\s*(?:[;#]|$)", re.MULTILINE)
@@ -100,26 +69,24 @@ def outputs_note(folder: str | os.PathLike[str], umask: int | None = None, scrip
         return ""
     gid = info.st_gid if info.st_mode & stat.S_ISGID else os.getegid()
     uid = os.geteuid()
+    acl = trust.default_acl_writers(folder, uid)
     if umask & 0o002 == 0:
         who = "every user"
-    elif umask & 0o020 == 0 and not _private_group(gid, uid):
-        who = f"the group {_group_name(gid)}"
+    elif umask & 0o020 == 0 and not trust.private_group(gid, uid):
+        who = f"the group {trust.group_name(gid)}"
+    elif acl:
+        return (f"{acl[0]} (the folder's default ACL, whatever the umask): a co-worker could write what the sidecar "
+                "reads, so it will WAIT, not STOP, on them; write the run's logs to a folder without a default ACL "
+                "(`getfacl`), or remove it (`setfacl -k`)")
     else:
         return ""
     return (f"the run's files will be writable by {who} (umask {umask:04o}): a co-worker could write what the sidecar "
             f"reads, so it will WAIT, not STOP, on them; {FIX}")
 
 
-def _group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
-def note_opened(path: str | os.PathLike[str], info: os.stat_result) -> None:
-    """Remember who can write the file just opened (called by the bounded readers on the descriptor's fstat)."""
-    _facts(path).writable_by_others = writable_by_others(path, info)
+def note_opened(path: str | os.PathLike[str], writers: trust.Writers) -> None:
+    """Remember who can write the file just opened (the door's answer for it)."""
+    _facts(path).writable_by_others = writers.why()
 
 
 def note_hole(path: str | os.PathLike[str], offset: int, length: int) -> None:

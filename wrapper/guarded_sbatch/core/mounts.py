@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from guarded_sbatch.core import door
+
 MOUNT_TABLES = ("/proc/self/mountinfo", "/proc/mounts")
 NETWORK_FILESYSTEMS = frozenset(
     {
@@ -59,7 +61,7 @@ def parse_mount_table(text: str) -> list[Mount]:
 def read_mount_table() -> list[Mount]:
     for candidate in MOUNT_TABLES:
         try:
-            return parse_mount_table(Path(candidate).read_text(errors="replace"))
+            return parse_mount_table(door.read_proc(candidate).decode("utf-8", "replace"))
         except OSError:
             continue
     return []

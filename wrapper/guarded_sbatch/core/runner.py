@@ -7,12 +7,12 @@ from __future__ import annotations
 import os
 import select
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, NoReturn
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -66,7 +66,7 @@ def run_command_tail(argv: Sequence[str], *, timeout: float, max_bytes: int) -> 
     front). CommandError on failure or timeout, as run_command."""
     args = [os.fspath(a) for a in argv]
     try:
-        with tempfile.TemporaryFile() as errors:
+        with door.anonymous_file() as errors:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors)
             kept, dropped, finished = _read_tail(proc, max_bytes, time.monotonic() + timeout)
             errors.seek(0)

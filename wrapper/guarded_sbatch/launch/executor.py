@@ -29,7 +29,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 import time
 import typing as tp
 import uuid
@@ -43,6 +42,7 @@ from submitit.core.core import Job
 from submitit.core.utils import DelayedSubmission
 from submitit.slurm.slurm import SlurmExecutor, SlurmJob
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import BlockedError, UsageError
@@ -124,7 +124,7 @@ class GuardedExecutor(submitit.AutoExecutor):
             try:
                 self._preflight(script, config, None)
             finally:
-                script.unlink(missing_ok=True)
+                door.remove_own_temp_dir(script.parent)  # the debug script's own folder
             return super()._internal_process_submissions(delayed_submissions)
         plain = tp.cast(SlurmExecutor, self._executor)  # holds the parameters AutoExecutor translated
         # one per submission, as submitit's array path makes its own copy: what a submission adds stays on it
@@ -174,12 +174,12 @@ class GuardedExecutor(submitit.AutoExecutor):
                              f"(tasks_per_node x nodes): use cluster={able}, or one task")
         tmp_uuid = uuid.uuid4().hex
         script = utils.JobPaths.get_first_id_independent_folder(executor.folder) / f".submission_file_{tmp_uuid}.sh"
-        script.write_text(executor._make_submission_file_text(command, tmp_uuid), encoding="utf-8")
+        door.write_new(script, executor._make_submission_file_text(command, tmp_uuid), 0o600)
         scheduler = guarded_scheduler(self.guard_backend, script)  # the user's comment: the script's #SBATCH line
         try:
             launch, report = self._preflight(script, config, scheduler)
         except BaseException:
-            script.unlink(missing_ok=True)
+            door.remove(script)
             raise
         tasks = executor.parameters.get("map_count")  # an array: its tasks come from the script's #SBATCH --array
         job_id = self._submit(launch, report, config, scheduler,
@@ -229,7 +229,7 @@ class GuardedSlurmExecutor(SlurmExecutor):
         # an array: submitit's SlurmExecutor submits one through a plain SlurmExecutor of its own (sbatch itself), so
         # its steps are said here: a pickle per task, one guarded submission, a guarded handle per task
         folder = utils.JobPaths.get_first_id_independent_folder(self.folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        door.make_dirs(folder)
         pickles = []
         for delayed in delayed_submissions:
             pickles.append(folder / f"{uuid.uuid4().hex}.pkl")
@@ -264,7 +264,8 @@ class _Guarded:
         if not self.guard_run_dir:
             return {}
         try:
-            evidence = json.loads((Path(self.guard_run_dir) / "evidence" / "evidence.json").read_text("utf-8"))
+            evidence = json.loads(door.read(Path(self.guard_run_dir) / "evidence" / "evidence.json", 64 << 20,
+                                            own=True).text())
         except (OSError, ValueError):
             return {}
         return evidence if isinstance(evidence, dict) else {}
@@ -344,10 +345,9 @@ def _make_job_folders(folder: Path, job_id: str, tasks: object) -> None:
 
 def _debug_script(run_name: str, folder: Path) -> Path:
     """What the pre-flight reads for a debug job (run in this process): a one-line batch script."""
-    handle, name = tempfile.mkstemp(prefix="guarded-debug-", suffix=".sh")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        out.write(f"#!/bin/bash\n#SBATCH --job-name={run_name}\npython -u -m submitit.core._submit {folder}\n")
-    return Path(name)
+    script = door.make_temp_dir("guarded-debug-") / "debug.sh"
+    door.write_new(script, f"#!/bin/bash\n#SBATCH --job-name={run_name}\npython -u -m submitit.core._submit {folder}\n")
+    return script
 
 
 def clear_line(report: PreflightReport) -> str:

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.sbatch.argv import LaunchArgs
 from guarded_sbatch.sbatch.launcher import ACCELERATE_FLAGS, DEEPSPEED_FLAGS, PYTHON, TORCHRUN_FLAGS
@@ -237,7 +237,7 @@ def write_job_script(job: LauncherJob, folder: Path) -> Path:
     """Write the rendered script under `folder` with a name of its own; it is submitted from there."""
     make_private_dirs(folder)
     path = folder / f"{job.command.kind}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 10**6}.sbatch"
-    path.write_text(job.text, encoding="utf-8")
+    door.write_new(path, job.text, 0o600)
     return path
 
 
@@ -251,11 +251,14 @@ def as_script_launch(launch: LaunchArgs, script_path: Path) -> LaunchArgs:
     return replace(launch, script=script_path, script_args=())
 
 
+MAX_SCRIPT_BYTES = 16 << 20
+
+
 def keep_with_run(script_path: Path, run_folder: Path, *, remove_original: bool) -> Path:
     """Put the submitted script into the run's folder as job.sbatch. Slurm keeps its own copy once sbatch
     accepted it; the local backend runs the file where it is, so there it stays too."""
     target = run_folder / "job.sbatch"
-    shutil.copyfile(script_path, target)
+    door.write_atomic(target, door.read(script_path, MAX_SCRIPT_BYTES).data, 0o600)
     if remove_original:
-        script_path.unlink(missing_ok=True)
+        door.remove(script_path)
     return target

@@ -17,6 +17,7 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
+from guarded_sbatch.core import door
 from guarded_sbatch.sbatch.argv import ParsedOption, split_sbatch_argv
 from guarded_sbatch.sbatch.script import parse_script_text
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
@@ -26,6 +27,8 @@ MARKER_PREFIX = "guarded-sbatch"
 PREFLIGHT = "preflight"
 SIDECAR = "sidecar"
 MARKER = re.compile(rf"(?:^|\s){MARKER_PREFIX}:(?P<kind>{PREFLIGHT}|{SIDECAR})=(?P<digest>[0-9a-f]{{8}})(?=\s|$)")
+
+MAX_SCRIPT_BYTES = 16 << 20  # a batch script; the pre-flight read it already under its own cap
 
 
 def script_digest(script: bytes) -> str:
@@ -86,7 +89,7 @@ class MarkingScheduler(DelegatingScheduler):
 
     def marked(self, request: SubmitRequest) -> SubmitRequest:
         script = request.script if request.script.is_absolute() else (request.workdir or Path.cwd()) / request.script
-        raw = script.read_bytes()
+        raw = door.read(script, MAX_SCRIPT_BYTES).data
         if script.resolve() == self._training_script:
             kind, command_line = PREFLIGHT, self._command_line
         else:

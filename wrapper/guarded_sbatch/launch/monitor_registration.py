@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.records import monitor_registry as registry
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.core.redact import secret_fingerprints
@@ -104,6 +105,6 @@ def _submit_monitor(scheduler: Scheduler, folder: Path, options: SharedMonitorOp
         "SIDECAR_EXTRA_SBATCH": "\n".join(extra), "PYTHON": shlex.quote(python),
     }, template_name="monitor.sbatch")
     path = folder / "monitor.sbatch"
-    path.write_text(script, encoding="utf-8")
+    door.write_atomic(path, script, 0o600)
     return scheduler.submit(SubmitRequest(script=path, workdir=folder, after=after, job_name=options.job_name,
                                           output=output))

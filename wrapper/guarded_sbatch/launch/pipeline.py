@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.records.audit import AuditLog
-from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.errors import GuardedError, NothingSubmittedError, UsageError
 from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.judge.table import with_chance, policy_from_table, policy_table
 from guarded_sbatch.records.registry import list_runs
@@ -183,8 +183,8 @@ def carry_out(plan: LaunchPlan, scheduler: Scheduler, config: Config, *,
                 if sources is not None else None,
             )
     except GuardedError as exc:
-        if exc.message.startswith("training job "):
-            raise  # submit_guarded says what became of the training job
+        if exc.message.startswith("training job ") or isinstance(exc, NothingSubmittedError):
+            raise  # submit_guarded (or the refusal itself) says what became of the training job
         raise type(exc)(f"{exc.message} (if the training job was submitted, it runs unguarded: "
                         "watch it with `guarded-sbatch monitor --job ID`)", exit_code=exc.exit_code) from None
     launched = Launched(submission)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.config import Config, SidecarJobSettings
 from guarded_sbatch.core.errors import GuardedError, SchedulerError, UsageError
 from guarded_sbatch.launch.monitor_registration import SharedMonitorOptions, register_with_monitor
@@ -153,7 +154,7 @@ def submit_guarded(
     trial = RunRecord(run_id=new_run_id(run_name, "0"), run_name=run_name, backend=scheduler.name, job_id="0")
     render_sidecar_script(template_text, trial, resources)
     try:
-        runs_root().mkdir(parents=True, exist_ok=True, mode=0o700)
+        door.make_private_dirs(runs_root())
     except OSError as exc:
         raise SchedulerError(f"cannot create the run registry {runs_root()}: {exc.strerror or exc}; "
                              "nothing was submitted") from None
@@ -242,8 +243,7 @@ def _guard_submitted(
             return GuardedSubmission(record, job_id, monitor_id)
     script_text = render_sidecar_script(template_text, record, resources)
     script_path = record.folder / "sidecar.sbatch"
-    script_path.write_text(script_text, encoding="utf-8")
-    script_path.chmod(0o600)
+    door.write_atomic(script_path, script_text, 0o600)
     sidecar_id = scheduler.submit(SubmitRequest(script=script_path, workdir=record.folder, after=job_id,
                                                 job_name=sidecar_job_name(record), output=sidecar_output(record)))
     record.sidecar_id = sidecar_id

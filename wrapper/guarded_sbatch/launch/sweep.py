@@ -16,12 +16,12 @@ import itertools
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.waiting import Waiting
@@ -203,11 +203,11 @@ def check_sweep(path: Path, guard_words: list[str], config: Config, scheduler: S
     pattern = guard.run_name
     words = _without_run_name(guard_words)  # each combination gets its own name from the pattern
     swept_lr = _swept_learning_rates(sweep)
-    with tempfile.TemporaryDirectory(prefix="guarded-sweep-") as folder, \
+    with door.private_temp_dir("guarded-sweep-") as folder, \
             Waiting(f"the pre-flight of {len(combos)} combination(s)") as told:
         for index, combo in enumerate(combos, 1):
             script = Path(folder) / f"combination-{index}.sh"
-            script.write_text(f"#!/bin/bash\nexec {shlex.join(command_words(sweep, combo))}\n", encoding="utf-8")
+            door.write_new(script, f"#!/bin/bash\nexec {shlex.join(command_words(sweep, combo))}\n", 0o600)
             name_words = [f"--guard-run-name={render_run_name(pattern, combo)}"] if pattern else []
             combo_launch = split_sbatch_argv([*words, *name_words, str(script)])
             report.combinations.append((combo, run_preflight(combo_launch, config, scheduler, cwd=base,

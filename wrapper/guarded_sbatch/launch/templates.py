@@ -8,12 +8,14 @@ word. A value that fails is a UsageError naming the placeholder, so nothing unch
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import UsageError
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
@@ -135,15 +137,50 @@ def builtin_templates_dir() -> Path:
     return Path(str(resources.files("guarded_sbatch") / "sbatch_templates"))
 
 
+MAX_TEMPLATE_BYTES = 256 * 1024
+
+
 def load_template(name: str, search_dirs: list[Path] | None = None) -> tuple[str, Path]:
-    """Find `name` (e.g. "sidecar.sbatch") in the site's dirs first, then the built-in ones."""
-    for folder in [*(search_dirs or []), builtin_templates_dir()]:
+    """Find `name` (e.g. "sidecar.sbatch") in the site's dirs first, then the built-in ones. A template runs as the
+    user: one outside the package is taken only from an admin's folder (root's, neither it nor a folder above
+    writable by group or others, ACLs included) and must be root's file nobody else can write; anything else is
+    refused with the reason, never silently replaced by the built-in one."""
+    builtin = builtin_templates_dir()
+    for folder in [*(search_dirs or []), builtin]:
         candidate = folder / name
-        if candidate.is_file():
-            try:
-                return candidate.read_text(encoding="utf-8"), candidate
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"cannot read template {candidate}: {exc}; fix its permissions or encoding") from None
+        if not candidate.is_file():
+            continue
+        try:
+            found = door.read(candidate, MAX_TEMPLATE_BYTES)
+            text = found.text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read template {candidate}: {exc}; fix its permissions or encoding") from None
+        if candidate.parent != builtin:
+            refusal = _admin_refusal(candidate, found.writers)
+            if refusal:
+                raise UsageError(f"template {candidate} refused: {refusal}; templates come from the package or a "
+                                 "folder only root can write (ask your site admin)")
+        return text, candidate
     raise UsageError(
         f"no sbatch template named {name!r}; look in guarded_sbatch/sbatch_templates/ or the site config's template_dirs"
     )
+
+
+def _admin_refusal(path: Path, writers: door.Writers) -> str:
+    if writers.owner != 0:
+        return f"it belongs to {door.trust.user_name(writers.owner)}, not root"
+    if writers.others:
+        return writers.why()
+    for folder in [path.parent, *path.parent.parents]:
+        try:
+            info = os.stat(folder)
+        except OSError as exc:
+            return f"{folder}: {exc.strerror}"
+        if info.st_uid != 0:
+            return f"its folder {folder} belongs to {door.trust.user_name(info.st_uid)}, not root"
+        if info.st_mode & 0o022 and not (folder != path.parent and info.st_mode & 0o1000):
+            return f"its folder {folder} is writable by group or others (mode {info.st_mode & 0o7777:04o})"
+        acl = door.trust.own_writers(str(folder), info, door.trust.acl_of(str(folder)))
+        if acl and not info.st_mode & 0o1000:
+            return acl[0]
+    return ""

@@ -17,7 +17,6 @@ failure is returned as text.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import pwd
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.jsonnum import json_safe
 from guarded_sbatch.core.redact import redact
@@ -99,34 +99,26 @@ def user_file(path: Path) -> Path:
     return path / f"{_user()}.jsonl" if is_per_user(path) else path
 
 
+AUDIT_LOCK_DEADLINE_S = 2.0  # a lock held longer (a co-worker's `flock` on the shared file) fails the record, named
+
+
 def append_line(path: Path, line: str) -> None:
-    """One whole line, appended under an exclusive lock (O_APPEND: no process ever overwrites another)."""
+    """One whole line, appended under an exclusive lock taken with a deadline (O_APPEND: no process ever
+    overwrites another); a FIFO, a link or a lock held past the deadline is a named failure, never a hang."""
     data = (line.rstrip("\n") + "\n").encode("utf-8")
     per_user = is_per_user(path)
     target = user_file(path)
     if not per_user:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    mode = 0o600 if per_user else SHARED_FILE_MODE
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        door.make_dirs(path.parent)
     try:
-        fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, mode)
-        os.fchmod(fd, mode)  # the creation mode is masked by the umask
-    except FileExistsError:
-        fd = os.open(target, flags)
-    try:
-        owner = os.fstat(fd).st_uid
-        if per_user and owner != os.geteuid():
-            raise AuditRefusedError(f"audit log {target} belongs to uid {owner}, not you: this record was not written "
-                                    "there (tell your site admin)")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            written = os.write(fd, data)
-            while written < len(data):  # a short write (full disk, signal): finish the line
-                written += os.write(fd, data[written:])
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+        door.append(target, data, 0o600 if per_user else SHARED_FILE_MODE, own=per_user,
+                    lock_deadline_s=AUDIT_LOCK_DEADLINE_S)
+    except door.NotOwnError as exc:
+        raise AuditRefusedError(f"audit log {target} {(exc.strerror or '').split(':')[0]}: this record was not written there "
+                                "(tell your site admin)") from None
+    except (door.NotRegularError, door.LinkRefusedError, door.LockTimeoutError) as exc:
+        raise AuditRefusedError(f"audit log {target}: {exc.strerror}: this record was not written (tell your site "
+                                "admin)") from None
 
 
 def _to_syslog(line: str) -> str | None:

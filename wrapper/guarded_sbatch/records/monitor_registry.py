@@ -14,7 +14,6 @@ monitor.json) only when no registration is left, so no run is ever left unwatche
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.fsutil import make_private_dirs, owned_by_me, read_json, state_dir, write_json_atomic
 
 
@@ -45,12 +45,8 @@ def array_of(job_id: str) -> str | None:
 @contextmanager
 def locked(folder: Path) -> Iterator[None]:
     make_private_dirs(folder)
-    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with door.lock_file(folder / "lock"):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def register_run(folder: Path, job_id: str, entry: dict[str, Any]) -> Path:
@@ -88,7 +84,7 @@ def retire(folder: Path, job_id: str) -> None:
     target = folder / "done" / f"{job_id}.json"
     make_private_dirs(target.parent)
     try:
-        os.replace(source, target)
+        door.rename(source, target)
     except FileNotFoundError:
         pass
 
@@ -105,4 +101,4 @@ def write_monitor(folder: Path, job_id: str) -> None:
 def clear_monitor(folder: Path, job_id: str) -> None:
     current = read_monitor(folder)
     if current is not None and str(current["job_id"]) == str(job_id):
-        (folder / "monitor.json").unlink(missing_ok=True)
+        door.remove(folder / "monitor.json")

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import make_private_dirs, read_json, state_dir, write_json_atomic
 from guarded_sbatch.core.pychild import python_argv
@@ -136,17 +137,16 @@ class LocalScheduler(SchedulerDefaults):
         folder = self.root / task.job_id
         make_private_dirs(folder.parent)
         try:
-            os.mkdir(folder, 0o700)  # fails when it exists: one job per folder
+            door.make_new_dir(folder, 0o700)  # fails when it exists: one job per folder
         except FileExistsError:
             raise SchedulerError(f"local job {task.job_id} exists already (another submission took the id "
                                  "at the same moment); submit again") from None
-        os.chmod(folder, 0o700)
         write_json_atomic(folder / "spec.json", spec)
         write_json_atomic(folder / "job.json", {"state": JobState.PENDING.value, "key": task.key})
 
     def _start_supervisor(self, folder: Path, request: SubmitRequest, argv: list[str]) -> None:
-        log = os.fdopen(os.open(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                                0o600), "ab")
+        log = os.fdopen(door.open_raw(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                                      | os.O_NONBLOCK, 0o600), "ab")
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
             proc = start_process(
@@ -199,7 +199,7 @@ class LocalScheduler(SchedulerDefaults):
             # every member marked before any is signalled: a task that ends frees its slot, and a pending task
             # not yet marked would be started in it
             for folder, _ in live:
-                (folder / "cancel").write_text(str(time.time()), encoding="utf-8")
+                door.write_atomic(folder / "cancel", str(time.time()), 0o600)
         for _, status in live:
             pgid = status.get("pgid")
             if pgid:

@@ -14,6 +14,8 @@ import fcntl
 import os
 import stat
 
+from guarded_sbatch.core import door
+
 
 class OutputRefused(Exception):
     """The job's output path is not a file the job may write; the message is one line for the user."""
@@ -77,7 +79,7 @@ def check_output_path(path: str) -> str | None:
 
 def _open_existing(name: str, flags: int, folder: int, path: str, append: bool) -> int:
     try:
-        fd = os.open(name, flags, dir_fd=folder)
+        fd = door.open_raw(name, flags, dir_fd=folder)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OutputRefused(f"{path} is a symbolic link; the job does not write through links") from None
@@ -99,19 +101,19 @@ def _open_existing(name: str, flags: int, folder: int, path: str, append: bool) 
 def open_job_output(path: str, *, append: bool = False) -> int:
     """A write descriptor on the job's output file (blocking, close-on-exec cleared by the child's dup2)."""
     if os.path.abspath(path) == os.devnull:  # `--output=/dev/null`: the one device a job may write to
-        return os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        return door.open_raw(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
     parent, name = os.path.split(path)
     through = foreign_link(parent or ".")
     if through:
         raise OutputRefused(through)
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_APPEND if append else 0)
     try:
-        folder = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        folder = door.open_raw(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise OutputRefused(f"cannot open the output folder {parent or '.'}: {exc.strerror}") from None
     try:
         try:
-            fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=folder)  # the umask applies, as in sbatch
+            fd = door.open_raw(name, flags | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=folder)  # the umask applies, as in sbatch
         except FileExistsError:
             fd = _open_existing(name, flags, folder, path, append)
     except OutputRefused:

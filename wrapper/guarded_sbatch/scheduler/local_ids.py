@@ -8,13 +8,13 @@ or a name a co-worker planted in a shared folder) is skipped, never written over
 
 from __future__ import annotations
 
-import fcntl
 import os
 import pwd
 from collections.abc import Callable
 from pathlib import Path
 
-from guarded_sbatch.core.errors import SchedulerError
+from guarded_sbatch.core import door
+from guarded_sbatch.core.errors import NothingSubmittedError, SchedulerError
 from guarded_sbatch.core.fsutil import make_private_dirs
 
 COUNTER = "counter"
@@ -33,19 +33,15 @@ def _bump(path: Path, floor: int, count: int) -> int | None:
     file cannot be used (no writable home)."""
     try:
         make_private_dirs(path.parent)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with door.lock_file(path) as fd:  # the counter is its own lock file (a lock held too long: None)
+            if not os.path.samestat(os.fstat(fd), os.lstat(path)):
+                return None  # replaced while we waited
+            text = os.pread(fd, 32, 0).decode("utf-8", "replace").strip()
+            first = max(int(text) if text.isdigit() else 0, floor) + 1
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(first + count - 1).encode(), 0)
     except OSError:
         return None
-    with os.fdopen(fd, "r+", encoding="utf-8") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        if not os.path.samestat(os.fstat(handle.fileno()), os.lstat(path)):
-            return None  # replaced while we waited
-        handle.seek(0)
-        text = handle.read(32).strip()
-        first = max(int(text) if text.isdigit() else 0, floor) + 1
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(first + count - 1))
     return first
 
 
@@ -58,7 +54,7 @@ def _highest_folder(root: Path) -> int:
 
 def _read(path: Path) -> int:
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        text = door.read(path, 64, head=True).text().strip()
     except OSError:
         return 0
     return int(text) if text.isdigit() else 0
@@ -93,5 +89,6 @@ def take_free_ids(root: Path, count: int, collides: Callable[[int], str | None])
         clash = collides(first)
         if clash is None:
             return first
-    raise SchedulerError(f"every job id tried would write over an existing file (last: {clash}); "
-                         "move the old output files away or name the output with --output")
+    raise NothingSubmittedError(f"every job id tried would write over an existing file (last: {clash}; another "
+                                "user's file in a shared folder?); nothing was submitted: move the old output files "
+                                "away or name the output with --output")

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.scheduler.interface import JobState
@@ -119,8 +120,7 @@ class JobFolders:
         except PermissionError:
             return True
         try:
-            with open(f"/proc/{int(info['pid'])}/stat", encoding="ascii") as handle:
-                return handle.read().split(") ")[-1][:1] != "Z"
+            return door.read_proc(f"/proc/{int(info['pid'])}/stat").decode("ascii", "replace").split(") ")[-1][:1] != "Z"
         except OSError:
             return False
 

@@ -8,16 +8,15 @@ question about that job still gets its final answer.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.fsutil import make_private_dirs
 from guarded_sbatch.scheduler.interface import JobInfo
 from guarded_sbatch.scheduler.slurm_parse import slurm_state
@@ -69,31 +68,18 @@ class FinalStateCache:
 
     def _read(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            data = json.loads(door.read(self.path, 64 << 20).text())
         except (OSError, ValueError):
             return {}  # missing or damaged: start afresh rather than fail a status query
         return data if isinstance(data, dict) else {}
 
     def _write(self, entries: dict[str, Any]) -> None:
-        handle, temporary = tempfile.mkstemp(prefix=".final-states-", dir=self.path.parent)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                json.dump(entries, stream, sort_keys=True)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, self.path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        door.write_atomic(self.path, json.dumps(entries, sort_keys=True), 0o600, durable=True)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with door.lock_file(self.path.with_suffix(".lock")):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
 
 def info_to_fields(info: JobInfo) -> dict[str, Any]:

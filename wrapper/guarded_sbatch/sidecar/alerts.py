@@ -37,14 +37,9 @@ def alert_wait_or_crash(sidecar: Any, verdict: Verdict, now: float, ended: bool)
 
 
 def alert(sidecar: Any, event: str, verdict: Verdict, *, evidence: str | None = None, plot: Path | None = None) -> str:
-    """Send one alert; print one line (schemes only, never a URL); return the detail for FINAL_SUMMARY."""
+    """Send one alert; print one line (schemes only, never a URL); return the detail for FINAL_SUMMARY. A STOP's
+    audit record is written apart (`audit_stop`), after the alert and the FINAL_SUMMARY are out."""
     settings = sidecar.settings
-    if event == "stop" and settings.audit is not None:
-        problem = settings.audit.record("stop", job=settings.job_id, run=settings.run_name,
-                                        check=verdict.reason.value, reason=verdict.message, step=verdict.last_step,
-                                        evidence=evidence)
-        if problem:
-            sidecar.emit(f"sidecar: could not write the audit record: {problem}\n")
     notify = settings.notify
     if notify is None or not notify.wants(event):
         return "not configured"
@@ -54,6 +49,17 @@ def alert(sidecar: Any, event: str, verdict: Verdict, *, evidence: str | None = 
     outcome = send_alert(notify, message)
     sidecar.emit(f"sidecar: alert ({event}): {outcome.detail}\n")
     return outcome.detail
+
+
+def audit_stop(sidecar: Any, verdict: Verdict, evidence: str | None) -> None:
+    """The STOP's audit record (a shared file another user may lock: bounded by the door's lock deadline)."""
+    settings = sidecar.settings
+    if settings.audit is None:
+        return
+    problem = settings.audit.record("stop", job=settings.job_id, run=settings.run_name, check=verdict.reason.value,
+                                    reason=verdict.message, step=verdict.last_step, evidence=evidence)
+    if problem:
+        sidecar.emit(f"sidecar: could not write the audit record: {problem}\n")
 
 
 def _with_message(verdict: Verdict, message: str) -> Verdict:

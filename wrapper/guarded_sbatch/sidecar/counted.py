@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+from guarded_sbatch.core import door
 from guarded_sbatch.scheduler.delegating import DelegatingScheduler
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, Scheduler, SubmitRequest
 
@@ -60,10 +61,9 @@ def _cpu_seconds() -> float:
 def _peak_rss_mb() -> float:
     """VmHWM of this process (the peak resident set), in MB; ru_maxrss where /proc is missing."""
     try:
-        with open("/proc/self/status", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
+        for line in door.read_proc("/proc/self/status").decode("ascii", "replace").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -17,6 +17,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from guarded_sbatch.core import door
+
 _MAX_PROCESSES = 20_000
 _MAX_HELD_PROCESSES = 256  # processes of one job whose open files are listed at one poll
 _MAX_HELD_FILES = 4096
@@ -52,11 +54,9 @@ def _own_processes(now: float) -> list[_Process]:
         try:
             if os.stat(base).st_uid != uid:
                 continue
-            with open(f"{base}/stat", "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[-1].split()
+            fields = door.read_proc(f"{base}/stat").rsplit(b")", 1)[-1].split()
             ppid, pgid = int(fields[1]), int(fields[2])
-            with open(f"{base}/environ", "rb") as handle:
-                job, node, cluster = _job_of(handle.read(256 * 1024))
+            job, node, cluster = _job_of(door.read_proc(f"{base}/environ", 256 * 1024))
         except (OSError, ValueError, IndexError):
             continue
         found.append(_Process(int(name), pgid, ppid, job, node, cluster))

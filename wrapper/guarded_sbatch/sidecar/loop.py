@@ -29,7 +29,7 @@ from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line, startup_progress_line,
 )
 from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler
-from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash
+from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash, audit_stop
 from guarded_sbatch.sidecar.node_loss import NodeLossWatch
 from guarded_sbatch.sidecar.unguarded_time import sidecar_verdict
 
@@ -417,14 +417,20 @@ class Sidecar:
                                                      data_source=self.state.data_source, stop_detail=outcome.detail)
         except Exception as exc:  # noqa: BLE001 - the run is stopped already; say what went wrong
             self._diag(f"could not write evidence to {self.settings.evidence_dir}: {exc}\n", logging.WARNING)
-        note_detail = append_stop_note(self.settings, verdict, stop_detail=outcome.detail, evidence_path=evidence_path)
+        # the alert and the FINAL_SUMMARY go out first: the note and the audit record go to files others can
+        # reach (a lock held on them is bounded by the door's deadline, and never delays these two)
         alert_detail = self._alert("stop", verdict, evidence=evidence_path,
                                    plot=plot_path)  # after the stop, never before
+        pending = "written after this summary" if self.settings.notes_path is not None else "not configured"
         summary = render_final_summary(
             run=self.settings.run_name, job_id=self.settings.job_id, verdict=verdict, stop_detail=outcome.detail,
-            evidence_path=evidence_path, note_detail=note_detail, when=self.clock(), alert_detail=alert_detail,
+            evidence_path=evidence_path, note_detail=pending, when=self.clock(), alert_detail=alert_detail,
         )
         self.emit("\n" + summary)
+        if self.settings.notes_path is not None:
+            note_detail = append_stop_note(self.settings, verdict, stop_detail=outcome.detail, evidence_path=evidence_path)
+            self.emit(f"sidecar: project note: {note_detail}\n")
+        audit_stop(self, verdict, evidence_path)
         self._remember(verdict)
         self.state.finished = True
         self.state.final_summary = summary

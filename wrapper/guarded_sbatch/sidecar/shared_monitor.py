@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.redact import remember_fingerprints
@@ -173,8 +174,8 @@ class SharedMonitor:
         """Start watching one registered run: its own loop on its record's plan, report file, state and evidence.
         None when it was finished already (then retired)."""
         plan, job_id = waiting.plan, str(waiting.entry["job_id"])
-        out = os.fdopen(os.open(plan.state_file.parent / REPORT_FILE,
-                                os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600), "a", encoding="utf-8")
+        out = os.fdopen(door.open_raw(plan.state_file.parent / REPORT_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                                          | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600), "a", encoding="utf-8")
         sidecar = Sidecar(plan, self.scheduler, out, clock=self.clock, sleep=self.sleep, answers=self)
         sidecar.emit(f"monitor: watched by {'array watcher' if self.array else 'shared monitor'} job "
                      f"{self.job_id or '(by hand)'}\n")

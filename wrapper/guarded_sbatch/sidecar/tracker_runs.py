@@ -18,6 +18,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from guarded_sbatch.core import door
+
 if TYPE_CHECKING:
     from guarded_sbatch.judge.history import MetricHistory
     from guarded_sbatch.sources.base import MetricSource
@@ -42,16 +44,14 @@ def has_points(history: MetricHistory | None) -> bool:
 
 def _parent(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return int(handle.read().rsplit(b")", 1)[-1].split()[1])
+        return int(door.read_proc(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
 
 
 def _in_sweep(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            return any(item.startswith(SWEEP_VARIABLE) for item in handle.read(256 * 1024).split(b"\0"))
+        return any(item.startswith(SWEEP_VARIABLE) for item in door.read_proc(f"/proc/{pid}/environ", 256 * 1024).split(b"\0"))
     except OSError:
         return False
 
@@ -109,8 +109,7 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+        return door.read_proc(f"/proc/{pid}/stat").rsplit(b")", 1)[-1].split()[0] != b"Z"
     except (OSError, IndexError):
         return False
 

@@ -18,7 +18,7 @@ import re
 import shlex
 from pathlib import Path
 
-from guarded_sbatch.core import file_trust
+from guarded_sbatch.core import door, file_trust
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.sources.points import CrashEvent, MetricPoint
 from guarded_sbatch.core.runner import run_command_tail
@@ -52,8 +52,8 @@ class CommandLogSource(SourceBase):
         self.spool_path = spool_path
         self._byte_limit = byte_limit_of(self.argv)
         self._seen_tail: list[str] = []
-        spool_path.parent.mkdir(parents=True, exist_ok=True)
-        spool_path.write_bytes(b"")  # a fresh watch: the spool holds what this watch saw
+        door.make_private_dirs(spool_path.parent)
+        door.write_atomic(spool_path, b"", 0o600)  # a fresh watch: the spool holds what this watch saw
         self._parser = TextLogSource(spool_path)
 
     def describe(self) -> str:
@@ -82,9 +82,8 @@ class CommandLogSource(SourceBase):
         if new:
             if _size(self.spool_path) > MAX_SPOOL_BYTES:
                 # start the spool again: the reader sees it shrink and reads it from the start, i.e. only what follows
-                self.spool_path.write_bytes(b"")
-            with open(self.spool_path, "a", encoding="utf-8") as handle:
-                handle.write("\n".join(new) + "\n")
+                door.write_atomic(self.spool_path, b"", 0o600)
+            door.append(self.spool_path, ("\n".join(new) + "\n").encode("utf-8"), 0o600, own=True)
         return self._parser.read_new()
 
     def take_crashes(self) -> list[CrashEvent]:

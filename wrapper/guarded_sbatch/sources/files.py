@@ -12,15 +12,16 @@ skipped, never read as 8 GB of zeros, and recorded as damage: a run whose files 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from guarded_sbatch.core import file_trust
+from guarded_sbatch.core import door, file_trust
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.sources.points import MetricPoint, sanitize_points
 from guarded_sbatch.sources.base import SourceBase, SourceError
@@ -86,28 +87,28 @@ def check_regular(path: str | os.PathLike[str]) -> os.stat_result:
     link = os.lstat(path)
     if stat.S_ISLNK(link.st_mode) and link.st_uid not in (expected_owner(), 0):
         raise SourceError(f"{os.fspath(path)} is a link made by {_user(link.st_uid)}, not by the job's user: not read")
-    info = os.stat(path)
-    _refuse_unless_metric_file(path, info)
-    check_owner(path, info)
-    file_trust.note_opened(path, info)  # readers that open it themselves (SQLite) are weighed too
-    return info
+    with _opened(path) as file:
+        return file.info  # readers that open it themselves (SQLite) are weighed too
+
+
+@contextlib.contextmanager
+def _opened(path: str | os.PathLike[str]) -> Iterator[door.Opened]:
+    """The door's descriptor of a regular metric file of the job's user; its writers are noted for the judge."""
+    try:
+        with door.opened(path) as file:
+            _refuse_unless_metric_file(path, file.info)
+            check_owner(path, file.info)
+            file_trust.note_opened(path, file.writers)
+            yield file
+    except (door.NotRegularError, IsADirectoryError):
+        raise SourceError(f"{os.fspath(path)} is {_kind(os.stat(path).st_mode)}, not a regular file: not read") from None
 
 
 def open_regular(path: str | os.PathLike[str]) -> int:
-    """A read-only descriptor of a regular file. Checked before opening (a device is never opened) and
-    again on the descriptor (the path may be swapped in between); O_NONBLOCK so a FIFO cannot block."""
-    check_regular(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags)
-    try:
-        info = os.fstat(fd)
-        _refuse_unless_metric_file(path, info)
-        check_owner(path, info)
-        file_trust.note_opened(path, info)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """A read-only descriptor of a regular file (a duplicate of the door's: the caller closes it). Checked on the
+    descriptor (the path may be swapped in between); O_NONBLOCK so a FIFO cannot block."""
+    with _opened(path) as file:
+        return os.dup(file.fd)
 
 
 def expected_owner() -> int:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from guarded_sbatch.core import door
 from guarded_sbatch.sources.run_sources import SourceSpec
 from guarded_sbatch.sources.kind_launch import LaunchKind, PinContext, PinnedRun, Uses, call_argument
 from guarded_sbatch.sources.base import MetricSource
@@ -88,7 +89,7 @@ def mlflow_tagged_run(store: Path, key: str, value: str) -> str | None:
         return str(row[0]) if row else None
     try:
         for tag in store.glob(f"*/*/tags/{key}"):
-            if tag.read_text(encoding="utf-8", errors="replace").strip() == value:
+            if door.read(tag, 64 << 10, head=True).text("replace").strip() == value:
                 return tag.parent.parent.name
     except OSError:
         return None

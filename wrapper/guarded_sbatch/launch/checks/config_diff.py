@@ -9,6 +9,7 @@ from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.core.mounts import mount_of
 from guarded_sbatch.launch.fsinfo import timed_stat
+from guarded_sbatch.launch.reference_pin import Pin, pin_reference
 from guarded_sbatch.launch.launcher_config import family_of, hyper_parameters, is_launcher_config
 from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix, worst_status
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
@@ -68,12 +69,29 @@ def _diffed(context: PreflightContext, intended: RunConfig, reference: RunConfig
     if not launcher_line:  # a launcher line rarely carries the seed: the program sets it
         findings.extend(_seed(intended))
     findings.extend(_workers(context, intended, evidence))
+    pin = pin_reference(reference.files or ((reference.path,) if reference.path else ()),
+                        given=context.launch.guard_options.reference is not None)
+    findings.extend(_pinned(reference, pin, evidence))
     status = worst_status([status for status, _ in findings])
     problems = [text for s, text in findings if s is not CheckStatus.PASSED]
     finding = "; ".join(problems) if problems else f"{len(diffs)} {differ}, no silent regressor found"
-    details = {"reference": str(reference.path), "differences": len(diffs),
+    details = {"reference": str(reference.path), "differences": len(diffs), "reference_sha256": pin.sha256,
                "regressors": [{"status": s.value, "finding": t} for s, t in findings if s is not CheckStatus.PASSED]}
     return CheckResult(NAME, status, finding, tuple(evidence), details)
+
+
+def _pinned(reference: RunConfig, pin: Pin, evidence: list[str]) -> list[tuple[CheckStatus, str]]:
+    """The reference's fingerprint in the evidence; a reference others can write named, never a pass."""
+    if pin.sha256:
+        evidence.append(f"reference sha256: {pin.sha256}")
+    if not pin.writers:
+        return []
+    if pin.changed_from:
+        return [(CheckStatus.FAILED, f"the reference {reference.path} changed since your last pre-flight fingerprinted it "
+                 f"(sha256 {pin.changed_from[:12]}… -> {pin.sha256[:12]}…) and others can write it ({pin.writers}): "
+                 "check its content, then name it with --guard-reference FILE to accept it as it is")]
+    return [(CheckStatus.WARNED, f"the reference {reference.path} can be written by others ({pin.writers}): its diff "
+             "is not trusted to pass; chmod g-w it, or name it with --guard-reference FILE")]
 
 
 def _launcher_line(context: PreflightContext, intended: RunConfig) -> CheckResult:
