@@ -421,7 +421,8 @@ class Sidecar:
         # reach (a lock held on them is bounded by the door's deadline, and never delays these two)
         alert_detail = self._alert("stop", verdict, evidence=evidence_path,
                                    plot=plot_path)  # after the stop, never before
-        pending = "written after this summary" if self.settings.notes_path is not None else "not configured"
+        pending = (f"to {self.settings.notes_path}, written after this summary" if self.settings.notes_path is not None
+                   else "not configured")
         summary = render_final_summary(
             run=self.settings.run_name, job_id=self.settings.job_id, verdict=verdict, stop_detail=outcome.detail,
             evidence_path=evidence_path, note_detail=pending, when=self.clock(), alert_detail=alert_detail,
