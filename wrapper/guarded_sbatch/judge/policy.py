@@ -44,6 +44,11 @@ class JudgePolicy:
     jump_within_points: int = 3
     # a finite training loss at >= 10**absurd_loss_orders is numbers about to overflow (float32 ends at 3.4e38)
     absurd_loss_orders: float = 30.0
+    # any other series of the training lines (a loss term, an unnamed column; not the optimizer's, timing or counters):
+    # a held jump by jump_orders orders of magnitude to at least this value is an explosion (checks_anyslot.py)
+    explosion_min_value: float = 1e6
+    # the training library's own inf/nan or overflow warnings at each of the last N logged steps: every step skipped
+    nan_warning_streak: int = 30
     # a training loss at >= chance_multiple x the chance level (chance_loss), or >= first_loss_multiple x the
     # first logged loss when the chance level is not known, at chance_points logged points in a row
     chance_multiple: float = 3.0
