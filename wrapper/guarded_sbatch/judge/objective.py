@@ -5,11 +5,14 @@ A log written by a tool the reader was never shown names its loss as it likes (`
 what each series does:
 
 1. an objective's name that is no loss word: perplexity and cross-entropy under short names (`ppl`, `xent`, `bpc`),
-   a signal-quality score (`snr`, `si-snr`, `sdr`, `psnr`, `ssim`: higher is better), not tagged as an evaluation;
+   a signal-quality score (`snr`, `si-snr`, `sdr`, `psnr`, `ssim`: higher is better), an objective named as such
+   (`objf`: its direction from what it does), not tagged as an evaluation; a score that falls from its start is
+   lower-is-better whatever its name says (a loss logged as -SI-SNR), an `objf` that rises is higher-is-better;
 2. else the series that behaves as a training objective: logged at many steps (at least half as many points as the
    densest series of the training lines), positive, and falling from its start (the median of its last quarter
    below the median of its first by a few per cent), the largest of them (a total is at least each of its terms);
-   with none falling, the densest positive series.
+   with none falling, the densest positive series (higher is better when it rose from its start: nothing says it is
+   a loss rather than a score).
 
 Never an objective, whatever it does: timing, throughput, learning rate, memory, loss scale, gradient norm, counters
 (whole numbers that never fall), a copy of the step. The direction (higher is better) comes from the name (reward,
@@ -31,6 +34,8 @@ NAN_WARNINGS_KEY = "nan/inf warnings"
 _OBJECTIVE_LOWER = frozenset({"ppl", "perplexity", "xent", "bpc", "bpb", "bpd", "nll", "mse", "mae", "rmse", "l1",
                               "l2", "kld", "elbo"})
 _OBJECTIVE_HIGHER = frozenset({"snr", "sisnr", "sdr", "sisdr", "psnr", "ssim", "pesq", "stoi"})
+# an objective's name that says nothing of its direction (Kaldi's `objf`, a log-likelihood): what it does decides
+_OBJECTIVE_EITHER = frozenset({"objf", "objective"})
 _NEVER = frozenset({
     "time", "eta", "sec", "secs", "second", "seconds", "ms", "s", "it", "its", "speed", "fps", "throughput", "tps",
     "wps", "ups", "wpb", "bsz", "samples", "sample", "tokens", "tok", "toks", "lr", "learning", "rate", "mem",
@@ -70,9 +75,9 @@ def never_objective(key: str, role: KeyRole) -> bool:
     if key == NAN_WARNINGS_KEY or role.role not in (Role.OTHER, Role.TRAIN_LOSS):
         return True
     words = _words(key)
-    if words & (_OBJECTIVE_LOWER | _OBJECTIVE_HIGHER):
+    if words & (_OBJECTIVE_LOWER | _OBJECTIVE_HIGHER | _OBJECTIVE_EITHER):
         return False
-    return bool(words & _NEVER) or bool({"nan", "inf", "warnings", "skipped", "overflow"} & words)
+    return bool(words & _NEVER)
 
 
 def _counter(values: np.ndarray, steps: np.ndarray) -> bool:
@@ -103,13 +108,22 @@ def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objec
         candidates[key] = (steps, values)
     if not candidates:
         return None
-    named = [k for k in candidates if _words(k) & (_OBJECTIVE_LOWER | _OBJECTIVE_HIGHER)]
+    named = [k for k in candidates if _words(k) & (_OBJECTIVE_LOWER | _OBJECTIVE_HIGHER | _OBJECTIVE_EITHER)]
     if named:
         key = max(named, key=lambda k: (len(candidates[k][0]), k))
+        values = candidates[key][1]
+        moved = _level_change(values[np.isfinite(values)])
         higher = bool(_words(key) & _OBJECTIVE_HIGHER)
+        # what it does wins over its name: a score logged as its negative (a loss of -SI-SNR) falls
+        if higher and moved <= -_FALL:
+            higher, what = False, "a score's name, but falling from its start: lower is better"
+        elif not higher and moved >= _FALL and _words(key) & _OBJECTIVE_EITHER:
+            higher, what = True, "an objective's name, rising from its start: higher is better"
+        else:
+            what = "a signal-quality score (higher is better)" if higher else "an objective's name (lower is better)"
         direction = Direction.HIGHER_IS_BETTER if higher else Direction.LOWER_IS_BETTER
-        what = "a signal-quality score (higher is better)" if higher else "an objective's name (lower is better)"
-        return Objective(key, direction, _why(key, f"{what}, {len(candidates[key][0])} points", candidates))
+        how = f"{what}, {len(candidates[key][0])} points, {moved:+.0%} since its start"
+        return Objective(key, direction, _why(key, how, candidates))
     densest = max(len(s) for s, _ in candidates.values())
     dense = {k: sv for k, sv in candidates.items() if len(sv[0]) >= max(3, densest / 2)}
     positive = {k: sv for k, sv in dense.items() if float(np.mean(sv[1][np.isfinite(sv[1])] > 0)) >= 0.9}
@@ -124,6 +138,8 @@ def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objec
         return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates))
     key = max(positive, key=lambda k: (len(positive[k][0]), float(np.nanmedian(positive[k][1])), k))
     how = f"the densest positive series ({len(positive[key][0])} points, {change[key]:+.0%} since its start)"
+    if change[key] >= _FALL:  # rising from its start, named as nothing: a score (accuracy) as likely as a loss
+        return Objective(key, Direction.HIGHER_IS_BETTER, _why(key, how + ", rising: higher is better", candidates))
     return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates))
 
 

@@ -44,8 +44,8 @@ import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge import (checks_anyslot, checks_climb, checks_crash, checks_dead, checks_eval, checks_finite,
-                                  checks_scale, checks_schedule, checks_stall, checks_strength, checks_trend,
-                                  checks_window)
+                                  checks_nohistory, checks_scale, checks_schedule, checks_stall, checks_strength,
+                                  checks_trend, checks_window)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.keys import Direction
@@ -77,6 +77,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("any_non_finite", lambda c: checks_anyslot.check_any_nonfinite(c.history, c.keys, c.policy, c.excused,
                                                                     c.context)),
     ("any_explosion", lambda c: checks_anyslot.check_any_explosion(c.history, c.keys, c.policy)),
+    ("never_finite", lambda c: checks_nohistory.check_never_finite(c.history, c.keys, c.policy)),
     ("above_chance", lambda c: checks_strength.check_above_chance(c.history, c.keys, c.policy)),
     ("repeated_spikes", lambda c: checks_strength.check_repeated_spikes(c.history, c.keys, c.policy)),
     ("nan_counter", lambda c: checks_finite.check_nan_counter(c.history, c.keys, c.policy)),
@@ -91,6 +92,9 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy,
                                                                    c.excused | c.warned)),
     ("lr_schedule", lambda c: checks_schedule.check_lr_schedule(c.history, c.keys, c.policy)),
+    ("frozen_model", lambda c: checks_nohistory.check_frozen_model(c.history, c.keys, c.policy)),
+    ("lr_at_zero", lambda c: checks_nohistory.check_lr_at_zero(c.history, c.keys, c.policy)),
+    ("decibel_chance", lambda c: checks_nohistory.check_decibel_chance(c.history, c.keys, c.policy)),
     ("frozen_loss", lambda c: checks_dead.check_frozen_loss(c.history, c.keys, c.policy)),
     ("zero_signal", lambda c: checks_dead.check_zero_signal(c.history, c.keys, c.policy)),
     ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
@@ -107,6 +111,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
 # the checks that read the training loss whichever way it improves; the others take a loss as lower-is-better, and do
 # not see a score chosen as the objective (SI-SNR, PSNR: objective.py)
 DIRECTION_FREE = frozenset({"loss_scale_collapse", "non_finite_loss", "absurd_loss", "any_non_finite", "any_explosion",
+                            "never_finite", "frozen_model", "decibel_chance",
                             "nan_counter", "nan_warnings", "non_finite_optimizer", "eval_failing", "grad_explosion",
                             "lr_schedule", "frozen_loss", "eval_at_zero", "eval_regressing", "stale",
                             "eval_vs_baseline", "other_non_finite"})
@@ -164,7 +169,7 @@ def decide(
     if first is not None:
         decision, reason, message = first
         return Verdict(decision, reason, message, anomalies, last_step, summary)
-    if thin and keys.train_loss is not None and not _falling(history, keys.train_loss, policy):
+    if thin and keys.train_loss is not None and not _falling(history, keys, policy):
         return Verdict(
             Decision.WAIT, Reason.TOO_EARLY,
             f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
@@ -231,14 +236,19 @@ HARD_REASONS = frozenset({
 })
 
 
-def _falling(history: MetricHistory, key: str, policy: JudgePolicy) -> bool:
+def _falling(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> bool:
     """A short loss series that shows nothing wrong: at least 2 finite points, the newest within noise (10 %) of the
     first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
-    values = history.series(key)[1]
+    values = history.series(keys.train_loss or "")[1]
     finite = values[np.isfinite(values)]
+    if keys.loss_direction is Direction.HIGHER_IS_BETTER:  # a score chosen as the objective: rising is learning
+        finite = -finite
     if policy.chance_loss is not None and len(finite) and finite[-1] >= policy.chance_multiple * policy.chance_loss:
         return False  # far above the chance level: waiting for the points that decide it
-    return len(finite) >= 2 and finite[-1] <= 1.1 * finite[0] and float(np.max(finite)) <= 2 * max(float(finite[0]), 0.0)
+    if len(finite) < 2:
+        return False
+    first, size = float(finite[0]), abs(float(finite[0]))  # a loss may be negative (a Dice loss, a log-likelihood)
+    return finite[-1] <= first + 0.1 * size and float(np.max(finite)) <= first + size
 
 
 def _logged_steps(history: MetricHistory, keys: list[str]) -> int:

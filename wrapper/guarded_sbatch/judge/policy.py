@@ -61,6 +61,15 @@ class JudgePolicy:
     # a frozen training loss: the last N logged losses identical (>= 4 significant digits), or within 1e-4 of each
     # other at ln(k) for k = 2..20 (a uniform guess): STOP with any number of points
     frozen_points: int = 3
+    # strength without history (checks_nohistory.py): every training-loss series repeating its value exactly at its last
+    # N logged points; or the loss moving by less than frozen_rel of itself between its last two (different) values
+    frozen_all_points: int = 5
+    frozen_rel: float = 1e-6
+    # the learning rate exactly 0 at its last N logged points while the loss does not fall
+    lr_zero_points: int = 5
+    # a decibel objective (SNR, SI-SNR, SDR) within db_chance_band dB of 0 dB at its last chance_stuck_points points
+    chance_stuck_points: int = 8
+    db_chance_band: float = 1.0
     # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are all non-finite
     nonfinite_patience_points: int = 3
     # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped
