@@ -12,7 +12,8 @@ what each series does:
    densest series of the training lines), positive, and falling from its start (the median of its last quarter
    below the median of its first by a few per cent), the largest of them (a total is at least each of its terms);
    with none falling, the densest positive series (higher is better when it rose from its start: nothing says it is
-   a loss rather than a score).
+   a loss rather than a score); with no finite series at all, the densest series non-finite at every point (at least
+   3: a log that starts once the run is broken).
 
 Never an objective, whatever it does: timing, throughput, learning rate, memory, loss scale, gradient norm, counters
 (whole numbers that never fall), a copy of the step. The direction (higher is better) comes from the name (reward,
@@ -97,33 +98,12 @@ def _level_change(values: np.ndarray) -> float:
 def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objective | None:
     """The series judged as the training loss when none is named like one (see the module doc); None when no
     series behaves as one."""
-    candidates: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    for key, role in roles.items():
-        if role.role is not Role.OTHER or never_objective(key, role) or _words(key) & _EVAL_WORDS:
-            continue
-        steps, values = history.series(key)
-        finite = np.isfinite(values)
-        if np.count_nonzero(finite) < 2 or _counter(values[finite], steps[finite]):
-            continue
-        candidates[key] = (steps, values)
+    candidates, broken = _candidates(history, roles)
     if not candidates:
-        return None
+        return _never_finite(broken)
     named = [k for k in candidates if _words(k) & (_OBJECTIVE_LOWER | _OBJECTIVE_HIGHER | _OBJECTIVE_EITHER)]
     if named:
-        key = max(named, key=lambda k: (len(candidates[k][0]), k))
-        values = candidates[key][1]
-        moved = _level_change(values[np.isfinite(values)])
-        higher = bool(_words(key) & _OBJECTIVE_HIGHER)
-        # what it does wins over its name: a score logged as its negative (a loss of -SI-SNR) falls
-        if higher and moved <= -_FALL:
-            higher, what = False, "a score's name, but falling from its start: lower is better"
-        elif not higher and moved >= _FALL and _words(key) & _OBJECTIVE_EITHER:
-            higher, what = True, "an objective's name, rising from its start: higher is better"
-        else:
-            what = "a signal-quality score (higher is better)" if higher else "an objective's name (lower is better)"
-        direction = Direction.HIGHER_IS_BETTER if higher else Direction.LOWER_IS_BETTER
-        how = f"{what}, {len(candidates[key][0])} points, {moved:+.0%} since its start"
-        return Objective(key, direction, _why(key, how, candidates))
+        return _by_name(max(named, key=lambda k: (len(candidates[k][0]), k)), candidates)
     densest = max(len(s) for s, _ in candidates.values())
     dense = {k: sv for k, sv in candidates.items() if len(sv[0]) >= max(3, densest / 2)}
     positive = {k: sv for k, sv in dense.items() if float(np.mean(sv[1][np.isfinite(sv[1])] > 0)) >= 0.9}
@@ -141,6 +121,49 @@ def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objec
     if change[key] >= _FALL:  # rising from its start, named as nothing: a score (accuracy) as likely as a loss
         return Objective(key, Direction.HIGHER_IS_BETTER, _why(key, how + ", rising: higher is better", candidates))
     return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates))
+
+
+def _candidates(history: MetricHistory, roles: dict[str, KeyRole]
+                ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, int]]:
+    """({key: (steps, values)} of the series that may be the objective, {key: points} of those never finite)."""
+    candidates: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    broken: dict[str, int] = {}  # series non-finite at every point: a log that starts once the run is broken
+    for key, role in roles.items():
+        if role.role is not Role.OTHER or never_objective(key, role) or _words(key) & _EVAL_WORDS:
+            continue
+        steps, values = history.series(key)
+        finite = np.isfinite(values)
+        if not np.any(finite) and len(values) >= 3:
+            broken[key] = len(values)
+        if np.count_nonzero(finite) >= 2 and not _counter(values[finite], steps[finite]):
+            candidates[key] = (steps, values)
+    return candidates, broken
+
+
+def _never_finite(broken: dict[str, int]) -> Objective | None:
+    if not broken:
+        return None
+    key = max(broken, key=lambda k: (broken[k], k))
+    others = sorted(k for k in broken if k != key)
+    left = f" (also {', '.join(others[:4])}{' ...' if len(others) > 4 else ''})" if others else ""
+    return Objective(key, Direction.LOWER_IS_BETTER, f"{key}: no series named like a loss; judged by what it does: "
+                     f"non-finite at every one of its {broken[key]} points, the densest such series{left}")
+
+
+def _by_name(key: str, candidates: dict[str, tuple[np.ndarray, np.ndarray]]) -> Objective:
+    values = candidates[key][1]
+    moved = _level_change(values[np.isfinite(values)])
+    higher = bool(_words(key) & _OBJECTIVE_HIGHER)
+    # what it does wins over its name: a score logged as its negative (a loss of -SI-SNR) falls
+    if higher and moved <= -_FALL:
+        higher, what = False, "a score's name, but falling from its start: lower is better"
+    elif not higher and moved >= _FALL and _words(key) & _OBJECTIVE_EITHER:
+        higher, what = True, "an objective's name, rising from its start: higher is better"
+    else:
+        what = "a signal-quality score (higher is better)" if higher else "an objective's name (lower is better)"
+    direction = Direction.HIGHER_IS_BETTER if higher else Direction.LOWER_IS_BETTER
+    how = f"{what}, {len(candidates[key][0])} points, {moved:+.0%} since its start"
+    return Objective(key, direction, _why(key, how, candidates))
 
 
 def _why(key: str, how: str, candidates: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:
