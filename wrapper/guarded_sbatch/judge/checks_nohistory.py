@@ -11,9 +11,19 @@ rotated log, a sidecar started late) is judged for what it shows (issue 41). Eac
   a series logged as densely as the training lines, never finite in the log (a log that starts once the run is broken).
   Not the optimizer's own series, timing or counters, nor an evaluation (a metric printed `nan` until it is computed
   is an evaluation's).
-- A learning rate at zero: the LR logged as exactly 0 at each of its last `lr_zero_points` points (at least) while the
-  training loss did not fall since the LR has been 0 (the median of the second half of those losses not 5 % below the
-  first half's): nothing trains (a schedule that ends at 0 logs it once, at its last step).
+- A learning rate at zero: the LR logged as exactly 0, or held at a tiny value (at most `tiny_lr`, within a factor 2),
+  at each of its last `lr_zero_points` points (at least) while the training loss did not fall since (the median of the
+  second half of those losses not 5 % below the first half's): nothing trains. A schedule that ends at 0 logs it once,
+  at its last step, and its tail falls by orders of magnitude (not held); a tiny LR under which the loss falls (a summed
+  loss) trains.
+- A classifier at its chance level: the last `chance_stuck_points` losses, spanning `chance_stuck_steps` steps or
+  more and starting after the run's first steps, all within `chance_stuck_tolerance` (relative) of ln k for a whole
+  k >= 2 for which the ln grid is coarser than that (1 / (k ln k) >= 2 x the tolerance: beyond, any level is near some
+  ln k): a model that outputs the uniform guess on every batch (its loss does not even vary with the batch).
+- A loss that does not vary with the batch (a WAIT, not a STOP): its last `batch_spread_points` values, after the
+  run's first steps, within `batch_spread_max` of their median while they still change: per-batch losses of a model
+  that learns vary by a per cent or more; a model whose output does not depend on its input does not (a running
+  average late in a long epoch may not either, hence only a WAIT).
 - A decibel score at its chance level: a signal-to-noise objective (SNR, SI-SNR, SDR) within `db_chance_band` dB of
   0 dB (the output no better than its input mixture) at each of its last `chance_stuck_points` logged points, after
   being further from it at its first (the run moved to chance, it did not start there) or for all of a run of at
@@ -21,6 +31,8 @@ rotated log, a sidecar started late) is judged for what it shows (issue 41). Eac
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -94,9 +106,10 @@ def check_lr_at_zero(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
         return None
     steps, values = history.series(keys.lr)
     n = policy.lr_zero_points
-    if len(values) < n or np.any(values[-n:] != 0.0):
-        return None
-    nonzero = np.nonzero(values != 0.0)[0]
+    low = float(np.min(values[-n:])) if len(values) >= n else -1.0
+    if len(values) < n or not (0.0 <= low and float(np.max(values[-n:])) <= min(policy.tiny_lr, 2 * low)):
+        return None  # not a tiny LR held constant (a schedule's tail falls by orders of magnitude: not held)
+    nonzero = np.nonzero(~((values >= low) & (values <= max(2 * low, 0.0))))[0]
     zero_since = int(steps[nonzero[-1] + 1]) if len(nonzero) else int(steps[0])
     loss_steps, losses = history.finite_series(keys.train_loss)
     during = losses[loss_steps >= zero_since]
@@ -107,10 +120,59 @@ def check_lr_at_zero(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
     if tail < head - 0.05 * abs(head):
         return None  # the loss still falls: not what an LR of zero gives
     zeros = int(np.count_nonzero(steps >= zero_since))
-    evidence = (f"{keys.lr} exactly 0 at each of its logged points since step {zero_since} ({zeros} of them) "
+    what = "exactly 0" if low == 0.0 else f"at {fmt(low)} (at most {policy.tiny_lr:g})"
+    evidence = (f"{keys.lr} {what} at each of its logged points since step {zero_since} ({zeros} of them) "
                 f"while {keys.train_loss} went from {fmt(head)} to {fmt(tail)} (medians of the first and last halves)")
-    return Finding.hard_stop(Reason.LR_SCHEDULE, f"the learning rate is zero: {evidence}: nothing trains",
+    return Finding.hard_stop(Reason.LR_SCHEDULE, f"the learning rate is (about) zero: {evidence}: nothing trains",
                              Anomaly("lr_zero", keys.lr, zero_since, 0.0, evidence))
+
+
+def _chance_classes(tolerance: float) -> list[int]:
+    """Every k >= 2 whose ln k is told apart from ln(k + 1) at this tolerance."""
+    return [k for k in range(2, 10_000) if 1.0 / (k * math.log(k)) >= 2 * tolerance]
+
+
+def check_chance_stuck(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    if not keys.train_loss:
+        return None
+    steps, values = history.finite_series(keys.train_loss)
+    n, tol = policy.chance_stuck_points, policy.chance_stuck_tolerance
+    if len(values) < n or int(steps[-1]) - int(steps[-n]) < policy.chance_stuck_steps:
+        return None
+    if int(steps[-n]) <= policy.plateau_max_first_step:
+        return None  # an untrained classifier starts there: only later is it stuck
+    recent = values[-n:]
+    level = float(median(recent))
+    found = next((k for k in _chance_classes(tol) if abs(level - math.log(k)) <= tol * math.log(k)), None)
+    if found is None or float(np.max(np.abs(recent - math.log(found)))) > tol * math.log(found):
+        return None
+    evidence = (f"{keys.train_loss} between {fmt(float(np.min(recent)))} and {fmt(float(np.max(recent)))} at each of its "
+                f"last {n} logged points (steps {int(steps[-n])} to {int(steps[-1])}): ln {found} = "
+                f"{fmt(math.log(found))}, the loss of a uniform guess over {found} classes")
+    return Finding.hard_stop(Reason.PLATEAU_FROM_START, f"a classifier still at its chance level: {evidence} (strong "
+                             "evidence: the loss does not even vary with the batch, the output is the uniform guess)",
+                             Anomaly("plateau", keys.train_loss, int(steps[-n]), float(recent[-1]), evidence))
+
+
+def check_batch_invariant(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """WAIT: the last `batch_spread_points` losses, after the run's first steps, all within `batch_spread_max` of
+    their median while they still change (mostly distinct values: not one value printed again)."""
+    if not keys.train_loss:
+        return None
+    steps, values = history.finite_series(keys.train_loss)
+    n = policy.batch_spread_points
+    if len(values) < n or int(steps[-n]) <= policy.plateau_max_first_step:
+        return None
+    recent = values[-n:]
+    level = abs(float(median(recent)))
+    spread = float(np.ptp(recent))
+    if level == 0 or spread > policy.batch_spread_max * level or len(np.unique(recent)) < n / 2:
+        return None
+    evidence = (f"{keys.train_loss} between {fmt(float(np.min(recent)))} and {fmt(float(np.max(recent)))} at each of its "
+                f"last {n} logged points (steps {int(steps[-n])} to {int(steps[-1])}): {spread / level:.2%} of its level")
+    return Finding.wait(Reason.STAGNATION, f"the loss does not vary with the batch: {evidence}; a model whose output "
+                        "no longer depends on its input (or a running average late in an epoch): watching",
+                        Anomaly("stagnation", keys.train_loss, int(steps[-n]), float(recent[-1]), evidence))
 
 
 def check_decibel_chance(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:

@@ -65,8 +65,16 @@ class JudgePolicy:
     # N logged points; or the loss moving by less than frozen_rel of itself between its last two (different) values
     frozen_all_points: int = 5
     frozen_rel: float = 1e-6
-    # the learning rate exactly 0 at its last N logged points while the loss does not fall
+    # the learning rate exactly 0, or held at most tiny_lr, at its last N logged points while the loss does not fall
     lr_zero_points: int = 5
+    tiny_lr: float = 1e-7
+    # a classifier's loss within chance_stuck_tolerance of ln k at its last chance_stuck_points points, spanning at
+    # least chance_stuck_steps steps after the run's first ones
+    chance_stuck_steps: int = 1000
+    chance_stuck_tolerance: float = 0.005
+    # the loss within batch_spread_max (relative) of its median at its last batch_spread_points points: WAIT
+    batch_spread_points: int = 8
+    batch_spread_max: float = 0.002
     # a decibel objective (SNR, SI-SNR, SDR) within db_chance_band dB of 0 dB at its last chance_stuck_points points
     chance_stuck_points: int = 8
     db_chance_band: float = 1.0
