@@ -156,3 +156,42 @@ def test_a_decibel_objective_stuck_at_0_db_is_stopped() -> None:
     assert "0 dB" in verdict.message
     learning = [1.9, -2.0, -4.5, -6.0, -7.2, -8.1, -8.9, -9.5, -10.0, -10.4, -10.8, -11.0, -11.3, -11.5]
     assert decide(_history({"train si-snr": learning}, every=1, first=1)).decision is Decision.CONTINUE
+
+
+def test_a_classifier_held_at_ln_k_long_after_its_start_is_stopped_even_mid_run() -> None:
+    stuck = [math.log(10) * (1 + 0.001 * math.sin(1.3 * i)) for i in range(40)]
+    verdict = decide(_history({"loss": stuck}, every=100, first=20_000))
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.PLATEAU_FROM_START), verdict.message
+    assert "ln 10" in verdict.message
+    start = decide(_history({"loss": stuck[:8]}, every=5, first=0))  # an untrained classifier starts there
+    assert start.reason is not Reason.PLATEAU_FROM_START
+    noisy_gan = [math.log(4) * (1 + 0.2 * math.sin(1.3 * i)) for i in range(40)]  # a GAN's D loss near ln 4
+    assert decide(_history({"loss": noisy_gan}, every=100, first=20_000)).decision is not Decision.STOP
+
+
+def test_an_lr_held_tiny_with_a_flat_loss_is_stopped_a_decaying_tail_is_not() -> None:
+    flat = [1.2 * (1 + 0.01 * math.sin(1.7 * i)) for i in range(40)]
+    verdict = decide(_history({"loss": flat, "lr": [1e-9] * 40}, first=30_000))
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.LR_SCHEDULE), verdict.message
+    tail = [1e-7 * 0.5 ** i for i in range(40)]  # the end of a decayed schedule: falls by orders of magnitude
+    assert decide(_history({"loss": flat, "lr": tail}, first=30_000)).reason is not Reason.LR_SCHEDULE
+    summed = _falling(40, 9e4, 3e4, wobble=100.0)  # a tiny LR on a summed loss that falls: it trains
+    assert decide(_history({"loss": summed, "lr": [1e-10] * 40}, first=30_000)).reason is not Reason.LR_SCHEDULE
+
+
+def test_a_running_average_of_the_loss_turning_nan_with_it_confirms_the_first_nan() -> None:
+    history = _history({"loss": [0.087, 0.088, 0.088, 0.089, 0.088, 0.097, NAN],
+                        "avg_loss": [0.0859, 0.0860, 0.0860, 0.0860, 0.0860, 0.0861, NAN]}, every=1, first=113_790)
+    verdict = decide(history)
+    assert (verdict.decision, verdict.reason) == (Decision.STOP, Reason.NON_FINITE_LOSS), verdict.message
+    assert "running average" in verdict.message
+    alone = _history({"loss": [0.087, 0.088, 0.088, 0.089, 0.088, 0.097, NAN]}, every=1, first=113_790)
+    assert decide(alone).decision is Decision.WAIT  # one NaN, read after the fact: it may be a transient one
+
+
+def test_a_loss_that_does_not_vary_with_the_batch_waits() -> None:
+    values = [6.661, 6.660, 6.662, 6.661, 6.660, 6.661, 6.662, 6.661]
+    verdict = decide(_history({"loss_x": values}, every=20, first=20))
+    assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.STAGNATION), verdict.message
+    reprinted = decide(_history({"loss": [_falling(12)[i] for i in range(4)] + [2.0] * 8}, every=20))
+    assert reprinted.reason is not Reason.STAGNATION  # one value printed again is no reading of the batches

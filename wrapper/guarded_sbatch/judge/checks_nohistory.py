@@ -16,13 +16,14 @@ rotated log, a sidecar started late) is judged for what it shows (issue 41). Eac
   second half of those losses not 5 % below the first half's): nothing trains. A schedule that ends at 0 logs it once,
   at its last step, and its tail falls by orders of magnitude (not held); a tiny LR under which the loss falls (a summed
   loss) trains.
-- A classifier at its chance level: the last `chance_stuck_points` losses, spanning `chance_stuck_steps` steps or
-  more and starting after the run's first steps, all within `chance_stuck_tolerance` (relative) of ln k for a whole
-  k >= 2 for which the ln grid is coarser than that (1 / (k ln k) >= 2 x the tolerance: beyond, any level is near some
-  ln k): a model that outputs the uniform guess on every batch (its loss does not even vary with the batch).
-- A loss that does not vary with the batch (a WAIT, not a STOP): its last `batch_spread_points` values, after the
-  run's first steps, within `batch_spread_max` of their median while they still change: per-batch losses of a model
-  that learns vary by a per cent or more; a model whose output does not depend on its input does not (a running
+- A classifier at its chance level: the trailing stretch of losses, at least `chance_stuck_points` of them spanning
+  `chance_stuck_steps` steps or more and starting after the run's first steps, all within `chance_stuck_tolerance`
+  (relative) of ln k for a whole k >= 2 for which the ln grid is coarser than that (1 / (k ln k) >= 2 x the
+  tolerance: beyond, any level is near some ln k): a model that outputs the uniform guess on every batch (its loss
+  does not even vary with the batch).
+- A loss that does not vary with the batch (a WAIT, not a STOP): its last `batch_spread_points` values within
+  `batch_spread_max` of their median while they still change: per-batch losses of a model that learns vary by a per
+  cent or more; a model whose output does not depend on its input does not (a running
   average late in a long epoch may not either, hence only a WAIT).
 - A decibel score at its chance level: a signal-to-noise objective (SNR, SI-SNR, SDR) within `db_chance_band` dB of
   0 dB (the output no better than its input mixture) at each of its last `chance_stuck_points` logged points, after
@@ -137,15 +138,20 @@ def check_chance_stuck(history: MetricHistory, keys: RunKeys, policy: JudgePolic
         return None
     steps, values = history.finite_series(keys.train_loss)
     n, tol = policy.chance_stuck_points, policy.chance_stuck_tolerance
-    if len(values) < n or int(steps[-1]) - int(steps[-n]) < policy.chance_stuck_steps:
+    if len(values) < n:
         return None
-    if int(steps[-n]) <= policy.plateau_max_first_step:
-        return None  # an untrained classifier starts there: only later is it stuck
-    recent = values[-n:]
-    level = float(median(recent))
+    level = float(median(values[-n:]))
     found = next((k for k in _chance_classes(tol) if abs(level - math.log(k)) <= tol * math.log(k)), None)
-    if found is None or float(np.max(np.abs(recent - math.log(found)))) > tol * math.log(found):
+    if found is None:
         return None
+    away = np.nonzero(np.abs(values - math.log(found)) > tol * math.log(found))[0]
+    start = int(away[-1]) + 1 if len(away) else 0  # the trailing stretch at ln k
+    if len(values) - start < n or int(steps[-1]) - int(steps[start]) < policy.chance_stuck_steps:
+        return None
+    if int(steps[start]) <= policy.plateau_max_first_step:
+        return None  # an untrained classifier starts there: only later is it stuck
+    recent = values[start:]
+    n = len(recent)
     evidence = (f"{keys.train_loss} between {fmt(float(np.min(recent)))} and {fmt(float(np.max(recent)))} at each of its "
                 f"last {n} logged points (steps {int(steps[-n])} to {int(steps[-1])}): ln {found} = "
                 f"{fmt(math.log(found))}, the loss of a uniform guess over {found} classes")
@@ -155,18 +161,19 @@ def check_chance_stuck(history: MetricHistory, keys: RunKeys, policy: JudgePolic
 
 
 def check_batch_invariant(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    """WAIT: the last `batch_spread_points` losses, after the run's first steps, all within `batch_spread_max` of
-    their median while they still change (mostly distinct values: not one value printed again)."""
+    """WAIT: the last `batch_spread_points` losses all within `batch_spread_max` of
+    their median while they still change (from one point to the next at least half the time: not one value printed
+    again)."""
     if not keys.train_loss:
         return None
     steps, values = history.finite_series(keys.train_loss)
     n = policy.batch_spread_points
-    if len(values) < n or int(steps[-n]) <= policy.plateau_max_first_step:
+    if len(values) < n:
         return None
     recent = values[-n:]
     level = abs(float(median(recent)))
     spread = float(np.ptp(recent))
-    if level == 0 or spread > policy.batch_spread_max * level or len(np.unique(recent)) < n / 2:
+    if level == 0 or spread > policy.batch_spread_max * level or np.count_nonzero(np.diff(recent)) < (n - 1) / 2:
         return None
     evidence = (f"{keys.train_loss} between {fmt(float(np.min(recent)))} and {fmt(float(np.max(recent)))} at each of its "
                 f"last {n} logged points (steps {int(steps[-n])} to {int(steps[-1])}): {spread / level:.2%} of its level")
