@@ -3,8 +3,12 @@ evidence in any slot of the training lines, and strength without history (a log 
 
 from __future__ import annotations
 
+import json
 import math
+import os
+from pathlib import Path
 
+from cli_runner import run_cli
 from guarded_sbatch.judge import Decision, JudgePolicy, MetricHistory, Reason, RunContext, decide
 from guarded_sbatch.judge.select import select_keys
 from guarded_sbatch.sources.points import MetricPoint
@@ -195,3 +199,21 @@ def test_a_loss_that_does_not_vary_with_the_batch_waits() -> None:
     assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.STAGNATION), verdict.message
     reprinted = decide(_history({"loss": [_falling(12)[i] for i in range(4)] + [2.0] * 8}, every=20))
     assert reprinted.reason is not Reason.STAGNATION  # one value printed again is no reading of the batches
+
+
+def test_a_log_in_a_format_invented_here_is_read_its_loss_chosen_and_its_nan_stopped(tmp_path: Path) -> None:
+    """No tool prints this: a template with numeric slots, the step in a `round` slot, an objective named `quux`
+    that falls, a score `zorp`, a duration; the objective turns NaN and stays there."""
+    lines = []
+    for i in range(1, 25):
+        quux = 3.2 * math.exp(-i / 10) + 0.5 if i < 21 else NAN
+        lines.append(f"<<blip>> round {i * 7} :: quux {quux:.4f} :: zorp {0.9 - 0.01 * i:.3f} :: took 0.31s")
+    log = tmp_path / "invented.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state")}
+    result = run_cli(["monitor", "--once", "--json", "--log", str(log)], env=env, cwd=tmp_path)
+    payload = json.loads(result.stdout)
+    assert (payload["decision"], payload["reason"]) == ("STOP", "non_finite_loss"), payload
+    assert payload["summary"]["loss_key"].startswith("quux: no series named like a loss"), payload["summary"]
+    assert "falling from its start" in payload["summary"]["loss_key"] and "zorp" in payload["summary"]["loss_key"]
+    assert "since step 147" in payload["message"]
