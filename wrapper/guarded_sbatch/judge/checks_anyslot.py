@@ -22,22 +22,18 @@ from __future__ import annotations
 import numpy as np
 
 from guarded_sbatch.judge.checks_finite import _held, _hold_seconds, _trailing_streak
+from guarded_sbatch.judge.checks_strength import _JUMP_LOOKBACK as _LOOKBACK
 from guarded_sbatch.judge.checks_strength import jump_in
 from guarded_sbatch.judge.findings import Finding, fmt
 from guarded_sbatch.judge.history import MetricHistory
-from guarded_sbatch.judge.keys import classify_key
-from guarded_sbatch.judge.objective import never_objective
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
 
 
 def watched_series(history: MetricHistory, keys: RunKeys) -> list[str]:
-    """Every series these checks look at (see the module doc)."""
-    judged = {keys.train_loss, keys.lr, keys.grad_norm, keys.loss_scale, keys.skipped, keys.nan_counter,
-              keys.overflow, keys.nan_warnings, *keys.eval_keys}
-    return [key for key in history.keys()
-            if key not in judged and (key in keys.loss_parts or not never_objective(key, classify_key(key)))]
+    """Every series these checks look at (see the module doc; select.py names them once per decision)."""
+    return [key for key in keys.watched if key in history]
 
 
 def check_any_nonfinite(history: MetricHistory, keys: RunKeys, policy: JudgePolicy, excused: set[int],
@@ -45,8 +41,10 @@ def check_any_nonfinite(history: MetricHistory, keys: RunKeys, policy: JudgePoli
     waiting: Finding | None = None
     for key in watched_series(history, keys):
         steps, values = history.series(key)
+        if not len(values) or np.isfinite(values[-1]):
+            continue
         bad = ~np.isfinite(values)
-        if not len(values) or not bad[-1] or np.all(bad):
+        if np.all(bad):
             continue
         counted = bad & ~np.isin(steps, list(excused))
         if not counted[-1]:
@@ -75,6 +73,9 @@ def check_any_explosion(history: MetricHistory, keys: RunKeys, policy: JudgePoli
     bound = 10.0 ** policy.absurd_loss_orders
     for key in watched_series(history, keys):
         steps, values = history.series(key)
+        tail = np.abs(values[-4 * _LOOKBACK:])  # fmax skips NaN: nothing large among the newest points, no jump
+        if not len(values) or not float(np.fmax.reduce(tail)) >= min(bound, policy.explosion_min_value):
+            continue
         finite = np.isfinite(values)
         steps, values = steps[finite], np.abs(values[finite])
         if not len(values):
