@@ -217,3 +217,11 @@ def test_a_log_in_a_format_invented_here_is_read_its_loss_chosen_and_its_nan_sto
     assert payload["summary"]["loss_key"].startswith("quux: no series named like a loss"), payload["summary"]
     assert "falling from its start" in payload["summary"]["loss_key"] and "zorp" in payload["summary"]["loss_key"]
     assert "since step 147" in payload["message"]
+
+
+def test_a_never_finite_reading_that_is_the_logs_last_waits() -> None:
+    """CNTK prints `The training criterion is not a number (NAN)` and ends: one reading, after every other series."""
+    history = _history({"TrainLossPerSample": [5.87, 3.1]}, every=1, first=1)
+    history.add([MetricPoint(3, 0.0, "criterion", NAN)])
+    verdict = decide(history)
+    assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.NON_FINITE_METRIC), verdict.message

@@ -8,7 +8,8 @@ counters (objective.never_objective), the judged training loss and the evaluatio
 - non-finite: a series that was finite and is non-finite at its last `nonfinite_loss_points` logged points (not fp16
   skipped steps) is a STOP; at its newest point only, a WAIT (a STOP once time confirms it: RunContext, as for the
   loss); a non-finite value followed by finite ones is a note (a transient NaN that recovered); a series that was
-  never finite (a metric the tool prints as `nan` until it is computed) says nothing;
+  never finite (a metric the tool prints as `nan` until it is computed) says nothing, unless it is the log's newest
+  reading, after every other series (a WAIT: a run that prints that its criterion is not a number, then ends);
 - an explosion: a jump by >= 10**jump_orders x the level before it (checks_strength.py), held, to at least
   `explosion_min_value` (numbers that large are no normalised quantity a trainer logs), or any value at or above
   10**absurd_loss_orders;
@@ -45,6 +46,12 @@ def check_any_nonfinite(history: MetricHistory, keys: RunKeys, policy: JudgePoli
             continue
         bad = ~np.isfinite(values)
         if np.all(bad):
+            if waiting is None and _newest_reading(history, key):
+                waiting = Finding.wait(
+                    Reason.NON_FINITE_METRIC,
+                    f"the log's newest reading is non-finite: {key} = {values[-1]} at step {int(steps[-1])}, after "
+                    "every other series; watching for the next", Anomaly("nan", key, int(steps[-1]), None,
+                                                                          f"{key} non-finite"))
             continue
         counted = bad & ~np.isin(steps, list(excused))
         if not counted[-1]:
@@ -67,6 +74,12 @@ def check_any_nonfinite(history: MetricHistory, keys: RunKeys, policy: JudgePoli
                 f"{what} at step {onset}; STOP if the next logged step is non-finite too, or if it is still the newest "
                 f"point after {_hold_seconds(policy, context):.0f} s while the job runs", anomaly)
     return waiting
+
+
+def _newest_reading(history: MetricHistory, key: str) -> bool:
+    """Whether `key`'s newest point comes after the newest point of every other series (the log's last reading)."""
+    last = int(history.series(key)[0][-1])
+    return all(k == key or not len(s := history.series(k)[0]) or int(s[-1]) < last for k in history.keys())
 
 
 def check_any_explosion(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
