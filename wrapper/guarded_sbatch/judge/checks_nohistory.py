@@ -24,7 +24,7 @@ rotated log, a sidecar started late) is judged for what it shows (issue 41). Eac
 - A loss that does not vary with the batch (a WAIT, not a STOP): its last `batch_spread_points` values within
   `batch_spread_max` of their median while they still change: per-batch losses of a model that learns vary by a per
   cent or more; a model whose output does not depend on its input does not (a running
-  average late in a long epoch may not either, hence only a WAIT).
+  average late in a long epoch may not either, hence only a WAIT). Not once the LR has decayed to a tenth of its peak.
 - A decibel score at its chance level: a signal-to-noise objective (SNR, SI-SNR, SDR) within `db_chance_band` dB of
   0 dB (the output no better than its input mixture) at each of its last `chance_stuck_points` logged points, after
   being further from it at its first (the run moved to chance, it did not start there) or for all of a run of at
@@ -164,8 +164,8 @@ def check_batch_invariant(history: MetricHistory, keys: RunKeys, policy: JudgePo
     """WAIT: the last `batch_spread_points` losses all within `batch_spread_max` of
     their median while they still change (from one point to the next at least half the time: not one value printed
     again)."""
-    if not keys.train_loss:
-        return None
+    if not keys.train_loss or _lr_decayed(history, keys.lr):
+        return None  # the end of a decayed schedule: a loss that stops moving has converged
     steps, values = history.finite_series(keys.train_loss)
     n = policy.batch_spread_points
     if len(values) < n:
