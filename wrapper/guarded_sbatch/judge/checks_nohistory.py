@@ -1,9 +1,10 @@
 """Strength without history: evidence that needs no earlier level, so a log that starts mid-run (a paste, a cut or
 rotated log, a sidecar started late) is judged for what it shows (issue 41). Each decides with any number of points.
 
-- A frozen model: every training-loss series the run logs repeats its value exactly at each of its last
+- A frozen model: every training-loss series the run logs (two or more) repeats its value exactly at each of its last
   `frozen_all_points` logged points, one of them printed to 4 significant digits or more (a loss term printed again
-  until it is next computed repeats alone; all of them together is weights that do not move); or the loss moved by
+  until it is next computed repeats alone; all of them together is weights that do not move; a lone loss repeating
+  itself is left to checks_dead.py, which asks for an earlier better value or a chance level); or the loss moved by
   less than `frozen_rel` (relative) between its last two logged values while it did move (different values, printed
   to 7 digits or more: a reprint is exactly equal, an average over many samples that changes in its seventh digit
   comes from a model that no longer changes). Not once the LR has decayed to a tenth of its peak (a schedule's end).
@@ -64,7 +65,7 @@ def check_frozen_model(history: MetricHistory, keys: RunKeys, policy: JudgePolic
             break
         frozen.append((key, float(recent[0])))
     else:
-        if any(_significant_digits(v) >= _MIN_DIGITS for _, v in frozen):
+        if len(frozen) >= 2 and any(_significant_digits(v) >= _MIN_DIGITS for _, v in frozen):
             steps = history.series(keys.train_loss)[0]
             shown = ", ".join(f"{k} = {v!r}" for k, v in frozen[:4])
             evidence = (f"every training-loss series repeats its value exactly at each of its last {n} logged points "
