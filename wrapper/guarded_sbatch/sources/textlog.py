@@ -29,6 +29,8 @@ from guarded_sbatch.sources.points import CrashEvent, CrashState, MetricPoint, n
 from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
+from guarded_sbatch.sources.textlog_learned import WARNINGS_KEY, Axis, held, is_nonfinite_warning, merge
+from guarded_sbatch.sources.textlog_shapes import ShapeLearner, Template
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
 from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data, read_whole
 
@@ -83,6 +85,10 @@ class TextLogSource(OneFileSource):
         self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
         self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
         self._bar_shows: dict[str, float] = {}  # what the progress bar's postfix shows now, per key
+        self._shapes = ShapeLearner()  # the log's own line templates (textlog_shapes)
+        self._warnings = 0  # a library's nan/inf/overflow warnings so far
+        self._held: list[tuple[Template, str]] = []  # lines whose shape has not repeated yet, in order
+        self._axis = Axis()  # the series and steps of the log's repeated lines (its training lines)
 
     def log_file(self) -> Path | None:
         return self.path
@@ -104,6 +110,8 @@ class TextLogSource(OneFileSource):
                         repeated |= self._parse(piece, points)
                 else:
                     repeated |= self._parse(line, points)
+        if not self._axis.known and self._held:
+            repeated |= self._release(points)  # no shape has repeated yet: every line is read as it is
         self._sync_crash(end_of_read=True)  # a log that ends inside a traceback
         return newest_per_key_step(points) if repeated else points
 
@@ -135,26 +143,67 @@ class TextLogSource(OneFileSource):
             self._sync_crash()  # a traceback cut off by an ordinary line was no crash after all: it is taken back
         return self._parse_record_line(cleaned, points)
 
-    def _parse_record_line(self, cleaned: str, points: list[MetricPoint]) -> bool:
+    def _parse_record_line(self, cleaned: str, points: list[MetricPoint], released: Template | None = None) -> bool:
         if _SCHEDULER_LINE.match(cleaned):
             return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
+        message = strip_headers(cleaned)
+        template = released or self._shapes.observe(message)
+        repeated = False
+        if released is None and template is not None and template.held and template.established:
+            repeated |= self._release(points, template)  # its first lines, read now that the shape repeats
         parsed = self._parse_record(cleaned)
+        reading = self._shapes.read(template, message) if template is not None and template.established else None
+        parsed = merge(parsed, reading)
+        if is_nonfinite_warning(message, parsed):
+            self._count_warning(parsed, points)
+        if released is None and template is not None and held(parsed, template, self._axis):
+            template.held += 1  # printed once so far: no series, no step until its shape repeats
+            self._held.append((template, cleaned))
+            return repeated
         if parsed is None or self._is_exit_redraw(parsed):
-            return False
+            return repeated
         if parsed.kind in ("hf_header", "hf_summary", "overflow"):
             self._hf.header.update(parsed.header)
             self._overflow_step = parsed.step  # `Grad overflow on iteration N`: the scale line follows
-            return False
+            return repeated
         own_step = parsed.step is not None or (parsed.kind == "hf_dict" and not parsed.is_eval)
         if self._crashes.crash is not None:
             if not own_step:
-                return False  # written after the crash (launcher summaries...): not training metrics
+                return repeated  # written after the crash (launcher summaries...): not training metrics
             self._crashes.clear()
         self._sync_crash()
         step = self._step_of(parsed)
         if parsed.kind == "epoch_header" or not parsed.values:
-            return False
-        return self._add_values(parsed, step, points)
+            return repeated
+        if template is not None and template.established:
+            self._axis.see(step, parsed.values)
+        return self._add_values(parsed, step, points) or repeated
+
+    def _release(self, points: list[MetricPoint], template: Template | None = None) -> bool:
+        """Read the held lines of `template` (None: all of them), in the order they were printed."""
+        repeated = False
+        kept: list[tuple[Template, str]] = []
+        for shape, line in self._held:
+            if template is None or shape is template:
+                shape.held -= 1
+                repeated |= self._parse_record_line(line, points, released=shape)
+            else:
+                kept.append((shape, line))
+        self._held = kept
+        return repeated
+
+    @property
+    def lines_held_out(self) -> int:
+        """Lines with numbers whose shape has not repeated: printed once (a sample, a setting), never a series."""
+        return len(self._held)
+
+    def _count_warning(self, parsed: ParsedLine | None, points: list[MetricPoint]) -> None:
+        """A library said it met a nan/inf (or skipped a step for it): one more, at the step being computed."""
+        self._warnings += 1
+        step = parsed.step if parsed is not None and parsed.step is not None else self._last_step
+        if step is None:
+            step = self._hf.bar_step if self._hf.bar_step is not None else self._ordinal + 1
+        points.append(MetricPoint(step, parsed.wall_time if parsed else 0.0, WARNINGS_KEY, float(self._warnings)))
 
     def _is_exit_redraw(self, parsed: ParsedLine) -> bool:
         """Follow the progress bar; True for its last redraw as the program exits, after the traceback (not
@@ -198,6 +247,7 @@ class TextLogSource(OneFileSource):
         if self._table is not None:
             row = table_row(before_bar, self._table)
             if row is not None:
+                row.kind = "table"
                 return row
         return parse_line(cleaned)
 
