@@ -87,7 +87,8 @@ class TextLogSource(OneFileSource):
         self._bar_shows: dict[str, float] = {}  # what the progress bar's postfix shows now, per key
         self._shapes = ShapeLearner()  # the log's own line templates (textlog_shapes)
         self._warnings = 0  # a library's nan/inf/overflow warnings so far
-        self._held: list[tuple[Template, str]] = []  # lines whose shape has not repeated yet, in order
+        self._held: list[tuple[Template, str, int | None]] = []  # lines whose shape has not repeated yet (and the
+        # step they would have carried then), in order
         self._axis = Axis()  # the series and steps of the log's repeated lines (its training lines)
 
     def log_file(self) -> Path | None:
@@ -158,7 +159,7 @@ class TextLogSource(OneFileSource):
             self._count_warning(parsed, points)
         if released is None and template is not None and held(parsed, template, self._axis):
             template.held += 1  # printed once so far: no series, no step until its shape repeats
-            self._held.append((template, cleaned))
+            self._held.append((template, cleaned, self._last_step))
             return repeated
         if parsed is None or self._is_exit_redraw(parsed):
             return repeated
@@ -180,15 +181,20 @@ class TextLogSource(OneFileSource):
         return self._add_values(parsed, step, points) or repeated
 
     def _release(self, points: list[MetricPoint], template: Template | None = None) -> bool:
-        """Read the held lines of `template` (None: all of them), in the order they were printed."""
+        """Read the held lines of `template` (None: all of them), in the order they were printed; a line with no step
+        of its own takes the step it would have carried when it was printed."""
         repeated = False
-        kept: list[tuple[Template, str]] = []
-        for shape, line in self._held:
+        kept: list[tuple[Template, str, int | None]] = []
+        now = self._last_step
+        for shape, line, carried in self._held:
             if template is None or shape is template:
                 shape.held -= 1
+                self._last_step = carried
                 repeated |= self._parse_record_line(line, points, released=shape)
             else:
-                kept.append((shape, line))
+                kept.append((shape, line, carried))
+        if now is not None:
+            self._last_step = now
         self._held = kept
         return repeated
 

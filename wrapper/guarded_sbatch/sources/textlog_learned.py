@@ -26,6 +26,7 @@ from guarded_sbatch.sources.textlog_formats import ParsedLine
 from guarded_sbatch.sources.textlog_shapes import Reading, Template
 
 WARNINGS_KEY = "nan/inf warnings"
+_CLOCK_KEY = re.compile(r"\d:\d")
 _NONFINITE_WORD = re.compile(r"(?<![A-Za-z])(?:nan|inf|infs|nans|infinite|infinity|non-finite|nonfinite|overflow)"
                              r"(?![A-Za-z])", re.IGNORECASE)
 _FOUND_WORD = re.compile(r"(?<![A-Za-z])(?:skip\w*|found|detect\w*|encounter\w*|stopp?ing|stopped)(?![A-Za-z])",
@@ -59,6 +60,13 @@ def merge(parsed: ParsedLine | None, reading: Reading | None) -> ParsedLine | No
         return ParsedLine(values=dict(reading.values), step=reading.step, is_eval=reading.template.is_eval)
     if parsed.kind:
         return parsed  # a bar, a dict, an event: read by its own rules
+    countdowns = {slot.name for slot in reading.template.slots.values() if slot.countdown and slot.name}
+    parsed.values = {k: v for k, v in parsed.values.items()  # `eta 00:39` = 01; `remaining 990`, 980, ...
+                     if not _CLOCK_KEY.search(k) and k not in countdowns}
+    for key, value in reading.values.items():  # a reading the formats found no name for (`objective≈2.41`)
+        if not key.startswith(("value", "eval/value")) and key not in parsed.values and (
+                math.isnan(value) or value not in parsed.values.values()) and _is_glued(reading, key):
+            parsed.values[key] = value
     if parsed.step is not None and parsed.step in reading.time_values:
         parsed.step = None  # a duration or an ETA the formats took for the step
     if parsed.step is None and reading.step is not None:
@@ -66,6 +74,12 @@ def merge(parsed: ParsedLine | None, reading: Reading | None) -> ParsedLine | No
         parsed.values = {k: v for k, v in parsed.values.items()
                          if not (_same_word(k, reading.step_name) or (v == reading.step and reading.step_name is None))}
     return parsed
+
+
+def _is_glued(reading: Reading, key: str) -> bool:
+    """A named reading glued to its name in one token (`objective≈2.41`) and not a whole-number count: one the
+    formats could not split (names in words before a number they read themselves, or left out on purpose)."""
+    return any(slot.name == key and slot.glued and not slot.integer for slot in reading.template.slots.values())
 
 
 def _same_word(key: str, name: str | None) -> bool:
@@ -103,8 +117,10 @@ def held(parsed: ParsedLine | None, template: Template | None, axis: Axis) -> bo
         return False
     if parsed is None:
         return True
-    if parsed.kind in NOT_HELD or not axis.known or not (parsed.values or parsed.step is not None):
+    if parsed.kind in NOT_HELD or not (parsed.values or parsed.step is not None):
         return False
     if parsed.step is not None:
-        return axis.far_ahead(parsed.step)
-    return not axis.keys.isdisjoint(parsed.values)  # no step of its own: it would land in their series at their step
+        return axis.known and axis.far_ahead(parsed.step)
+    if axis.known:  # no step of its own: it would land in their series at their step (a sample, a dict printed once)
+        return not axis.keys.isdisjoint(parsed.values)
+    return True  # the log's opening: its template may give it a step; else it is read at the step it was printed at

@@ -28,6 +28,7 @@ MAX_TEMPLATES = 2048
 MAX_CACHE = 8192
 MAX_TOKEN_CHARS = 160  # a longer token (a path, a dump, a row glued with commas) is no slot: it is one fixed word
 MAX_SLOTS_PER_TOKEN = 8
+LEARN_LINES = 64  # a template's slots are learned over its first lines; after them only its step axis is followed
 
 # a number inside a token: not glued to a letter on its left (`resnet50`, `fp16`, `x86_64` are names)
 _NUMBER = re.compile(
@@ -43,6 +44,7 @@ _RATE_UNIT = re.compile(r"[\w%]*/(?:s|sec|it|iter|step|batch)\b|it/s|s/it", re.I
 _TIME_NAME = re.compile(r"(?:^|[\W_])(?:eta|time|elapsed|took|duration|remaining|left|wall|clock|speed|throughput|"
                         r"timestamp|date|secs?|ms|sec/it|it/s)(?:$|[\W_])", re.IGNORECASE)
 _FILE_LINE = re.compile(r"\.\w{1,6}:$|\bline$", re.IGNORECASE)
+_GLUED = re.compile(r"[\[({]?[A-Za-z_][\w./]*[^\w\s\-]{1,3}")  # `loss=`, `objective≈`, `acc:` (not `mAP50-`)
 _WORD = re.compile(r"[A-Za-z_][\w./@\-()%]*")
 _STEP_HINTS = ("step", "steps", "iter", "iters", "iteration", "it", "batch", "update", "updates", "up", "upd",
                "global_step", "n_iter", "niter", "num_updates", "idx", "index", "i", "n", "#")
@@ -67,6 +69,7 @@ class Slot:
     time: bool  # never a series, never the step (clock, duration, rate, ETA, timestamp, file:line, a total)
     timed_name: bool = False  # a name that says time (`eta`, `took`, `data_time`): never the step, no learned series
     total: bool = False  # the total of `done/total`: never the step, never a series
+    glued: bool = False  # named inside its own token (`loss=0.3`, `objective≈2.41`)
     count: int = 0
     integer: bool = True
     last: float | None = None
@@ -148,7 +151,7 @@ def _slot_name(tokens: list[str], index: int, number_index: int) -> str | None:
     before = parts[number_index]
     if number_index > 0 and not re.search(r"[A-Za-z]", before):
         return None  # `<n>/<n>`, `<n>:<n>`: the second number of a pair
-    name = before.strip("[({|,;:= ").rstrip("/")
+    name = re.sub(r"[^\w)%.]+$", "", before.strip("[({|,;:= ").rstrip("/"))  # `objective≈`, `loss=`
     if name and _WORD.fullmatch(name) and not name.endswith(("_", "-")):
         return name
     if before.strip("[({|") and number_index == 0 and before.strip("[({|") not in ("-", "+"):
@@ -265,6 +268,7 @@ class ShapeLearner:
     def _see_slots(self, template: Template, raw: list[str], masked: list[str]) -> list[tuple[tuple[int, int], str]]:
         order = 0
         found: list[tuple[tuple[int, int], str]] = []
+        learning = template.count <= LEARN_LINES
         for index, token in enumerate(masked):
             if MASK not in token:
                 continue
@@ -275,11 +279,13 @@ class ShapeLearner:
                     name = self._name(template, index, number_index, order)
                     time = _slot_is_time(template.tokens, index, number_index, raw[index], name)
                     slot = template.slots[(index, number_index)] = Slot(
-                        name, time, bool(name and _TIME_NAME.search(name)), _slot_is_total(template.tokens, index, number_index))
-                try:
-                    slot.see(parse_value(text), text)
-                except ValueError:
-                    pass
+                        name, time, bool(name and _TIME_NAME.search(name)), _slot_is_total(template.tokens, index, number_index),
+                        number_index == 0 and _GLUED.fullmatch(template.tokens[index].split(MASK)[0]) is not None)
+                if learning or (index, number_index) == template.step_slot:
+                    try:
+                        slot.see(parse_value(text), text)
+                    except ValueError:
+                        pass
                 order += 1
         if template.step_slot is not None and not template.slots[template.step_slot].rising:
             template.step_slot = None  # it stopped rising: it was no axis
