@@ -89,6 +89,7 @@ class TextLogSource(OneFileSource):
         self._warnings = 0  # a library's nan/inf/overflow warnings so far
         self._held: list[tuple[Template, str, int | None]] = []  # lines whose shape has not repeated yet (and the
         # step they would have carried then), in order
+        self._unread: set[str] = set()  # held lines the known formats did not read when they were printed
         self._axis = Axis()  # the series and steps of the log's repeated lines (its training lines)
 
     def log_file(self) -> Path | None:
@@ -153,6 +154,8 @@ class TextLogSource(OneFileSource):
         if released is None and template is not None and template.held and template.established:
             repeated |= self._release(points, template)  # its first lines, read now that the shape repeats
         parsed = self._parse_record(cleaned)
+        if released is not None and parsed is not None and parsed.kind == "table" and cleaned in self._unread:
+            return repeated  # a row printed before its table's header: no column names then, none now
         reading = self._shapes.read(template, message) if template is not None and template.established else None
         parsed = merge(parsed, reading)
         if is_nonfinite_warning(message, parsed):
@@ -160,6 +163,8 @@ class TextLogSource(OneFileSource):
         if released is None and template is not None and held(parsed, template, self._axis):
             template.held += 1  # printed once so far: no series, no step until its shape repeats
             self._held.append((template, cleaned, self._last_step))
+            if parsed is None:
+                self._unread.add(cleaned)
             return repeated
         if parsed is None or self._is_exit_redraw(parsed):
             return repeated
@@ -196,6 +201,7 @@ class TextLogSource(OneFileSource):
         if now is not None:
             self._last_step = now
         self._held = kept
+        self._unread &= {line for _, line, _ in kept}
         return repeated
 
     @property

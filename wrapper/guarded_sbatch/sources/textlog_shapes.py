@@ -30,9 +30,9 @@ MAX_TOKEN_CHARS = 160  # a longer token (a path, a dump, a row glued with commas
 MAX_SLOTS_PER_TOKEN = 8
 LEARN_LINES = 64  # a template's slots are learned over its first lines; after them only its step axis is followed
 
-# a number inside a token: not glued to a letter on its left (`resnet50`, `fp16`, `x86_64` are names)
+# a number inside a token: not glued to a letter on its left (`resnet50`, `fp16`, `x86_64`, `mAP50-95` are names)
 _NUMBER = re.compile(
-    r"(?<![A-Za-z_\d.])(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\.#(?:INF|IND|QNAN)\d*)?"
+    r"(?<![A-Za-z_\d.])(?<![\w.]-)(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\.#(?:INF|IND|QNAN)\d*)?"
     r"|[-+]?(?:nan|NaN|NAN|inf|Inf|INF|Infinity|infinity)(?![A-Za-z]))"
 )
 MASK = "<n>"
