@@ -1,4 +1,4 @@
-"""Incremental reader of a training run's text log (stdout) and of HF's trainer_state.json.
+"""Incremental reader of a training run's text log (stdout) (and, from trainer_state.py, HF's trainer_state.json).
 
 Only complete records are parsed: bytes after the last newline are kept for the next read, so a line
 being written is never half-read. Carriage returns (tqdm) split records too, and a progress bar's redraw is read as
@@ -18,7 +18,6 @@ points: found (CONFIRMED, the reader's word), then DISMISSED if training goes on
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -32,7 +31,8 @@ from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table
 from guarded_sbatch.sources.textlog_learned import WARNINGS_KEY, Axis, held, is_nonfinite_warning, merge
 from guarded_sbatch.sources.textlog_shapes import ShapeLearner, Template
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
-from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data, read_whole
+from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data
+from guarded_sbatch.sources.trainer_state import TrainerStateSource  # noqa: F401  re-exported
 
 READ_BYTES = 16 * 1024 * 1024
 MAX_RECORD_CHARS = 64 * 1024
@@ -166,24 +166,29 @@ class TextLogSource(OneFileSource):
             if parsed is None:
                 self._unread.add(cleaned)
             return repeated
+        return self._record(parsed, template, points) or repeated
+
+    def _record(self, parsed: ParsedLine | None, template: Template | None, points: list[MetricPoint]) -> bool:
+        """A line's readings as points (events and headers kept as state); True when a key did not move past its
+        last step."""
         if parsed is None or self._is_exit_redraw(parsed):
-            return repeated
+            return False
         if parsed.kind in ("hf_header", "hf_summary", "overflow"):
             self._hf.header.update(parsed.header)
             self._overflow_step = parsed.step  # `Grad overflow on iteration N`: the scale line follows
-            return repeated
+            return False
         own_step = parsed.step is not None or (parsed.kind == "hf_dict" and not parsed.is_eval)
         if self._crashes.crash is not None:
             if not own_step:
-                return repeated  # written after the crash (launcher summaries...): not training metrics
+                return False  # written after the crash (launcher summaries...): not training metrics
             self._crashes.clear()
         self._sync_crash()
         step = self._step_of(parsed)
         if parsed.kind == "epoch_header" or not parsed.values:
-            return repeated
+            return False
         if template is not None and template.established:
             self._axis.see(step, parsed.values)
-        return self._add_values(parsed, step, points) or repeated
+        return self._add_values(parsed, step, points)
 
     def _release(self, points: list[MetricPoint], template: Template | None = None) -> bool:
         """Read the held lines of `template` (None: all of them), in the order they were printed; a line with no step
@@ -373,47 +378,3 @@ class _HFSteps:
         if self._interval:
             return max(self._interval, round(raw / self._interval) * self._interval)
         return max(1, round(raw))
-
-
-@guarded_reader
-class TrainerStateSource(OneFileSource):
-    """HF Trainer's trainer_state.json (`log_history`): rewritten at each checkpoint, re-read when it changes."""
-
-    kind = "textlog"
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._seen = 0
-        self._signature: tuple[int, int] | None = None
-
-    def read_new(self) -> list[MetricPoint]:
-        try:
-            stat = check_regular(self.path)
-            signature = (stat.st_mtime_ns, stat.st_size)
-            if signature == self._signature:
-                return []
-            text = read_whole(self.path).decode("utf-8", errors="replace")
-        except OSError:
-            return []
-        try:
-            # HF writes NaN/Infinity as bare words, which json accepts.
-            history = json.loads(text).get("log_history", [])
-        except (ValueError, AttributeError):
-            return []  # being rewritten: try again next time
-        if not isinstance(history, list):
-            return []
-        self._signature = signature
-        if len(history) < self._seen:  # an older checkpoint's state: replay from the start
-            self._seen = 0
-        points: list[MetricPoint] = []
-        for entry in history[self._seen :]:
-            if not isinstance(entry, dict):
-                continue
-            step = entry.get("step")
-            if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
-                continue
-            for key, value in entry.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    points.append(MetricPoint(int(step), 0.0, key, float(value)))
-        self._seen = len(history)
-        return newest_per_key_step(points)
