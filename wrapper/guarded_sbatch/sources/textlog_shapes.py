@@ -156,6 +156,8 @@ def _slot_name(tokens: list[str], index: int, number_index: int) -> str | None:
         return name
     if before.strip("[({|") and number_index == 0 and before.strip("[({|") not in ("-", "+"):
         return None  # text glued before the number that is no word
+    if index >= 2 and tokens[index - 1] in ("|", ":", "=") and _WORD.fullmatch(tokens[index - 2].strip("[(|:=")):
+        return tokens[index - 2].strip("[(|:=")  # `| policy_loss | 0.0006 |`: a vertical key/value table's row
     words: list[str] = []
     for previous in reversed(tokens[max(0, index - 3) : index]):
         if MASK in previous or _WILD in previous or previous in ("|", "-", ":", "=", ",", ";", "/"):
