@@ -148,6 +148,8 @@ def _slot_name(tokens: list[str], index: int, number_index: int) -> str | None:
     (`loss=`, `[key`), else up to three fixed words before the token."""
     token = tokens[index]
     parts = token.split(MASK)
+    if number_index >= len(parts) - 1:
+        return None  # a token that varies (a wildcard): its numbers have no fixed text around them
     before = parts[number_index]
     if number_index > 0 and not re.search(r"[A-Za-z]", before):
         return None  # `<n>/<n>`, `<n>:<n>`: the second number of a pair
@@ -180,6 +182,8 @@ def _slot_name(tokens: list[str], index: int, number_index: int) -> str | None:
 def _slot_is_time(tokens: list[str], index: int, number_index: int, raw_token: str | None, name: str | None) -> bool:
     token = tokens[index]
     parts = token.split(MASK)
+    if number_index >= len(parts) - 1:
+        return raw_token is not None and _CLOCK.search(raw_token) is not None
     after = parts[number_index + 1] if number_index + 1 < len(parts) else ""
     before = parts[number_index]
     if raw_token is not None and _CLOCK.search(raw_token):
@@ -199,6 +203,8 @@ def _slot_is_time(tokens: list[str], index: int, number_index: int, raw_token: s
 def _slot_is_total(tokens: list[str], index: int, number_index: int) -> bool:
     """The total of `done/total` (`[12/500]`, `Step 5350/50000;`): a bound, not a reading."""
     parts = tokens[index].split(MASK)
+    if number_index >= len(parts) - 1:
+        return False
     after = parts[number_index + 1] if number_index + 1 < len(parts) else ""
     return number_index > 0 and parts[number_index] == "/" and not re.search(r"[A-Za-z]", after)
 
@@ -282,7 +288,8 @@ class ShapeLearner:
                     time = _slot_is_time(template.tokens, index, number_index, raw[index], name)
                     slot = template.slots[(index, number_index)] = Slot(
                         name, time, bool(name and _TIME_NAME.search(name)), _slot_is_total(template.tokens, index, number_index),
-                        number_index == 0 and _GLUED.fullmatch(template.tokens[index].split(MASK)[0]) is not None)
+                        number_index == 0 and MASK in template.tokens[index]
+                        and _GLUED.fullmatch(template.tokens[index].split(MASK)[0]) is not None)
                 if learning or (index, number_index) == template.step_slot:
                     try:
                         slot.see(parse_value(text), text)
