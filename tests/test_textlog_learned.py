@@ -138,3 +138,12 @@ def test_a_library_nan_warning_is_counted_and_a_cuda_assert_is_a_crash(tmp_path:
     series = _series(source.read_new())
     assert series[WARNINGS_KEY] == [(5, 2.0)]  # two warnings at step 5: the count there is 2
     assert [c.exception for c in source.take_crashes()][0].startswith("CUDA error")
+
+
+def test_a_word_that_varies_between_lines_of_one_shape_is_no_slot(tmp_path: Path) -> None:
+    """Tokens that differ between lines of one template become wildcards; numbers inside them have no fixed text."""
+    log = tmp_path / "train.log"
+    words = ["alpha", "b3ta", "g4mma-7", "delta", "eps1lon2", "zeta"]
+    log.write_text("".join(f"run {w} step {i} loss {2 - i * 0.1:.2f}\n" for i, w in enumerate(words, start=1)))
+    series = _series(TextLogSource(log).read_new())
+    assert [s for s, _ in series["loss"]] == [1, 2, 3, 4, 5, 6]
