@@ -8,6 +8,7 @@ import numpy as np
 from guarded_sbatch.judge.checks_scale import looks_cumulative
 from guarded_sbatch.judge.findings import Finding, fmt, median
 from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.keys import key_words
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys
 from guarded_sbatch.judge.verdict import Anomaly, Reason
@@ -67,6 +68,7 @@ def check_nonfinite_loss(
     confirmed = (_explosion_before(steps, values, counted, onset_index, policy)
                  or _eval_failed_too(history, keys, int(steps[onset_index - 1]) if onset_index else onset - 1)
                  or _terms_failed_too(history, keys, onset)
+                 or _average_failed_too(history, keys, onset)
                  or _held(policy, context))
     if confirmed:
         return Finding.stop(reason, f"{what} at step {onset}, {confirmed}", anomaly)
@@ -97,6 +99,20 @@ def _terms_failed_too(history: MetricHistory, keys: RunKeys, step: int) -> str:
         return ""
     return (f"and every other loss term logged with it is non-finite too ({', '.join(failed[:5])}): the model's "
             "outputs are non-finite, not one term")
+
+
+_AVERAGE_WORDS = frozenset({"avg", "average", "mean", "running", "smoothed", "ema", "moving"})
+
+
+def _average_failed_too(history: MetricHistory, keys: RunKeys, step: int) -> str:
+    """A running average of the loss non-finite at the same step: an average that took in a NaN stays NaN, so the
+    NaN is held by construction ("" otherwise)."""
+    for key in keys.loss_parts:
+        value = history.value_at(key, step)
+        if value is not None and not np.isfinite(value) and set(key_words(key)) & _AVERAGE_WORDS:
+            return (f"and {key}, a running average of it, is {value} at the same step: an average that took in a "
+                    "non-finite value stays non-finite")
+    return ""
 
 
 def _nonfinite_loss_parts(history: MetricHistory, keys: RunKeys, policy: JudgePolicy,

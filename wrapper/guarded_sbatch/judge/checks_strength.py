@@ -51,9 +51,10 @@ def _orders(ratio: float) -> str:
     return f"{math.log10(ratio):.1f} orders of magnitude" if ratio > 0 else "?"
 
 
-def check_magnitude_jump(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    """STOP at once on a jump by `jump_orders` orders of magnitude that is still held."""
-    steps, values = _finite_loss(history, keys)
+def jump_in(steps: np.ndarray, values: np.ndarray, policy: JudgePolicy) -> tuple[int, float, int, float] | None:
+    """(onset step, peak, peak step, level before) of the latest jump by `jump_orders` orders of magnitude, reached
+    within `jump_within_points` points, 10 x above where the series started and still held; None when there is none
+    (or it came back down since: a spike for the memory check)."""
     n = len(values)
     if n < 2:
         return None
@@ -71,18 +72,31 @@ def check_magnitude_jump(history: MetricHistory, keys: RunKeys, policy: JudgePol
         if peak < factor * level or peak < _ABOVE_HEAD * head:
             continue
         if float(np.min(since)) < factor / 10 * level:
-            return None  # it came back down since: a spike for the memory check, not a held jump
+            return None
         top = int(np.argmax(since[:within]))
-        evidence = (f"{keys.train_loss} {fmt(peak)} at step {int(steps[t + top])} after {fmt(level)} (median of the "
-                    f"{len(before)} points before step {int(steps[t])}): x{peak / level:.3g}, {_orders(peak / level)} "
-                    f"within {top + 1} logged point(s), {fmt(float(since[-1]))} at step {int(steps[-1])}")
-        return Finding.hard_stop(
-            Reason.DIVERGENCE,
-            f"training loss exploded: {evidence} (strong evidence: >= {policy.jump_orders:g} orders of magnitude "
-            "decides with any number of points)",
-            Anomaly("explosion", keys.train_loss or "", int(steps[t]), peak, evidence),
-        )
+        return int(steps[t]), peak, int(steps[t + top]), level
     return None
+
+
+def check_magnitude_jump(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """STOP at once on a jump by `jump_orders` orders of magnitude that is still held."""
+    steps, values = _finite_loss(history, keys)
+    found = jump_in(steps, values, policy)
+    if found is None:
+        return None
+    onset, peak, peak_step, level = found
+    t = int(np.searchsorted(steps, onset))
+    top = int(np.searchsorted(steps, peak_step)) - t
+    before = values[max(0, t - _BEFORE_POINTS) : t]
+    evidence = (f"{keys.train_loss} {fmt(peak)} at step {peak_step} after {fmt(level)} (median of the "
+                f"{len(before)} points before step {onset}): x{peak / level:.3g}, {_orders(peak / level)} "
+                f"within {top + 1} logged point(s), {fmt(float(values[-1]))} at step {int(steps[-1])}")
+    return Finding.hard_stop(
+        Reason.DIVERGENCE,
+        f"training loss exploded: {evidence} (strong evidence: >= {policy.jump_orders:g} orders of magnitude "
+        "decides with any number of points)",
+        Anomaly("explosion", keys.train_loss or "", onset, peak, evidence),
+    )
 
 
 def check_absurd_loss(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:

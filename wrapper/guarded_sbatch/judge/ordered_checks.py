@@ -36,6 +36,7 @@ metric, its values and their steps.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,11 +44,12 @@ from typing import Any
 import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
-from guarded_sbatch.judge import (checks_climb, checks_crash, checks_dead, checks_eval, checks_finite, checks_scale,
-                                  checks_schedule, checks_stall, checks_strength, checks_trend, checks_window,
-                                  unguarded)
+from guarded_sbatch.judge import (checks_anyslot, checks_climb, checks_crash, checks_dead, checks_eval, checks_finite,
+                                  checks_nohistory, checks_scale, checks_schedule, checks_stall, checks_strength,
+                                  checks_trend, checks_window, unguarded)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
+from guarded_sbatch.judge.keys import Direction
 from guarded_sbatch.judge.policy import JudgePolicy, RunContext
 from guarded_sbatch.judge.select import RunKeys, select_keys
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
@@ -62,6 +64,7 @@ class CheckInput:
     policy: JudgePolicy
     context: RunContext | None
     excused: Any  # fp16 skipped steps (checks_finite.fp16_skipped_steps)
+    warned: Any = frozenset()  # ... and the steps the library warned of an inf/nan or overflow (optimizer metrics)
 
 
 # The checks, in the documented order (the first STOP wins, else the first WAIT). A new check is one function
@@ -72,20 +75,31 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
                                                                       c.context)),
     ("magnitude_jump", lambda c: checks_strength.check_magnitude_jump(c.history, c.keys, c.policy)),
     ("absurd_loss", lambda c: checks_strength.check_absurd_loss(c.history, c.keys, c.policy)),
+    ("any_non_finite", lambda c: checks_anyslot.check_any_nonfinite(c.history, c.keys, c.policy, c.excused,
+                                                                    c.context)),
+    ("any_explosion", lambda c: checks_anyslot.check_any_explosion(c.history, c.keys, c.policy)),
+    ("never_finite", lambda c: checks_nohistory.check_never_finite(c.history, c.keys, c.policy)),
     ("above_chance", lambda c: checks_strength.check_above_chance(c.history, c.keys, c.policy)),
     ("repeated_spikes", lambda c: checks_strength.check_repeated_spikes(c.history, c.keys, c.policy)),
     ("nan_counter", lambda c: checks_finite.check_nan_counter(c.history, c.keys, c.policy)),
+    ("nan_warnings", lambda c: checks_anyslot.check_nan_warnings(c.history, c.keys, c.policy)),
     ("non_finite_optimizer", lambda c: checks_finite.check_nonfinite_optimizer_metrics(c.history, c.keys, c.policy,
-                                                                                        c.excused)),
+                                                                                        c.excused | c.warned)),
     ("eval_failing", lambda c: checks_finite.check_eval_failing(c.history, c.keys, c.policy)),
     ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
     ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
     ("short_window_grad_jump", lambda c: checks_window.check_short_window_grad_jump(c.history, c.keys, c.policy)),
     ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
-    ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy, c.excused)),
+    ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy,
+                                                                   c.excused | c.warned)),
     ("lr_schedule", lambda c: checks_schedule.check_lr_schedule(c.history, c.keys, c.policy)),
+    ("frozen_model", lambda c: checks_nohistory.check_frozen_model(c.history, c.keys, c.policy)),
+    ("lr_at_zero", lambda c: checks_nohistory.check_lr_at_zero(c.history, c.keys, c.policy)),
+    ("decibel_chance", lambda c: checks_nohistory.check_decibel_chance(c.history, c.keys, c.policy)),
+    ("chance_stuck", lambda c: checks_nohistory.check_chance_stuck(c.history, c.keys, c.policy)),
     ("frozen_loss", lambda c: checks_dead.check_frozen_loss(c.history, c.keys, c.policy)),
     ("zero_signal", lambda c: checks_dead.check_zero_signal(c.history, c.keys, c.policy)),
+    ("batch_invariant", lambda c: checks_nohistory.check_batch_invariant(c.history, c.keys, c.policy)),
     ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
     ("stagnation", lambda c: checks_stall.check_stagnation(c.history, c.keys, c.policy)),
     ("eval_at_zero", lambda c: checks_dead.check_eval_at_zero(c.history, c.keys, c.policy)),
@@ -95,6 +109,22 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("eval_vs_baseline", lambda c: checks_eval.check_eval_vs_baseline(c.history, c.keys, c.policy)),
     ("other_non_finite", lambda c: checks_finite.check_other_nonfinite(c.history, c.keys)),
 ]
+
+
+# the checks that read the training loss whichever way it improves; the others take a loss as lower-is-better, and do
+# not see a score chosen as the objective (SI-SNR, PSNR: objective.py)
+DIRECTION_FREE = frozenset({"loss_scale_collapse", "non_finite_loss", "absurd_loss", "any_non_finite", "any_explosion",
+                            "never_finite", "frozen_model", "decibel_chance",
+                            "nan_counter", "nan_warnings", "non_finite_optimizer", "eval_failing", "grad_explosion",
+                            "lr_schedule", "frozen_loss", "eval_at_zero", "eval_regressing", "stale",
+                            "eval_vs_baseline", "other_non_finite"})
+
+
+def _for(name: str, inputs: CheckInput) -> CheckInput:
+    """What check `name` is given: a higher-is-better objective only to the checks that read either direction."""
+    if inputs.keys.loss_direction is not Direction.HIGHER_IS_BETTER or name in DIRECTION_FREE:
+        return inputs
+    return dataclasses.replace(inputs, keys=dataclasses.replace(inputs.keys, train_loss=None))
 
 
 def _once_each(anomalies: Iterable[Anomaly]) -> tuple[Anomaly, ...]:
@@ -130,8 +160,8 @@ def decide(
         return _nothing_to_judge(history, policy, crashed, summary)
 
     excused = checks_scale.fp16_skipped_steps(history, keys)
-    inputs = CheckInput(history, keys, policy, context, excused)
-    checks = [check(inputs) for _, check in CHECKS]
+    inputs = CheckInput(history, keys, policy, context, excused, checks_anyslot.warned_steps(history, keys))
+    checks = [check(_for(name, inputs)) for name, check in CHECKS]
     findings = [*checks, crashed] if cause_unknown else [crashed, *checks]
     present = [f for f in findings if f is not None]
     anomalies = _once_each(a for f in present for a in f.anomalies)
@@ -142,7 +172,7 @@ def decide(
     if first is not None:
         decision, reason, message = first
         return Verdict(decision, reason, message, anomalies, last_step, summary)
-    if thin and keys.train_loss is not None and not _falling(history, keys.train_loss, policy):
+    if thin and keys.train_loss is not None and not _falling(history, keys, policy):
         return Verdict(
             Decision.WAIT, Reason.TOO_EARLY,
             f"only {loss_points} training-loss points so far; need {policy.min_loss_points}",
@@ -203,14 +233,19 @@ HARD_REASONS = frozenset({
 })
 
 
-def _falling(history: MetricHistory, key: str, policy: JudgePolicy) -> bool:
+def _falling(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> bool:
     """A short loss series that shows nothing wrong: at least 2 finite points, the newest within noise (10 %) of the
     first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
-    values = history.series(key)[1]
+    values = history.series(keys.train_loss or "")[1]
     finite = values[np.isfinite(values)]
+    if keys.loss_direction is Direction.HIGHER_IS_BETTER:  # a score chosen as the objective: rising is learning
+        finite = -finite
     if policy.chance_loss is not None and len(finite) and finite[-1] >= policy.chance_multiple * policy.chance_loss:
         return False  # far above the chance level: waiting for the points that decide it
-    return len(finite) >= 2 and finite[-1] <= 1.1 * finite[0] and float(np.max(finite)) <= 2 * max(float(finite[0]), 0.0)
+    if len(finite) < 2:
+        return False
+    first, size = float(finite[0]), abs(float(finite[0]))  # a loss may be negative (a Dice loss, a log-likelihood)
+    return finite[-1] <= first + 0.1 * size and float(np.max(finite)) <= first + size
 
 
 def _logged_steps(history: MetricHistory, keys: list[str]) -> int:

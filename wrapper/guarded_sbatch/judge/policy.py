@@ -44,6 +44,11 @@ class JudgePolicy:
     jump_within_points: int = 3
     # a finite training loss at >= 10**absurd_loss_orders is numbers about to overflow (float32 ends at 3.4e38)
     absurd_loss_orders: float = 30.0
+    # any other series of the training lines (a loss term, an unnamed column; not the optimizer's, timing or counters):
+    # a held jump by jump_orders orders of magnitude to at least this value is an explosion (checks_anyslot.py)
+    explosion_min_value: float = 1e6
+    # the training library's own inf/nan or overflow warnings at each of the last N logged steps: every step skipped
+    nan_warning_streak: int = 30
     # a training loss at >= chance_multiple x the chance level (chance_loss), or >= first_loss_multiple x the
     # first logged loss when the chance level is not known, at chance_points logged points in a row
     chance_multiple: float = 3.0
@@ -56,6 +61,23 @@ class JudgePolicy:
     # a frozen training loss: the last N logged losses identical (>= 4 significant digits), or within 1e-4 of each
     # other at ln(k) for k = 2..20 (a uniform guess): STOP with any number of points
     frozen_points: int = 3
+    # strength without history (checks_nohistory.py): every training-loss series repeating its value exactly at its last
+    # N logged points; or the loss moving by less than frozen_rel of itself between its last two (different) values
+    frozen_all_points: int = 5
+    frozen_rel: float = 1e-6
+    # the learning rate exactly 0, or held at most tiny_lr, at its last N logged points while the loss does not fall
+    lr_zero_points: int = 5
+    tiny_lr: float = 1e-7
+    # a classifier's loss within chance_stuck_tolerance of ln k at its last chance_stuck_points points, spanning at
+    # least chance_stuck_steps steps after the run's first ones
+    chance_stuck_steps: int = 1000
+    chance_stuck_tolerance: float = 0.005
+    # the loss within batch_spread_max (relative) of its median at its last batch_spread_points points: WAIT
+    batch_spread_points: int = 8
+    batch_spread_max: float = 0.002
+    # a decibel objective (SNR, SI-SNR, SDR) within db_chance_band dB of 0 dB at its last chance_stuck_points points
+    chance_stuck_points: int = 8
+    db_chance_band: float = 1.0
     # non-finite grad norm / LR (outside fp16 skipped steps): STOP when the last N logged values are all non-finite
     nonfinite_patience_points: int = 3
     # fp16: STOP when the loss scale sits at its floor for this many steps with steps skipped

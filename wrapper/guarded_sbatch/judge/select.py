@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.keys import Direction, KeyRole, Role, classify_key, key_words
+from guarded_sbatch.judge.objective import NAN_WARNINGS_KEY, choose_objective, never_objective
 from guarded_sbatch.judge.policy import JudgePolicy
 
 
@@ -33,6 +34,12 @@ class RunKeys:
     overflow: str | None = None  # the text log's mark of an fp16 overflow event (sources/textlog_formats.py)
     loss_parts: tuple[str, ...] = ()  # the other training-loss series (a detector's loss terms, an epoch mean)
     loss_why: str = ""  # one line: which key was taken as the training loss, and why
+    # which way the judged training loss improves: a series chosen by what it does may be a score (SI-SNR, PSNR)
+    loss_direction: Direction = Direction.LOWER_IS_BETTER
+    nan_warnings: str | None = None  # the text reader's count of a library's own inf/nan / overflow warnings
+    # every other series of the training lines judged for NaN and explosions (checks_anyslot.py): not the optimizer's,
+    # timing, throughput, memory or counters by name, nor the judged loss or an evaluation
+    watched: tuple[str, ...] = ()
 
     @property
     def key_metric(self) -> str | None:
@@ -63,6 +70,9 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
 
     losses = with_role(Role.TRAIN_LOSS)
     train_loss = policy.train_loss_key or most_points(losses)
+    objective = None if train_loss else choose_objective(history, roles)
+    if objective is not None:
+        train_loss = objective.key
     # a `train`-tagged accuracy (a run without validation) is not an evaluation
     evals = [k for k in with_role(Role.EVAL_METRIC) if k != train_loss and not _train_tagged(k)]
     # eval losses before other eval metrics: the loss is what every run has and the judge knows best;
@@ -84,7 +94,13 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
     nan_counters = [k for k in skipped if "nan" in key_words(k)]
     preferred_skipped = [k for k in skipped if k not in nan_counters]
     overflows = [k for k in preferred_skipped if "overflow" in key_words(k)]
+    loss_parts = tuple(k for k in losses if k != train_loss)
+    judged = {train_loss, *evals, *with_role(Role.LEARNING_RATE), *with_role(Role.GRAD_NORM),
+              *with_role(Role.LOSS_SCALE), *skipped}
+    watched = tuple(k for k, role in roles.items()
+                    if k not in judged and (k in loss_parts or not never_objective(k, role)))
     return RunKeys(
+        watched=watched,
         train_loss=train_loss,
         eval_keys=tuple(evals),
         directions=directions,
@@ -94,8 +110,10 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         skipped=most_points(preferred_skipped),
         nan_counter=most_points(nan_counters),
         overflow=most_points(overflows),
-        loss_parts=tuple(k for k in losses if k != train_loss),
-        loss_why=_loss_why(history, train_loss, losses, policy),
+        loss_parts=loss_parts,
+        loss_why=objective.why if objective is not None else _loss_why(history, train_loss, losses, policy),
+        loss_direction=objective.direction if objective is not None else Direction.LOWER_IS_BETTER,
+        nan_warnings=NAN_WARNINGS_KEY if NAN_WARNINGS_KEY in history else None,
     )
 
 

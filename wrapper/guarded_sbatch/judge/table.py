@@ -23,7 +23,8 @@ _NAMES = ("train_loss_key", "key_metric")  # metric names (strings)
 _DIRECTIONS = {"min": Direction.LOWER_IS_BETTER, "max": Direction.HIGHER_IS_BETTER}
 _ANY_NUMBER = ("target", "baseline", "chance_loss")  # values of the key metric: any finite number
 _FRACTIONS = ("loss_scale_min_skip_rate", "relative_noise_floor", "plateau_min_improvement",
-              "plateau_chance_tolerance", "eval_flat_rel", "stall_min_progress")  # in (0, 1]
+              "plateau_chance_tolerance", "eval_flat_rel", "stall_min_progress", "frozen_rel",
+              "chance_stuck_tolerance", "batch_spread_max")  # in (0, 1]
 _RATIOS = ("spike_min_ratio", "divergence_ratio", "grad_explosion_ratio", "short_jump_ratio",
            "nonfinite_after_explosion_ratio", "lr_restart_ratio", "chance_multiple", "first_loss_multiple",
            "spike_memory_ratio")  # at least 1

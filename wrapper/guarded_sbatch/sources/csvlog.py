@@ -13,6 +13,7 @@ import csv
 import io
 import math
 import os
+import re
 from pathlib import Path
 
 from guarded_sbatch.sources.points import MetricPoint, newest_per_key_step
@@ -20,7 +21,7 @@ from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.files import guarded_reader, read_whole
 from guarded_sbatch.sources.textlog_formats import yolo_loss_sum
 
-_STEP_COLUMNS = ("step", "global_step", "trainer/global_step")
+_STEP_COLUMNS = ("step", "global_step", "trainer/global_step", "iteration", "iter", "it", "update", "updates", "batch")
 _EPOCH_COLUMN = "epoch"  # the axis of a file without a step column (YOLO's results.csv: one row per epoch)
 
 
@@ -38,6 +39,25 @@ def _row_values(header: list[str], row: list[str], axis: str | None) -> dict[str
     if total is not None:
         values["train/loss"] = total
     return values
+
+
+_CSV_NAME = re.compile(r"\s*[A-Za-z_][\w./@()%\- ]{0,80}\s*")
+_CSV_CELL = re.compile(r"\s*(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)|)\s*", re.IGNORECASE)
+
+
+def is_csv_text(head: bytes) -> bool:
+    """Whether a file's first bytes are a CSV log: a header row of two or more names, then rows of as many
+    comma-separated numbers (a CSV handed as a text log is read as CSV)."""
+    lines = head.decode("utf-8", "replace").splitlines()[:3]
+    if len(lines) < 2:
+        return False
+    header = lines[0].split(",")
+    if len(header) < 2 or not all(_CSV_NAME.fullmatch(name) for name in header):
+        return False
+    rows = [line.split(",") for line in lines[1:] if line.strip()]
+    # every row as wide as the header, most of its cells numbers (a `created_at` column is text)
+    return bool(rows) and all(len(row) == len(header) and 2 * sum(bool(_CSV_CELL.fullmatch(c)) for c in row) > len(row)
+                              for row in rows)
 
 
 @guarded_reader

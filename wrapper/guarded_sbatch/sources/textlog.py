@@ -1,4 +1,4 @@
-"""Incremental reader of a training run's text log (stdout) and of HF's trainer_state.json.
+"""Incremental reader of a training run's text log (stdout) (and, from trainer_state.py, HF's trainer_state.json).
 
 Only complete records are parsed: bytes after the last newline are kept for the next read, so a line
 being written is never half-read. Carriage returns (tqdm) split records too, and a progress bar's redraw is read as
@@ -18,7 +18,6 @@ points: found (CONFIRMED, the reader's word), then DISMISSED if training goes on
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -29,8 +28,11 @@ from guarded_sbatch.sources.points import CrashEvent, CrashState, MetricPoint, n
 from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
+from guarded_sbatch.sources.textlog_learned import WARNINGS_KEY, Axis, held, is_nonfinite_warning, merge
+from guarded_sbatch.sources.textlog_shapes import ShapeLearner, Template
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
-from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data, read_whole
+from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data
+from guarded_sbatch.sources.trainer_state import TrainerStateSource  # noqa: F401  re-exported
 
 READ_BYTES = 16 * 1024 * 1024
 MAX_RECORD_CHARS = 64 * 1024
@@ -81,6 +83,12 @@ class TextLogSource(OneFileSource):
         self._last_bar: tuple[int | None, int] | None = None  # (step, count) of the newest progress-bar redraw
         self._scale_drops: tuple[int | None, int] = (None, 0)  # (last completed step, loss-scale drops since it)
         self._bar_shows: dict[str, float] = {}  # what the progress bar's postfix shows now, per key
+        self._shapes = ShapeLearner()  # the log's own line templates (textlog_shapes)
+        self._warnings = 0  # a library's nan/inf/overflow warnings so far
+        self._held: list[tuple[Template, str, int | None]] = []  # lines whose shape has not repeated yet (and the
+        # step they would have carried then), in order
+        self._unread: set[str] = set()  # held lines the known formats did not read when they were printed
+        self._axis = Axis()  # the series and steps of the log's repeated lines (its training lines)
 
     def log_file(self) -> Path | None:
         return self.path
@@ -102,6 +110,8 @@ class TextLogSource(OneFileSource):
                         repeated |= self._parse(piece, points)
                 else:
                     repeated |= self._parse(line, points)
+        if not self._axis.known and self._held:
+            repeated |= self._release(points)  # no shape has repeated yet: every line is read as it is
         self._sync_crash(end_of_read=True)  # a log that ends inside a traceback
         return newest_per_key_step(points) if repeated else points
 
@@ -132,10 +142,32 @@ class TextLogSource(OneFileSource):
             self._sync_crash()  # a traceback cut off by an ordinary line was no crash after all: it is taken back
         return self._parse_record_line(cleaned, points)
 
-    def _parse_record_line(self, cleaned: str, points: list[MetricPoint]) -> bool:
+    def _parse_record_line(self, cleaned: str, points: list[MetricPoint], released: Template | None = None) -> bool:
         if _SCHEDULER_LINE.match(cleaned):
             return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
+        message = strip_headers(cleaned)
+        template = released or self._shapes.observe(message)
+        repeated = False
+        if released is None and template is not None and template.held and template.established:
+            repeated |= self._release(points, template)  # its first lines, read now that the shape repeats
         parsed = self._parse_record(cleaned)
+        if released is not None and parsed is not None and parsed.kind == "table" and cleaned in self._unread:
+            return repeated  # a row printed before its table's header: no column names then, none now
+        reading = self._shapes.read(template, message) if template is not None and template.established else None
+        parsed = merge(parsed, reading)
+        if is_nonfinite_warning(message, parsed):
+            self._count_warning(parsed, points)
+        if released is None and template is not None and held(parsed, template, self._axis):
+            template.held += 1  # printed once so far: no series, no step until its shape repeats
+            self._held.append((template, cleaned, self._last_step))
+            if parsed is None:
+                self._unread.add(cleaned)
+            return repeated
+        return self._record(parsed, template, points) or repeated
+
+    def _record(self, parsed: ParsedLine | None, template: Template | None, points: list[MetricPoint]) -> bool:
+        """A line's readings as points (events and headers kept as state); True when a key did not move past its
+        last step."""
         if parsed is None or self._is_exit_redraw(parsed):
             return False
         if parsed.kind in ("hf_header", "hf_summary", "overflow"):
@@ -151,7 +183,41 @@ class TextLogSource(OneFileSource):
         step = self._step_of(parsed)
         if parsed.kind == "epoch_header" or not parsed.values:
             return False
+        if template is not None and template.established:
+            self._axis.see(step, parsed.values)
         return self._add_values(parsed, step, points)
+
+    def _release(self, points: list[MetricPoint], template: Template | None = None) -> bool:
+        """Read the held lines of `template` (None: all of them), in the order they were printed; a line with no step
+        of its own takes the step it would have carried when it was printed."""
+        repeated = False
+        kept: list[tuple[Template, str, int | None]] = []
+        now = self._last_step
+        for shape, line, carried in self._held:
+            if template is None or shape is template:
+                shape.held -= 1
+                self._last_step = carried
+                repeated |= self._parse_record_line(line, points, released=shape)
+            else:
+                kept.append((shape, line, carried))
+        if now is not None:
+            self._last_step = now
+        self._held = kept
+        self._unread &= {line for _, line, _ in kept}
+        return repeated
+
+    @property
+    def lines_held_out(self) -> int:
+        """Lines with numbers whose shape has not repeated: printed once (a sample, a setting), never a series."""
+        return len(self._held)
+
+    def _count_warning(self, parsed: ParsedLine | None, points: list[MetricPoint]) -> None:
+        """A library said it met a nan/inf (or skipped a step for it): one more, at the step being computed."""
+        self._warnings += 1
+        step = parsed.step if parsed is not None and parsed.step is not None else self._last_step
+        if step is None:
+            step = self._hf.bar_step if self._hf.bar_step is not None else self._ordinal + 1
+        points.append(MetricPoint(step, parsed.wall_time if parsed else 0.0, WARNINGS_KEY, float(self._warnings)))
 
     def _is_exit_redraw(self, parsed: ParsedLine) -> bool:
         """Follow the progress bar; True for its last redraw as the program exits, after the traceback (not
@@ -194,6 +260,7 @@ class TextLogSource(OneFileSource):
         if self._table is not None:
             row = table_row(before_bar, self._table)
             if row is not None:
+                row.kind = "table"
                 return row
         return parse_line(cleaned)
 
@@ -307,47 +374,3 @@ class _HFSteps:
         if self._interval:
             return max(self._interval, round(raw / self._interval) * self._interval)
         return max(1, round(raw))
-
-
-@guarded_reader
-class TrainerStateSource(OneFileSource):
-    """HF Trainer's trainer_state.json (`log_history`): rewritten at each checkpoint, re-read when it changes."""
-
-    kind = "textlog"
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self._seen = 0
-        self._signature: tuple[int, int] | None = None
-
-    def read_new(self) -> list[MetricPoint]:
-        try:
-            stat = check_regular(self.path)
-            signature = (stat.st_mtime_ns, stat.st_size)
-            if signature == self._signature:
-                return []
-            text = read_whole(self.path).decode("utf-8", errors="replace")
-        except OSError:
-            return []
-        try:
-            # HF writes NaN/Infinity as bare words, which json accepts.
-            history = json.loads(text).get("log_history", [])
-        except (ValueError, AttributeError):
-            return []  # being rewritten: try again next time
-        if not isinstance(history, list):
-            return []
-        self._signature = signature
-        if len(history) < self._seen:  # an older checkpoint's state: replay from the start
-            self._seen = 0
-        points: list[MetricPoint] = []
-        for entry in history[self._seen :]:
-            if not isinstance(entry, dict):
-                continue
-            step = entry.get("step")
-            if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
-                continue
-            for key, value in entry.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    points.append(MetricPoint(int(step), 0.0, key, float(value)))
-        self._seen = len(history)
-        return newest_per_key_step(points)

@@ -1,5 +1,6 @@
 """Fatal endings of a training log: Python tracebacks and the known fatal lines of trainers,
-launchers and Slurm (CUDA OOM, NCCL watchdog timeouts, fp16 loss scale at its minimum, ...).
+launchers and Slurm (CUDA OOM, CUDA errors and device-side asserts, C/CUDA assertion failures, NCCL watchdog timeouts,
+fp16 loss scale at its minimum, ...).
 
 The tracker sees every line in order. Lines of a traceback (frames, source, carets, the exception)
 are never metrics. The first fatal line after the last training record is the crash, named by its root
@@ -32,6 +33,9 @@ _FATAL_LINES: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")),
     ("NaN loss", ("Invalid loss", "Loss became"),
      re.compile(r"Invalid loss, terminating training|Loss became infinite or NaN at iteration")),
+    ("CUDA error", ("CUDA error", "device-side assert", "cuda runtime error", "CUDA_ERROR_"),
+     re.compile(r"CUDA error: |device-side assert(?:ion)? triggered|cuda runtime error \(\d{1,4}\)|CUDA_ERROR_\w{1,60}")),
+    ("assertion failed", ("Assertion",), re.compile(r"Assertion [`'\"].{0,400}[`'\"] failed")),
     ("aborted", ("terminate called", "Fatal Python", "Segmentation fault", "Bus error", "Killed"),
      re.compile(r"terminate called after throwing an instance of|^Fatal Python error:"
                 r"|Segmentation fault|^Bus error|^Killed$")),

@@ -73,6 +73,7 @@ _BANNER = re.compile(r"\b(?:params|parameters|num_parameters|n_params|FLOPs)\b\s
                      r"|^\s*[\d.,]+\s*[KMGT]?\s+(?:Trainable|Non-trainable|Total) params|^Modules in \w+ mode:",
                      re.IGNORECASE)
 _HEADERLESS_ROW = re.compile(rf"[A-Za-z][\w\-]{{0,30}}(?:\s+(?:{_N})%?){{3,64}}\s*")
+_ROW_NAME = re.compile(r"[A-Za-z_][\w./\-]{0,80}")
 _COLUMN = re.compile(r"[A-Za-z][\w()\-@/%.]*(?::[\w()\-@/%.]+)?:?")  # `mAP@.5:.95:` (YOLOv5's last column)
 _ROW_FIELD = re.compile(rf"(?:{_N})(?:/\d+)?[A-Za-z%]{{0,3}}:?|all")
 
@@ -189,7 +190,11 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
     parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
     found: dict[str, float] = {}
     if message.count("|", 0, HEAD) >= 2:
-        for cell in message.split("|", 128):
+        cells = [c.strip() for c in message.split("|", 128)]
+        named = [c for c in cells if c]
+        if len(named) == 2 and _ROW_NAME.fullmatch(named[0]) and NUMBER.fullmatch(named[1]):
+            found[named[0]] = parse_number(named[1])  # `| policy_loss | 0.0006 |`: a key/value table's row
+        for cell in cells:
             for key, value in cell_pairs(cell):
                 found.setdefault(key, value)
         candidates = [(k, v, message.find(k) + len(k) + 1) for k, v in found.items()]
