@@ -57,9 +57,11 @@ def test_the_likeliest_loss_is_a_lower_is_better_name_then_a_falling_series_neve
     assert likeliest_loss(_history({"ppl": falling, "wps": [12000.0 + i for i in range(20)], "lr": flat})) == "ppl"
     assert likeliest_loss(_history({"qq": falling, "zz": flat})) == "qq"
     assert likeliest_loss(_history({"time": falling, "data": flat, "eta": flat})) is None
-    blind = decide(_history({"ppl": falling, "wps": flat, "lr": [3e-4] * 20}))
+    judged = decide(_history({"ppl": falling, "wps": flat, "lr": [3e-4] * 20}))
+    assert judged.reason is not Reason.UNGUARDED  # an objective by its name and what it does: judged
+    blind = decide(_history({"time": [0.3, 0.35, 0.31] * 7, "data": [0.02, 0.03, 0.025] * 7, "lr": [3e-4] * 21}))
     assert (blind.decision, blind.reason) == (Decision.WAIT, Reason.UNGUARDED)
-    assert "series seen: lr, ppl, wps" in blind.message and blind.message.endswith("--train-loss-key ppl")
+    assert "series seen: data, lr, time" in blind.message and blind.message.endswith("--train-loss-key KEY")
 
 
 def test_a_watched_run_is_unguarded_only_after_the_setting_and_names_its_own_options() -> None:
