@@ -31,6 +31,7 @@ from guarded_sbatch.scheduler.slurm_parse import (
     parse_key_values,
     parse_parsable_job_id,
     parse_test_only_start,
+    sacct_job_row,
     sacct_states,
     slurm_state,
     task_parts,
@@ -324,20 +325,13 @@ class SlurmScheduler(SchedulerDefaults):
         return JobState.UNKNOWN
 
     def _sacct_row(self, job_id: str) -> dict[str, str] | None:
-        """The job's sacct line, its ExitCode the batch step's when there is one: for a cancelled job the job's line
-        says 0:0 where the `.batch` line (and scontrol, while it knows the job) says 0:15, as the local backend does."""
+        """The job's own sacct line (slurm_parse.sacct_job_row: its ExitCode the job's, a signal from `.batch`)."""
         argv = ["sacct", "-n", "-P", "-j", job_id, "-o", ",".join(_SACCT_FIELDS)]
         result = self._run(argv, timeout=self.query_timeout_s, env=self._query_env())
         if result.returncode != 0:
             self._raise_if_unreachable(result)
             raise SchedulerError(f"sacct failed: {error_lines(result.stderr, 'sacct')}")
-        lines = (line.split("|") for line in result.stdout.splitlines())
-        rows = {values[0]: dict(zip(_SACCT_FIELDS, values)) for values in lines if len(values) == len(_SACCT_FIELDS)}
-        row = rows.get(job_id)
-        batch = rows.get(f"{job_id}.batch")
-        if row is not None and batch is not None:
-            row["ExitCode"] = batch["ExitCode"]
-        return row
+        return sacct_job_row(result.stdout, job_id, _SACCT_FIELDS)
 
     def _slurm_config(self) -> dict[str, str]:
         if self._config is None:

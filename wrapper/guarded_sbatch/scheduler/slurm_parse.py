@@ -183,6 +183,21 @@ def job_info_from_sacct(row: dict[str, str]) -> JobInfo:
     )
 
 
+def sacct_job_row(text: str, job_id: str, fields: tuple[str, ...]) -> dict[str, str] | None:
+    """The job's own line of `sacct -n -P -o <fields>` output (JobID first), never a step's (`.batch`, `.extern`,
+    `.0`): its ExitCode is the job's. One exception: a job killed by a signal has 0:0 on its own line (Slurm 22.05)
+    and the signal only on its `.batch` line (0:15 when cancelled), which is then taken, as scontrol shows it."""
+    lines = (line.split("|") for line in text.splitlines())
+    rows = {values[0]: dict(zip(fields, values)) for values in lines if len(values) == len(fields)}
+    row = rows.get(job_id)
+    batch = rows.get(f"{job_id}.batch")
+    if row is not None and batch is not None and row["ExitCode"] == "0:0":
+        status, _, signal = batch["ExitCode"].partition(":")
+        if status == "0" and signal.isdigit() and int(signal):
+            row["ExitCode"] = batch["ExitCode"]
+    return row
+
+
 _PENDING_TASKS = re.compile(r"(\d+)_\[([^\]]*)\]")
 
 

@@ -5,8 +5,9 @@ a STOP. A full report is printed every full interval (default 30 min; it grows w
 an anomaly), when the decision changes, and at the end. The scheduler is asked about the job
 sparingly: every `job_poll_s` (default 300 s, so ≤ 12 calls an hour). On Slurm an idle step
 inside the job (scheduler.slurm.JobEndWatch) ends with the job, so a finished job is noticed at
-the next fast poll without polling slurmctld; where that step cannot run, the run's files going
-quiet trigger the question instead.
+the next fast poll without polling slurmctld (a requeue ends it too: once the requeued job writes again it is
+asked about and the step started anew); where that step cannot run, the run's files going quiet trigger the
+question instead.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 from guarded_sbatch.sidecar.agent_stop import stop_one_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
+# the states of a job that is not running yet or again: its files growing mean it (re)started
+_WAITING = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.SUSPENDED, JobState.COMPLETING})
+_WAKE_ASK_S = 30.0  # at most one such question per 30 s (files of another run in the same folder may grow)
 
 
 class SharedAnswers(Protocol):
@@ -81,7 +85,7 @@ class Sidecar:
         self.sources = SourceSet(settings, self.scheduler, info=answers.info if answers is not None else None)
         self.job_state: JobState = JobState.UNKNOWN
         self._job_watch: JobWatch | None = None  # Slurm's idle step in the job while it runs
-        self._watch_starts = 0
+        self._watch_failures = 0  # watch steps that ended while their job ran on: after 3, files going quiet instead
         self._tracker_recorded = False
         self._out_of_memory_alerted = False
         self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
@@ -278,14 +282,18 @@ class Sidecar:
         cheap = self.scheduler.traits.free_state_queries
         since_poll = now - self.state.last_job_poll_at
         due = cheap or not self._asked_since_start or since_poll >= self.settings.sidecar.job_poll_s
-        watch = self._job_watch
+        watch, watch_ended = self._job_watch, False
         if watch is not None and watch.ended():
-            due, self._job_watch = True, None  # the job (or its watch step) ended: ask which
+            due, self._job_watch, watch_ended = True, None, True  # the job (or its watch step) ended: ask which
         elif watch is None and not cheap:
+            alive = had_new_points or self.sources.stdout_grew()
+            if alive and self.job_state in _WAITING and since_poll >= _WAKE_ASK_S:
+                # a job last seen waiting (queued, requeued, suspended) writes again: it runs, so ask now and arm
+                # its watch step; left to the quiet files, its end would be noticed only a quiet threshold late
+                due = True
             # no watch step: a finished job shows up as files that went quiet
             quiet_for = now - (self.state.last_new_data_at or self.state.started_at)
-            quiet = not had_new_points and not self.sources.stdout_grew()
-            if quiet and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s:
+            if not alive and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s:
                 due = True
                 self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.sidecar.job_poll_s)
         if not due:
@@ -300,7 +308,9 @@ class Sidecar:
             self.state.last_job_poll_at = now
             return
         self.state.record_job_poll(now)
-        if self.job_state is JobState.RUNNING and self._job_watch is None and self._watch_starts < 3:
+        if watch_ended and self.job_state is JobState.RUNNING:
+            self._watch_failures += 1  # the step ended but not the job: it could not run (a requeue is no failure)
+        if self.job_state is JobState.RUNNING and self._job_watch is None and self._watch_failures < 3:
             self._start_job_watch(self.scheduler, self.settings.job_id, now)
 
     def _learn_state(self, state: JobState, node_losses: Callable[[str], list[NodeLoss]]) -> None:
@@ -319,7 +329,6 @@ class Sidecar:
     def _start_job_watch(self, scheduler: Scheduler, job_id: str, now: float) -> None:
         self._job_watch = scheduler.watch_job_end(job_id)
         if self._job_watch is not None:  # None: the backend has no watch
-            self._watch_starts += 1
             self.state.record_job_poll(now)  # creating the step is one call to slurmctld too
 
     def _full_report(self, verdict: Verdict, now: float, *, ending: bool) -> None:
