@@ -138,3 +138,24 @@ def test_wandb_shim_preflights_wandb_sweep_and_passes_everything_else(tmp_path: 
     assert calls.read_text().splitlines() == ["sweep sweep.yaml", "sweep --project tiny-mlp noproject.yaml",
                                               "sweep --stop lab/tiny-mlp/abc123", "login --relogin"]
     assert os.access(REPO / "shims" / "wandb", os.X_OK)
+
+
+def test_a_points_output_folder_made_empty_beforehand_is_no_taken_name(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    _sweep(project, GRID.replace("{values: [64, 128, 256]}", "{value: 64}").replace("LR", "{value: 0.05}"))
+    name = "synthetic-regression-tanh-mlp-bs64-lr0.05"
+    user_config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])  # each run's outputs under outputs/<name>
+    user_config.write_text(f'run_roots = ["{project.root / "outputs"}"]\n' + user_config.read_text())
+    free = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    (point,) = json.loads(free.stdout)["combinations"]
+    run_name = next(c for c in point["checks"] if c["name"] == "run-name")
+    checked = [line.removeprefix("checked ") for line in run_name["evidence"] if line.startswith("checked ")]
+    assert point["run_name"] == name and checked, run_name  # the point's output folder(s) the check looks at
+    for folder in checked:
+        Path(folder).mkdir(parents=True, exist_ok=True)  # `mkdir -p runs/NAME`, as a user does before a sweep
+    made = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    assert made.returncode == free.returncode == 0, made.stderr
+    assert "taken" not in made.stderr and not json.loads(made.stdout)["blocked"]
+    (Path(checked[0]) / "events.out.tfevents.1.host").write_bytes(b"")  # a run has written it: the name is taken
+    taken = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
+    assert taken.returncode == 3 and f"run name {name!r} is taken" in taken.stderr

@@ -169,10 +169,19 @@ def test_run_name_missing(tree: Tree) -> None:
 
 def test_run_name_collides_with_existing_output_folder_unless_restart(tree: Tree, tmp_path: Path) -> None:
     (tmp_path / "runs/coco-resnet50-bs256-lr3e-4").mkdir()
+    (tmp_path / "runs/coco-resnet50-bs256-lr3e-4/events.out.tfevents.1.host").write_bytes(b"")  # a run wrote it
     check = result(tree.run(), "run-name")
     assert check.status is CheckStatus.FAILED and "already exists" in check.finding
     assert result(tree.run(restart=True), "run-name").status is CheckStatus.PASSED
     assert result(tree.run(["--guard-restart", "train.sh"]), "run-name").status is CheckStatus.PASSED
+
+
+def test_an_empty_output_folder_made_beforehand_is_no_taken_name(tree: Tree, tmp_path: Path) -> None:
+    (tmp_path / "runs/coco-resnet50-bs256-lr3e-4").mkdir()  # `mkdir -p runs/NAME` before the launch
+    check = result(tree.run(scheduler=LocalScheduler(root=tmp_path / "jobs")), "run-name")
+    assert check.status is CheckStatus.PASSED and check.finding.endswith("follows the pattern and is free")
+    assert f"output folder {tmp_path / 'runs/coco-resnet50-bs256-lr3e-4'} exists and is empty: not a run's" \
+        in check.evidence
 
 
 def test_run_name_collides_with_a_running_job(tree: Tree, tmp_path: Path) -> None:

@@ -112,6 +112,7 @@ def test_the_run_name_check_is_the_sbatch_forms(tmp_path: Path, monkeypatch: pyt
     config.write_text(f'run_roots = ["{outputs}"]\n' + config.read_text())
     finished = "synthetic-tanh-mlp-bs64-lr5e-2-finished"
     (outputs / finished).mkdir(parents=True)  # left by the finished runs of that name
+    (outputs / finished / "train.log").write_text("step 1 loss 0.5\n")
     for name, status in ((finished, "FAIL"), (f"{project.name}-free", "ok  ")):
         sbatch_form = project.cli_here("check", "--guard-backend", "local", "--job-name", name, "train.sh")
         code, run_form = _run_form_check(project, monkeypatch, capsys, "--job-name", name)

@@ -25,6 +25,8 @@ Names are imported when first used, so `import guarded_sbatch` stays as light as
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -73,3 +75,21 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+class _Package(types.ModuleType):
+    """The package's module type: the public name `judge` is the function, in any import order.
+
+    Importing the subpackage `guarded_sbatch.judge` (the launch and the executor do) binds it as this package's
+    attribute `judge`, which would hide the function from `from guarded_sbatch import judge`. That one binding is
+    dropped: the subpackage stays in sys.modules, reached as `from guarded_sbatch.judge[.module] import name` (the
+    form every caller uses; `import guarded_sbatch.judge.x as y` reads the attribute and gets the function).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "judge" and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -192,7 +192,7 @@ def dispatch(args: list[str]) -> int:
         return int(ExitCode.OK)
     command = COMMANDS.get(args[0])
     if command is None:
-        refuse_typo(args[0])
+        refuse_unknown_command(args[0])
         return _launch(args, check_only=False)
     rest = args[1:]
     if command.help and rest[:1] and rest[0] in HELP_WORDS:
@@ -204,15 +204,17 @@ def dispatch(args: list[str]) -> int:
     return handler(rest)
 
 
-def refuse_typo(word: str) -> None:
-    """`guarded-sbatch stauts`: a near miss of a subcommand that is no file is a typo, not a script."""
-    if word.startswith("-") or os.path.exists(word) or "/" in word or "." in word:
+def refuse_unknown_command(word: str) -> None:
+    """`guarded-sbatch logs` / `stauts`: a first word that is no subcommand and no file (a folder, or a bare name
+    with no file) is an unknown command, not a batch script; a path to a missing script stays the launch's to name."""
+    if word.startswith("-") or os.path.isfile(word):
+        return
+    if ("/" in word or "." in word) and not os.path.isdir(word):
         return
     close = difflib.get_close_matches(word, SUBCOMMANDS, n=1, cutoff=0.7)
-    if close:
-        raise UsageError(f"unknown command {word!r}: did you mean `guarded-sbatch {close[0]}`? "
-                         f"(the commands are {', '.join(c for c in SUBCOMMANDS if c != 'sidecar')}; "
-                         "a batch script must be an existing file)")
+    hint = f" (did you mean `guarded-sbatch {close[0]}`?)" if close else ""
+    raise UsageError(f"unknown command {word!r}{hint}; the commands are "
+                     f"{', '.join(c for c in SUBCOMMANDS if c != 'sidecar')} (or give the batch script to submit)")
 
 
 def use_color(stream: object) -> bool:

@@ -23,6 +23,7 @@ class StatOutcome:
     timed_out: bool = False
     error: str = ""  # permission denied, ...
     resolved: Path | None = None  # the real path (symlinks followed) when it could be found in time
+    empty: bool = False  # a folder with nothing in it (looked at only when asked: look_inside=True)
 
 
 def timed_stat(
@@ -33,9 +34,10 @@ def timed_stat(
 
 
 def timed_stats(
-    paths: list[Path], timeout_s: float, *, stat_function: Callable[[Path], os.stat_result] | None = None
+    paths: list[Path], timeout_s: float, *, stat_function: Callable[[Path], os.stat_result] | None = None,
+    look_inside: bool = False,
 ) -> list[StatOutcome]:
-    """Stat several paths in parallel threads, all under one deadline."""
+    """Stat several paths in parallel threads, all under one deadline; `look_inside`: whether a folder is empty."""
     do_stat = stat_function or (lambda p: os.stat(p))
     answers: queue.Queue[tuple[int, StatOutcome]] = queue.Queue()
 
@@ -47,7 +49,9 @@ def timed_stats(
                 resolved = Path(os.path.realpath(path))
             except OSError:
                 resolved = None
-            answers.put((index, StatOutcome(path, True, stat.S_ISDIR(result.st_mode), resolved=resolved)))
+            is_dir = stat.S_ISDIR(result.st_mode)
+            answers.put((index, StatOutcome(path, True, is_dir, resolved=resolved,
+                                            empty=look_inside and is_dir and _is_empty(path))))
         except FileNotFoundError:
             answers.put((index, StatOutcome(path, False)))
         except NotADirectoryError:
@@ -69,6 +73,14 @@ def timed_stats(
             break
         outcomes[index] = outcome
     return [outcomes.get(i, StatOutcome(p, False, timed_out=True)) for i, p in enumerate(paths)]
+
+
+def _is_empty(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def _now() -> float:

@@ -8,6 +8,9 @@ import time
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.runner import StartedProcess, start_process
 
+# the step's name in `sacct` (CANCELLED 0:15 under every job it watched: docs/user-guide.md explains it)
+STEP_NAME = "guarded-sbatch-watch"
+
 
 class JobEndWatch:
     """`srun --jobid=J --overlap sleep` kept running in the background: Slurm kills the step when
@@ -20,7 +23,7 @@ class JobEndWatch:
         if "SLURM_CONF" in os.environ:
             env["SLURM_CONF"] = os.environ["SLURM_CONF"]
         argv = ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--cpus-per-task=1",
-                "--mem-per-cpu=1M", "--job-name=guarded-sbatch-watch", "--quiet", "sleep", "infinity"]
+                "--mem-per-cpu=1M", f"--job-name={STEP_NAME}", "--quiet", "sleep", "infinity"]
         try:
             self.process: StartedProcess | None = start_process(argv, env=env)
         except CommandError:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from guarded_sbatch.launch.checks import regressors as r
+from guarded_sbatch.launch.checks.config_keys import misspelled_keys
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.core.mounts import mount_of
 from guarded_sbatch.launch.fsinfo import timed_stat
@@ -20,6 +22,23 @@ MAX_LISTED_DIFFS = 12
 
 
 def check_config_diff(context: PreflightContext) -> CheckResult:
+    """The diff, and before it any misspelled key (with or without a reference: a typo kills or misleads the run)."""
+    result = _config_diff(context)
+    intended = context.intended
+    if intended is None or intended.path is None or is_launcher_config(intended):
+        return result
+    typos = misspelled_keys(intended, context.reference.config if context.reference else None,
+                            context.program_path())
+    if not typos:
+        return result
+    lines = [typo.line() for typo in typos]
+    return replace(result, status=CheckStatus.FAILED,
+                   finding="; ".join([*lines, f"fix it in {intended.path.name}", result.finding]),
+                   evidence=(*lines, *result.evidence),
+                   details={**result.details, "misspelled_keys": [{"key": t.key, "meant": t.meant} for t in typos]})
+
+
+def _config_diff(context: PreflightContext) -> CheckResult:
     intended = context.intended
     if intended is None and (context.intended_problem or "").endswith("does not exist"):
         # a mistyped path: the paths check fails on it and names the fix; the diff flags are not it

@@ -70,14 +70,7 @@ def check_run_name(context: PreflightContext) -> CheckResult:
             warnings.append(f"could not list queued jobs: {exc}")
     else:
         warnings.append("no scheduler: queued and running job names not checked")
-    folders = output_folders(context, name)
-    outcomes = timed_stats(folders, context.config.stat_timeout_s)
-    for outcome in outcomes:
-        if outcome.exists:
-            collisions.append(f"output folder {outcome.path} already exists")
-        elif outcome.timed_out:
-            warnings.append(f"could not check {outcome.path} (no answer in {context.config.stat_timeout_s:g} s)")
-    evidence.extend(f"checked {folder}" for folder in folders)
+    _check_folders(context, name, collisions, warnings, evidence)
     if collisions:
         return CheckResult(NAME, CheckStatus.FAILED,
                            f"run name {name!r} is taken: {'; '.join(collisions)}; pick a new name or pass --guard-restart",
@@ -87,6 +80,20 @@ def check_run_name(context: PreflightContext) -> CheckResult:
             NAME, CheckStatus.WARNED, f"run name {name!r} follows the pattern; {'; '.join(warnings)}", tuple(evidence)
         )
     return CheckResult(NAME, CheckStatus.PASSED, f"run name {name!r} follows the pattern and is free", tuple(evidence))
+
+
+def _check_folders(context: PreflightContext, name: str, collisions: list[str], warnings: list[str],
+                   evidence: list[str]) -> None:
+    """The run's output folders: one a run has written takes the name; one made empty beforehand does not."""
+    folders = output_folders(context, name)
+    for outcome in timed_stats(folders, context.config.stat_timeout_s, look_inside=True):
+        if outcome.empty:  # `mkdir -p runs/NAME` before the launch: no run has written it
+            evidence.append(f"output folder {outcome.path} exists and is empty: not a run's")
+        elif outcome.exists:
+            collisions.append(f"output folder {outcome.path} already exists")
+        elif outcome.timed_out:
+            warnings.append(f"could not check {outcome.path} (no answer in {context.config.stat_timeout_s:g} s)")
+    evidence.extend(f"checked {folder}" for folder in folders)
 
 
 def name_problem(name: str, pattern: str, forbidden: tuple[str, ...]) -> str | None:
