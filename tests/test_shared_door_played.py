@@ -25,6 +25,7 @@ import pytest
 from e2e_helpers import EXAMPLE, EXAMPLE_NAME
 from shared_cluster import SharedCluster, User, shared_cluster_fixture  # noqa: F401 - the fixture
 from source_writers import tb_event, write_tb_events
+from test_shared_door import _DELETE, _PLAN, _PNG, _py, _sh
 from test_shared_reference import BLOCK, _check, _config_diff
 
 COLOUR_TAG = "\x1b[32mall runs healthy\x1b[0m"
@@ -98,6 +99,7 @@ def _status_row(cluster: SharedCluster, job_id: str, cwd: Path) -> dict:
 
 # ---- data that prints itself into the log ----
 
+@pytest.mark.waits
 def test_his_dataset_sample_printed_into_her_log_neither_stops_her_run_nor_moves_its_step(
         shared_cluster: SharedCluster) -> None:
     cluster = shared_cluster
@@ -151,6 +153,7 @@ def _assert_shown_not_obeyed(output: str, *, terminal: bool) -> None:
         assert "\x1b" not in output, output[-3000:]  # a pipe: the CLI colours nothing, so every ESC would be his
 
 
+@pytest.mark.waits
 def test_a_colour_sequence_in_his_tag_reaches_her_show_and_status_visibly_never_raw(
         shared_cluster: SharedCluster) -> None:
     cluster = shared_cluster
@@ -217,15 +220,7 @@ def test_a_config_his_group_can_write_through_a_default_acl_is_refused(shared_cl
 def test_her_reference_his_group_can_write_through_a_default_acl_is_named_and_never_a_pass(
         shared_cluster: SharedCluster) -> None:
     cluster = shared_cluster
-    folder = cluster.base / "played-acl-reference"
-    _acl_folder(cluster, folder)
-    project = folder / "project"
-    # her copy of the project, each file made as a program makes it (open(2) asks for 0666; cp would ask for the
-    # source's 0644 and so set the ACL's mask to read-only): the folder's default ACL gives his group the write
-    copy = ('cd "$1" && find . -type d | while read -r d; do mkdir -p "$2/$d"; done && '
-            'find . -type f ! -name "events.out.tfevents.*" | while read -r f; do cat "$f" > "$2/$f"; done')
-    copied = cluster.run(cluster.victim, ["sh", "-c", copy, "sh", str(EXAMPLE), str(project)], umask="022")
-    assert copied.returncode == 0, copied.stderr
+    project = _acl_project(cluster, cluster.base / "played-acl-reference")
     code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
     diff = _config_diff(report)
     assert code == 3 and BLOCK in diff and "can be written by others" in diff, report
@@ -242,3 +237,86 @@ def test_her_reference_his_group_can_write_through_a_default_acl_is_named_and_ne
     diff = _config_diff(report)
     assert code == 3 and "changed since your last pre-flight fingerprinted it" in diff, report
     assert "[ok]" not in diff.splitlines()[0]
+
+
+def _acl_project(cluster: SharedCluster, folder: Path) -> Path:
+    """Her copy of the example in an ACL folder, each file made as a program makes it (open(2) asks for 0666; cp
+    would ask for the source's 0644 and so set the ACL's mask to read-only): the default ACL gives his group the
+    write its mode bits hide."""
+    _acl_folder(cluster, folder)
+    project = folder / "project"
+    copy = ('cd "$1" && find . -type d | while read -r d; do mkdir -p "$2/$d"; done && '
+            'find . -type f ! -name "events.out.tfevents.*" | while read -r f; do cat "$f" > "$2/$f"; done')
+    copied = cluster.run(cluster.victim, ["sh", "-c", copy, "sh", str(EXAMPLE), str(project)], umask="022")
+    assert copied.returncode == 0, copied.stderr
+    return project
+
+
+@needs_setfacl
+def test_a_parent_he_swaps_in_her_acl_folder_is_never_deleted_through(shared_cluster: SharedCluster) -> None:
+    cluster = shared_cluster
+    victim, coworker = cluster.victim, cluster.coworker
+    folder = cluster.base / "played-acl-delete"
+    _acl_folder(cluster, folder)
+    shared = folder / "runs"
+    _sh(cluster, victim, f"mkdir -p {shared}/ckpt && echo shared > {shared}/ckpt/w.bin", umask="022")
+    _sh(cluster, victim, f"mkdir -p {victim.home}/runs/ckpt && echo precious > {victim.home}/runs/ckpt/w.bin")
+    target, root = f"{shared}/ckpt", str(shared)
+    planned = json.loads(_py(cluster, victim, _PLAN, target, root, umask="022").stdout)
+    assert "identities" in planned, planned
+    # her folder's mode bits say 0755; the ACL lets him rename what is in it
+    _sh(cluster, coworker, f"mv {shared} {shared}.old && ln -s {victim.home}/runs {shared}")
+    done = _py(cluster, victim, _DELETE, json.dumps(planned), umask="022")
+    assert done.stdout.startswith("REFUSED") and "not deleted" in done.stdout, done
+    assert (victim.home / "runs" / "ckpt" / "w.bin").read_text() == "precious\n"
+    replanned = json.loads(_py(cluster, victim, _PLAN, target, root, umask="022").stdout)
+    assert "refused" in replanned and f"made by {coworker.name}" in replanned["refused"], replanned
+    assert (folder / "runs.old" / "ckpt" / "w.bin").read_text() == "shared\n"
+
+
+@needs_setfacl
+def test_an_admin_template_his_group_can_write_through_a_default_acl_is_refused(shared_cluster: SharedCluster) -> None:
+    cluster = shared_cluster
+    templates = cluster.base / "played-acl-templates"  # root's, 0755 by its mode bits: an admin's template folder
+    templates.mkdir()
+    os.chmod(templates, 0o755)
+    subprocess.run(["setfacl", "-m", f"g:{cluster.group}:rwx", "-d", "-m", f"g:{cluster.group}:rwx", str(templates)],
+                   check=True, timeout=30)
+    (templates / "sidecar.sbatch").write_text("#!/bin/bash\necho the admin's line\n")  # open(2) asks for 0666
+    appended = cluster.run(cluster.coworker, ["sh", "-c", f"echo his line >> {templates}/sidecar.sbatch"])
+    assert appended.returncode == 0, appended.stderr  # the ACL gives him the write the mode bits hide
+    code = ("import sys\nfrom pathlib import Path\nfrom guarded_sbatch.core.errors import UsageError\n"
+            "from guarded_sbatch.launch.templates import load_template\ntry:\n"
+            "    load_template('sidecar.sbatch', [Path(sys.argv[1])])\n    print('loaded')\n"
+            "except UsageError as exc:\n    print(exc)\n")
+    shown = _py(cluster, cluster.victim, code, str(templates), umask="022").stdout
+    assert f"template {templates}/sidecar.sbatch refused" in shown and cluster.group in shown, shown
+
+
+@needs_setfacl
+def test_a_link_he_plants_at_the_png_path_in_her_acl_folder_is_refused(shared_cluster: SharedCluster) -> None:
+    cluster = shared_cluster
+    victim = cluster.victim
+    precious = victim.home / "thesis-acl.tex"
+    _sh(cluster, victim, f"echo chapter one > {precious} && chmod 644 {precious}")
+    out = cluster.base / "played-acl-png"
+    _acl_folder(cluster, out)
+    _sh(cluster, victim, f"mkdir -p {out}/tmp && chmod 700 {out}/tmp", umask="022")
+    _sh(cluster, cluster.coworker, f"ln -s {precious} {out}/stopped.png")
+    shown = _py(cluster, victim, _PNG, str(out / "tmp"), str(out / "stopped.png"), umask="022").stdout
+    assert "symbolic link" in shown and "refused" in shown, shown
+    assert precious.read_text() == "chapter one\n" and oct(precious.stat().st_mode & 0o777) == "0o644"
+
+
+@needs_setfacl
+def test_outputs_he_plants_in_her_acl_submit_folder_refuse_without_saying_a_job_runs(
+        shared_cluster: SharedCluster) -> None:
+    cluster = shared_cluster
+    project = _acl_project(cluster, cluster.base / "played-acl-ids")
+    peek = ("from guarded_sbatch.core.fsutil import state_dir\nfrom guarded_sbatch.scheduler.local_ids import "
+            "peek_next_id\nprint(peek_next_id(state_dir() / 'local-jobs'))")
+    first = int(_py(cluster, cluster.victim, peek, umask="022").stdout)
+    _sh(cluster, cluster.coworker, f"cd {project} && for n in $(seq {first} {first + 300}); do : > slurm-$n.out; done")
+    result = _cli(cluster, cluster.victim, "train.sh", cwd=project, umask="022")
+    assert result.returncode != 0 and "would write over an existing file" in result.stderr, result.stderr
+    assert "nothing was submitted" in result.stderr and "runs unguarded" not in result.stderr, result.stderr
