@@ -7,8 +7,9 @@ setgid 2775 project folder, umask 002, the local backend):
 - colour sequences in a co-worker's TensorBoard tag: he drops an event file whose tag is
   `ESC[32mall runs healthy ESC[0m` into her run's group-writable folder; `show` and `status` show the escape, never
   obey it (captured, and on a terminal where the CLI colours its own output);
-- the default-ACL variants of the configuration and reference classes: a file whose mode bits say "hers alone" but
-  whose folder's default ACL lets his group write it is weighed as his.
+- the default-ACL variants (her folder 0755 by its mode bits, a default ACL giving his group write, umask 022) of the
+  deletion, configuration, template, reference, `--png` and planted `slurm-<N>.out` classes: what the mode bits hide
+  is weighed as his, and each attack fails as it does in the 2775 folder (tests/test_shared_door.py).
 """
 
 from __future__ import annotations
