@@ -164,7 +164,7 @@ def check_chance_stuck(history: MetricHistory, keys: RunKeys, policy: JudgePolic
 def check_batch_invariant(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
     """WAIT: the last `batch_spread_points` losses all within `batch_spread_max` of
     their median while they still change (from one point to the next at least half the time: not one value printed
-    again)."""
+    again), up and down (a loss that only falls or only rises in that band is a smoothed curve still moving)."""
     if not keys.train_loss or _lr_decayed(history, keys.lr):
         return None  # the end of a decayed schedule: a loss that stops moving has converged
     steps, values = history.finite_series(keys.train_loss)
@@ -174,8 +174,11 @@ def check_batch_invariant(history: MetricHistory, keys: RunKeys, policy: JudgePo
     recent = values[-n:]
     level = abs(float(median(recent)))
     spread = float(np.ptp(recent))
-    if level == 0 or spread > policy.batch_spread_max * level or np.count_nonzero(np.diff(recent)) < (n - 1) / 2:
+    steps_between = np.diff(recent)
+    if level == 0 or spread > policy.batch_spread_max * level or np.count_nonzero(steps_between) < (n - 1) / 2:
         return None
+    if np.all(steps_between <= 0) or np.all(steps_between >= 0):
+        return None  # one way all along: a smoothed loss (a running mean, a synthetic curve) still moving, not batch noise
     evidence = (f"{keys.train_loss} between {fmt(float(np.min(recent)))} and {fmt(float(np.max(recent)))} at each of its "
                 f"last {n} logged points (steps {int(steps[-n])} to {int(steps[-1])}): {spread / level:.2%} of its level")
     return Finding.wait(Reason.STAGNATION, f"the loss does not vary with the batch: {evidence}; a model whose output "

@@ -132,18 +132,6 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _pread_all(fd: int, offset: int, count: int) -> bytes:
-    parts: list[bytes] = []
-    while count > 0:
-        piece = os.pread(fd, min(count, 4 * _MB), offset)
-        if not piece:
-            break
-        parts.append(piece)
-        offset += len(piece)
-        count -= len(piece)
-    return b"".join(parts)
-
-
 def read_range(path: str | os.PathLike[str], offset: int, max_bytes: int | None = None) -> tuple[bytes, int]:
     """(bytes from `offset`, at most max_bytes (default: the per-poll cap), the file's size now)."""
     cap = LIMITS.max_read_bytes if max_bytes is None else max(0, min(max_bytes, LIMITS.max_read_bytes))
@@ -152,7 +140,7 @@ def read_range(path: str | os.PathLike[str], offset: int, max_bytes: int | None 
         size = os.fstat(fd).st_size
         if offset >= size:
             return b"", size
-        return _pread_all(fd, max(0, offset), min(cap, size - offset)), size
+        return door.pread_all(fd, max(0, offset), min(cap, size - offset)), size
     finally:
         os.close(fd)
 
@@ -199,7 +187,7 @@ def read_data(path: str | os.PathLike[str], offset: int, max_bytes: int | None =
     try:
         size = os.fstat(fd).st_size
         start, end = data_extent(fd, max(0, offset), size, path)
-        return Chunk(start, _pread_all(fd, start, min(cap, end - start)), size)
+        return Chunk(start, door.pread_all(fd, start, min(cap, end - start)), size)
     finally:
         os.close(fd)
 
@@ -213,7 +201,7 @@ def read_whole(path: str | os.PathLike[str], max_bytes: int | None = None) -> by
         if size > cap:
             raise SourceError(f"{os.fspath(path)} is {size / _MB:.1f} MB, over the {cap / _MB:.0f} MB cap for files "
                               "read whole (GUARDED_SBATCH_MAX_FILE_MB): not read")
-        data = _pread_all(fd, 0, cap + 1)
+        data = door.pread_all(fd, 0, cap + 1)
         if len(data) > cap:
             raise SourceError(f"{os.fspath(path)} grew past the {cap / _MB:.0f} MB cap while read: not read")
         return data

@@ -93,15 +93,7 @@ class Opened:
     path: str
 
     def pread(self, count: int, offset: int) -> bytes:
-        parts: list[bytes] = []
-        while count > 0:
-            piece = os.pread(self.fd, min(count, 4 << 20), offset)
-            if not piece:
-                break
-            parts.append(piece)
-            offset += len(piece)
-            count -= len(piece)
-        return b"".join(parts)
+        return pread_all(self.fd, offset, count)
 
 
 @contextlib.contextmanager
@@ -400,3 +392,16 @@ def remove(path: str | os.PathLike[str]) -> bool:
         return False
     finally:
         os.close(folder_fd)
+
+
+def pread_all(fd: int, offset: int, count: int) -> bytes:
+    """Up to `count` bytes of an open file from `offset`, in pieces of at most 4 MiB (a short read is its end)."""
+    parts: list[bytes] = []
+    while count > 0:
+        piece = os.pread(fd, min(count, 4 << 20), offset)
+        if not piece:
+            break
+        parts.append(piece)
+        offset += len(piece)
+        count -= len(piece)
+    return b"".join(parts)
