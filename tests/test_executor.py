@@ -172,17 +172,19 @@ def test_a_sweep_of_ten_jobs_is_guarded_and_marked(guarded_env: Path, slurm_clus
     executor = GuardedExecutor(guarded_env / "logs" / "%j", run_name=name, tb_dir=guarded_env / "runs" / name,
                                waivers=WAIVE_CONFIG, cluster="slurm")
     executor.update_parameters(timeout_min=5, mem_gb=0.3, cpus_per_task=1)
-    jobs = [executor.submit(healthy_training, str(guarded_env / "runs" / name / f"lr{i}"), 30, i) for i in range(10)]
-    assert len({job.job_id for job in jobs}) == 10 and len(executor.run_ids) == 10
+    jobs = []
     scheduler = SlurmScheduler()
     try:
-        for job in jobs:
+        for i in range(10):  # each job's marks read at once: a finished job leaves slurmctld's memory (MinJobAge)
+            job = executor.submit(healthy_training, str(guarded_env / "runs" / name / f"lr{i}"), 30, i)
+            jobs.append(job)
             record = find_run(job.job_id)
             assert record.sidecar_id, f"job {job.job_id} has no sidecar"
             for job_id, kind in ((job.job_id, PREFLIGHT), (record.sidecar_id, SIDECAR)):
                 line = run_command(["scontrol", "-o", "show", "job", job_id], timeout=20).stdout
                 comment = line.split(" Comment=", 1)[1].split(" ", 1)[0] if " Comment=" in line else ""
                 assert marker_in(comment) is not None and marker_in(comment)[0] == kind, line  # type: ignore[index]
+        assert len({job.job_id for job in jobs}) == 10 and len(executor.run_ids) == 10
         assert [job.result() for job in jobs] == [f"done {i}" for i in range(10)]
     finally:
         for job in jobs:

@@ -34,7 +34,7 @@ def _sweep(tmp_path: Path, launcher: str) -> tuple[subprocess.CompletedProcess[s
 
     # a job's result is there a moment before Slurm has the job ended
     ended = wait_for(lambda: [r for r in runs() if r["state"] in ("COMPLETED", "CANCELLED", "FAILED")] == runs() and runs(),
-                     60, 1.0, what="the sweep's jobs to end")
+                     180, 1.0, what="the sweep's jobs to end")
     return done, ended, root
 
 

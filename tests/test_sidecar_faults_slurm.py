@@ -146,7 +146,8 @@ def test_vanished_metrics_wait_then_a_nan_is_stopped_at_the_next_fast_poll_even_
     assert wait_for(lambda: slurm.state(sidecar_id).is_terminal, 90, 1, "sidecar to end")
     output = project.sidecar_output(job_id)
     summary = output[output.index("FINAL_SUMMARY"):]
-    note_line = next(line for line in summary.splitlines() if line.startswith("- Project note:"))
+    # the FINAL_SUMMARY goes out first (a note is a file others may lock); the note's failure follows it
+    note_line = next(line for line in summary.splitlines() if line.startswith("sidecar: project note:"))
     assert "FAILED" in note_line and str(blocker) in note_line
     assert f"job {job_id} cancelled" in summary
     # the fast path: the full report was not due for minutes, yet the cancel came within seconds
