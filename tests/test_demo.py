@@ -15,6 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _normal(line: str, replacements: dict[str, str]) -> str:
     line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    # the diverging run's loss reaches inf ten steps after it explodes: which of the two true reasons the sidecar
+    # names depends on how many inf steps its first read holds
+    line = line.replace("STOP (non_finite_loss)", "STOP (divergence)")
     for old, new in replacements.items():
         line = line.replace(old, new)
     return " ".join(re.sub(r"\d+", "0", line).split())
