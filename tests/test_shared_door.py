@@ -217,6 +217,23 @@ def test_a_default_acl_makes_her_event_file_his_and_a_stop_on_it_a_named_wait(sh
     assert f"writable by the group {cluster.group} through its ACL" in answer["message"], answer["message"]
 
 
+
+def test_healthy_records_he_appends_after_her_nan_never_make_her_run_look_healthy(shared_cluster: SharedCluster) -> None:
+    """The held class: her run went NaN; he appends healthy-looking records after it to mask it. The newest points
+    are his to write, so they are not evidence of health: a named WAIT on the file, never CONTINUE healthy."""
+    cluster = shared_cluster
+    broken = _events(cluster, "mask-broken", [2.0 / s + 0.1 for s in range(1, 150)] + [float("nan")] * 5)
+    mask = _events(cluster, "mask-healthy", [0.11 - s * 1e-5 for s in range(100)], first=155)
+    event = cluster.project / "mask" / "runs" / "a" / broken.name
+    _copy_as(cluster, cluster.victim, broken, event, umask="002")  # 0664 in the 2775 project
+    attack = cluster.run(cluster.coworker, ["sh", "-c", f"cat {mask} >> {event}"])
+    assert attack.returncode == 0, attack.stderr
+    answer = _monitor(cluster, "--tb", str(event.parent))
+    assert answer["decision"] != "CONTINUE", answer
+    assert answer["reason"] == "source_writable_by_others", answer
+    assert str(event) in answer["message"] or event.name in answer["message"], answer["message"]
+
+
 # ---- never follow ----
 
 _PNG = """

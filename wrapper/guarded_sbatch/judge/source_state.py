@@ -5,7 +5,8 @@ With nothing read and a read error: WAIT (source unreadable). With the judged so
 STOP in what was read before: WAIT, naming the error and the step judged up to. A STOP found in what was
 read before stands (a run that is clearly broken is not let off because its log vanished). A history that
 dropped series at its cap (judge/history.py) turns a CONTINUE into a WAIT naming the cap. A STOP read from files a
-co-worker can write becomes a WAIT naming them and the fix (docs/threat-model.md); holes skipped in the judged files
+co-worker can write becomes a WAIT naming them and the fix (docs/threat-model.md), and so does a CONTINUE there that
+follows an anomaly (appended records may mask a broken run); holes skipped in the judged files
 turn a CONTINUE into a WAIT naming them.
 """
 
@@ -48,6 +49,13 @@ def judge(
         return Verdict(Decision.WAIT, Reason.SOURCE_WRITABLE_BY_OTHERS,
                        f"would STOP ({verdict.reason.value}: {verdict.message}), but not on files others can write: "
                        f"{sources.untrusted}; {FIX}" + (f"; damaged: {sources.damaged}" if sources.damaged else ""),
+                       verdict.anomalies, verdict.last_step, verdict.summary)
+    if sources.untrusted and verdict.decision is Decision.CONTINUE and verdict.anomalies:
+        # healthy only after an anomaly: what follows it may be his appended records masking her broken run
+        seen = verdict.anomalies[0]
+        return Verdict(Decision.WAIT, Reason.SOURCE_WRITABLE_BY_OTHERS,
+                       f"healthy only after {seen.kind} in {seen.metric} at step {seen.step}, and the records after it "
+                       f"are in files others can write: {sources.untrusted}; {FIX}",
                        verdict.anomalies, verdict.last_step, verdict.summary)
     if sources.damaged and verdict.decision is Decision.CONTINUE:
         return Verdict(Decision.WAIT, Reason.SOURCE_DAMAGED, f"damaged metric files ({sources.damaged}); the bytes "
