@@ -2,7 +2,9 @@ import sys
 
 try:
     from guarded_sbatch.cli.main import main
-except KeyboardInterrupt:  # Ctrl-C while the command line loads: nothing was done yet (130, as after any Ctrl-C)
-    sys.exit(130)
+except KeyboardInterrupt:  # Ctrl-C while the command line loads: nothing was done yet
+    from guarded_sbatch.core.errors import ExitCode
+
+    sys.exit(int(ExitCode.INTERRUPTED))
 
 sys.exit(main())
