@@ -31,8 +31,10 @@ class ExitCode(enum.IntEnum):
 
     @classmethod
     def help_text(cls) -> str:
+        from guarded_sbatch.core.waiting import hanging
+
         return "exit codes (`--wait`: the job's own, as sbatch --wait gives it):\n" + \
-            "\n".join(f"  {code.value:<4} {code.meaning}" for code in cls)
+            "\n".join(hanging(f"  {code.value}", code.meaning, 7, 80) for code in cls)
 
 
 class GuardedError(Exception):
