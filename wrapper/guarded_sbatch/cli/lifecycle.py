@@ -139,11 +139,12 @@ def sacct_exit(code: int | None) -> str | None:
     return f"0:{-code}" if code < 0 else f"{code}:0"
 
 
-def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord, end_time: float | None = None) -> str | None:
+def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord,
+               end_time: float | None = None) -> str | None:
     """Who ended the run, from the records: the command that stopped a live job wrote its name into the
     run's record (kill, restart, stop tmux:/pid:); the guard when its sidecar's STOP came before the job's
-    end (while the job is still being stopped, "guard (stopping)"); the scheduler for its own ends; the job itself when it failed before anyone acted; else nobody
-    (a run that completed, or one still going)."""
+    end (while the job is still being stopped, "guard (stopping)"); the scheduler for its own ends; the job itself
+    when it failed before anyone acted; else nobody (a run that completed, or one still going)."""
     if record.stopped_by:
         return record.stopped_by
     job_state = JobState(state)

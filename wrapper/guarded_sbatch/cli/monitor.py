@@ -18,6 +18,7 @@ from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_o
 from guarded_sbatch.cli.sidecar_job import load_watcher
 from guarded_sbatch.core.config import load_config, watcher_flags
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.waiting import FittedStream, tell, terminal_width
 from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.scheduler import backend_names
 from guarded_sbatch.sidecar.report import cadence_text
@@ -132,9 +133,15 @@ def run_monitor(argv: list[str]) -> int:
         scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=plan.stop_grace_s)
     door.remove(plan.state_file)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
-    print(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)",
-          file=sys.stderr, flush=True)
-    return Sidecar(plan, scheduler, sys.stdout).run()
+    tell(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)")
+    width = terminal_width(sys.stdout)
+    if width is None:
+        return Sidecar(plan, scheduler, sys.stdout).run()
+    fitted = FittedStream(sys.stdout, width)  # on a terminal, reports and diagnostics wrapped as every message is
+    try:
+        return Sidecar(plan, scheduler, fitted).run()  # type: ignore[arg-type]  # a text stream: write, flush
+    finally:
+        fitted.finish()
 
 
 def _monitor_record(args: Namespace, watched: Watched, guarded: RunRecord | None, backend: str,

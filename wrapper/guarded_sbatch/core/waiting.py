@@ -92,6 +92,33 @@ def hanging(head: str, text: str, column: int, width: int) -> str:
     return "\n".join([*first, *(" " * column + line for line in body[1:])])
 
 
+class FittedStream:
+    """A text stream that writes each whole line `fit` to `width` (a watch's reports on a terminal); a partial line
+    waits for its end, or for `finish()`."""
+
+    def __init__(self, inner: TextIO, width: int) -> None:
+        self.inner, self.width, self._rest = inner, width, ""
+
+    def write(self, text: str) -> int:
+        lines = (self._rest + text).split("\n")
+        self._rest = lines.pop()
+        if lines:
+            self.inner.write("".join(fit(line, self.width) + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def finish(self) -> None:
+        if self._rest:
+            self.inner.write(fit(self._rest, self.width))
+            self._rest = ""
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return True
+
+
 def tell(text: str, stream: TextIO | None = None) -> None:
     """One message for a person on stderr (or `stream`), wrapped to the terminal when it is one."""
     out = stream or sys.stderr

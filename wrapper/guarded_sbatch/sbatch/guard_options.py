@@ -17,6 +17,7 @@ from typing import Any
 from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import closest, did_you_mean
+from guarded_sbatch.core.waiting import hanging
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,6 @@ def guard_flags() -> list[str]:
 def usage_lines(width: int = 31, columns: int = 80) -> list[str]:
     """The guard options as a usage text lists them: `  --flag METAVAR   help`, the help on its own line when the
     flag is wider than `width`, wrapped under its column to `columns`."""
-    from guarded_sbatch.core.waiting import hanging
-
     lines = []
     for row in guard_table():
         head = f"  {row.flag} {row.metavar}".rstrip()
