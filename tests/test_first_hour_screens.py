@@ -191,7 +191,9 @@ def test_monitor_job_fits_80_columns(tmp_path: Path) -> None:
 
 
 def test_show_tells_what_no_evidence_means_and_one_stop_step_and_first_bad_value(tmp_path: Path) -> None:
-    from guarded_sbatch.actions.evidence_plot import build_figure, nonfinite_onsets, onset_label, verdict_from_json
+    from guarded_sbatch.actions.evidence_plot import (
+        NONFINITE_KINDS, build_figure, nonfinite_onsets, onset_label, verdict_from_json,
+    )
 
     healthy, broken = make_project(tmp_path / "h", fast_interval=1.0), make_project(tmp_path / "b", fast_interval=1.0)
     broken.env["GUARDED_SBATCH_STATE_DIR"] = healthy.env["GUARDED_SBATCH_STATE_DIR"]
@@ -222,6 +224,7 @@ def test_show_tells_what_no_evidence_means_and_one_stop_step_and_first_bad_value
     labels = {t.get_text() for ax in figure.axes for t in ax.texts}
     for anomaly in stop.anomalies:
         onsets = nonfinite_onsets(*series[anomaly.metric]) if anomaly.metric in series else []
-        if anomaly.kind == "nan" and onsets:  # the first bad value: the same words in the text and the plot
+        drawn = any(ax.get_visible() and anomaly.metric in ax.get_title() for ax in figure.axes)
+        if anomaly.kind in NONFINITE_KINDS and onsets and drawn:  # the first bad value: one wording, text and plot
             first = onset_label(*onsets[0])
             assert first in labels and any(first in a for a in shown["anomalies"]), (first, labels, shown["anomalies"])

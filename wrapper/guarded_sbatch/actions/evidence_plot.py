@@ -90,7 +90,8 @@ def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Seq
 
 # What a series first holds that is not a number, in the one spelling every view uses (JSON's, as evidence.json
 # writes it): the text of `show`, its terminal panels, `show --png` and the evidence plot all name it from here.
-NONFINITE_KINDS = ("nan", "hidden_nan")  # the judge's anomalies that a series' non-finite onsets already mark
+# the judge's anomalies that a series' non-finite onsets already mark
+NONFINITE_KINDS = ("nan", "hidden_nan", "eval_nan", "nan_warning")
 
 
 def nonfinite_onsets(steps: Sequence[int], values: Sequence[float]) -> list[tuple[str, int]]:
