@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import io
 import shutil
-import textwrap
 from collections import Counter
 from typing import Any
+
+from guarded_sbatch.core.waiting import fit
 
 # (title, row key), left to right
 COLUMNS = [("RUN", "run"), ("JOB", "job_id"), ("STATE", "state"), ("AGE", "age"), ("ELAPSED", "elapsed"),
@@ -113,7 +114,7 @@ def _render_list(rows: list[dict[str, Any]], *, color: bool, width: int) -> str:
         lines.append(str(row.get("run") or "-"))
         facts = (f"job {cell(row, 'job_id')}  {cell(row, 'state')}  {cell(row, 'decision')}  {cell(row, 'reason')}  "
                  f"step {cell(row, 'last_step')}")
-        text = textwrap.fill(facts, width=max(width, 20), initial_indent="  ", subsequent_indent="  ")
+        text = fit("  " + facts, max(width, 20), indent="  ")
         style = _style(cell(row, "decision")) if color else None
         code = {"red": "31", "magenta": "35", "yellow": "33", "green": "32"}.get(style or "")
         lines.append(f"\033[{code}m{text}\033[0m" if code else text)
