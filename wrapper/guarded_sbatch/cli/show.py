@@ -8,6 +8,7 @@ the login path stays light), for a live run as much as for a stopped one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -86,6 +87,8 @@ def gather(record: RunRecord) -> dict[str, Any]:
     stop = _guard_stop_verdict(record, row)
     if stop is not None:  # the guard's STOP as it was taken (its step), never its own cancel judged afterwards
         verdict = stop
+    elif verdict is not None and str(row["stopped_by"] or "").startswith("guard"):  # its evidence not written yet
+        verdict = dataclasses.replace(verdict, anomalies=tuple(a for a in verdict.anomalies if a.kind != "interrupted"))
     # a key is a co-worker's text (a TensorBoard tag): its escapes, colours included, are shown, never obeyed (the
     # CLI's own output filter keeps colour codes for the tool's tags, so data is made visible here, at its source)
     series = {visible_line(key): value for key, value in series.items()}
