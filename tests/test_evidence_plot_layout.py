@@ -68,7 +68,8 @@ def test_nan_and_infinity_are_told_apart() -> None:
     fig = build_figure(series, verdict, "a-run")
     grad_panel = next(ax for ax in fig.axes if "grad_norm" in ax.get_title())
     labels = {t.get_text() for t in texts_of(grad_panel)}
-    assert {"inf from step 144", "NaN from step 146"} <= labels, labels
+    assert {"Infinity from step 144", "NaN from step 146"} <= labels, labels  # spelled as evidence.json spells them
     loss_panel = next(ax for ax in fig.axes if "train/loss" in ax.get_title())
     assert "NaN from step 146" in {t.get_text() for t in texts_of(loss_panel)}
-    assert not any("inf" in t.get_text() for t in texts_of(loss_panel))
+    assert not any("Infinity" in t.get_text() for t in texts_of(loss_panel))
+    assert not any(t.get_text() == "nan" for t in texts_of(loss_panel))  # its NaN named once, by its first value

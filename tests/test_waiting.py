@@ -98,3 +98,18 @@ def test_tell_wraps_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
     tell(text, tty)
     tell(text, pipe)
     assert max(len(line) for line in tty.getvalue().splitlines()) <= 50 < len(pipe.getvalue().splitlines()[0])
+
+
+def test_a_shown_command_is_never_split_and_two_columns_hang_under_the_second() -> None:
+    from guarded_sbatch.core.waiting import hanging
+
+    path = "/scratch/users/someone/projects/coco/runs/synthetic-tanh-mlp-bs64-lr5e-2-seed1/slurm-123456.out"
+    line = f"guarded-sbatch: its output goes to {path} (follow it: `tail -f {path}`); `guarded-sbatch status` lists it"
+    lines = fit(line, 80).splitlines()
+    assert [text for text in lines if f"`tail -f {path}`" in text], lines  # whole, on one line of its own
+    assert all(len(text) <= 80 for text in lines if "`tail -f" not in text), lines
+    assert "".join(text.strip() for text in lines).replace(" ", "") == line.replace(" ", "")  # nothing lost
+    option = hanging("  --guard-loss-key KEY", "the logged series the sidecar judges as the training loss, when it "
+                     "cannot tell (an UNGUARDED run names it)", 31, 80).splitlines()
+    assert len(option) > 1 and all(len(text) <= 80 for text in option)
+    assert option[0].index(" the ") + 1 == 31 and all(t.startswith(" " * 31) and t[31] != " " for t in option[1:])

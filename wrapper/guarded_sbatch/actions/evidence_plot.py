@@ -73,16 +73,48 @@ def plot_input(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict
     return {"series": thinned, "verdict": verdict.to_json(), "run": run_name}
 
 
+def verdict_from_json(v: dict[str, Any]) -> Verdict:
+    """A verdict as `Verdict.to_json` wrote it (the plot's input, evidence.json's `verdict`)."""
+    anomalies = tuple(Anomaly(a["kind"], a["metric"], a["step"], a.get("value"), a.get("message", ""))
+                      for a in v.get("anomalies", []))
+    return Verdict(Decision(v["decision"]), Reason(v["reason"]), v.get("message", ""), anomalies, v.get("last_step"),
+                   v.get("summary") or {})
+
+
 def _from_input(raw: dict[str, Any]) -> tuple[dict[str, tuple[Sequence[int], Sequence[float]]], Verdict, str]:
     series: dict[str, tuple[Sequence[int], Sequence[float]]] = {
         key: (entry["steps"], [float(v) for v in entry["values"]]) for key, entry in raw["series"].items()
     }
-    v = raw["verdict"]
-    anomalies = tuple(Anomaly(a["kind"], a["metric"], a["step"], a.get("value"), a.get("message", ""))
-                      for a in v.get("anomalies", []))
-    verdict = Verdict(Decision(v["decision"]), Reason(v["reason"]), v.get("message", ""), anomalies, v.get("last_step"),
-                      v.get("summary") or {})
-    return series, verdict, str(raw.get("run") or "")
+    return series, verdict_from_json(raw["verdict"]), str(raw.get("run") or "")
+
+
+# What a series first holds that is not a number, in the one spelling every view uses (JSON's, as evidence.json
+# writes it): the text of `show`, its terminal panels, `show --png` and the evidence plot all name it from here.
+# the judge's anomalies that a series' non-finite onsets already mark
+NONFINITE_KINDS = ("nan", "hidden_nan", "eval_nan", "nan_warning")
+
+
+def nonfinite_onsets(steps: Sequence[int], values: Sequence[float]) -> list[tuple[str, int]]:
+    """(spelling, step) of the first NaN, the first Infinity and the first -Infinity of a series, by step."""
+    onsets: dict[str, int] = {}
+    for step, value in zip(steps, values):
+        if not math.isfinite(value):
+            onsets.setdefault("NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity"), int(step))
+    return sorted(onsets.items(), key=lambda item: item[1])
+
+
+def onset_label(spelling: str, step: int) -> str:
+    return f"{spelling} from step {step}"
+
+
+def anomaly_marked(anomaly: Anomaly, key: str, plotted: set[str],
+                   series: Mapping[str, tuple[Sequence[int], Sequence[float]]]) -> bool:
+    """Whether a panel of `key` marks this anomaly: its own or one of a series not drawn, except a non-finite
+    one its series' onsets mark already (one bad value named once, by its first value)."""
+    if anomaly.metric != key and anomaly.metric in plotted:
+        return False
+    return not (anomaly.kind in NONFINITE_KINDS and anomaly.metric in series
+                and nonfinite_onsets(*series[anomaly.metric]))
 
 
 def plot_metrics(path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
@@ -114,7 +146,7 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
                              sharex=True, layout="constrained")
     plotted_metrics = {key for _, key in panels}
     for ax, (label, key) in zip(axes.flat, panels):
-        _draw_panel(ax, label, key, series[key], verdict, plotted_metrics)
+        _draw_panel(ax, label, key, series, verdict, plotted_metrics)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     steps = [s for key in (k for _, k in panels) for s in series[key][0]] + \
@@ -129,9 +161,9 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
     return fig
 
 
-def _draw_panel(ax: Any, label: str, key: str, data: tuple[Sequence[int], Sequence[float]], verdict: Verdict,
-                plotted_metrics: set[str]) -> None:
-    steps, values = data
+def _draw_panel(ax: Any, label: str, key: str, series: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+                verdict: Verdict, plotted_metrics: set[str]) -> None:
+    steps, values = series[key]
     finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
     bounded = [max(-PLOT_BOUND, min(PLOT_BOUND, v)) for _, v in finite]
     if finite:
@@ -139,14 +171,13 @@ def _draw_panel(ax: Any, label: str, key: str, data: tuple[Sequence[int], Sequen
         if log_scale(bounded):
             ax.set_yscale("log")
     label_box = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8}
-    for name, test, color, height in (("NaN", math.isnan, "red", 0.55), ("inf", math.isinf, "darkorange", 0.3)):
-        first = next((s for s, v in zip(steps, values) if test(v)), None)
-        if first is not None:
-            ax.axvline(first, color=color, lw=1.5)
-            ax.annotate(f"{name} from step {first}", (first, height), xycoords=("data", "axes fraction"), color=color,
-                        fontsize=8, ha="right", va="center", bbox=label_box)
+    for (spelling, first), color, height in zip(nonfinite_onsets(steps, values), ("red", "darkorange", "purple"),
+                                                (0.55, 0.3, 0.42)):
+        ax.axvline(first, color=color, lw=1.5)
+        ax.annotate(onset_label(spelling, first), (first, height), xycoords=("data", "axes fraction"), color=color,
+                    fontsize=8, ha="right", va="center", bbox=label_box)
     for anomaly in verdict.anomalies:
-        if anomaly.metric == key or anomaly.metric not in plotted_metrics:
+        if anomaly_marked(anomaly, key, plotted_metrics, series):
             ax.axvline(anomaly.step, color="red", ls="--", lw=1)
             ax.annotate(anomaly.kind, (anomaly.step, 0.92), xycoords=("data", "axes fraction"), color="red",
                         fontsize=8, ha="right", va="top", bbox=label_box)

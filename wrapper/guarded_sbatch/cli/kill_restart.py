@@ -22,7 +22,7 @@ from guarded_sbatch.cli.array_lifecycle import (
 from guarded_sbatch.records.audit import AuditLog
 from guarded_sbatch.core.config import load_config
 from guarded_sbatch.core.errors import BlockedError, ExitCode, GuardedError, SchedulerError, UsageError
-from guarded_sbatch.core.waiting import Waiting
+from guarded_sbatch.core.waiting import Waiting, fit, tell, terminal_width
 from guarded_sbatch.records.registry import RunRecord, find_run, list_runs
 from guarded_sbatch.scheduler.interface import JobState
 
@@ -82,7 +82,7 @@ def confirm(question: str, *, assume_yes: bool, stdin: TextIO | None = None, err
         return
     if stdin is None or stdin.closed or not stdin.isatty():
         raise UsageError("nothing deleted: no terminal to confirm on; rerun with --yes to go ahead without asking")
-    err.write(f"{question} Type yes to go ahead: ")
+    err.write(fit(f"{question} Type yes to go ahead:", terminal_width(err)) + " ")
     err.flush()
     answer = stdin.readline().strip().lower()
     if answer != "yes":
@@ -106,10 +106,10 @@ def kill_command(argv: list[str]) -> int:
         raise UsageError(f"run {'killed' if was_live else 'stopped before'} but the cleanup is incomplete: "
                          f"{len(failed)} step(s) not done (see above), first: {failed[0]}")
     if not was_live:
-        print(f"guarded-sbatch: nothing stopped: run {record.run_name} (job {record.job_id}) had already ended "
-              f"({_state_of(record)}); its files were cleaned up", file=sys.stderr)
+        tell(f"guarded-sbatch: nothing stopped: run {record.run_name} (job {record.job_id}) had already ended "
+             f"({_state_of(record)}); its files were cleaned up")
         return int(ExitCode.NOTHING_TO_STOP)
-    print(f"guarded-sbatch: run {record.run_name} (job {record.job_id}) killed and cleaned up", file=sys.stderr)
+    tell(f"guarded-sbatch: run {record.run_name} (job {record.job_id}) killed and cleaned up")
     return int(ExitCode.OK)
 
 
@@ -137,8 +137,10 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
     launch_argv = restart_launch_argv(record, args.guard_options, whole_array=bool(tasks))
     run_launch = launch or (_run_under_guard if record.launched_by == "run" else _run_launch)
     # The pre-flight runs first, so a blocked relaunch deletes nothing.
-    print("guarded-sbatch: pre-flight for the restart (nothing deleted yet):", file=sys.stderr)
-    clear = "Clear: the restart goes ahead (stop the run, clean up, relaunch); nothing to type."
+    tell("guarded-sbatch: pre-flight for the restart (nothing deleted yet):")
+    # one prompt per flow: the plan below ends in the question, unless --yes answered it already
+    clear = ("Clear: the restart goes ahead (stop the run, clean up, relaunch)." if args.yes else
+             "Clear: the restart can go ahead (stop the run, clean up, relaunch) once you confirm below.")
     if _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=True, color=False,
                                                         clear_line=clear)) != 0:
         raise BlockedError("restart blocked by the pre-flight: nothing was stopped or deleted; fix the failed "
@@ -153,7 +155,7 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         raise UsageError(f"run stopped but not relaunched: {len(failed)} cleanup step(s) not done (see above), "
                          f"first: {failed[0]}; fix that and run the restart again")
     before = {r.run_id for r in list_runs()}
-    print("guarded-sbatch: relaunching (the pre-flight above passed; it runs again, quietly):", file=sys.stderr)
+    tell("guarded-sbatch: relaunching (the pre-flight above passed; it runs again, quietly):")
     code = _in_folder(record.submit_dir, lambda: run_launch(launch_argv, check_only=False, color=False,
                                                             show_report=False))
     new_runs = [r for r in list_runs() if r.run_id not in before]
@@ -165,16 +167,15 @@ def restart_command(argv: list[str], *, launch: Callable[..., int] | None = None
         raise SchedulerError(f"run {record.run_id} was cleaned up but the relaunch did not submit (exit {code}); "
                              f"launch it again with `guarded-sbatch {' '.join(launch_argv)}`")
     if tasks:
-        print(f"guarded-sbatch: job array {args.run} ({len(tasks)} tasks) restarted as job "
-              f"{new_runs[0].job_id.partition('_')[0]}", file=sys.stderr)
+        tell(f"guarded-sbatch: job array {args.run} ({len(tasks)} tasks) restarted as job "
+             f"{new_runs[0].job_id.partition('_')[0]}")
         return int(ExitCode.OK)
     new_record = new_runs[-1]
     new_record.restarted_from = record.run_id
     new_record.save()
     _audit("restart", record, reason=f"relaunched as job {new_record.job_id}", new_job=new_record.job_id,
            new_run=new_record.run_id)
-    print(f"guarded-sbatch: run {record.run_name} restarted as job {new_record.job_id} ({new_record.run_id})",
-          file=sys.stderr)
+    tell(f"guarded-sbatch: run {record.run_name} restarted as job {new_record.job_id} ({new_record.run_id})")
     return int(ExitCode.OK)
 
 
@@ -233,7 +234,7 @@ def _audit(event: str, record: RunRecord, **fields: str) -> None:
     except GuardedError as exc:
         problem = exc.message
     if problem:
-        print(f"guarded-sbatch: warning: the site's audit record was not written ({problem})", file=sys.stderr)
+        tell(f"guarded-sbatch: warning: the site's audit record was not written ({problem})")
 
 
 def _run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: bool = True,
@@ -259,7 +260,7 @@ def _in_folder(folder: str, action: Callable[[], int]) -> int:
 
 def _show_outcome(outcome: Any) -> None:
     mark = "done" if outcome.ok else "NOT DONE"
-    print(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}", file=sys.stderr)
+    tell(f"guarded-sbatch: [{outcome.step}] {mark}: {outcome.detail}")
 
 
 def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
@@ -274,8 +275,8 @@ def _clean_up(record: RunRecord, *, yes: bool, verb: str) -> list[str]:
     scheduler = get_scheduler(record.backend)
 
     if _job_live(record):
-        print(f"guarded-sbatch: stopping job {record.job_id} and its sidecar; waiting until both have ended "
-              "(seconds usually, at most 90 s)", file=sys.stderr, flush=True)
+        tell(f"guarded-sbatch: stopping job {record.job_id} and its sidecar; waiting until both have ended "
+              "(seconds usually, at most 90 s)")
     try:
         with Waiting(f"run {record.run_name}'s stop and cleanup", said=True) as told:
             told.detail = f"stopping job {record.job_id} (cancelled, then asked until it has ended)"
@@ -303,11 +304,11 @@ def _task_plan(record: RunRecord, run_roots: Sequence[Path], verb: str, *,
     plan = plan_cleanup(record, run_roots, source_files=files)
     if not stop:
         plan = dataclasses.replace(plan, steps=tuple(s for s in plan.steps if s.name not in ("stop", "scheduler")))
-    print(f"guarded-sbatch: {verb} {plan.render()}", file=sys.stderr)
+    tell(f"guarded-sbatch: {verb} {plan.render()}")
     for path in kept:
-        print(f"guarded-sbatch: kept {path}: another task of the array names it too", file=sys.stderr)
+        tell(f"guarded-sbatch: kept {path}: another task of the array names it too")
     for refusal in plan.refusals:
-        print(f"guarded-sbatch: path guard: {refusal.refused}", file=sys.stderr)
+        tell(f"guarded-sbatch: path guard: {refusal.refused}")
     return record, plan
 
 
@@ -321,7 +322,7 @@ def _kill_array(array: str, tasks: list[RunRecord], *, yes: bool) -> int:
     if failed:
         raise UsageError(f"array {array} stopped but the cleanup is incomplete: {len(failed)} step(s) not done "
                          f"(see above), first: {failed[0]}")
-    print(f"guarded-sbatch: job array {array} ({len(tasks)} tasks) killed and cleaned up", file=sys.stderr)
+    tell(f"guarded-sbatch: job array {array} ({len(tasks)} tasks) killed and cleaned up")
     return int(ExitCode.OK)
 
 
@@ -331,8 +332,8 @@ def _clean_up_array(array: str, tasks: list[RunRecord], *, yes: bool, verb: str)
     from guarded_sbatch.scheduler import get_scheduler
 
     config = load_config()
-    print(f"guarded-sbatch: {verb} job array {array}: `scancel {array}` (all {len(tasks)} tasks), then each task's "
-          "cleanup:", file=sys.stderr)
+    tell(f"guarded-sbatch: {verb} job array {array}: `scancel {array}` (all {len(tasks)} tasks), then each task's "
+         "cleanup:")
     plans = [_task_plan(task, config.run_roots, verb, stop=False) for task in tasks]
     confirm(f"Stop all {len(tasks)} tasks of array {array} and delete the above?", assume_yes=yes)
     scheduler = get_scheduler(tasks[0].backend)

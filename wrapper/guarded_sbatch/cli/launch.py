@@ -11,7 +11,7 @@ from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
-from guarded_sbatch.core.waiting import tell
+from guarded_sbatch.core.waiting import fit, tell
 from guarded_sbatch.launch.pipeline import choose_backend, follow_line, guarded_scheduler
 from guarded_sbatch.scheduler import get_scheduler
 
@@ -109,7 +109,7 @@ def print_report(report: PreflightReport, *, launching: bool, clear_line: str, c
     width = shutil.get_terminal_size((80, 24)).columns if sys.stderr.isatty() else None
     text = format_report(report, color=color, launching=launching, width=width)
     if clear_line and not report.blocked:
-        text = text.rsplit("\n", 1)[0] + "\n" + clear_line
+        text = text.rsplit("\n", 1)[0] + "\n" + fit(clear_line, width)
     print(redact(text), file=sys.stderr)
 
 

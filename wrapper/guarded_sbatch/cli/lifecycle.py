@@ -113,12 +113,23 @@ def run_status_row(record: RunRecord) -> dict[str, Any]:
         "ended": record.ended or None,
         "ended_at": local_timestamp(end) if end and terminal else None,
         "age": _duration(now - record.submitted_at) if record.submitted_at else None,
-        "elapsed": _duration((end or now) - start) if start else None,
+        "elapsed": elapsed(JobState(state), start, end, now),
         "exit_code": exit_code,
         "exit": sacct_exit(exit_code),
         "stopped_by": stopped_by(state, sidecar, record, end),
         "submit_dir": record.submit_dir or None,
     }
+
+
+def elapsed(state: JobState, start: float | None, end: float | None, now: float) -> str | None:
+    """How long the job has run: from its start to now while it runs, to its end once ended; None (`-`) while
+    pending, or when its end is unknown. Never its time limit (the backends hand a job's start and end only once
+    it has them: scheduler/slurm_parse.held_times)."""
+    if start is None or state in (JobState.PENDING, JobState.REQUEUED, JobState.UNKNOWN):
+        return None
+    if state.is_terminal:
+        return _duration(end - start) if end else None
+    return _duration(now - start)
 
 
 def sacct_exit(code: int | None) -> str | None:
@@ -128,11 +139,12 @@ def sacct_exit(code: int | None) -> str | None:
     return f"0:{-code}" if code < 0 else f"{code}:0"
 
 
-def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord, end_time: float | None = None) -> str | None:
+def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord,
+               end_time: float | None = None) -> str | None:
     """Who ended the run, from the records: the command that stopped a live job wrote its name into the
     run's record (kill, restart, stop tmux:/pid:); the guard when its sidecar's STOP came before the job's
-    end; the scheduler for its own ends; the job itself when it failed before anyone acted; else nobody
-    (a run that completed, or one still going)."""
+    end (while the job is still being stopped, "guard (stopping)"); the scheduler for its own ends; the job itself
+    when it failed before anyone acted; else nobody (a run that completed, or one still going)."""
     if record.stopped_by:
         return record.stopped_by
     job_state = JobState(state)
@@ -142,10 +154,14 @@ def stopped_by(state: str, sidecar: dict[str, Any], record: RunRecord, end_time:
     backend = backend_traits(record.backend)
     if backend.whole_second_times:
         stop_at = math.floor(stop_at)  # its end times are whole seconds
-    guard_stop = sidecar.get("last_decision") == "STOP" and sidecar.get("finished") and stop_at
+    # the sidecar saves its STOP and the time of its stop before it cancels (sidecar/loop.py), so the guard is named
+    # from the first moment, not once its evidence is written
+    guard_stop = sidecar.get("last_decision") == "STOP" and stop_at
     # a job that had ended by itself before the STOP (a crash the sidecar then judged) was not the guard's
     if guard_stop and job_state.is_terminal and state != "COMPLETED" and (end_time is None or end_time >= stop_at):
         return "guard"
+    if guard_stop and not job_state.is_terminal:
+        return "guard (stopping)"
     if state == "CANCELLED":
         return f"user ({backend.cancel_command})"
     if state in ("TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL"):

@@ -20,34 +20,42 @@ from guarded_sbatch.core.waiting import tell
 
 _USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
-       guarded-sbatch [guard options] [sbatch options] torchrun|accelerate|deepspeed|python ARGS...
-       guarded-sbatch check [--json] [guard options] [sbatch options] script.sh [script args]
-       guarded-sbatch monitor [--once [--json]] [--tb PATH] [--wandb PATH] [--log PATH] [--job ID] [PATH]
-                              [--log-command CMD] [--stop tmux:S|pid:P|ssh:HOST[:PORT]:P|slurm:J]
+       guarded-sbatch [guard options] [sbatch options]
+                      torchrun|accelerate|deepspeed|python ARGS...
+       guarded-sbatch check [--json] [guard options] [sbatch options]
+                      script.sh [script args]
+       guarded-sbatch monitor [--once [--json]] [--tb PATH] [--wandb PATH]
+                      [--log PATH] [--log-command CMD] [--job ID] [PATH]
+                      [--stop tmux:S|pid:P|ssh:HOST[:PORT]:P|slurm:J]
        guarded-sbatch show RUN [--png FILE] [--plain] [--json]
-       guarded-sbatch run [guard options] [--guard-tmux NAME] -- COMMAND...   (workstation: no Slurm)
+       guarded-sbatch run [guard options] [--guard-tmux NAME] -- COMMAND...
+                      (a workstation: no Slurm)
        guarded-sbatch check-sweep [guard options] sweep.yaml [--json]
        guarded-sbatch stop tmux:SESSION|pid:PID|ssh:HOST[:PORT]:PID [--grace S]
-       guarded-sbatch status [--all] [--project DIR] [--state S,S] [--name GLOB] [--json]
+       guarded-sbatch status [--all] [--project DIR] [--state S,S]
+                      [--name GLOB] [--json]
        guarded-sbatch kill RUN [--yes]
        guarded-sbatch restart RUN [--yes] [guard options]
        guarded-sbatch reference RUN
        guarded-sbatch --version | --help;  guarded-sbatch COMMAND --help
 
-A drop-in for sbatch: runs the launch pre-flight (config diff, run name, paths, tracker, ETA),
-blocks on a failed check unless you waive it, then submits the job unchanged plus a sidecar job
-that watches its metrics and stops it when it breaks.
+A drop-in for sbatch: runs the launch pre-flight (config diff, run name, paths,
+tracker, ETA), blocks on a failed check unless you waive it, then submits the
+job unchanged plus a sidecar job that watches its metrics and stops it when it
+breaks.
 
 guard options (before the script; sbatch has none of these):
 {{guard_options}}
 
-With a launcher command instead of a script, guarded-sbatch writes the batch script itself from
-sbatch_templates/ (rendezvous, one task per node, signal before the limit, requeue), checks it
-with the same pre-flight, and submits it; e.g.
-  guarded-sbatch --nodes 2 --gpus-per-node 8 --time 12:00:00 torchrun train.py --config configs/x.yaml
+With a launcher command instead of a script, guarded-sbatch writes the batch
+script itself from sbatch_templates/ (rendezvous, one task per node, signal
+before the limit, requeue), checks it with the same pre-flight, and submits it;
+e.g.
+  guarded-sbatch --nodes 2 --gpus-per-node 8 torchrun train.py --config x.yaml
 
 environment: GUARDED_SBATCH_SITE_CONFIG (site config, set by the module),
-  GUARDED_SBATCH_USER_CONFIG, GUARDED_SBATCH_BACKEND, GUARDED_SBATCH_STATE_DIR, NO_COLOR
+  GUARDED_SBATCH_USER_CONFIG, GUARDED_SBATCH_BACKEND, GUARDED_SBATCH_STATE_DIR,
+  NO_COLOR
 
 {ExitCode.help_text()}
 """

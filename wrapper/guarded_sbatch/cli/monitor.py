@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import textwrap
 from argparse import Namespace, RawDescriptionHelpFormatter
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_o
 from guarded_sbatch.cli.sidecar_job import load_watcher
 from guarded_sbatch.core.config import load_config, watcher_flags
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.waiting import FittedStream, fit, tell, terminal_width
 from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.scheduler import backend_names
 from guarded_sbatch.sidecar.report import cadence_text
@@ -71,7 +71,7 @@ def _refuse_missing_paths(args: Namespace) -> None:
 def run_monitor(argv: list[str]) -> int:
     """`guarded-sbatch monitor`: judge a run once (--once, the decision is the exit code) or watch it."""
     parser = ArgumentParser(prog="guarded-sbatch monitor", description="judge a run now (--once) or watch it",
-                            epilog=f"{textwrap.fill(ONCE_CODES, 79)}\n\n{EXAMPLES}", formatter_class=RawDescriptionHelpFormatter)
+                            epilog=f"{fit(ONCE_CODES, 79, indent='')}\n\n{EXAMPLES}", formatter_class=RawDescriptionHelpFormatter)
     parser.add_argument("target", nargs="?", help="a folder to search, a log file, or a W&B run path/URL")
     parser.add_argument("--once", action="store_true", help="read what is there now, judge once, exit")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -132,9 +132,15 @@ def run_monitor(argv: list[str]) -> int:
         scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=plan.stop_grace_s)
     door.remove(plan.state_file)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
-    print(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)",
-          file=sys.stderr, flush=True)
-    return Sidecar(plan, scheduler, sys.stdout).run()
+    tell(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)")
+    width = terminal_width(sys.stdout)
+    if width is None:
+        return Sidecar(plan, scheduler, sys.stdout).run()
+    fitted = FittedStream(sys.stdout, width)  # on a terminal, reports and diagnostics wrapped as every message is
+    try:
+        return Sidecar(plan, scheduler, fitted).run()  # type: ignore[arg-type]  # a text stream: write, flush
+    finally:
+        fitted.finish()
 
 
 def _monitor_record(args: Namespace, watched: Watched, guarded: RunRecord | None, backend: str,

@@ -8,6 +8,7 @@ the login path stays light), for a live run as much as for a stopped one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -17,7 +18,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from guarded_sbatch.actions.evidence import plot_in_subprocess
-from guarded_sbatch.actions.evidence_plot import plotted_keys
+from guarded_sbatch.actions.evidence_plot import (
+    NONFINITE_KINDS, nonfinite_onsets, onset_label, plotted_keys, verdict_from_json,
+)
 from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.cli.array_lifecycle import array_tasks
 from guarded_sbatch.cli.lifecycle import run_status_row
@@ -81,6 +84,11 @@ def gather(record: RunRecord) -> dict[str, Any]:
     """Everything show prints about a run: its status row, the curves by role, the verdict now, the evidence."""
     row = run_status_row(record)
     series, verdict, source = _judge_now(record)
+    stop = _guard_stop_verdict(record, row)
+    if stop is not None:  # the guard's STOP as it was taken (its step), never its own cancel judged afterwards
+        verdict = stop
+    elif verdict is not None and str(row["stopped_by"] or "").startswith("guard"):  # its evidence not written yet
+        verdict = dataclasses.replace(verdict, anomalies=tuple(a for a in verdict.anomalies if a.kind != "interrupted"))
     # a key is a co-worker's text (a TensorBoard tag): its escapes, colours included, are shown, never obeyed (the
     # CLI's own output filter keeps colour codes for the tool's tags, so data is made visible here, at its source)
     series = {visible_line(key): value for key, value in series.items()}
@@ -99,7 +107,8 @@ def gather(record: RunRecord) -> dict[str, Any]:
         "decision_now": verdict.decision.value if verdict else None,
         "unguarded": bool(verdict and verdict.reason is Reason.UNGUARDED),
         "reason_now": visible(verdict.message) if verdict else None,
-        "anomalies": [visible(_anomaly_text(a)) for a in verdict.anomalies] if verdict else [],
+        "anomalies": [visible(_anomaly_text(a, series)) for a in verdict.anomalies] if verdict else [],
+        "guard_stop_step": stop.last_step if stop is not None else None,
         "source": visible(source), "report": visible(latest_report(record.folder)),
         "series": {key: series[key] for key in plotted.values()},
         "plotted": plotted, "evidence": evidence, "folder": str(record.folder), "verdict_obj": verdict,
@@ -129,8 +138,25 @@ def _series_from_evidence(path: Path) -> dict[str, tuple[list[int], list[float]]
             for key, entry in (raw.get("recent_metrics") or {}).items()}
 
 
-def _anomaly_text(anomaly: Any) -> str:
-    where = f"{anomaly.kind} in {anomaly.metric} at step {anomaly.step}"
+def _guard_stop_verdict(record: RunRecord, row: dict[str, Any]) -> Verdict | None:
+    """The verdict the guard stopped the run on (evidence.json's), when the guard stopped it."""
+    if not str(row.get("stopped_by") or "").startswith("guard"):
+        return None
+    raw = read_json(record.evidence_dir / "evidence.json")
+    try:
+        verdict = verdict_from_json(raw["verdict"]) if isinstance(raw, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    return verdict if verdict is not None and verdict.decision is Decision.STOP else None
+
+
+def _anomaly_text(anomaly: Any, series: dict[str, tuple[list[int], list[float]]]) -> str:
+    """An anomaly in words; a non-finite one by the first value its series holds that is not a number (the spelling
+    and step the plots mark: actions/evidence_plot.nonfinite_onsets)."""
+    onsets = nonfinite_onsets(*series[anomaly.metric]) if anomaly.kind in NONFINITE_KINDS and \
+        anomaly.metric in series else []
+    where = f"not finite in {anomaly.metric}: {onset_label(*onsets[0])}" if onsets else \
+        f"{anomaly.kind} in {anomaly.metric} at step {anomaly.step}"
     return where + (f" ({anomaly.message})" if anomaly.message else "")
 
 
@@ -164,8 +190,7 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool, plain: bool = F
             + (f", stopped by {view['stopped_by']}" if view["stopped_by"] else "")
             + (f", exit {view['exit']}" if view.get("exit") else ""),
             f"age {view['age'] or '-'}, ran {view['elapsed'] or '-'}; metrics: {view['source']}",
-            f"judged now: {'UNGUARDED' if view.get('unguarded') else view['decision_now'] or '-'}: "
-            f"{view['reason_now'] or '-'}", ""]
+            _judged_line(view), ""]
     width = shutil.get_terminal_size((100, 40)).columns - 1 if terminal else None
     parts = [_fit("\n".join(head), width)]
     parts.append(_fit(view["report"] or "(no sidecar report yet)", width))
@@ -175,11 +200,30 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool, plain: bool = F
         parts.append("\n".join(["Anomalies: " + ("" if view["anomalies"] else "none")]
                                + [_cut(f"  - {a}", width) for a in view["anomalies"]]))
         names = ", ".join(Path(p).name for p in view["evidence"])
-        parts.append(_fit(f"Evidence: {names or 'none yet'}\nRun folder (evidence/ inside): {view['folder']}", width))
+        parts.append(_fit(f"Evidence: {names or _no_evidence(view)}\nRun folder (evidence/ inside): {view['folder']}",
+                          width))
     else:
         parts.append("Anomalies: " + ("; ".join(view["anomalies"]) or "none"))
-        parts.append("Evidence: " + (", ".join(view["evidence"]) or "none yet") + f"\nRun folder: {view['folder']}")
+        parts.append("Evidence: " + (", ".join(view["evidence"]) or _no_evidence(view)) + f"\nRun folder: {view['folder']}")
     return "\n\n".join(p.rstrip() for p in parts if p) + "\n"
+
+
+def _judged_line(view: dict[str, Any]) -> str:
+    if view.get("guard_stop_step") is not None:
+        return f"the guard's STOP at step {view['guard_stop_step']}: {view['reason_now'] or '-'}"
+    return f"judged now: {'UNGUARDED' if view.get('unguarded') else view['decision_now'] or '-'}: " \
+        f"{view['reason_now'] or '-'}"
+
+
+def _no_evidence(view: dict[str, Any]) -> str:
+    """What no evidence means: a guard keeps evidence only when it stops a run."""
+    if view["state"] in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING", "SUSPENDED", "UNKNOWN"):
+        return "none yet (the guard keeps evidence when it stops a run)"
+    if str(view.get("stopped_by") or "").startswith("guard"):
+        return "none yet (the guard is writing it)"
+    if view["decision_now"] == "CONTINUE":
+        return f"none: the run ended {view['state']} healthy, the guard had nothing to stop"
+    return f"none: the run ended {view['state']} without a STOP by its guard"
 
 
 def plot_terminal(view: dict[str, Any], *, color: bool) -> str:

@@ -9,7 +9,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from guarded_sbatch.actions.evidence_plot import TITLES, log_scale
+from guarded_sbatch.actions.evidence_plot import TITLES, anomaly_marked, log_scale, nonfinite_onsets, onset_label
 
 MAX_WIDTH = 120
 TICKS = 5
@@ -33,7 +33,6 @@ def draw_panels(plotted: Mapping[str, str], series: Mapping[str, tuple[Sequence[
     for label, key in panels:
         steps, values = series[key]
         finite = [(s, v) for s, v in zip(steps, values) if math.isfinite(v)]
-        bad = [s for s, v in zip(steps, values) if not math.isfinite(v)]
         logged = log_scale(values)
         plt.clear_figure()
         plt.plotsize(width, height)
@@ -50,11 +49,11 @@ def draw_panels(plotted: Mapping[str, str], series: Mapping[str, tuple[Sequence[
             xt = sorted({int(round(t)) for t in _ticks(min(xs), max(xs), log=False)})
             plt.xticks(xt, [str(t) for t in xt])
         marks = []
-        if bad:
-            plt.vline(bad[0], "red" if color else None)
-            marks.append(f"not finite from step {bad[0]}")
+        for spelling, first in nonfinite_onsets(steps, values):
+            plt.vline(first, "red" if color else None)
+            marks.append(onset_label(spelling, first))
         for anomaly in anomalies:
-            if getattr(anomaly, "metric", None) == key or getattr(anomaly, "metric", None) not in shown:
+            if anomaly_marked(anomaly, key, shown, series):
                 plt.vline(anomaly.step, "red" if color else None)
                 marks.append(f"{anomaly.kind} at {anomaly.step}")
         # plotext drops a title wider than its canvas (the width less the tick labels)

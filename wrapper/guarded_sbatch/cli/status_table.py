@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import io
 import shutil
-import textwrap
 from collections import Counter
 from typing import Any
+
+from guarded_sbatch.core.waiting import fit
 
 # (title, row key), left to right
 COLUMNS = [("RUN", "run"), ("JOB", "job_id"), ("STATE", "state"), ("AGE", "age"), ("ELAPSED", "elapsed"),
@@ -32,17 +33,23 @@ def render_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-# When the terminal is too narrow for every column, these go first, in this order; RUN (always whole: a name cut in
-# the middle is no name), STATE and DECISION always stay. Too narrow even for those: a list, a run's name on a line
-# of its own and its facts under it.
-DROP_ORDER = ("evidence", "age", "eta", "ended_at", "elapsed", "reason", "last_step", "exit", "job_id", "stopped_by")
+# When the terminal is too narrow for every column, these go first, in this order; the identifying columns RUN (always
+# whole: a name cut in the middle is no name) and JOB, with STATE and DECISION, always stay. STOPPED BY is shortened to
+# who (`user`, not `user (kill)`) before it goes. Too narrow even for those: a list, a run's name on a line of its own
+# and its facts (its job first) under it.
+DROP_ORDER = ("evidence", "age", "eta", "ended_at", "elapsed", "reason", "last_step", "exit", "stopped_by")
+SHORTENED = {"stopped_by": lambda text: text.split(" (", 1)[0]}
 GAP = 2
 STYLES = {"STOP": "red", "UNGUARDED": "magenta", "WAIT": "yellow", "CONTINUE": "green"}
 
 
 def fitted_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, str, int]]:
-    """(title, key, natural width) of the columns shown at this width, every one at its natural width."""
-    columns = [(title, key, max(len(title), *(len(cell(row, key)) for row in rows))) for title, key in COLUMNS]
+    """(title, key, width) of the columns shown at this width, each at its natural width (a shortened one: at its
+    short cells' width, `short_cell` draws them)."""
+    def natural(title: str, key: str, short: bool = False) -> int:
+        return max(len(title), *(len(short_cell(row, key) if short else cell(row, key)) for row in rows))
+
+    columns = [(title, key, natural(title, key)) for title, key in COLUMNS]
 
     def needed(cols: list[tuple[str, str, int]]) -> int:
         return sum(w for _, _, w in cols) + GAP * (len(cols) - 1)
@@ -50,8 +57,18 @@ def fitted_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, st
     for key in DROP_ORDER:
         if needed(columns) <= width:
             break
+        if key in SHORTENED:
+            shortened = [(t, k, natural(t, k, True) if k == key else w) for t, k, w in columns]
+            if needed(shortened) <= width:
+                return shortened
         columns = [c for c in columns if c[1] != key]
     return columns
+
+
+def short_cell(row: dict[str, Any], key: str) -> str:
+    """A cell as a narrow table shows it: shortened where SHORTENED says how."""
+    text = cell(row, key)
+    return SHORTENED[key](text) if key in SHORTENED else text
 
 
 def _style(decision: str) -> str | None:
@@ -76,7 +93,8 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
         table.add_column(title, no_wrap=True, width=natural)
     for row in rows:
         style = _style(cell(row, "decision")) if color else None
-        table.add_row(*(cell(row, key) for _, key, _ in columns), style=style)
+        table.add_row(*(short_cell(row, key) if len(cell(row, key)) > natural else cell(row, key)
+                        for _, key, natural in columns), style=style)
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color, color_system="standard",
                       highlight=False, emoji=False, soft_wrap=False)
@@ -96,7 +114,7 @@ def _render_list(rows: list[dict[str, Any]], *, color: bool, width: int) -> str:
         lines.append(str(row.get("run") or "-"))
         facts = (f"job {cell(row, 'job_id')}  {cell(row, 'state')}  {cell(row, 'decision')}  {cell(row, 'reason')}  "
                  f"step {cell(row, 'last_step')}")
-        text = textwrap.fill(facts, width=max(width, 20), initial_indent="  ", subsequent_indent="  ")
+        text = fit("  " + facts, max(width, 20), indent="  ")
         style = _style(cell(row, "decision")) if color else None
         code = {"red": "31", "magenta": "35", "yellow": "33", "green": "32"}.get(style or "")
         lines.append(f"\033[{code}m{text}\033[0m" if code else text)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from guarded_sbatch.core.waiting import hanging
+
 
 class ExitCode(enum.IntEnum):
     """Every exit code guarded-sbatch gives, in one table: its number and what it means (the CLI's --help and
@@ -32,7 +34,7 @@ class ExitCode(enum.IntEnum):
     @classmethod
     def help_text(cls) -> str:
         return "exit codes (`--wait`: the job's own, as sbatch --wait gives it):\n" + \
-            "\n".join(f"  {code.value:<4} {code.meaning}" for code in cls)
+            "\n".join(hanging(f"  {code.value}", code.meaning, 7, 80) for code in cls)
 
 
 class GuardedError(Exception):

@@ -49,9 +49,15 @@ def _fill(out: list[str], current: str, word: str, width: int, rest: str) -> str
     return current
 
 
-def fit(text: str, width: int | None) -> str:
-    """Each line of `text` wrapped at spaces to `width` (the rest of a line indented two more spaces than it); None:
-    as is. Hyphens never break a line (run names hold them); a word goes whole to the next line when it fits there."""
+# a word, or a command quoted in backticks with what is glued to it (`(follow it: `tail -f x.out`);`): one unit
+_UNITS = re.compile(r"\S*`[^`]*`\S*|\S+")
+
+
+def fit(text: str, width: int | None, *, indent: str | None = None) -> str:
+    """Each line of `text` wrapped at spaces to `width` (the rest of a line indented two more spaces than it, or by
+    `indent`); None: as is. Hyphens never break a line (run names hold them); a word goes whole to the next line when
+    it fits there. A command in backticks is never split: too long for any line, it has a line of its own, wider
+    than `width`, so that it can be copied whole."""
     if width is None:
         return text
     out: list[str] = []
@@ -60,19 +66,57 @@ def fit(text: str, width: int | None) -> str:
             out.append(line)
             continue
         lead = line[: len(line) - len(line.lstrip(" "))]
-        rest = lead + "  "
+        rest = lead + "  " if indent is None else indent
         current = lead
-        for word in line.split():
+        for word in _UNITS.findall(line):
             glue = " " if current.strip() else ""
             if len(current) + len(glue) + len(word) <= width:
                 current += glue + word
-            elif len(rest) + len(word) <= width:
-                out.append(current)
-                current = rest + word
+            elif len(rest) + len(word) <= width or "`" in word:
+                if current.strip():
+                    out.append(current)
+                    current = rest + word
+                else:
+                    current += word
             else:
                 current = _fill(out, current, word, width, rest)
         out.append(current)
     return "\n".join(out)
+
+
+def hanging(head: str, text: str, column: int, width: int) -> str:
+    """A two-column line (`  --flag VALUE   what it does`, `  2    bad usage`): `text` wrapped by `fit` under
+    `column`, after `head` padded to it (a head as wide as the column: the text starts on the next line)."""
+    body = fit(text, max(width - column, 20), indent="").splitlines() or [""]
+    first = [f"{head:<{column}}{body[0]}"] if len(head) < column else [head, " " * column + body[0]]
+    return "\n".join([*first, *(" " * column + line for line in body[1:])])
+
+
+class FittedStream:
+    """A text stream that writes each whole line `fit` to `width` (a watch's reports on a terminal); a partial line
+    waits for its end, or for `finish()`."""
+
+    def __init__(self, inner: TextIO, width: int) -> None:
+        self.inner, self.width, self._rest = inner, width, ""
+
+    def write(self, text: str) -> int:
+        lines = (self._rest + text).split("\n")
+        self._rest = lines.pop()
+        if lines:
+            self.inner.write("".join(fit(line, self.width) + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def finish(self) -> None:
+        if self._rest:
+            self.inner.write(fit(self._rest, self.width))
+            self._rest = ""
+        self.inner.flush()
+
+    def isatty(self) -> bool:
+        return True
 
 
 def tell(text: str, stream: TextIO | None = None) -> None:

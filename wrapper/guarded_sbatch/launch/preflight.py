@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import socket
-import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from guarded_sbatch.core.config import Config
+from guarded_sbatch.core.waiting import fit  # the one wrapping rule: words and commands whole, paths at slashes
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.file_trust import outputs_note
 from guarded_sbatch.sbatch.argv import LaunchArgs, Waiver
@@ -304,7 +304,8 @@ def format_report(report: PreflightReport, *, color: bool, launching: bool = Fal
     for result in report.results:
         tag = f"[{SYMBOLS[result.status]}]"
         suffix = f" (waived: {waived[result.name]})" if result.name in waived else ""
-        head = _wrapped(f"{tag} {result.name}: {result.finding}{suffix}", width, indent=" " * 7)
+        # wrapped with a tag of no spaces (wrapping joins words by one), then the tag put back, painted
+        head = _wrapped(f"{'#' * len(tag)} {result.name}: {result.finding}{suffix}", width, indent=" " * 7)
         lines.append(paint(tag, result.status) + head[len(tag):])
         lines.extend(_wrapped(f"         {item}", width, indent=" " * 11) for item in result.evidence)
     for waiver, why in report.refused_waivers:
@@ -348,6 +349,4 @@ def _command_lines(command: str, width: int | None) -> str:
 def _wrapped(line: str, width: int | None, indent: str = "  ") -> str:
     if width is None or len(line) <= width:
         return line
-    lead = line[: len(line) - len(line.lstrip(" "))]
-    return textwrap.fill(line.strip(), width=max(width, 40), initial_indent=lead, subsequent_indent=indent,
-                         break_long_words=True, break_on_hyphens=False)
+    return fit(line, max(width, 40), indent=indent)

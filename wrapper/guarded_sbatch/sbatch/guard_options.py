@@ -17,6 +17,7 @@ from typing import Any
 from guarded_sbatch.core.check_names import CHECK_NAMES
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import closest, did_you_mean
+from guarded_sbatch.core.waiting import hanging
 
 
 @dataclass(frozen=True)
@@ -144,18 +145,15 @@ def guard_flags() -> list[str]:
     return [row.flag for row in guard_table()]
 
 
-def usage_lines(width: int = 31) -> list[str]:
+def usage_lines(width: int = 31, columns: int = 80) -> list[str]:
     """The guard options as a usage text lists them: `  --flag METAVAR   help`, the help on its own line when the
-    flag is wider than `width`."""
+    flag is wider than `width`, wrapped under its column to `columns`."""
     lines = []
     for row in guard_table():
         head = f"  {row.flag} {row.metavar}".rstrip()
         text = row.help + (f" (one of: {', '.join(CHECK_NAMES)})" if row.kind == "waiver" else "") + \
             ("; repeatable" if row.repeatable else "")
-        if len(head) < width:
-            lines.append(f"{head:<{width}}{text}")
-        else:
-            lines += [head, f"{'':<{width}}{text}"]
+        lines += hanging(head, text, width, columns).splitlines()
     return lines
 
 

@@ -150,19 +150,30 @@ def error_lines(stderr: str, program: str) -> str:
     return "; ".join(unique) or f"{program} printed no message"
 
 
+def held_times(state: JobState, start: float | None, end: float | None) -> tuple[float | None, float | None]:
+    """The start and end a job has had, from Slurm's StartTime/EndTime: a pending job's StartTime is the
+    scheduler's guess, a live job's EndTime is its start plus its TimeLimit (the planned end). Only a job that
+    has run has a start, only one that has ended an end."""
+    started = state.is_terminal or state.is_active
+    return (start if started else None), (end if state.is_terminal or state is JobState.COMPLETING else None)
+
+
 def job_info_from_scontrol(fields: dict[str, str]) -> JobInfo:
     """A job from the fields of one `scontrol -o show job` line."""
     reason = fields.get("Reason", "")
+    state = slurm_state(fields.get("JobState", ""))
+    start, end = held_times(state, parse_timestamp(fields.get("StartTime", "")),
+                            parse_timestamp(fields.get("EndTime", "")))
     return JobInfo(
         job_id=fields.get("JobId", ""),
-        state=slurm_state(fields.get("JobState", "")),
+        state=state,
         name=fields.get("JobName", ""),
         owner=parse_user_name(fields.get("UserId", "")),
         work_dir=fields.get("WorkDir", ""),
         stdout_path=fields.get("StdOut", ""),
         time_limit_s=parse_time_limit(fields.get("TimeLimit", "")),
-        start_time=parse_timestamp(fields.get("StartTime", "")),
-        end_time=parse_timestamp(fields.get("EndTime", "")),
+        start_time=start,
+        end_time=end,
         exit_code=parse_exit_code(fields.get("ExitCode", "")),
         reason="" if reason in ("None", "(null)") else reason,
     )
@@ -170,15 +181,17 @@ def job_info_from_scontrol(fields: dict[str, str]) -> JobInfo:
 
 def job_info_from_sacct(row: dict[str, str]) -> JobInfo:
     """A job from one `sacct -P` row (the fields of _SACCT_FIELDS in the Slurm backend)."""
+    state = slurm_state(row["State"])
+    start, end = held_times(state, parse_timestamp(row["Start"]), parse_timestamp(row["End"]))
     return JobInfo(
         job_id=row["JobID"],
-        state=slurm_state(row["State"]),
+        state=state,
         name=row["JobName"],
         owner=row["User"],
         work_dir=row["WorkDir"],
         time_limit_s=parse_time_limit(row["Timelimit"]),
-        start_time=parse_timestamp(row["Start"]),
-        end_time=parse_timestamp(row["End"]),
+        start_time=start,
+        end_time=end,
         exit_code=parse_exit_code(row["ExitCode"]),
     )
 

@@ -414,7 +414,11 @@ class Sidecar:
             outcome = StopOutcome("none", True, f"stop requested already at {self.state.stop_requested_at:.0f} by an "
                                         "earlier watcher process")
         else:
+            # the decision is saved with the intent, before the cancel: `status` names the guard from the moment
+            # the job ends, not once the evidence is written (cli/lifecycle.stopped_by)
             self.state.stop_requested_at = now
+            self.state.last_decision, self.state.last_reason = verdict.decision.value, verdict.reason.value
+            self.state.last_message = verdict.message
             self.state.save(self.settings.state_file)
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
                                stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s,
