@@ -119,3 +119,24 @@ def test_a_named_config_that_is_missing_still_blocks(project: Path) -> None:
     # the paths check blocks on it and names the fix; the diff says it could not look, without its own flags
     assert report.blocked and "paths" in report.blocking_checks
     assert diff.status is CheckStatus.WARNED and "does not exist (see paths)" in diff.finding
+
+
+def test_a_config_files_last_healthy_run_is_its_reference_read_from_the_familys_list(project: Path) -> None:
+    """A config with no reference file beside it is diffed against its last run that finished healthy: found in
+    the family's own list of runs (the registry is read once per state folder, to start the lists)."""
+    (project / "exp.yaml").write_text("lr: 0.1\nbatch_size: 64\n")
+    script = _script(project, "python train.py --config exp.yaml\n")
+    older = create_run("synthetic-mlp-bs64-lr3e-4", "local", "601", config_path=str(project / "exp.yaml"))
+    first = _check(project, script)  # the run above predates the family's list: listed by the one registry read
+    record = create_run("synthetic-mlp-bs64-lr3e-4", "local", "602", config_path=str(project / "exp.yaml"))
+    save_config_snapshot(record, first.details["intended_run_config"])  # type: ignore[arg-type]
+    record.sidecar_state_file.write_text('{"finished": true, "last_decision": "CONTINUE", '
+                                         '"last_job_state": "COMPLETED", "last_step": 100}')
+    (project / "exp.yaml").write_text("lr: 0.1\nbatch_size: 256\n")
+    bigger = _diff(_check(project, script))
+    assert bigger.status is CheckStatus.FAILED and "global batch 64 -> 256" in bigger.finding, bigger.finding
+    assert any(record.run_id in line for line in (bigger.finding, *bigger.evidence)), bigger.evidence
+    families = project.parent / "state" / "references"
+    listed = [path.name for path in families.glob("config-runs-*.json")]
+    assert "config-runs-indexed.json" in listed and len(listed) == 2, listed
+    assert older.run_id in (families / next(n for n in listed if n != "config-runs-indexed.json")).read_text()
