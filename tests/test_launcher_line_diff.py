@@ -140,3 +140,23 @@ def test_a_config_files_last_healthy_run_is_its_reference_read_from_the_familys_
     listed = [path.name for path in families.glob("config-runs-*.json")]
     assert "config-runs-indexed.json" in listed and len(listed) == 2, listed
     assert older.run_id in (families / next(n for n in listed if n != "config-runs-indexed.json")).read_text()
+
+
+def test_the_reference_of_a_programs_launches_reads_one_record_whatever_its_history(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop's 30th launch reads what its 2nd does: the family's last runs are judged from their sidecar states, and
+    the record of the one run chosen (here the previous launch: none finished healthy) is the only one read."""
+    from guarded_sbatch.launch import run_reference
+
+    script = _script(project, 'python train.py --lr 0.1 --batch_size 64 "$@"\n')
+    read: list[Path] = []
+    original = run_reference.read_json
+    monkeypatch.setattr(run_reference, "read_json", lambda path, **kw: (read.append(Path(path)), original(path, **kw))[1])
+    records_read = []
+    for index in range(30):
+        read.clear()
+        report = _check(project, script, "--steps", str(100 + index))
+        records_read.append(sum(path.name == "run.json" for path in read))
+        _launched(report, str(700 + index))
+    assert records_read[0] == 0 and set(records_read[1:]) == {1}, records_read
+    assert sum(path.name == "sidecar-state.json" for path in read) == run_reference.FAMILY_RUNS_KEPT
