@@ -119,3 +119,44 @@ def test_a_named_config_that_is_missing_still_blocks(project: Path) -> None:
     # the paths check blocks on it and names the fix; the diff says it could not look, without its own flags
     assert report.blocked and "paths" in report.blocking_checks
     assert diff.status is CheckStatus.WARNED and "does not exist (see paths)" in diff.finding
+
+
+def test_a_config_files_last_healthy_run_is_its_reference_read_from_the_familys_list(project: Path) -> None:
+    """A config with no reference file beside it is diffed against its last run that finished healthy: found in
+    the family's own list of runs (the registry is read once per state folder, to start the lists)."""
+    (project / "exp.yaml").write_text("lr: 0.1\nbatch_size: 64\n")
+    script = _script(project, "python train.py --config exp.yaml\n")
+    older = create_run("synthetic-mlp-bs64-lr3e-4", "local", "601", config_path=str(project / "exp.yaml"))
+    first = _check(project, script)  # the run above predates the family's list: listed by the one registry read
+    record = create_run("synthetic-mlp-bs64-lr3e-4", "local", "602", config_path=str(project / "exp.yaml"))
+    save_config_snapshot(record, first.details["intended_run_config"])  # type: ignore[arg-type]
+    record.sidecar_state_file.write_text('{"finished": true, "last_decision": "CONTINUE", '
+                                         '"last_job_state": "COMPLETED", "last_step": 100}')
+    (project / "exp.yaml").write_text("lr: 0.1\nbatch_size: 256\n")
+    bigger = _diff(_check(project, script))
+    assert bigger.status is CheckStatus.FAILED and "global batch 64 -> 256" in bigger.finding, bigger.finding
+    assert any(record.run_id in line for line in (bigger.finding, *bigger.evidence)), bigger.evidence
+    families = project.parent / "state" / "references"
+    listed = [path.name for path in families.glob("config-runs-*.json")]
+    assert "config-runs-indexed.json" in listed and len(listed) == 2, listed
+    assert older.run_id in (families / next(n for n in listed if n != "config-runs-indexed.json")).read_text()
+
+
+def test_the_reference_of_a_programs_launches_reads_one_record_whatever_its_history(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop's 30th launch reads what its 2nd does: the family's last runs are judged from their sidecar states, and
+    the record of the one run chosen (here the previous launch: none finished healthy) is the only one read."""
+    from guarded_sbatch.launch import run_reference
+
+    script = _script(project, 'python train.py --lr 0.1 --batch_size 64 "$@"\n')
+    read: list[Path] = []
+    original = run_reference.read_json
+    monkeypatch.setattr(run_reference, "read_json", lambda path, **kw: (read.append(Path(path)), original(path, **kw))[1])
+    records_read = []
+    for index in range(30):
+        read.clear()
+        report = _check(project, script, "--steps", str(100 + index))
+        records_read.append(sum(path.name == "run.json" for path in read))
+        _launched(report, str(700 + index))
+    assert records_read[0] == 0 and set(records_read[1:]) == {1}, records_read
+    assert sum(path.name == "sidecar-state.json" for path in read) == run_reference.FAMILY_RUNS_KEPT

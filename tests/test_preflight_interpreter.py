@@ -118,3 +118,19 @@ def test_a_package_a_helper_imports_that_the_job_lacks_is_a_warning_naming_the_f
     assert code == 0 and found["status"] == "warned", found
     assert "surely_not_a_module_anyone_installed in make_writer() (line 4)" in found["finding"], found
     assert "another_module_nobody_has" not in found["finding"]  # a conditional import stays optional
+
+
+def test_an_answer_that_finds_everything_is_remembered_until_a_package_folder_changes(tmp_path: Path) -> None:
+    """A loop of launches asks the job's Python once; removing what it found (here: the `.pth` line that reached torch,
+    a change to its site-packages folder) makes the next launch ask again, and block."""
+    mine = user_env(tmp_path / "myenv", with_torch=True)
+    root = project(tmp_path)
+    remembered = tmp_path / "state" / "remembered" / "interpreter-imports.json"
+    assert check(root, mine / "bin", tmp_path)[1]["status"] == "passed"
+    first = json.loads(remembered.read_text())
+    assert len(first) == 1 and next(iter(first.values()))["answer"]["missing"] == []
+    assert check(root, mine / "bin", tmp_path)[1]["status"] == "passed"
+    assert json.loads(remembered.read_text()) == first  # answered from memory: not asked, not written again
+    next((mine / "lib").glob("python3*/site-packages/users-torch.pth")).unlink()
+    code, found, _ = check(root, mine / "bin", tmp_path)
+    assert code == 3 and "cannot import torch (train.py line 1)" in found["finding"], found

@@ -52,3 +52,16 @@ def test_sbatchs_information_options_reach_the_real_sbatch(capsys: pytest.Captur
     assert result.returncode == 0 and result.stdout.startswith("slurm")
     assert run_launch(["--usage"], check_only=False, color=False) == 0  # `guarded-sbatch --usage`
     assert "Usage: sbatch" in capsys.readouterr().out
+
+
+def test_a_yes_of_sbatch_is_remembered_while_it_is_the_same_file(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop of launches asks `sbatch --version` once: the answer holds while the binary is unchanged."""
+    monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
+    asked = tmp_path / "asked"
+    _sbatch_on_path(tmp_path, monkeypatch, f"echo x >> {asked}; echo 'slurm 22.05.8'")
+    assert sbatch_answers() and sbatch_answers() and sbatch_answers()
+    assert asked.read_text().count("x") == 1
+    (tmp_path / "bin" / "sbatch").write_text(f"#!/bin/sh\necho x >> {asked}; echo 'plugin broken' >&2; exit 1\n")
+    assert not sbatch_answers() and not sbatch_answers()  # another file: asked again, and a no is never kept
+    assert asked.read_text().count("x") == 3

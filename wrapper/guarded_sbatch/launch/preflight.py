@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -198,7 +197,7 @@ def exported_environment(export: str | None, environ: Mapping[str, str]) -> tupl
 
 def known_job_env(submit_dir: Path) -> dict[str, str]:
     """The job's SLURM_* variables known before it is submitted (both backends set them alike)."""
-    return {"SLURM_SUBMIT_DIR": str(submit_dir), "SLURM_SUBMIT_HOST": socket.gethostname()}
+    return {"SLURM_SUBMIT_DIR": str(submit_dir), "SLURM_SUBMIT_HOST": os.uname().nodename}
 
 
 TOTAL_STEP_KEYS = ("max_steps", "total_steps", "train_steps", "num_train_steps", "train_iters", "max_iters", "steps")

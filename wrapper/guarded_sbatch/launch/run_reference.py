@@ -17,7 +17,7 @@ from typing import Any
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, update_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
-from guarded_sbatch.records.registry import RunRecord, list_runs, runs_root
+from guarded_sbatch.records.registry import SIDECAR_STATE, RunRecord, list_runs, runs_root
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.launcher_config import family_of, launcher_config, wants_launcher_config
@@ -48,6 +48,9 @@ def save_config_snapshot(record: RunRecord, intended: RunConfig | None) -> None:
     program = family_of(intended)
     if program is not None:
         _remember_launch(program, record.run_id)
+    elif record.config_path:
+        _index_config_families()
+        _remember_run(_config_family_file(record.config_path), record.run_id)
 
 
 def _plain(value: Any) -> Any:
@@ -60,7 +63,10 @@ def _plain(value: Any) -> Any:
 
 def finished_healthy(record: RunRecord) -> tuple[bool, str]:
     """Whether the run ended on its own with its sidecar content, and if not, why."""
-    state = read_json(record.sidecar_state_file)
+    return _healthy(read_json(record.sidecar_state_file))
+
+
+def _healthy(state: object) -> tuple[bool, str]:
     if not isinstance(state, dict):
         return False, "its sidecar never wrote a state (did it run?)"
     if not state.get("finished"):
@@ -111,18 +117,21 @@ def family_reference(config_path: Path | None) -> Reference | None:
     raw = read_json(references_dir() / f"{family_key(config_path)}.json")
     if not isinstance(raw, dict):
         return None
-    record = next((r for r in list_runs() if r.run_id == raw.get("run_id")), None)
+    record = _record(raw.get("run_id"))
     return _reference_of(record, "named with `guarded-sbatch reference`") if record is not None else None
 
 
 def default_reference(config_path: Path | None) -> Reference | None:
-    """The newest guarded run of this config family that finished healthy."""
+    """The newest guarded run of this config family that finished healthy, among the family's last runs (kept in
+    references/config-runs-<key>.json by each launch; the registry is read once, to start that list)."""
     if config_path is None:
         return None
-    key = family_key(config_path)
-    for record in reversed(list_runs()):
-        if record.config_path and family_key(record.config_path) == key and finished_healthy(record)[0]:
-            found = _reference_of(record, "the last run of this config that finished healthy")
+    _index_config_families()
+    raw = read_json(_config_family_file(config_path))
+    for run_id in reversed(_strings(raw.get("runs") if isinstance(raw, dict) else None)):
+        if _safe_id(run_id) and _healthy(read_json(runs_root() / run_id / SIDECAR_STATE))[0]:
+            record = _record(run_id)
+            found = _reference_of(record, "the last run of this config that finished healthy") if record else None
             if found is not None:
                 return found
     return None
@@ -151,29 +160,61 @@ def launcher_reference(program: str) -> Reference | None:
     named = _record(raw.get("named"))
     if named is not None:
         return _reference_of(named, "named with `guarded-sbatch reference`")
-    runs = [record for run_id in reversed(_strings(raw.get("runs"))) if (record := _record(run_id)) is not None]
-    for record in runs:
-        if finished_healthy(record)[0]:
+    # each run's health from its sidecar's state alone: a record is read only for the run chosen (a loop's 100th
+    # launch costs what its 1st does)
+    run_ids = [run_id for run_id in reversed(_strings(raw.get("runs"))) if _safe_id(run_id)]
+    for run_id in run_ids:
+        if _healthy(read_json(runs_root() / run_id / SIDECAR_STATE))[0] and (record := _record(run_id)):
             return _reference_of(record, "the last run of this program that finished healthy")
     previous = (_reference_of(record, "the previous launch of this program (not known to have finished healthy)")
-                for record in runs)
+                for run_id in run_ids if (record := _record(run_id)) is not None)
     return next((reference for reference in previous if reference is not None), None)
 
 
 def _remember_launch(program: str, run_id: str) -> None:
+    _remember_run(_launch_family_file(program), run_id, program=program)
+
+
+def _remember_run(family_file: Path, run_id: str, **also: str) -> None:
     def add(data: dict[str, Any]) -> None:
         runs = [r for r in _strings(data.get("runs")) if r != run_id] + [run_id]
-        data.update(program=program, runs=runs[-FAMILY_RUNS_KEPT:])
+        data.update(runs=runs[-FAMILY_RUNS_KEPT:], **also)
 
-    update_json(_launch_family_file(program), add)
+    update_json(family_file, add)
+
+
+def _index_config_families() -> None:
+    """Once per state folder: the config families' lists started from the registry (its runs from before the lists
+    were kept); every launch after adds its own run, so no launch reads the registry again."""
+    marker = references_dir() / "config-runs-indexed.json"
+    if read_json(marker) is not None:
+        return
+    families: dict[str, list[str]] = {}
+    for record in list_runs():
+        if record.config_path:
+            families.setdefault(record.config_path, []).append(record.run_id)
+    for config_path, run_ids in families.items():
+        def seed(data: dict[str, Any], ids: list[str] = run_ids) -> None:
+            data.update(runs=(ids + [r for r in _strings(data.get("runs")) if r not in ids])[-FAMILY_RUNS_KEPT:])
+
+        update_json(_config_family_file(config_path), seed)
+    write_json_atomic(marker, {"indexed": True})
+
+
+def _config_family_file(config_path: str | Path) -> Path:
+    return references_dir() / f"config-runs-{family_key(config_path)}.json"
 
 
 def _launch_family_file(program: str) -> Path:
     return references_dir() / f"launch-{hashlib.sha1(program.encode()).hexdigest()[:16]}.json"
 
 
+def _safe_id(run_id: object) -> bool:
+    return isinstance(run_id, str) and bool(run_id) and "/" not in run_id and run_id not in {".", ".."}
+
+
 def _record(run_id: object) -> RunRecord | None:
-    if not isinstance(run_id, str) or not run_id or "/" in run_id:
+    if not isinstance(run_id, str) or not _safe_id(run_id):
         return None
     raw = read_json(runs_root() / run_id / "run.json", own=True)
     try:

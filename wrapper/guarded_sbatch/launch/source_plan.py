@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import getpass
 import os
-import socket
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -66,7 +65,7 @@ class SourcePlan:
         `<job>_<task>`: %A, %a, $SLURM_ARRAY_JOB_ID and $SLURM_ARRAY_TASK_ID are its own; %j and $SLURM_JOB_ID
         (the task's own number, which only the running task knows) stay as written."""
         user = _user()
-        node = socket.gethostname().split(".")[0] if self.local else None
+        node = os.uname().nodename.split(".")[0] if self.local else None
         array_job, _, task = job_id.partition("_") if self.array is not None else (None, "", "")
         own_id = "%j" if task else job_id
 

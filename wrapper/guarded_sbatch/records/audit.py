@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +75,7 @@ class AuditLog:
 def audit_line(event: str, **fields: Any) -> str:
     record: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": event, "user": _user(),
-        "host": socket.gethostname(), "pid": os.getpid(),
+        "host": os.uname().nodename, "pid": os.getpid(),
     }
     record.update({key: value for key, value in fields.items() if value is not None})
     text = json.dumps(json_safe(record), sort_keys=False, default=str, allow_nan=False, ensure_ascii=True)

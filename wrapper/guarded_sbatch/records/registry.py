@@ -16,6 +16,7 @@ from guarded_sbatch.core.fsutil import locked, make_private_dirs, read_json, sta
 from guarded_sbatch.core.redact import redact_tree
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+SIDECAR_STATE = "sidecar-state.json"  # in a run's folder: what its sidecar last saw
 
 
 @dataclass
@@ -56,7 +57,7 @@ class RunRecord:
 
     @property
     def sidecar_state_file(self) -> Path:
-        return self.folder / "sidecar-state.json"
+        return self.folder / SIDECAR_STATE
 
     @property
     def evidence_dir(self) -> Path:
@@ -67,7 +68,8 @@ class RunRecord:
         since it was loaded are written over what is on disk now, so a concurrent writer (the sidecar
         recording its W&B run while `kill` saves) loses nothing."""
         current = _redacted(asdict(self))
-        base = getattr(self, "_loaded", None)
+        loaded_raw = getattr(self, "_loaded_raw", None)  # redacted only when saved: most records read are not
+        base = _redacted(loaded_raw) if loaded_raw is not None else getattr(self, "_loaded", None)
         make_private_dirs(self.folder)
 
         def merge(on_disk: dict[str, Any]) -> None:
@@ -76,6 +78,7 @@ class RunRecord:
                     on_disk[key] = value
 
         object.__setattr__(self, "_loaded", update_json(self.folder / "run.json", merge))
+        object.__setattr__(self, "_loaded_raw", None)
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> "RunRecord":
@@ -85,7 +88,7 @@ class RunRecord:
             record = cls(**kept)
         except TypeError:
             raise UsageError("a run record lacks run_id, run_name, backend or job_id: edited by hand?") from None
-        object.__setattr__(record, "_loaded", _redacted(asdict(record)))
+        object.__setattr__(record, "_loaded_raw", asdict(record))
         return record
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
+from guarded_sbatch.core.remembered import recall, remember
 from guarded_sbatch.core.runner import CommandResult, run_command
 from guarded_sbatch.scheduler.interface import (
     BackendTraits, JobInfo, JobState, NodeLoss, Scheduler, SchedulerDefaults, SchedulerUnreachableError, SubmitRequest,
@@ -405,13 +406,21 @@ class SlurmScheduler(SchedulerDefaults):
 
 
 def sbatch_answers(timeout_s: float = 10.0) -> bool:
-    """True when an `sbatch` is on PATH and says its version in time (the "auto" backend's test)."""
-    if shutil.which("sbatch") is None:
+    """True when an `sbatch` is on PATH and says its version in time (the "auto" backend's test). `--version` asks
+    no daemon, so a yes is remembered while the binary is the same file (a loop of launches asks once)."""
+    found = shutil.which("sbatch")
+    if found is None:
         return False
+    binary = os.path.realpath(found)
+    if recall("sbatch-answers", binary):
+        return True
     try:
-        return run_command(["sbatch", "--version"], timeout=timeout_s, check=False).returncode == 0
+        answers = run_command([found, "--version"], timeout=timeout_s, check=False).returncode == 0
     except CommandError:
         return False
+    if answers:
+        remember("sbatch-answers", binary, True, [binary])
+    return answers
 
 
 def sbatch_pass_through(options: Sequence[str], timeout_s: float = 30.0) -> CommandResult:

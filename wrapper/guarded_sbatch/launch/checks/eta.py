@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import statistics
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -69,7 +68,7 @@ def seconds_per_epoch_from_log_files(logs: list[Path]) -> tuple[float, str] | No
             value = float(match.group(1)) * (60.0 if (match.group(2) or "").lower() in ("min", "m") else 1.0)
             explicit.append(value)
         if explicit:
-            return statistics.median(explicit), f"median of {len(explicit)} epoch time(s) in {log}"
+            return _median(explicit), f"median of {len(explicit)} epoch time(s) in {log}"
         first: tuple[datetime, int] | None = None
         last: tuple[datetime, int] | None = None
         for match in STAMPED.finditer(text):
@@ -97,7 +96,7 @@ def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | Non
         explicit = [float(m.group(1)) / (1000.0 if (m.group(2) or "").lower() == "ms" else 1.0)
                     for m in STEP_EXPLICIT.finditer(text)]
         if explicit:
-            return statistics.median(explicit), f"median of {len(explicit)} step time(s) in {log}"
+            return _median(explicit), f"median of {len(explicit)} step time(s) in {log}"
         rates = [float(m.group(1)) for m in STEPS_PER_SECOND.finditer(text) if float(m.group(1)) > 0]
         if rates:
             return 1.0 / rates[-1], f"train_steps_per_second={rates[-1]:g} in {log}"
@@ -112,7 +111,7 @@ def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | Non
             return seconds, f"step {stamped[0][1]}→{stamped[-1][1]} timestamps in {log}"
         bars = [float(v) if unit == "s/it" else 1.0 / float(v) for v, unit in TQDM_RATE.findall(text) if float(v) > 0]
         if len(bars) >= 3:
-            return statistics.median(bars), f"median of {len(bars)} progress-bar rates in {log}"
+            return _median(bars), f"median of {len(bars)} progress-bar rates in {log}"
     return None
 
 
@@ -280,3 +279,9 @@ def _request(context: PreflightContext) -> SubmitRequest:
         script_args=context.launch.script_args,
         workdir=context.submit_dir,
     )
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median, without importing statistics (and fractions, decimal) on every launch."""
+    ordered, middle = sorted(values), len(values) // 2
+    return ordered[middle] if len(values) % 2 else (ordered[middle - 1] + ordered[middle]) / 2

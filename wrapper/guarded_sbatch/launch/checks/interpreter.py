@@ -17,9 +17,11 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import read_bounded
+from guarded_sbatch.core.remembered import recall, remember
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -38,7 +40,10 @@ FIND = ("import importlib.util, json, sys\nmissing = []\nfor name in sys.argv[1:
         "    except (ImportError, ValueError):\n        found = False\n"
         "    missing += [] if found else [name]\n"
         "print(json.dumps({'python': sys.executable, 'prefix': sys.prefix, 'version': sys.version.split()[0], "
-        "'missing': missing}))\n")
+        "'missing': missing, 'path': [p or '/' for p in sys.path]}))\n")
+# what else decides what a Python finds: its environment (the job's is the submitting one)
+IMPORT_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONUSERBASE", "PYTHONSAFEPATH", "VIRTUAL_ENV",
+              "CONDA_PREFIX", "HOME")
 
 
 @dataclass(frozen=True)
@@ -190,8 +195,7 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
     try:
         # from "/": the current folder is on sys.path of `-c`, and nothing planted in the project may run as you
         asked = [*(n for n, _ in imports), *(n for n, _, _ in helpers)]
-        answer = json.loads(run_command([str(python), "-c", FIND, *asked],
-                                        timeout=ASK_TIMEOUT_S, cwd="/").stdout.strip().splitlines()[-1])
+        answer = _ask(python, asked)
     except (CommandError, OSError, ValueError, IndexError) as exc:
         return CheckResult(NAME, CheckStatus.WARNED, f"could not ask the job's interpreter {python} what it can "
                            f"import ({str(exc)[:120]})", tuple(evidence))
@@ -219,6 +223,24 @@ def check_interpreter(context: PreflightContext) -> CheckResult:
     status = CheckStatus.WARNED if where.unfollowed else CheckStatus.FAILED
     return CheckResult(NAME, status, f"the job's {answer['python']} cannot import {names}: the job would die at "
                        f"once; {fix}", tuple(evidence), {"python": answer["python"], "missing": [n for n, _ in missing]})
+
+
+def _ask(python: Path, asked: list[str]) -> dict[str, Any]:
+    """What `python` finds of `asked`. An answer that finds everything is remembered while the interpreter and every
+    folder on its sys.path are unchanged (a package removed changes its folder), so a loop of launches asks once; a
+    package missing is asked again each time (installing it may add a folder to sys.path)."""
+    question = [os.path.realpath(python), str(python), asked, {name: os.environ.get(name) for name in IMPORT_ENV}]
+    known = recall("interpreter-imports", question)
+    if isinstance(known, dict):
+        return known
+    answer = json.loads(run_command([str(python), "-c", FIND, *asked],
+                                    timeout=ASK_TIMEOUT_S, cwd="/").stdout.strip().splitlines()[-1])
+    if not isinstance(answer, dict) or not isinstance(answer.get("missing"), list):
+        raise ValueError(f"not an answer: {str(answer)[:80]}")
+    folders = [str(p) for p in answer.get("path") or [] if isinstance(p, str)]
+    if not answer["missing"]:
+        remember("interpreter-imports", question, answer, [os.path.realpath(python), *folders])
+    return answer
 
 
 def _where_needed(missing: list[tuple[str, int]], program: str) -> str:

@@ -21,6 +21,8 @@ NAME = CheckName.MONITORING.value
 MAX_SOURCE_BYTES = 1024 * 1024
 IMPORT = r"^\s*(?:import|from)\s+{}\b"
 REPORT_TO_KEYS = ("report_to", "logger", "loggers", "tracker", "log_with")
+# `wandb agent [options] SWEEP` in the batch script: W&B's sweep agent, which starts the runs itself
+WANDB_AGENT = re.compile(r"^\s*(?:exec\s+)?(?:\S*/)?wandb\s+agent\s+(.*)$")
 
 
 @dataclass
@@ -111,9 +113,44 @@ def detect_trackers(context: PreflightContext) -> list[Tracker]:
 
 def _settings(kind: LaunchKind, seen: _Seen, context: PreflightContext) -> dict[str, str]:
     if kind.settings is not None:  # a kind's own settings (project, entity, experiment ...), its declaration's
-        return kind.settings(seen.values, seen.source, context.env)
+        environ = {**context.env, **_agent_env(context)} if kind.name == "wandb" else context.env
+        return kind.settings(seen.values, seen.source, environ)
     place = seen.place(kind)
     return {("log_dir" if kind.place == "folder" else "file"): place} if place else {}
+
+
+def _agent_env(context: PreflightContext) -> dict[str, str]:
+    """What `wandb agent ENTITY/PROJECT/SWEEP` (or `-p PROJECT -e ENTITY SWEEP`) in the script gives each run it
+    starts: WANDB_PROJECT and WANDB_ENTITY, the sweep's (its variables expanded as the job sees them)."""
+    shell = context.script.shell
+    known = shell.known() if shell is not None else dict(context.env)
+    for line in context.script.text.splitlines():
+        found = WANDB_AGENT.match(line.split(" #", 1)[0])
+        if not found:
+            continue
+        words = [re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: known.get(m.group(1), m.group(0)), word)
+                 for word in found.group(1).replace('"', " ").replace("'", " ").split()]
+        given: dict[str, str] = {}
+        sweep = ""
+        pending = ""
+        for word in words:
+            if pending:
+                given[pending], pending = word, ""
+            elif word in ("-p", "--project", "-e", "--entity"):
+                pending = "WANDB_PROJECT" if word in ("-p", "--project") else "WANDB_ENTITY"
+            elif word.startswith(("--project=", "--entity=")):
+                given["WANDB_PROJECT" if word.startswith("--project=") else "WANDB_ENTITY"] = word.split("=", 1)[1]
+            elif word in ("--count", "-t", "--term-timeout", "--max-consecutive-failed-runs"):
+                pending = "_"
+            elif not word.startswith("-"):
+                sweep = word
+        parts = sweep.split("/")
+        if len(parts) == 3 and all(parts) and "$" not in sweep:
+            given.setdefault("WANDB_ENTITY", parts[0])
+            given.setdefault("WANDB_PROJECT", parts[1])
+        given.pop("_", None)
+        return {name: value for name, value in given.items() if "$" not in value}
+    return {}
 
 
 def _no_tracker(context: PreflightContext) -> CheckResult:

@@ -6,7 +6,6 @@ import getpass
 import itertools
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,6 +210,8 @@ def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None
 def _near_name(path: Path, timeout_s: float) -> Path | None:
     """A file beside a missing one whose name is a likely typo's target (`synthetic-tanh-mpl.yaml` for `-mlp`): the
     folder listed under the stat deadline (a hung mount never holds the check), the first 500 names only."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - a missing path only: off the launch's path
+
     with ThreadPoolExecutor(max_workers=1) as pool:
         future = pool.submit(lambda: list(itertools.islice(os.scandir(path.parent), 500)))
         try:
