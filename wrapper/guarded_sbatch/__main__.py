@@ -1,10 +1,5 @@
 import sys
 
-try:
-    from guarded_sbatch.cli.main import main
-except KeyboardInterrupt:  # Ctrl-C while the command line loads: nothing was done yet
-    from guarded_sbatch.core.errors import ExitCode
+from guarded_sbatch.cli.entry import run
 
-    sys.exit(int(ExitCode.INTERRUPTED))
-
-sys.exit(main())
+sys.exit(run())
