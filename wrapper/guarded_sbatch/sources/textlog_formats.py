@@ -30,11 +30,14 @@ _EPOCH_BATCH = [
     (re.compile(r"\bepoch (?P<epoch>\d+):\s{1,12}(?P<batch>\d+) / (?P<total>\d+)"), 1),
 ]
 _ITER_COUNTER = re.compile(r"\bIter(?:\(train\))?\s{0,4}\[\s{0,12}(\d+)/\d+\]")
+# `train_batch_loss[ 6510 ]:  1.57`: a name indexed by the step, then its value
+_INDEXED_KEY = re.compile(r"^(\s{0,8}[A-Za-z_][\w./-]{0,80})\[\s{0,8}(\d{1,12})\s{0,8}\](?=\s{0,4}[:=])")
 _LITGPT = re.compile(r"\biter (\d+) step \d+\b")
 _EXPLICIT_STEPS = [
     re.compile(r"\bglobal[_ ]step[=: ]\s{0,8}(\d+)"),
     re.compile(r"\bat iteration (\d+)"),
     re.compile(r"\bvalidate step:\s{0,8}(\d+)"),
+    re.compile(r"\b(?:for|at) step:?\s{0,4}(\d+)\b"),  # `Evaluation result for step 435000: loss = ...`
 ]
 _STEP_KEYS = ("global_step", "global step", "num_updates", "step", "_step", "s", "iteration", "iter", "it",
               "batch", "update step")
@@ -44,7 +47,7 @@ _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test",
                  "iter(val)", "epoch(test)", "update", "using"}
 _EVAL_LINE = re.compile(
     r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
-    r"\bend of epoch\b|^Eval |^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
+    r"\bend of epoch\b|^Eval |^Evaluation\b|^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
 _EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel|dev)(?:$|[\W_])", re.IGNORECASE)
 _LOSS_SCALE_EVENTS = [
     re.compile(rf"[Rr]educing dynamic loss scale from {_N} to (?P<value>{_N})"),
@@ -173,7 +176,7 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
 
 def _keep(key: str, message: str, position: int) -> bool:
     lowered = key.lower()
-    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith(".py"):
+    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith((".py", " for step", " at step")):
         return False
     if lowered.startswith(("info", "warning", "debug", "error", "http")):
         return False
@@ -188,6 +191,10 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
     if _HEADERLESS_ROW.fullmatch(message):
         return None
     parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
+    indexed = _INDEXED_KEY.match(message)
+    if indexed is not None:
+        message = indexed.group(1) + message[indexed.end():]
+        head = message[:HEAD]
     found: dict[str, float] = {}
     if message.count("|", 0, HEAD) >= 2:
         cells = [c.strip() for c in message.split("|", 128)]
@@ -203,7 +210,7 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
         for key, value, _ in candidates:
             found.setdefault(key, value)
     special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(head)}
-    parsed.step = _step_from(head, found)
+    parsed.step = int(indexed.group(2)) if indexed is not None else _step_from(head, found)
     if special:  # Lightning callbacks: the rest of the sentence is prose
         found = special
     else:
