@@ -46,7 +46,7 @@ import numpy as np
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge import (checks_anyslot, checks_climb, checks_crash, checks_dead, checks_eval, checks_finite,
                                   checks_nohistory, checks_scale, checks_schedule, checks_stall, checks_strength,
-                                  checks_trend, checks_window, unguarded)
+                                  checks_swing, checks_trend, checks_window, unguarded)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.keys import Direction
@@ -89,6 +89,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
     ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
     ("short_window_grad_jump", lambda c: checks_window.check_short_window_grad_jump(c.history, c.keys, c.policy)),
+    ("any_swing", lambda c: checks_swing.check_any_swing(c.history, c.keys, c.policy)),
     ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy,
                                                                    c.excused | c.warned)),
@@ -104,6 +105,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("stagnation", lambda c: checks_stall.check_stagnation(c.history, c.keys, c.policy)),
     ("eval_at_zero", lambda c: checks_dead.check_eval_at_zero(c.history, c.keys, c.policy)),
     ("flat_score", lambda c: checks_dead.check_flat_score(c.history, c.keys, c.policy)),
+    ("train_falls_eval_rises", lambda c: checks_swing.check_train_falls_eval_rises(c.history, c.keys, c.policy)),
     ("eval_regressing", lambda c: checks_eval.check_eval_regressing(c.history, c.keys, c.policy)),
     ("stale", lambda c: _check_stale(c.policy, c.context)),
     ("eval_vs_baseline", lambda c: checks_eval.check_eval_vs_baseline(c.history, c.keys, c.policy)),
