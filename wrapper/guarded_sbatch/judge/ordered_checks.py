@@ -236,8 +236,8 @@ HARD_REASONS = frozenset({
 
 
 def _falling(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> bool:
-    """A short loss series that shows nothing wrong: at least 2 finite points, the newest within noise (10 %) of the
-    first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
+    """A short loss series that shows nothing wrong: one finite point, or the newest of several within noise (10 %) of
+    the first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
     values = history.series(keys.train_loss or "")[1]
     finite = values[np.isfinite(values)]
     if keys.loss_direction is Direction.HIGHER_IS_BETTER:  # a score chosen as the objective: rising is learning
@@ -245,7 +245,7 @@ def _falling(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> bool
     if policy.chance_loss is not None and len(finite) and finite[-1] >= policy.chance_multiple * policy.chance_loss:
         return False  # far above the chance level: waiting for the points that decide it
     if len(finite) < 2:
-        return False
+        return len(finite) == 1  # one finite reading: nothing rises, nothing to compare it with; hard findings decide
     first, size = float(finite[0]), abs(float(finite[0]))  # a loss may be negative (a Dice loss, a log-likelihood)
     return finite[-1] <= first + 0.1 * size and float(np.max(finite)) <= first + size
 

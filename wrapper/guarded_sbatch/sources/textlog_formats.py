@@ -32,6 +32,9 @@ _EPOCH_BATCH = [
 _ITER_COUNTER = re.compile(r"\bIter(?:\(train\))?\s{0,4}\[\s{0,12}(\d+)/\d+\]")
 # `train_batch_loss[ 6510 ]:  1.57`: a name indexed by the step, then its value
 _INDEXED_KEY = re.compile(r"^(\s{0,8}[A-Za-z_][\w./-]{0,80})\[\s{0,8}(\d{1,12})\s{0,8}\](?=\s{0,4}[:=])")
+# `Reward: mean=3.06, min=1.92, max=10.06`: one quantity's statistics, named `Reward/mean`, ... (a sibling line's
+# `Steps: mean=1000.0` names its own)
+_LABELLED_FIELDS = re.compile(r"^\s{0,8}([A-Z][A-Za-z]{1,30}):\s{1,4}(?=[a-z_]\w{0,30}=[^=,]{1,40},\s{0,4}[a-z_]\w{0,30}=)")
 _LITGPT = re.compile(r"\biter (\d+) step \d+\b")
 _EXPLICIT_STEPS = [
     re.compile(r"\bglobal[_ ]step[=: ]\s{0,8}(\d+)"),
@@ -218,6 +221,9 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
         found = {k: v for k, v in found.items() if k in keep}
     if not found and parsed.step is None:
         return None
+    labelled = _LABELLED_FIELDS.match(message)
+    if labelled is not None and labelled.group(1).lower() not in _IGNORED_KEYS and not _is_step_key(labelled.group(1)):
+        found = {f"{labelled.group(1)}/{k}": v for k, v in found.items()}
     parsed.values = {_with_eval_prefix(k, parsed.is_eval): v for k, v in found.items()}
     return parsed
 
