@@ -182,6 +182,11 @@ def decide(
         )
     if keys.train_loss is None and not keys.eval_keys:  # only optimizer metrics, which look finite: no loss judged
         return _nothing_to_judge(history, policy, None, summary, anomalies)
+    if keys.loss_guessed and not keys.eval_keys:  # nothing wrong found, but nothing says the series judged is a loss that learns
+        return Verdict(Decision.WAIT, Reason.UNGUARDED,
+                       f"no series is named like a loss, and the one judged by what it does shows no learning: "
+                       f"{keys.loss_why}; not calling it healthy (name the loss with {unguarded.KEY_FLAG})",
+                       anomalies, last_step, summary)
     notes = [f.message for f in present]
     if thin and keys.train_loss is not None:
         notes.append(f"only {loss_points} training-loss points, not rising: trends are judged from "

@@ -228,8 +228,20 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
     return parsed
 
 
+def _pipe_cells(message: str) -> list[str] | None:
+    """The cells of a `| a | b | c |` line (a markdown table's header or row), 3 or more; None for other lines."""
+    text = message.strip()
+    if len(text) > 2000 or not (text.startswith("|") and text.endswith("|")) or text.count("|") < 4:
+        return None
+    return [cell.strip() for cell in text[1:-1].split("|")]
+
+
 def table_header(message: str) -> list[str] | None:
-    """Column names of a whitespace table (ultralytics): 4+ names, 2+ spaces between every two."""
+    """Column names of a whitespace table (ultralytics): 4+ names, 2+ spaces between every two; or of a `|` table
+    (`|   AP   |  AP50  |  AP75  |`): 3+ names, one per cell."""
+    cells = _pipe_cells(message)
+    if cells is not None:
+        return cells if all(_COLUMN.fullmatch(c) for c in cells) else None
     if "  " not in message or "=" in message or len(message) > 400:
         return None
     columns = re.split(r"\s{2,}", message.strip())
@@ -241,7 +253,7 @@ def table_header(message: str) -> list[str] | None:
 
 
 def table_row(message: str, columns: list[str]) -> ParsedLine | None:
-    fields = message.split()
+    fields = _pipe_cells(message) or message.split()
     if len(fields) < len(columns) or len(message) > 2000:
         return None
     fields = fields[: len(columns)]
