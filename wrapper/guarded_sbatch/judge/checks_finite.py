@@ -228,8 +228,9 @@ _PERPLEXITY_WORDS = frozenset({"perplexity", "ppl"})
 
 
 def check_eval_failing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    """Non-finite evaluations: the key metric's newest eval non-finite is WAIT, N in a row (any eval key)
-    is STOP, a perplexity at inf at its newest eval is a STOP at once (exp overflowed); an earlier failure that was followed by finite evals is a note."""
+    """Non-finite evaluations: the key metric's newest eval non-finite is WAIT, N in a row (any eval key) is STOP, a
+    perplexity at inf at its newest eval is a STOP at once (exp overflowed); an earlier failure that was followed by
+    finite evals is a note."""
     notes: list[Anomaly] = []
     waiting: Finding | None = None
     for key in keys.eval_keys:
