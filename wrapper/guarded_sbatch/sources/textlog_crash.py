@@ -31,11 +31,11 @@ _FATAL_LINES: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
      re.compile(r"Current loss scale already at minimum|Minimum loss scale reached")),
     ("CUDA out of memory", ("out of memory", "OutOfMemory", "ALLOC_FAILED"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")),
-    ("NaN loss", ("Invalid loss", "Loss became", "erminat", "uspend", "alt", "bort", "topp"),
+    ("NaN loss", ("Invalid loss", "Loss became", "erminat", "uspend", "alt", "bort"),
      re.compile(r"Invalid loss, terminating training|Loss became infinite or NaN at iteration"
                 # the trainer's own word that it stops on a non-finite loss (`Loss got n a n, training suspends..`)
                 r"|\bloss\b[^\n]{0,40}?\b(?:nan|n a n|inf|infinite)\b[^\n]{0,60}?"
-                r"\b(?:terminat|suspend|halt|abort|stopp)", re.IGNORECASE)),
+                r"\b(?:terminat|suspend|halt|abort)", re.IGNORECASE)),
     ("CUDA error", ("CUDA error", "device-side assert", "cuda runtime error", "CUDA_ERROR_"),
      re.compile(r"CUDA error: |device-side assert(?:ion)? triggered|cuda runtime error \(\d{1,4}\)|CUDA_ERROR_\w{1,60}")),
     ("assertion failed", ("Assertion",), re.compile(r"Assertion [`'\"].{0,400}[`'\"] failed")),

@@ -31,7 +31,7 @@ _EPOCH_BATCH = [
 ]
 _ITER_COUNTER = re.compile(r"\bIter(?:\(train\))?\s{0,4}\[\s{0,12}(\d+)/\d+\]")
 # `train_batch_loss[ 6510 ]:  1.57`: a name indexed by the step, then its value
-_INDEXED_KEY = re.compile(r"^(\s{0,8}[A-Za-z_][\w./-]{0,80})\[\s{0,8}(\d{1,12})\s{0,8}\](?=\s{0,4}[:=])")
+_INDEXED_KEY = re.compile(r"^(?![Ee]poch)(\s{0,8}[A-Za-z_][\w./-]{0,80})\[\s{0,8}(\d{1,12})\s{0,8}\](?=\s{0,4}[:=])")
 # `Reward: mean=3.06, min=1.92, max=10.06`: one quantity's statistics, named `Reward/mean`, ... (a sibling line's
 # `Steps: mean=1000.0` names its own)
 _LABELLED_FIELDS = re.compile(r"^\s{0,8}([A-Z][A-Za-z]{1,30}):\s{1,4}(?=[a-z_]\w{0,30}=[^=,]{1,40},\s{0,4}[a-z_]\w{0,30}=)")
@@ -228,6 +228,10 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
     return parsed
 
 
+class PipeColumns(list[str]):
+    """The column names of a `|` table's header: only `|` rows are its rows."""
+
+
 def _pipe_cells(message: str) -> list[str] | None:
     """The cells of a `| a | b | c |` line (a markdown table's header or row), 3 or more; None for other lines."""
     text = message.strip()
@@ -241,7 +245,7 @@ def table_header(message: str) -> list[str] | None:
     (`|   AP   |  AP50  |  AP75  |`): 3+ names, one per cell."""
     cells = _pipe_cells(message)
     if cells is not None:
-        return cells if all(_COLUMN.fullmatch(c) for c in cells) else None
+        return PipeColumns(cells) if all(_COLUMN.fullmatch(c) for c in cells) else None
     if "  " not in message or "=" in message or len(message) > 400:
         return None
     columns = re.split(r"\s{2,}", message.strip())
@@ -253,7 +257,10 @@ def table_header(message: str) -> list[str] | None:
 
 
 def table_row(message: str, columns: list[str]) -> ParsedLine | None:
-    fields = _pipe_cells(message) or message.split()
+    cells = _pipe_cells(message) if isinstance(columns, PipeColumns) else None
+    if isinstance(columns, PipeColumns) and cells is None:
+        return None  # a `|` table's rows are `|` rows
+    fields = cells if cells is not None else message.split()
     if len(fields) < len(columns) or len(message) > 2000:
         return None
     fields = fields[: len(columns)]
