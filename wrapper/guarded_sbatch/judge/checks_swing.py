@@ -1,11 +1,11 @@
 """Short-window evidence on the series beside the training loss (issue 41), WAITs only: each needs no earlier level
 than the few points a pasted or cut log shows, and none is strong enough to stop a run alone.
 
-- A swing: a loss-like series (its name says lower is better: loss, perplexity, error, cost; positive values), not the
-  judged training loss (the spike and short-window checks judge that one), whose newest value is >= `short_jump_ratio`
-  (3 by default) x both the median and the least of its up to `swing_points` points before: a validation perplexity
-  going from 404 to 3214 in two evaluations, a loss term tripling in one report. Noise of a healthy per-batch loss is
-  a few tens of per cent; a tripling of a whole evaluation is a model that got worse.
+- A swing: an evaluation or a loss-like series of the training lines that is no training loss (its name says lower is
+  better: loss, perplexity, error, cost; positive values) whose newest value is >= `short_jump_ratio` (3 by default) x
+  both the median and the least of its up to 7 points before: a validation perplexity going from 404 to 3214 in two
+  evaluations. Not the training losses (the judged one and its siblings: an epoch mean, a loss term, a sampled batch
+  loss): a tiny batch's loss swings by 10x in healthy runs, and the spike and short-window checks judge those.
 - Train falls, evaluation rises: the key evaluation (lower is better) rose at each of its last two evaluations, the
   newest more than `eval_regress_rel` above its best, while the training loss fell over the same evaluations: the
   classic overfitting (or an evaluation broken by a change the training loss does not see). The 3-evaluation median of
@@ -33,9 +33,9 @@ def _loss_like(key: str) -> bool:
 
 
 def check_any_swing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    candidates = dict.fromkeys([*keys.loss_parts, *keys.eval_keys, *keys.watched])
+    candidates = dict.fromkeys([*keys.eval_keys, *keys.watched])
     for key in candidates:
-        if key == keys.train_loss or key not in history or not _loss_like(key):
+        if key == keys.train_loss or key in keys.loss_parts or key not in history or not _loss_like(key):
             continue
         if key in keys.directions and keys.directions[key] is not Direction.LOWER_IS_BETTER:
             continue
