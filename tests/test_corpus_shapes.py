@@ -78,7 +78,8 @@ def test_lightning_bars_are_read_on_the_step_axis_they_count(tmp_path: Path) -> 
     expected = json.loads((CORPUS / "lightning_real_healthy.expected.json").read_text())
     assert _monitor(CORPUS / "lightning_real_healthy.log", tmp_path)["last_step"] == 120 == expected["triples"][-1][0]
     rich = _monitor(CORPUS / "lightning_rich_healthy.log", tmp_path / "rich")
-    assert rich["last_step"] == 120 and rich["reason"] == "too_early"  # rich prints one frame: one point
+    # rich prints one frame: one point, nothing wrong in it: healthy so far (a hard finding would decide on it alone)
+    assert rich["last_step"] == 120 and rich["reason"] == "healthy"
 
 
 def test_start_up_summaries_are_not_metrics_and_no_loss_yet_is_start_up(tmp_path: Path) -> None:

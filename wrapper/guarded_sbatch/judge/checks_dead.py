@@ -8,8 +8,9 @@
   best value printed again until it is next computed is no sign), or equal to 1e-4 and at ln(k), the loss of a
   uniform guess over k = 2..20 classes (a classifier stuck at chance). Strong evidence: any number of points.
   A progress bar's postfix redrawn unchanged is not a new reading (sources/textlog.py keeps only changed values).
-- The key evaluation at its worst: a higher-is-better key metric exactly 0 at each of its last `eval_zero_points`
-  evaluations, never above 0 (a detector that finds nothing): WAIT; STOP after twice as many.
+- The key evaluation at its worst: a higher-is-better key metric exactly 0 at each of its evaluations, two or more,
+  never above 0 (a detector that finds nothing, an OCR model that reads nothing): WAIT; STOP at twice
+  `eval_zero_points`.
 - A per-step score that does not move: a key metric logged at every training step (an RL run's reward) within
   0.5 % over its last `flat_score_points` values while the training loss moves by 30 % or more over the same
   steps: WAIT (the policy may have collapsed to one answer; a few points cannot tell).
@@ -88,7 +89,7 @@ def check_eval_at_zero(history: MetricHistory, keys: RunKeys, policy: JudgePolic
         return None
     steps, values = history.series(key)
     n = policy.eval_zero_points
-    if len(values) < n or np.any(values != 0.0):
+    if len(values) < min(2, n) or np.any(values != 0.0):
         return None
     evidence = f"{key} exactly 0 at each of its {len(values)} evaluations (steps {int(steps[0])} to {int(steps[-1])})"
     anomaly = Anomaly("eval_at_zero", key, int(steps[0]), 0.0, evidence)

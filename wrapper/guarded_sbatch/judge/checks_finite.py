@@ -224,9 +224,13 @@ def check_nonfinite_optimizer_metrics(
     return None
 
 
+_PERPLEXITY_WORDS = frozenset({"perplexity", "ppl"})
+
+
 def check_eval_failing(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
-    """Non-finite evaluations: the key metric's newest eval non-finite is WAIT, N in a row (any eval key)
-    is STOP; an earlier failure that was followed by finite evals is a note."""
+    """Non-finite evaluations: the key metric's newest eval non-finite is WAIT, N in a row (any eval key) is STOP, a
+    perplexity at inf at its newest eval is a STOP at once (exp overflowed); an earlier failure that was followed by
+    finite evals is a note."""
     notes: list[Anomaly] = []
     waiting: Finding | None = None
     for key in keys.eval_keys:
@@ -235,6 +239,15 @@ def check_eval_failing(history: MetricHistory, keys: RunKeys, policy: JudgePolic
         if not np.any(bad):
             continue
         streak = _trailing_streak(bad)
+        if streak and values[-1] == np.inf and set(key_words(key)) & _PERPLEXITY_WORDS:
+            onset = int(steps[len(steps) - streak])
+            return Finding.hard_stop(
+                Reason.EVAL_FAILING,
+                f"{key} is inf at step {int(steps[-1])} (since step {onset}): a perplexity is exp(cross-entropy), and "
+                "it overflows only above ~88 nats per token, worse than a uniform guess over 1e38 tokens (strong "
+                "evidence: no model that learns is there, decides with one evaluation)",
+                Anomaly("eval_failing", key, onset, None, f"{key} inf since step {onset}"),
+            )
         if streak >= policy.eval_fail_patience:
             onset = int(steps[len(steps) - streak])
             return Finding.stop(

@@ -54,6 +54,11 @@ _NOT_METRIC_WORDS = {"runtime", "samples", "second", "seconds", "steps", "per", 
                      "flos", "mem", "memory", "tps", "tflops", "mfu", "throughput", "tokens", "wall", "wps",
                      "ups", "wpb", "bsz", "it", "s", "ms", "lrm"}
 
+def lower_is_better_words() -> frozenset[str]:
+    """The words that name a metric that improves downwards (loss, perplexity, error...)."""
+    return frozenset(_LOWER_WORDS | {"cost"})
+
+
 _SPLIT = re.compile(r"[^0-9a-z]+")
 _LR_GROUP = re.compile(r"lr\d{1,2}")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
@@ -103,6 +108,8 @@ def _metric_role(word_set: set[str]) -> KeyRole:
         word_set = word_set | {"loss"} | ({"val"} if any(w.startswith(("v", "val", "test")) for w in glued) else set())
     if word_set & _NOT_METRIC_WORDS and not word_set & (_LOWER_WORDS | _HIGHER_WORDS):
         return KeyRole(Role.OTHER)
+    if "cost" in word_set:  # `train_cost`, `Cost`: a loss by another name (`time cost` is OTHER above)
+        word_set = word_set | {"loss"}
     is_eval = bool(word_set & _EVAL_WORDS)
     if "ppl" in word_set or "perplexity" in word_set:
         return KeyRole(Role.EVAL_METRIC, Direction.LOWER_IS_BETTER) if is_eval else KeyRole(Role.OTHER)

@@ -56,6 +56,9 @@ class Objective:
     key: str
     direction: Direction
     why: str  # one line: why this series is judged as the training loss, and which it left out
+    # a guess: no name says it is a loss and it neither falls nor rises (the densest positive series): no CONTINUE rests
+    # on it alone (ordered_checks.py)
+    guessed: bool = False
 
 
 def _words(key: str) -> set[str]:
@@ -120,7 +123,7 @@ def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objec
     how = f"the densest positive series ({len(positive[key][0])} points, {change[key]:+.0%} since its start)"
     if change[key] >= _FALL:  # rising from its start, named as nothing: a score (accuracy) as likely as a loss
         return Objective(key, Direction.HIGHER_IS_BETTER, _why(key, how + ", rising: higher is better", candidates))
-    return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates))
+    return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates), guessed=True)
 
 
 def _candidates(history: MetricHistory, roles: dict[str, KeyRole]

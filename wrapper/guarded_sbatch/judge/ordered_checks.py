@@ -46,7 +46,7 @@ import numpy as np
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge import (checks_anyslot, checks_climb, checks_crash, checks_dead, checks_eval, checks_finite,
                                   checks_nohistory, checks_scale, checks_schedule, checks_stall, checks_strength,
-                                  checks_trend, checks_window, unguarded)
+                                  checks_swing, checks_trend, checks_window, unguarded)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.keys import Direction
@@ -89,6 +89,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
     ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
     ("short_window_grad_jump", lambda c: checks_window.check_short_window_grad_jump(c.history, c.keys, c.policy)),
+    ("any_swing", lambda c: checks_swing.check_any_swing(c.history, c.keys, c.policy)),
     ("loss_climb", lambda c: checks_climb.check_loss_climb(c.history, c.keys, c.policy)),
     ("grad_explosion", lambda c: checks_trend.check_grad_explosion(c.history, c.keys, c.policy,
                                                                    c.excused | c.warned)),
@@ -104,6 +105,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("stagnation", lambda c: checks_stall.check_stagnation(c.history, c.keys, c.policy)),
     ("eval_at_zero", lambda c: checks_dead.check_eval_at_zero(c.history, c.keys, c.policy)),
     ("flat_score", lambda c: checks_dead.check_flat_score(c.history, c.keys, c.policy)),
+    ("train_falls_eval_rises", lambda c: checks_swing.check_train_falls_eval_rises(c.history, c.keys, c.policy)),
     ("eval_regressing", lambda c: checks_eval.check_eval_regressing(c.history, c.keys, c.policy)),
     ("stale", lambda c: _check_stale(c.policy, c.context)),
     ("eval_vs_baseline", lambda c: checks_eval.check_eval_vs_baseline(c.history, c.keys, c.policy)),
@@ -180,6 +182,11 @@ def decide(
         )
     if keys.train_loss is None and not keys.eval_keys:  # only optimizer metrics, which look finite: no loss judged
         return _nothing_to_judge(history, policy, None, summary, anomalies)
+    if keys.loss_guessed and not keys.eval_keys:  # nothing wrong found, but nothing says the series judged is a loss that learns
+        return Verdict(Decision.WAIT, Reason.UNGUARDED,
+                       f"no series is named like a loss, and the one judged by what it does shows no learning: "
+                       f"{keys.loss_why}; not calling it healthy (name the loss with {unguarded.KEY_FLAG})",
+                       anomalies, last_step, summary)
     notes = [f.message for f in present]
     if thin and keys.train_loss is not None:
         notes.append(f"only {loss_points} training-loss points, not rising: trends are judged from "
@@ -234,8 +241,8 @@ HARD_REASONS = frozenset({
 
 
 def _falling(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> bool:
-    """A short loss series that shows nothing wrong: at least 2 finite points, the newest within noise (10 %) of the
-    first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
+    """A short loss series that shows nothing wrong: one finite point, or the newest of several within noise (10 %) of
+    the first or below it, none at twice it. Too few points for a trend, but no evidence of a problem either: healthy so far."""
     values = history.series(keys.train_loss or "")[1]
     finite = values[np.isfinite(values)]
     if keys.loss_direction is Direction.HIGHER_IS_BETTER:  # a score chosen as the objective: rising is learning
@@ -243,7 +250,7 @@ def _falling(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> bool
     if policy.chance_loss is not None and len(finite) and finite[-1] >= policy.chance_multiple * policy.chance_loss:
         return False  # far above the chance level: waiting for the points that decide it
     if len(finite) < 2:
-        return False
+        return len(finite) == 1  # one finite reading: nothing rises, nothing to compare it with; hard findings decide
     first, size = float(finite[0]), abs(float(finite[0]))  # a loss may be negative (a Dice loss, a log-likelihood)
     return finite[-1] <= first + 0.1 * size and float(np.max(finite)) <= first + size
 

@@ -40,6 +40,7 @@ class RunKeys:
     # every other series of the training lines judged for NaN and explosions (checks_anyslot.py): not the optimizer's,
     # timing, throughput, memory or counters by name, nor the judged loss or an evaluation
     watched: tuple[str, ...] = ()
+    loss_guessed: bool = False  # the judged loss is a guess that shows no learning (objective.Objective.guessed)
 
     @property
     def key_metric(self) -> str | None:
@@ -66,7 +67,13 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
     def most_points(keys: list[str]) -> str | None:
         if not keys:
             return None
-        return max(keys, key=lambda k: (len(history.series(k)[0]), -_name_rank(k), -len(k), k))
+        return max(keys, key=lambda k: (len(history.series(k)[0]), -_name_rank(k), _keeps_sign(k), -len(k), k))
+
+    def _keeps_sign(key: str) -> bool:
+        """A loss that is negative at some points and positive at others is a surrogate (a policy-gradient term): no
+        direction to judge it by; one of one sign is preferred among equals."""
+        values = history.finite_series(key)[1]
+        return not (len(values) and float(values.min()) < 0 < float(values.max()))
 
     losses = with_role(Role.TRAIN_LOSS)
     train_loss = policy.train_loss_key or most_points(losses)
@@ -114,6 +121,7 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
         loss_why=objective.why if objective is not None else _loss_why(history, train_loss, losses, policy),
         loss_direction=objective.direction if objective is not None else Direction.LOWER_IS_BETTER,
         nan_warnings=NAN_WARNINGS_KEY if NAN_WARNINGS_KEY in history else None,
+        loss_guessed=objective is not None and objective.guessed,
     )
 
 

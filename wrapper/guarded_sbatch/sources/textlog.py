@@ -163,6 +163,8 @@ class TextLogSource(OneFileSource):
             if parsed is None:
                 self._unread.add(cleaned)
             return repeated
+        if released is None and template is not None and template.held:
+            repeated |= self._release(points, template)  # read now: its shape's earlier lines are read first
         return self._record(parsed, template, points) or repeated
 
     def _record(self, parsed: ParsedLine | None, template: Template | None, points: list[MetricPoint]) -> bool:

@@ -31,14 +31,19 @@ _FATAL_LINES: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
      re.compile(r"Current loss scale already at minimum|Minimum loss scale reached")),
     ("CUDA out of memory", ("out of memory", "OutOfMemory", "ALLOC_FAILED"),
      re.compile(r"CUDA out of memory|OutOfMemoryError|CUBLAS_STATUS_ALLOC_FAILED")),
-    ("NaN loss", ("Invalid loss", "Loss became"),
-     re.compile(r"Invalid loss, terminating training|Loss became infinite or NaN at iteration")),
+    ("NaN loss", ("Invalid loss", "Loss became", "erminat", "uspend", "alt", "bort"),
+     re.compile(r"Invalid loss, terminating training|Loss became infinite or NaN at iteration"
+                # the trainer's own word that it stops on a non-finite loss (`Loss got n a n, training suspends..`)
+                r"|\bloss\b[^\n]{0,40}?\b(?:nan|n a n|inf|infinite)\b[^\n]{0,60}?"
+                r"\b(?:terminat|suspend|halt|abort)", re.IGNORECASE)),
     ("CUDA error", ("CUDA error", "device-side assert", "cuda runtime error", "CUDA_ERROR_"),
      re.compile(r"CUDA error: |device-side assert(?:ion)? triggered|cuda runtime error \(\d{1,4}\)|CUDA_ERROR_\w{1,60}")),
     ("assertion failed", ("Assertion",), re.compile(r"Assertion [`'\"].{0,400}[`'\"] failed")),
     ("aborted", ("terminate called", "Fatal Python", "Segmentation fault", "Bus error", "Killed"),
      re.compile(r"terminate called after throwing an instance of|^Fatal Python error:"
                 r"|Segmentation fault|^Bus error|^Killed$")),
+    # the terminal's echo of SIGINT on a line of its own: the run was interrupted (crash_check reads it as such)
+    ("KeyboardInterrupt", ("^C",), re.compile(r"^\^C$")),
     ("launcher failure", ("ChildFailedError", "srun: error"),
      re.compile(r"ChildFailedError|^srun: error: .{0,200}Exited with exit code [1-9]")),
     # slurmstepd names itself `slurmstepd` or `slurmstepd-<node>`
@@ -75,6 +80,7 @@ class CrashTracker:
         self._in_traceback = False
         self._ignored_traceback = False  # `Exception ignored in ...`: Python goes on
         self._saw_frame = False
+        self._source_next = False  # the line after a frame is its source line (indented, unless pasted flat)
         self._chained = ""  # "cause" (`... was the direct cause of ...`) or "handling" (`During handling ...`)
 
     @property
@@ -96,7 +102,7 @@ class CrashTracker:
         line = strip_rank_prefix(raw)
         stripped = line.strip()
         if _TRACEBACK.match(line):
-            self._in_traceback, self._saw_frame = True, False
+            self._in_traceback, self._saw_frame, self._source_next = True, False, False
             self._cut = None if self._ignored_traceback else Crash(CUT_TRACEBACK, _clip(stripped, MAX_EVIDENCE), step)
             return True
         if self._in_traceback:
@@ -125,7 +131,11 @@ class CrashTracker:
             return True
         if line[:1].isspace() or _FRAME.match(line) or set(stripped) <= set("^~ "):
             self._saw_frame = True
+            self._source_next = _FRAME.match(line) is not None
             return True
+        source_next, self._source_next = self._source_next, False
+        if source_next and not _EXCEPTION.match(stripped) and not _BARE_EXCEPTION.match(stripped):
+            return True  # a frame's source line whose indentation a paste took away (`main(args)`)
         self._in_traceback = False
         ignored, self._ignored_traceback = self._ignored_traceback, False
         match = _EXCEPTION.match(stripped) or (_BARE_EXCEPTION.match(stripped) if self._saw_frame else None)

@@ -30,11 +30,17 @@ _EPOCH_BATCH = [
     (re.compile(r"\bepoch (?P<epoch>\d+):\s{1,12}(?P<batch>\d+) / (?P<total>\d+)"), 1),
 ]
 _ITER_COUNTER = re.compile(r"\bIter(?:\(train\))?\s{0,4}\[\s{0,12}(\d+)/\d+\]")
+# `train_batch_loss[ 6510 ]:  1.57`: a name indexed by the step, then its value
+_INDEXED_KEY = re.compile(r"^(?![Ee]poch)(\s{0,8}[A-Za-z_][\w./-]{0,80})\[\s{0,8}(\d{1,12})\s{0,8}\](?=\s{0,4}[:=])")
+# `Reward: mean=3.06, min=1.92, max=10.06`: one quantity's statistics, named `Reward/mean`, ... (a sibling line's
+# `Steps: mean=1000.0` names its own)
+_LABELLED_FIELDS = re.compile(r"^\s{0,8}([A-Z][A-Za-z]{1,30}):\s{1,4}(?=[a-z_]\w{0,30}=[^=,]{1,40},\s{0,4}[a-z_]\w{0,30}=)")
 _LITGPT = re.compile(r"\biter (\d+) step \d+\b")
 _EXPLICIT_STEPS = [
     re.compile(r"\bglobal[_ ]step[=: ]\s{0,8}(\d+)"),
     re.compile(r"\bat iteration (\d+)"),
     re.compile(r"\bvalidate step:\s{0,8}(\d+)"),
+    re.compile(r"\b(?:for|at) step:?\s{0,4}(\d+)\b"),  # `Evaluation result for step 435000: loss = ...`
 ]
 _STEP_KEYS = ("global_step", "global step", "num_updates", "step", "_step", "s", "iteration", "iter", "it",
               "batch", "update step")
@@ -44,7 +50,7 @@ _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test",
                  "iter(val)", "epoch(test)", "update", "using"}
 _EVAL_LINE = re.compile(
     r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
-    r"\bend of epoch\b|^Eval |^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
+    r"\bend of epoch\b|^Eval |^Evaluation\b|^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
 _EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel|dev)(?:$|[\W_])", re.IGNORECASE)
 _LOSS_SCALE_EVENTS = [
     re.compile(rf"[Rr]educing dynamic loss scale from {_N} to (?P<value>{_N})"),
@@ -173,7 +179,7 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
 
 def _keep(key: str, message: str, position: int) -> bool:
     lowered = key.lower()
-    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith(".py"):
+    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith((".py", " for step", " at step")):
         return False
     if lowered.startswith(("info", "warning", "debug", "error", "http")):
         return False
@@ -188,6 +194,10 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
     if _HEADERLESS_ROW.fullmatch(message):
         return None
     parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
+    indexed = _INDEXED_KEY.match(message)
+    if indexed is not None:
+        message = indexed.group(1) + message[indexed.end():]
+        head = message[:HEAD]
     found: dict[str, float] = {}
     if message.count("|", 0, HEAD) >= 2:
         cells = [c.strip() for c in message.split("|", 128)]
@@ -203,7 +213,7 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
         for key, value, _ in candidates:
             found.setdefault(key, value)
     special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(head)}
-    parsed.step = _step_from(head, found)
+    parsed.step = int(indexed.group(2)) if indexed is not None else _step_from(head, found)
     if special:  # Lightning callbacks: the rest of the sentence is prose
         found = special
     else:
@@ -211,12 +221,31 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
         found = {k: v for k, v in found.items() if k in keep}
     if not found and parsed.step is None:
         return None
+    labelled = _LABELLED_FIELDS.match(message)
+    if labelled is not None and labelled.group(1).lower() not in _IGNORED_KEYS and not _is_step_key(labelled.group(1)):
+        found = {f"{labelled.group(1)}/{k}": v for k, v in found.items()}
     parsed.values = {_with_eval_prefix(k, parsed.is_eval): v for k, v in found.items()}
     return parsed
 
 
+class PipeColumns(list[str]):
+    """The column names of a `|` table's header: only `|` rows are its rows."""
+
+
+def _pipe_cells(message: str) -> list[str] | None:
+    """The cells of a `| a | b | c |` line (a markdown table's header or row), 3 or more; None for other lines."""
+    text = message.strip()
+    if len(text) > 2000 or not (text.startswith("|") and text.endswith("|")) or text.count("|") < 4:
+        return None
+    return [cell.strip() for cell in text[1:-1].split("|")]
+
+
 def table_header(message: str) -> list[str] | None:
-    """Column names of a whitespace table (ultralytics): 4+ names, 2+ spaces between every two."""
+    """Column names of a whitespace table (ultralytics): 4+ names, 2+ spaces between every two; or of a `|` table
+    (`|   AP   |  AP50  |  AP75  |`): 3+ names, one per cell."""
+    cells = _pipe_cells(message)
+    if cells is not None:
+        return PipeColumns(cells) if all(_COLUMN.fullmatch(c) for c in cells) else None
     if "  " not in message or "=" in message or len(message) > 400:
         return None
     columns = re.split(r"\s{2,}", message.strip())
@@ -228,7 +257,10 @@ def table_header(message: str) -> list[str] | None:
 
 
 def table_row(message: str, columns: list[str]) -> ParsedLine | None:
-    fields = message.split()
+    cells = _pipe_cells(message) if isinstance(columns, PipeColumns) else None
+    if isinstance(columns, PipeColumns) and cells is None:
+        return None  # a `|` table's rows are `|` rows
+    fields = cells if cells is not None else message.split()
     if len(fields) < len(columns) or len(message) > 2000:
         return None
     fields = fields[: len(columns)]
