@@ -36,7 +36,7 @@ def test_clean_tree_passes_every_check_and_prints_the_launch_command(tree: Tree,
     scheduler = LocalScheduler(root=tmp_path / "jobs")
     report = tree.run(["--guard-seconds-per-epoch=600", "-p", "gpu", "train.sh"], scheduler=scheduler)
     statuses = {r.name: r.status for r in report.results}
-    every = ("config-diff", "run-name", "paths", "interpreter", "monitoring", "eta", "own-folder")
+    every = ("config-diff", "run-name", "paths", "interpreter", "arguments", "monitoring", "eta", "own-folder")
     assert statuses == {name: CheckStatus.PASSED for name in every}, (
         format_report(report, color=False)
     )
@@ -280,8 +280,8 @@ def test_warnings_never_block(tree: Tree) -> None:
 
 def test_json_report_shape(tree: Tree) -> None:
     data = tree.run().to_json()
-    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "interpreter", "monitoring", "eta",
-                                                   "own-folder"]
+    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "interpreter", "arguments",
+                                                   "monitoring", "eta", "own-folder"]
     assert all({"name", "status", "finding", "evidence"} <= set(c) for c in data["checks"])
 
 

@@ -16,6 +16,7 @@ from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.file_trust import outputs_note
 from guarded_sbatch.sbatch.argv import LaunchArgs, Waiver
+from guarded_sbatch.launch.checks.arguments import check_arguments
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
 from guarded_sbatch.launch.checks.interpreter import check_interpreter
@@ -37,7 +38,8 @@ from guarded_sbatch.sbatch.script_shell import ARRAY_JOB_ENV
 from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
-    check_config_diff, check_run_name, check_paths, check_interpreter, check_monitoring, check_eta, check_own_folder,
+    check_config_diff, check_run_name, check_paths, check_interpreter, check_arguments, check_monitoring, check_eta,
+    check_own_folder,
 )
 
 
