@@ -28,7 +28,7 @@ from guarded_sbatch.launch.context import PreflightContext, load_intended_config
 from guarded_sbatch.launch.live_jobs import one_query
 from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
-from guarded_sbatch.launch.results import CheckResult, CheckStatus
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import default_reference, family_reference, use_launcher_line
 from guarded_sbatch.launch.runconfig import RunConfig
 from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
@@ -159,7 +159,7 @@ def run_preflight(
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
-    notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
+    notes.extend(source_plan.describe(_trackers_used(results)) if source_plan is not None else [source_problem])
     # outputs others can write never bear a STOP alone (core/file_trust.py): say so before the run starts
     umask = int(config.job_umask, 8) if config.job_umask else None  # the site's, which the launch applies
     notes.extend(filter(None, [outputs_note(base, umask, script_text=script.text)]))
@@ -178,6 +178,12 @@ def run_preflight(
         source_plan=source_plan,
         intended_run_config=context.intended,
     )
+
+
+def _trackers_used(results: tuple[CheckResult, ...]) -> set[str]:
+    """The tracker kinds the monitoring check found signs of (an import, a config key, a variable, a folder)."""
+    found = next((r.details.get("trackers") for r in results if r.name == CheckName.MONITORING.value), None)
+    return {t["kind"] for t in found if isinstance(t, dict)} if isinstance(found, list) else set()
 
 
 def exported_environment(export: str | None, environ: Mapping[str, str]) -> tuple[dict[str, str], str] | None:
