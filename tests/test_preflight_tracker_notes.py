@@ -31,5 +31,6 @@ def test_each_tracker_the_program_imports_is_named(tmp_path: Path) -> None:
 
 
 def test_an_array_of_a_project_without_wandb_says_nothing_of_wandb_runs(tmp_path: Path) -> None:
-    notes = _notes(tmp_path, "import torch\n", PLAIN_SH.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --array=0-3\n"))
+    array = PLAIN_SH.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --array=0-3\n")
+    notes = _notes(tmp_path, "import torch\n", array)
     assert "W&B" not in notes
