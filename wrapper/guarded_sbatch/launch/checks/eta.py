@@ -9,6 +9,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_text_bounded
+from guarded_sbatch.launch.checks.eta_pace import seconds_per_step_from_stamps
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
@@ -33,8 +34,6 @@ STEP_EXPLICIT = re.compile(
     r"(?:time[ _/]per[ _]step|sec(?:onds)?[ _/]per[ _]step|s/step|sec/step|step[ _]time|time/step)"
     r"\W{0,5}(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ms|s|sec)?\b", re.IGNORECASE)
 STEPS_PER_SECOND = re.compile(r"['\"]?train_steps_per_second['\"]?\s*[:=]\s*['\"]?(\d+(?:\.\d+)?(?:e-?\d+)?)")
-STAMPED_STEP = re.compile(
-    r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}).*?\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 TQDM_RATE = re.compile(r"\b(\d+(?:\.\d+)?)\s*(it/s|s/it)\b")
 
 
@@ -101,15 +100,9 @@ def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | Non
         rates = [float(m.group(1)) for m in STEPS_PER_SECOND.finditer(text) if float(m.group(1)) > 0]
         if rates:
             return 1.0 / rates[-1], f"train_steps_per_second={rates[-1]:g} in {log}"
-        stamped = []
-        for match in STAMPED_STEP.finditer(text):
-            try:
-                stamped.append((datetime.fromisoformat(match.group(1).replace("T", " ")), int(match.group(2))))
-            except ValueError:
-                continue
-        if len(stamped) >= 2 and stamped[-1][1] > stamped[0][1] and stamped[-1][0] > stamped[0][0]:
-            seconds = (stamped[-1][0] - stamped[0][0]).total_seconds() / (stamped[-1][1] - stamped[0][1])
-            return seconds, f"step {stamped[0][1]}→{stamped[-1][1]} timestamps in {log}"
+        stamped = seconds_per_step_from_stamps(text)
+        if stamped is not None:
+            return stamped[0], f"step {stamped[1]}→{stamped[2]} timestamps in {log}"
         bars = [float(v) if unit == "s/it" else 1.0 / float(v) for v, unit in TQDM_RATE.findall(text) if float(v) > 0]
         if len(bars) >= 3:
             return statistics.median(bars), f"median of {len(bars)} progress-bar rates in {log}"
