@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 import textwrap
-from argparse import Namespace, RawDescriptionHelpFormatter
+from argparse import BooleanOptionalAction, Namespace, RawDescriptionHelpFormatter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,6 +91,9 @@ def run_monitor(argv: list[str]) -> int:
                         help="seconds between interrupt, terminate and kill (default 30)")
     parser.add_argument("--notes", type=Path, metavar="FILE", help="the project notes file a STOP appends to")
     parser.add_argument("--state-dir", type=Path, metavar="DIR", help="where the watcher keeps state and evidence")
+    parser.add_argument("--heartbeat", action=BooleanOptionalAction, default=None,
+                        help="a line (step, time, decision) between reports, at most every few seconds (default: "
+                             "on when the output is a terminal)")
     add_source_flags(parser)
     for flag, name, key in watcher_flags():
         parser.add_argument(flag, dest=name, type=positive_float, metavar="S", help=f"seconds (default: the config's {key})")
@@ -134,6 +137,10 @@ def run_monitor(argv: list[str]) -> int:
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
     print(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)",
           file=sys.stderr, flush=True)
+    from guarded_sbatch.cli.monitor_live import LiveView, wants_heartbeat
+
+    if wants_heartbeat(args.heartbeat, sys.stdout):
+        return LiveView(plan, scheduler, sys.stdout).run()
     return Sidecar(plan, scheduler, sys.stdout).run()
 
 
