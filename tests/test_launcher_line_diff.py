@@ -15,6 +15,7 @@ from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import make_reference, save_config_snapshot
+from guarded_sbatch.sidecar.state import SidecarState
 
 HEADER = "#!/bin/bash\n#SBATCH --nodes={nodes}\n#SBATCH --time=00:10:00\n#SBATCH --output=out-%j.log\n"
 
@@ -42,17 +43,27 @@ def _diff(report: PreflightReport) -> CheckResult:
     return next(r for r in report.results if r.name == "config-diff")
 
 
-def _launched(report: PreflightReport, job_id: str) -> None:
-    """What a launch leaves of the run for the next one (launch/pipeline.py does the same after submitting)."""
+def _launched(report: PreflightReport, job_id: str, *, healthy: bool = True) -> None:
+    """What a launch leaves of the run for the next one (launch/pipeline.py does the same after submitting), and
+    what its sidecar leaves when it finished healthy (COMPLETED, last check CONTINUE; else stopped by it)."""
     record = create_run("synthetic-mlp-bs64-lr3e-4", "local", job_id)
     save_config_snapshot(record, report.details["intended_run_config"])  # type: ignore[arg-type]
+    decision, state = ("CONTINUE", "COMPLETED") if healthy else ("STOP", "CANCELLED")
+    SidecarState(finished=True, last_decision=decision, last_job_state=state).save(record.sidecar_state_file)
+
+
+def test_a_launch_not_known_to_have_finished_healthy_is_no_reference(project: Path) -> None:
+    script = _script(project, 'torchrun --nproc_per_node 2 train.py "$@"\n')
+    _launched(_check(project, script, "--lr", "3e-2", "--batch_size", "64"), "91", healthy=False)
+    diff = _diff(_check(project, script, "--lr", "3e-4", "--batch_size", "256"))
+    assert diff.status is CheckStatus.WARNED and diff.finding.startswith("new project"), diff.finding
 
 
 def test_the_first_run_of_a_script_is_a_new_project_then_a_batch_change_without_lr_is_blocked(project: Path) -> None:
     script = _script(project, 'torchrun --nproc_per_node 2 train.py "$@"\n')
     first = _check(project, script, "--lr", "3e-4", "--batch_size", "64", "--steps", "500")
     diff = _diff(first)
-    assert diff.status is CheckStatus.WARNED and diff.finding.startswith("new project: the first guarded run of ")
+    assert diff.status is CheckStatus.WARNED and diff.finding.startswith("new project: no guarded run of ")
     assert "config-diff" not in first.blocking_checks and "cannot diff" not in diff.finding
     _launched(first, "101")
 
