@@ -58,11 +58,11 @@ class Project:
         return "".join(p.read_text(errors="replace") for p in outputs)
 
 
-def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0, history: bool = True) -> Project:
+def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0, history: bool = False) -> Project:
     """The example project as a user would copy it, except that its job name gets a suffix of its own: tests run in
     parallel on one shared dev Slurm as one user, and the run-name check rightly refuses a name another test's job
     holds. `history`: its baseline (experiments/, its config and log) is a guarded run that finished healthy, the
-    reference of the launches (False: a new project, no run yet)."""
+    reference of the launches (it is then a row of `status` too); without, a new project: no reference yet."""
     root = tmp_path / "project"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
     name = f"{EXAMPLE_NAME}-t{uuid.uuid4().hex[:6]}"

@@ -13,8 +13,8 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 CONFIG = "configs/synthetic-tanh-mlp.yaml"
 
 
-def _project(tmp_path: Path):  # type: ignore[no-untyped-def]
-    project = make_project(tmp_path)
+def _project(tmp_path: Path, *, history: bool = False):  # type: ignore[no-untyped-def]
+    project = make_project(tmp_path, history=history)
     project.env["TMUX_TMPDIR"] = str(tmp_path)
     return project
 
@@ -29,7 +29,7 @@ def _status(project, run_id: str) -> dict:  # type: ignore[no-untyped-def]
 
 
 def test_run_blocks_a_bad_command_line_and_starts_nothing(tmp_path: Path) -> None:
-    project = _project(tmp_path)
+    project = _project(tmp_path, history=True)
     history = _runs(project)  # the project's baseline, a run that finished healthy: its reference
     result = project.cli(
         "run", "--guard-run-name", "bs256", "--", "python", "train.py", "--config", CONFIG, "--batch-size", "256"

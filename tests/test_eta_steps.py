@@ -40,7 +40,7 @@ def _eta(project: Project) -> dict:
 
 
 def test_eta_from_a_reference_that_timed_its_epochs(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)
     _step_based(project)
     eta = _eta(project)
     assert eta["status"] != "failed" and eta["finding"].startswith("ends about"), eta
@@ -49,7 +49,7 @@ def test_eta_from_a_reference_that_timed_its_epochs(tmp_path: Path) -> None:
 
 
 def test_eta_from_a_real_hugging_face_log(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)
     _step_based(project)
     run = subprocess.run([sys.executable, "-c", HF_TRAINER, str(tmp_path / "hf")], capture_output=True, text=True,
                          timeout=240)

@@ -173,7 +173,7 @@ def test_bash_is_there() -> None:
 
 def test_the_everyday_default_config_script_is_checked_with_its_real_arguments(tmp_path: Path) -> None:
     """Through the CLI, as a researcher runs it: `CONFIG=${1:-...}` + `python train.py --config "$CONFIG"`."""
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)
     script = project.root / "train.sh"
     script.write_text(script.read_text().replace(
         'python train.py --config configs/synthetic-tanh-mlp.yaml "$@"',
