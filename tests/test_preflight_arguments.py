@@ -75,3 +75,12 @@ def test_an_abbreviation_of_two_options_names_neither(tmp_path: Path) -> None:
     tree.write("train.py", NEEDS_CONFIG.replace('parser.add_argument("--steps"', 'parser.add_argument("--config-dir"'))
     _launched_with(tree, "--conf a.yaml")
     assert _arguments(tree)[1].status is CheckStatus.FAILED
+
+
+def test_a_module_of_the_project_is_read_too(tmp_path: Path) -> None:
+    tree = build_clean_tree(tmp_path)
+    tree.write("trainer/main.py", NEEDS_CONFIG)
+    text = (tree.root / "train.sh").read_text()
+    tree.write("train.sh", text.replace(f'{LINE} --config "$CONFIG"', 'srun python -m trainer.main --steps 5'))
+    check = _arguments(tree)[1]
+    assert check.status is CheckStatus.FAILED and "main.py requires --config" in check.finding, check.finding

@@ -95,6 +95,9 @@ def _given(option: str, words: list[str], long_options: list[str]) -> bool:
 def check_arguments(context: PreflightContext) -> CheckResult:
     launcher = context.launcher
     program = context.program_path()
+    if launcher is not None and launcher.is_module:  # `python -m pkg.train`: the project's own module, if it is one
+        module = context.workdir / (launcher.program.replace(".", "/") + ".py")
+        program = module if module.is_file() else None
     if launcher is None or program is None:
         return CheckResult(NAME, CheckStatus.PASSED, "no python program on a launcher line: no arguments to check")
     read = required_options(program)
