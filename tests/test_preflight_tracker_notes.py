@@ -34,3 +34,9 @@ def test_an_array_of_a_project_without_wandb_says_nothing_of_wandb_runs(tmp_path
     array = PLAIN_SH.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --array=0-3\n")
     notes = _notes(tmp_path, "import torch\n", array)
     assert "W&B" not in notes
+
+
+def test_an_export_that_keeps_the_id_from_the_job_is_said_only_for_a_tracker_in_use(tmp_path: Path) -> None:
+    script = PLAIN_SH.replace("#SBATCH --nodes=2\n", "#SBATCH --nodes=2\n#SBATCH --export=NONE\n")
+    assert "--export=NONE keeps WANDB_RUN_ID" in _notes(tmp_path / "w", "import wandb\n", script)
+    assert "--export=NONE keeps" not in _notes(tmp_path / "n", "import torch\n", script)

@@ -120,10 +120,6 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         array=array, pinned=pinned, pin_gaps=pin_gaps, named=named,
         local=context.scheduler is not None and context.scheduler.traits.process_groups_here,
     )
-    export = (options.get("export") or "ALL").upper()
-    if env and not export.startswith("ALL"):
-        sources.unresolved.append(f"--export={options.get('export')} keeps {', '.join(env)} from the job: "
-                                  "add them to --export so the sidecar can find the run's own tracker run")
     return plan
 
 
@@ -232,6 +228,10 @@ def _pin_tracker_runs(context: PreflightContext, sources: RunSources, env: dict[
             gaps.append((kind.name, pinned.unresolved))
         if pinned.run_id or pinned.tag:
             env.update(pinned.export)
+            export = context.options.get("export")
+            if pinned.export and not (export or "ALL").upper().startswith("ALL"):
+                gaps.append((kind.name, f"--export={export} keeps {', '.join(pinned.export)} from the job: add "
+                                        "them to --export so the sidecar can find the run's own tracker run"))
             sources.specs.append(SourceSpec(kind.name, pinned.locator, pinned.origin,
                                             WriterIdentity(run_id=pinned.run_id, tag=pinned.tag), pinned.search))
             notes.append((kind.name, pinned.note or f"{kind.name} run {pinned.run_id or pinned.tag} ({pinned.origin})"))
