@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from e2e_helpers import Project, make_project
 
 REFERENCE = "experiments/synthetic-tanh-mlp-baseline"
@@ -77,11 +79,13 @@ for step in range(1, 301):
 """
 
 
-def test_eta_from_the_timestamps_of_a_references_step_lines(tmp_path: Path) -> None:
+@pytest.mark.parametrize("budget", ["steps", "epochs"])
+def test_eta_from_the_timestamps_of_a_references_step_lines(tmp_path: Path, budget: str) -> None:
     """A log that says nothing of its pace but stamps every 10th step's line (Python's logging): the pace is learnt
-    from those stamps."""
+    from those stamps, for a budget in steps or in epochs of so many steps."""
     project = make_project(tmp_path)
-    _step_based(project)
+    if budget == "steps":
+        _step_based(project)
     run = subprocess.run([sys.executable, "-c", STAMPING_TRAINER], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     reference = project.root / "finished-run"
@@ -94,5 +98,7 @@ def test_eta_from_the_timestamps_of_a_references_step_lines(tmp_path: Path) -> N
     assert eta["finding"].startswith("ends about"), eta
     (line,) = [e for e in eta["evidence"] if " steps (" in e]
     assert "step 10→300 timestamps in" in line, line
+    assert line.startswith("1200 steps (config key max_steps=1200)" if budget == "steps" else
+                           "600 steps (epochs=3, steps_per_epoch=200)"), line
     per_step = float(line.split(" × ")[1].split(" s per step")[0])
     assert 0.005 < per_step < 0.5, line

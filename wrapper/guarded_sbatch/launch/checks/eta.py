@@ -229,7 +229,13 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         return None
     found = context.intended.find(STEP_KEYS)
     total = as_number(found[1]) if found else None
-    if not found or not total or total <= 0:
+    budget = f"config key {found[0]}={total:g}" if found and total else ""
+    if not total:  # an epoch budget with its steps per epoch: the same steps, timed by the reference's step lines
+        epochs, size = context.intended.find(EPOCH_KEYS), context.intended.find(("steps_per_epoch",))
+        count, per = (as_number(epochs[1]) if epochs else None), (as_number(size[1]) if size else None)
+        total = count * per if count and per else None
+        budget = f"{epochs[0]}={count:g}, steps_per_epoch={per:g}" if total else ""  # type: ignore[index]
+    if not total or total <= 0:
         return None
     logs = list(context.reference.logs) or _logs_under(context.reference.folder)
     speed = seconds_per_step_from_log_files(logs)
@@ -240,7 +246,7 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         if per_epoch is None or not steps or steps <= 0:
             return None
         speed = (per_epoch[0] / steps, f"{per_epoch[1]}, / steps_per_epoch={steps:g} of the reference")
-    return total, f"config key {found[0]}={total:g}", speed[0], f"reference logs: {speed[1]}"
+    return total, budget, speed[0], f"reference logs: {speed[1]}"
 
 
 def _logs_under(folder: Path) -> list[Path]:
