@@ -16,6 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tiny_mlp"
 EXAMPLE_NAME = "synthetic-tanh-mlp-bs64-lr5e-2"
+BASELINE = "experiments/synthetic-tanh-mlp-baseline"
 
 
 @dataclass
@@ -57,10 +58,11 @@ class Project:
         return "".join(p.read_text(errors="replace") for p in outputs)
 
 
-def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0) -> Project:
+def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0, history: bool = False) -> Project:
     """The example project as a user would copy it, except that its job name gets a suffix of its own: tests run in
     parallel on one shared dev Slurm as one user, and the run-name check rightly refuses a name another test's job
-    holds."""
+    holds. `history`: its baseline (experiments/, its config and log) is a guarded run that finished healthy, the
+    reference of the launches (it is then a row of `status` too); without, a new project: no reference yet."""
     root = tmp_path / "project"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
     name = f"{EXAMPLE_NAME}-t{uuid.uuid4().hex[:6]}"
@@ -79,6 +81,12 @@ def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float 
         "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
     }
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)
+    if history:
+        from finished_runs import record_finished_run, state_folder
+
+        baseline = root / BASELINE
+        with state_folder(Path(env["GUARDED_SBATCH_STATE_DIR"])):
+            record_finished_run(baseline / "config.yaml", root, log=baseline / "train.log", name=f"{name}-baseline")
     return Project(root, env, name)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import textwrap
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +15,7 @@ from guarded_sbatch.core.config import Config
 from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
+from finished_runs import record_finished_run, state_folder
 
 REFERENCE = {
     "dataset": "coco",
@@ -75,6 +77,29 @@ class Tree:
         restart: bool = False,
     ) -> PreflightReport:
         launch = split_sbatch_argv(argv or ["train.sh"])
+        with state_folder(self.state):
+            return self._run(launch, config, scheduler, env, mounts, now, restart)
+
+    @property
+    def state(self) -> Path:
+        """The tree's own state folder (its finished runs), beside it."""
+        return self.root.parent / f"{self.root.name}-state"
+
+    def finished_run(self, config: str, **kwargs: object) -> str:
+        """A guarded run of the tree's `config` that finished (healthy unless told), as its sidecar leaves it."""
+        with state_folder(self.state):
+            return record_finished_run(self.root / config, self.root, **kwargs)  # type: ignore[arg-type]
+
+    def forget_runs(self) -> None:
+        """No finished run any more (a new project)."""
+        shutil.rmtree(self.state, ignore_errors=True)
+
+    def reference_ran(self, config: str = "configs/coco_resnet50_base.yaml") -> None:
+        """The reference is a run of `config` as it is now, finished healthy (the tree's only finished run)."""
+        self.forget_runs()
+        self.finished_run(config)
+
+    def _run(self, launch, config, scheduler, env, mounts, now, restart) -> PreflightReport:  # type: ignore[no-untyped-def]
         return run_preflight(
             launch,
             config or Config(),
@@ -113,6 +138,7 @@ def build_clean_tree(root: Path) -> Tree:
     )
     tree.write_config("experiments/old/mnist.yaml", {"dataset": "mnist", "lr": 0.1})
     tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.epochs": 12}))
+    tree.finished_run("configs/coco_resnet50_base.yaml")  # the reference: a run of it finished healthy
     tree.write("train.sh", TRAIN_SH)
     tree.write("train.py", TRAIN_PY)
     (root / "data/coco").mkdir(parents=True)

@@ -13,8 +13,8 @@ from guarded_sbatch.scheduler.local import LocalScheduler
 CONFIG = "configs/synthetic-tanh-mlp.yaml"
 
 
-def _project(tmp_path: Path):  # type: ignore[no-untyped-def]
-    project = make_project(tmp_path)
+def _project(tmp_path: Path, *, history: bool = False):  # type: ignore[no-untyped-def]
+    project = make_project(tmp_path, history=history)
     project.env["TMUX_TMPDIR"] = str(tmp_path)
     return project
 
@@ -29,14 +29,15 @@ def _status(project, run_id: str) -> dict:  # type: ignore[no-untyped-def]
 
 
 def test_run_blocks_a_bad_command_line_and_starts_nothing(tmp_path: Path) -> None:
-    project = _project(tmp_path)
+    project = _project(tmp_path, history=True)
+    history = _runs(project)  # the project's baseline, a run that finished healthy: its reference
     result = project.cli(
         "run", "--guard-run-name", "bs256", "--", "python", "train.py", "--config", CONFIG, "--batch-size", "256"
     )
     assert result.returncode == 3, result.stderr
     assert "[FAIL] config-diff: global batch 64 -> 256 (×4) but the learning rate was not rescaled" in result.stderr
     assert "BLOCKED by: config-diff" in result.stderr and "nothing was started" in result.stderr
-    assert result.stdout == "" and _runs(project) == []
+    assert result.stdout == "" and _runs(project) == history
     # the launcher's own options count: torchrun's processes make the global batch
     torchrun = project.cli(
         "run",
@@ -54,7 +55,7 @@ def test_run_blocks_a_bad_command_line_and_starts_nothing(tmp_path: Path) -> Non
     )
     assert torchrun.returncode == 3, torchrun.stderr
     assert "× 2 process(es) per node (torchrun) × accumulation 1 = global 256" in torchrun.stderr
-    assert "the learning rate was not rescaled" in torchrun.stderr and _runs(project) == []
+    assert "the learning rate was not rescaled" in torchrun.stderr and _runs(project) == history
 
 
 def test_run_in_tmux_is_watched_and_stopped_when_it_diverges(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_combinations_and_command_lines(tmp_path: Path) -> None:
 
 
 def test_check_sweep_blocks_an_lr_range_that_ignores_the_batch_change_and_names_the_combination(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)  # its baseline is the reference
     _sweep(project, MISSING_LR)
     result = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
     assert result.returncode == 3, result.stderr
@@ -84,7 +84,7 @@ parameters:
 
 
 def test_an_ordinary_lr_by_batch_size_grid_passes_and_a_fixed_lr_over_batch_sizes_does_not(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)  # its baseline is the reference
     _sweep(project, GRID.replace("LR", "{values: [0.025, 0.05, 0.1, 0.2]}"))
     grid = project.cli_here("check-sweep", "--guard-run-name", NAME, "sweep.yaml", "--json")
     assert grid.returncode == 0, grid.stderr  # 12 combinations, each batch size's rescaled lr within the grid
@@ -110,7 +110,7 @@ def test_check_sweep_needs_a_project_and_a_run_name_pattern(tmp_path: Path) -> N
 
 
 def test_wandb_shim_preflights_wandb_sweep_and_passes_everything_else(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)  # its baseline is the reference
     _sweep(project, MISSING_LR)
     calls = tmp_path / "calls.txt"
     fake = tmp_path / "real-wandb"

@@ -31,10 +31,7 @@ def _config_diff(tree: Tree, argv: list[str] | None = None):  # type: ignore[no-
 
 
 def _without_references(tree: Tree) -> None:
-    (tree.root / "configs/coco_resnet50_base.yaml").unlink()
-    for folder in ("recipes", "experiments"):
-        for path in (tree.root / folder).rglob("*.yaml"):
-            path.unlink()
+    tree.forget_runs()
 
 
 def test_a_key_the_program_reads_misspelled_fails_with_did_you_mean(tmp_path: Path) -> None:

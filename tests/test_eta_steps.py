@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from e2e_helpers import Project, make_project
 
 REFERENCE = "experiments/synthetic-tanh-mlp-baseline"
@@ -40,7 +42,7 @@ def _eta(project: Project) -> dict:
 
 
 def test_eta_from_a_reference_that_timed_its_epochs(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)
     _step_based(project)
     eta = _eta(project)
     assert eta["status"] != "failed" and eta["finding"].startswith("ends about"), eta
@@ -49,7 +51,7 @@ def test_eta_from_a_reference_that_timed_its_epochs(tmp_path: Path) -> None:
 
 
 def test_eta_from_a_real_hugging_face_log(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, history=True)
     _step_based(project)
     run = subprocess.run([sys.executable, "-c", HF_TRAINER, str(tmp_path / "hf")], capture_output=True, text=True,
                          timeout=240)
@@ -63,3 +65,40 @@ def test_eta_from_a_real_hugging_face_log(tmp_path: Path) -> None:
     assert line.startswith("1200 steps (config key max_steps=1200) × ") and "train_steps_per_second=" in line, line
     per_step = float(line.split(" × ")[1].split(" s per step")[0])
     assert 0 < per_step < 60, line
+
+
+STAMPING_TRAINER = """
+import logging, sys, time
+logging.basicConfig(format="%(asctime)s %(levelname)s %(message)s", level=logging.INFO, stream=sys.stdout)
+loss = 2.0
+for step in range(1, 301):
+    time.sleep(0.01)
+    loss *= 0.995
+    if step % 10 == 0:
+        logging.info("step %d/300 loss %.4f", step, loss)
+"""
+
+
+@pytest.mark.parametrize("budget", ["steps", "epochs"])
+def test_eta_from_the_timestamps_of_a_references_step_lines(tmp_path: Path, budget: str) -> None:
+    """A log that says nothing of its pace but stamps every 10th step's line (Python's logging): the pace is learnt
+    from those stamps, for a budget in steps or in epochs of so many steps."""
+    project = make_project(tmp_path)
+    if budget == "steps":
+        _step_based(project)
+    run = subprocess.run([sys.executable, "-c", STAMPING_TRAINER], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    reference = project.root / "finished-run"
+    reference.mkdir()
+    (reference / "config.yaml").write_text((project.root / REFERENCE / "config.yaml").read_text())
+    (reference / "slurm-41.out").write_text(run.stdout)
+    result = project.cli_here("check", "--json", "--guard-backend", "local", "--guard-reference", str(reference),
+                              "train.sh")
+    eta = next(check for check in json.loads(result.stdout)["checks"] if check["name"] == "eta")
+    assert eta["finding"].startswith("ends about"), eta
+    (line,) = [e for e in eta["evidence"] if " steps (" in e]
+    assert "step 10→300 timestamps in" in line, line
+    assert line.startswith("1200 steps (config key max_steps=1200)" if budget == "steps" else
+                           "600 steps (epochs=3, steps_per_epoch=200)"), line
+    per_step = float(line.split(" × ")[1].split(" s per step")[0])
+    assert 0.005 < per_step < 0.5, line

@@ -52,7 +52,7 @@ def guarded_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 WAIVE_CONFIG = {"config-diff": "a function job: no config file to diff"}
-ALL_CHECKS = ["config-diff", "run-name", "paths", "interpreter", "monitoring", "eta", "own-folder"]
+ALL_CHECKS = ["config-diff", "run-name", "paths", "interpreter", "arguments", "monitoring", "eta", "own-folder"]
 
 
 def test_a_session_label_blocks_the_submission(guarded_env: Path) -> None:

@@ -15,6 +15,7 @@ from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.launch.preflight import PreflightReport, run_preflight
 from guarded_sbatch.launch.results import API_WORDS, CheckResult, CheckStatus
 from guarded_sbatch.launch.run_reference import make_reference, save_config_snapshot
+from guarded_sbatch.sidecar.state import SidecarState
 
 HEADER = "#!/bin/bash\n#SBATCH --nodes={nodes}\n#SBATCH --time=00:10:00\n#SBATCH --output=out-%j.log\n"
 
@@ -42,17 +43,27 @@ def _diff(report: PreflightReport) -> CheckResult:
     return next(r for r in report.results if r.name == "config-diff")
 
 
-def _launched(report: PreflightReport, job_id: str) -> None:
-    """What a launch leaves of the run for the next one (launch/pipeline.py does the same after submitting)."""
+def _launched(report: PreflightReport, job_id: str, *, healthy: bool = True) -> None:
+    """What a launch leaves of the run for the next one (launch/pipeline.py does the same after submitting), and
+    what its sidecar leaves when it finished healthy (COMPLETED, last check CONTINUE; else stopped by it)."""
     record = create_run("synthetic-mlp-bs64-lr3e-4", "local", job_id)
     save_config_snapshot(record, report.details["intended_run_config"])  # type: ignore[arg-type]
+    decision, state = ("CONTINUE", "COMPLETED") if healthy else ("STOP", "CANCELLED")
+    SidecarState(finished=True, last_decision=decision, last_job_state=state).save(record.sidecar_state_file)
+
+
+def test_a_launch_not_known_to_have_finished_healthy_is_no_reference(project: Path) -> None:
+    script = _script(project, 'torchrun --nproc_per_node 2 train.py "$@"\n')
+    _launched(_check(project, script, "--lr", "3e-2", "--batch_size", "64"), "91", healthy=False)
+    diff = _diff(_check(project, script, "--lr", "3e-4", "--batch_size", "256"))
+    assert diff.status is CheckStatus.WARNED and diff.finding.startswith("new project"), diff.finding
 
 
 def test_the_first_run_of_a_script_is_a_new_project_then_a_batch_change_without_lr_is_blocked(project: Path) -> None:
     script = _script(project, 'torchrun --nproc_per_node 2 train.py "$@"\n')
     first = _check(project, script, "--lr", "3e-4", "--batch_size", "64", "--steps", "500")
     diff = _diff(first)
-    assert diff.status is CheckStatus.WARNED and diff.finding.startswith("new project: the first guarded run of ")
+    assert diff.status is CheckStatus.WARNED and diff.finding.startswith("new project: no guarded run of ")
     assert "config-diff" not in first.blocking_checks and "cannot diff" not in diff.finding
     _launched(first, "101")
 
@@ -121,14 +132,14 @@ def test_a_named_config_that_is_missing_still_blocks(project: Path) -> None:
     assert diff.status is CheckStatus.WARNED and "does not exist (see paths)" in diff.finding
 
 
-def test_a_config_files_last_healthy_run_is_its_reference_read_from_the_familys_list(project: Path) -> None:
-    """A config with no reference file beside it is diffed against its last run that finished healthy: found in
-    the family's own list of runs (the registry is read once per state folder, to start the lists)."""
+def test_a_config_files_last_healthy_run_is_its_reference_read_from_the_projects_list(project: Path) -> None:
+    """A config with no reference named is diffed against its last run that finished healthy: found in the
+    project's own list of its last runs (never the whole registry)."""
     (project / "exp.yaml").write_text("lr: 0.1\nbatch_size: 64\n")
     script = _script(project, "python train.py --config exp.yaml\n")
-    older = create_run("synthetic-mlp-bs64-lr3e-4", "local", "601", config_path=str(project / "exp.yaml"))
-    first = _check(project, script)  # the run above predates the family's list: listed by the one registry read
-    record = create_run("synthetic-mlp-bs64-lr3e-4", "local", "602", config_path=str(project / "exp.yaml"))
+    first = _check(project, script)
+    record = create_run("synthetic-mlp-bs64-lr3e-4", "local", "602", config_path=str(project / "exp.yaml"),
+                        submit_dir=str(project), script=str(script))
     save_config_snapshot(record, first.details["intended_run_config"])  # type: ignore[arg-type]
     record.sidecar_state_file.write_text('{"finished": true, "last_decision": "CONTINUE", '
                                          '"last_job_state": "COMPLETED", "last_step": 100}')
@@ -136,16 +147,14 @@ def test_a_config_files_last_healthy_run_is_its_reference_read_from_the_familys_
     bigger = _diff(_check(project, script))
     assert bigger.status is CheckStatus.FAILED and "global batch 64 -> 256" in bigger.finding, bigger.finding
     assert any(record.run_id in line for line in (bigger.finding, *bigger.evidence)), bigger.evidence
-    families = project.parent / "state" / "references"
-    listed = [path.name for path in families.glob("config-runs-*.json")]
-    assert "config-runs-indexed.json" in listed and len(listed) == 2, listed
-    assert older.run_id in (families / next(n for n in listed if n != "config-runs-indexed.json")).read_text()
+    lists = list((project.parent / "state" / "references").glob("project-*.json"))
+    assert lists and any(record.run_id in path.read_text() for path in lists), lists
 
 
 def test_the_reference_of_a_programs_launches_reads_one_record_whatever_its_history(
         project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A loop's 30th launch reads what its 2nd does: the family's last runs are judged from their sidecar states, and
-    the record of the one run chosen (here the previous launch: none finished healthy) is the only one read."""
+    """A loop's 30th launch reads what its 2nd does: the family's last runs are judged from their sidecar states,
+    newest first, and the record of the one run chosen (the newest that finished healthy) is the only one read."""
     from guarded_sbatch.launch import run_reference
 
     script = _script(project, 'python train.py --lr 0.1 --batch_size 64 "$@"\n')
@@ -159,4 +168,4 @@ def test_the_reference_of_a_programs_launches_reads_one_record_whatever_its_hist
         records_read.append(sum(path.name == "run.json" for path in read))
         _launched(report, str(700 + index))
     assert records_read[0] == 0 and set(records_read[1:]) == {1}, records_read
-    assert sum(path.name == "sidecar-state.json" for path in read) == run_reference.FAMILY_RUNS_KEPT
+    assert sum(path.name == "sidecar-state.json" for path in read) == 1

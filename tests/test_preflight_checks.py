@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import time
 from datetime import datetime
@@ -36,7 +35,7 @@ def test_clean_tree_passes_every_check_and_prints_the_launch_command(tree: Tree,
     scheduler = LocalScheduler(root=tmp_path / "jobs")
     report = tree.run(["--guard-seconds-per-epoch=600", "-p", "gpu", "train.sh"], scheduler=scheduler)
     statuses = {r.name: r.status for r in report.results}
-    every = ("config-diff", "run-name", "paths", "interpreter", "monitoring", "eta", "own-folder")
+    every = ("config-diff", "run-name", "paths", "interpreter", "arguments", "monitoring", "eta", "own-folder")
     assert statuses == {name: CheckStatus.PASSED for name in every}, (
         format_report(report, color=False)
     )
@@ -51,10 +50,7 @@ def test_clean_tree_passes_every_check_and_prints_the_launch_command(tree: Tree,
 def test_no_reference_yet_warns_and_says_how_to_name_one(tmp_path: Path) -> None:
     # the first run of a config has nothing to diff against: unchecked, not wrong (issue 12)
     tree = build_clean_tree(tmp_path)
-    (tmp_path / "configs/coco_resnet50_base.yaml").unlink()
-    for folder in ("recipes", "experiments"):
-        for path in (tmp_path / folder).rglob("*.yaml"):
-            path.unlink()
+    tree.forget_runs()  # a new project: its configs are there, none of them has run
     report = tree.run()
     check = result(report, "config-diff")
     assert check.status is CheckStatus.WARNED and check.finding.startswith("not checked: no reference run yet")
@@ -62,18 +58,23 @@ def test_no_reference_yet_warns_and_says_how_to_name_one(tmp_path: Path) -> None
     assert "config-diff" not in report.blocking_checks
 
 
-def test_old_configs_are_not_references(tree: Tree, tmp_path: Path) -> None:
-    old = time.time() - 40 * 86400
-    for path in tmp_path.rglob("*.yaml"):
-        if path.name != "coco_resnet50.yaml":
-            os.utime(path, (old, old))
+def test_a_config_that_never_finished_healthy_is_not_a_reference(tree: Tree) -> None:
+    """The user's sibling config being tried (it diverged, or never ran) is no reference, however similar."""
+    tree.write_config("configs/coco_resnet50_wide.yaml", intended_config(**{"optimizer.lr": 3e-3}))
+    tree.forget_runs()
+    tree.finished_run("configs/coco_resnet50_wide.yaml", decision="STOP", job_state="CANCELLED")
+    tree.finished_run("configs/coco_resnet50_base.yaml", decision="WAIT", job_state="COMPLETED")
+    tree.finished_run("configs/coco_resnet50_base.yaml", decision="CONTINUE", job_state="FAILED")
     check = result(tree.run(), "config-diff")
-    assert check.status is CheckStatus.WARNED and "no reference run yet" in check.finding
+    assert check.status is CheckStatus.WARNED and "no reference run yet" in check.finding, check.finding
+    assert "config-diff" not in tree.run().blocking_checks
 
 
-def test_most_similar_reference_is_chosen(tree: Tree) -> None:
-    report = tree.run()
-    assert report.details["reference"].endswith("configs/coco_resnet50_base.yaml")
+def test_the_most_similar_run_that_finished_healthy_is_chosen(tree: Tree) -> None:
+    tree.finished_run("recipes/imagenet_vit_l.yaml")  # finished healthy too, but unlike this run
+    check = result(tree.run(), "config-diff")
+    (line,) = [item for item in check.evidence if item.startswith("reference:")]
+    assert "configs/coco_resnet50_base.yaml" in line and "among 2 finished healthy run(s)" in line, line
 
 
 @pytest.mark.parametrize(
@@ -117,6 +118,7 @@ def test_batch_change_with_linear_lr_rescale_only_warns(tree: Tree) -> None:
 def test_per_device_batch_against_a_single_gpu_reference(tree: Tree) -> None:
     # the reference recipe ran on one GPU: its batch 32 was the global batch; 8 processes here make 256
     tree.write_config("configs/coco_resnet50_base.yaml", {**REFERENCE, "world_size": 1, "devices": 1})
+    tree.reference_ran()
     check = result(tree.run(), "config-diff")
     assert check.status is CheckStatus.FAILED
     assert "global batch 32 -> 256" in check.finding and "not rescaled" in check.finding
@@ -133,6 +135,7 @@ def test_accumulation_change_that_keeps_the_global_batch_warns(tree: Tree) -> No
 def test_workers_on_network_file_system(tree: Tree) -> None:
     tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"data.num_workers": 8}))
     tree.write_config("configs/coco_resnet50_base.yaml", {**REFERENCE, "data": {"root": "data/coco", "num_workers": 8}})
+    tree.reference_ran()
     assert result(tree.run(), "config-diff").status is CheckStatus.PASSED  # local ext4: fine
     check = result(tree.run(mounts=NFS_MOUNTS), "config-diff")
     assert check.status is CheckStatus.FAILED and "8 dataloader workers on a nfs4 data path" in check.finding
@@ -280,8 +283,8 @@ def test_warnings_never_block(tree: Tree) -> None:
 
 def test_json_report_shape(tree: Tree) -> None:
     data = tree.run().to_json()
-    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "interpreter", "monitoring", "eta",
-                                                   "own-folder"]
+    assert [c["name"] for c in data["checks"]] == ["config-diff", "run-name", "paths", "interpreter", "arguments",
+                                                   "monitoring", "eta", "own-folder"]
     assert all({"name", "status", "finding", "evidence"} <= set(c) for c in data["checks"])
 
 

@@ -23,6 +23,8 @@ NAME = "synthetic-regression-tanh-mlp-bs64-lr0.05"
 WANDB_ENV = {"WANDB_MODE": "offline", "WANDB_PROJECT": "run-command-e2e", "WANDB_SILENT": "true",
              "WANDB_DISABLE_GIT": "true", "WANDB_CONSOLE": "off"}
 PROBE = """import json, os, sys
+if os.environ.get("PROBE_WANDB"):  # a program that may report to W&B: its run is pinned and said
+    import wandb
 names = ("WANDB_RUN_ID", "WANDB_RESUME", "MLFLOW_RUN_CONTEXT", "SLURM_JOB_ID", "SLURM_JOB_NAME")
 print("ENV " + json.dumps({name: os.environ.get(name) for name in names}), flush=True)
 """

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from e2e_helpers import EXAMPLE
+from finished_runs import record_baseline_as
 from shared_cluster import SharedCluster, User, shared_cluster_fixture  # noqa: F401 - the fixture
 from test_shared_file_weight import _copy_as, _events, _monitor
 from test_shared_reference import BLOCK, _check, _config_diff
@@ -267,20 +268,22 @@ def test_a_link_planted_at_the_png_path_is_refused_never_written_through(shared_
 # ---- the reference is fixed when chosen ----
 
 def test_her_reference_rewritten_in_place_never_turns_the_block_into_a_pass(shared_cluster: SharedCluster) -> None:
+    """Her reference is her finished run's config as it was launched, kept in her private state folder: his rewrite
+    of the shared config file it came from changes nothing."""
     cluster = shared_cluster
     project = cluster.copy_project(EXAMPLE, "door-reference")
+    record_baseline_as(cluster, cluster.victim, project)
     code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
     diff = _config_diff(report)
     assert code == 3 and BLOCK in diff and "reference sha256: " in diff, report
-    assert "can be written by others" in diff  # named as such from the first pre-flight
+    assert "can be written by others" not in diff  # her snapshot is hers alone
     reference = next(project.rglob("synthetic-tanh-mlp-baseline/config.yaml"))
     values = yaml.safe_load(reference.read_text())
     _sh(cluster, cluster.coworker, f"cat > {reference} <<'EOF'\n{yaml.safe_dump({**values, 'batch_size': 256})}EOF")
     assert reference.stat().st_uid == cluster.victim.uid  # owner (and inode) stay hers
-    code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
-    diff = _config_diff(report)
-    assert code == 3 and "changed since your last pre-flight fingerprinted it" in diff, report
-    assert "[ok]" not in diff.splitlines()[0]
+    code, again = _check(cluster, project, "train.sh", "--batch-size", "256")
+    assert code == 3 and BLOCK in _config_diff(again), again
+    assert "[ok]" not in _config_diff(again).splitlines()[0]
 
 
 # ---- low: planted slurm-<N>.out files ----

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import EXAMPLE, EXAMPLE_NAME
+from finished_runs import record_baseline_as
 from shared_cluster import SharedCluster, User, shared_cluster_fixture  # noqa: F401 - the fixture
 from source_writers import tb_event, write_tb_events
 from test_shared_door import _DELETE, _PLAN, _PNG, _py, _sh
@@ -218,13 +219,15 @@ def test_a_config_his_group_can_write_through_a_default_acl_is_refused(shared_cl
 
 
 @needs_setfacl
-def test_her_reference_his_group_can_write_through_a_default_acl_is_named_and_never_a_pass(
+def test_her_reference_his_group_can_write_through_a_default_acl_is_never_a_pass(
         shared_cluster: SharedCluster) -> None:
+    """The config her finished run came from lies where his group can write through a default ACL: her reference is
+    that run's config as launched (her private state folder), so his rewrite of the file changes nothing."""
     cluster = shared_cluster
     project = _acl_project(cluster, cluster.base / "played-acl-reference")
+    record_baseline_as(cluster, cluster.victim, project)
     code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
-    diff = _config_diff(report)
-    assert code == 3 and BLOCK in diff and "can be written by others" in diff, report
+    assert code == 3 and BLOCK in _config_diff(report), report
     reference = next(project.rglob("synthetic-tanh-mlp-baseline/config.yaml"))
     assert reference.stat().st_mode & 0o002 == 0  # nobody but the group (through the ACL) can write it
     assert cluster.group in subprocess.run(["getfacl", "-p", str(reference)], capture_output=True, text=True,
@@ -236,7 +239,7 @@ def test_her_reference_his_group_can_write_through_a_default_acl_is_named_and_ne
     assert reference.stat().st_uid == cluster.victim.uid
     code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
     diff = _config_diff(report)
-    assert code == 3 and "changed since your last pre-flight fingerprinted it" in diff, report
+    assert code == 3 and BLOCK in diff, report
     assert "[ok]" not in diff.splitlines()[0]
 
 

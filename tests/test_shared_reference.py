@@ -1,7 +1,8 @@
-"""The reference is the user's (launch/reference_search.py): with two real Unix users in a setgid 2775 project
-under umask 002, a co-worker's copy of the victim's new config planted under experiments/ is named in the
-pre-flight and never chosen, so it cannot turn the victim's block ("global batch ×4 but the learning rate was not
-rescaled") into a pass; named on purpose with --guard-reference it is used."""
+"""The reference is the user's: with two real Unix users in a setgid 2775 project under umask 002, the victim's
+reference is her own guarded run that finished healthy (its config as launched, kept in her private state folder),
+so a co-worker's copy of her new config planted under experiments/ is never even read and cannot turn her block
+("global batch ×4 but the learning rate was not rescaled") into a pass; named on purpose with --guard-reference it is
+used."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import yaml
 from e2e_helpers import EXAMPLE
+from finished_runs import record_baseline_as
 from shared_cluster import SharedCluster, shared_cluster_fixture  # noqa: F401 - the fixture
 
 BLOCK = "global batch 64 -> 256 (×4) but the learning rate was not rescaled"
@@ -29,9 +31,10 @@ def _config_diff(report: str) -> str:
 def test_a_coworkers_copy_of_the_new_config_never_becomes_the_reference(shared_cluster: SharedCluster) -> None:
     cluster = shared_cluster
     project = cluster.copy_project(EXAMPLE, "reference-attack")
+    record_baseline_as(cluster, cluster.victim, project)
     code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
     assert code == 3 and BLOCK in _config_diff(report), report
-    assert "synthetic-tanh-mlp-baseline/config.yaml" in _config_diff(report)  # the victim's own reference
+    assert "synthetic-tanh-mlp-baseline/config.yaml" in _config_diff(report)  # the victim's own finished run
 
     intended = yaml.safe_load((project / "configs" / "synthetic-tanh-mlp.yaml").read_text())
     planted = project / "experiments" / "copy" / "config.yaml"
@@ -39,9 +42,7 @@ def test_a_coworkers_copy_of_the_new_config_never_becomes_the_reference(shared_c
     code, report = _check(cluster, project, "train.sh", "--batch-size", "256")
     diff = _config_diff(report)
     assert code == 3 and BLOCK in diff, report  # still blocked: the co-worker's file decides nothing
-    assert f"not used as the reference: {planted} is {cluster.coworker.name}'s (similarity 0.9" in diff
-    assert "another user's config is the reference only when named as such" in diff
-    assert "\n         reference: " + str(planted) not in diff and "experiments/synthetic-tanh-mlp-baseline" in diff
+    assert str(planted) not in diff and "experiments/synthetic-tanh-mlp-baseline" in diff
 
     code, report = _check(cluster, project, f"--guard-reference={planted}", "train.sh", "--batch-size", "256")
     assert BLOCK not in _config_diff(report) and f"reference: {planted} (given)" in _config_diff(report)

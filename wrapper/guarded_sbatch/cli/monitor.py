@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from argparse import Namespace, RawDescriptionHelpFormatter
+from argparse import BooleanOptionalAction, Namespace, RawDescriptionHelpFormatter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -91,6 +91,9 @@ def run_monitor(argv: list[str]) -> int:
                         help="seconds between interrupt, terminate and kill (default 30)")
     parser.add_argument("--notes", type=Path, metavar="FILE", help="the project notes file a STOP appends to")
     parser.add_argument("--state-dir", type=Path, metavar="DIR", help="where the watcher keeps state and evidence")
+    parser.add_argument("--heartbeat", action=BooleanOptionalAction, default=None,
+                        help="a line (step, time, decision) between reports, at most every few seconds (default: "
+                             "on when the output is a terminal)")
     add_source_flags(parser)
     for flag, name, key in watcher_flags():
         parser.add_argument(flag, dest=name, type=positive_float, metavar="S", help=f"seconds (default: the config's {key})")
@@ -133,12 +136,15 @@ def run_monitor(argv: list[str]) -> int:
     door.remove(plan.state_file)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
     tell(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)")
+    from guarded_sbatch.cli.monitor_live import LiveView, wants_heartbeat
+
+    watcher = LiveView if wants_heartbeat(args.heartbeat, sys.stdout) else Sidecar
     width = terminal_width(sys.stdout)
     if width is None:
-        return Sidecar(plan, scheduler, sys.stdout).run()
+        return watcher(plan, scheduler, sys.stdout).run()
     fitted = FittedStream(sys.stdout, width)  # on a terminal, reports and diagnostics wrapped as every message is
     try:
-        return Sidecar(plan, scheduler, fitted).run()  # type: ignore[arg-type]  # a text stream: write, flush
+        return watcher(plan, scheduler, fitted).run()  # type: ignore[arg-type]  # a text stream: write, flush
     finally:
         fitted.finish()
 

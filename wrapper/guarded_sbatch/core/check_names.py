@@ -10,6 +10,7 @@ class CheckName(str, enum.Enum):
     RUN_NAME = "run-name"
     PATHS = "paths"
     INTERPRETER = "interpreter"  # the job's python can import what the training script imports
+    ARGUMENTS = "arguments"  # the launcher line passes every option the program requires
     MONITORING = "monitoring"
     ETA = "eta"
     OWN_FOLDER = "own-folder"  # no live guarded run writes this run's folders

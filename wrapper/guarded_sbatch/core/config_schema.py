@@ -241,10 +241,12 @@ SCHEMA: tuple[Key, ...] = (
         "preflight.reference_dirs",
         "str_list",
         ["configs", "recipes", "experiments"],
-        "Where reference configs are searched (relative to the job's folder and the script's folder) ...",
+        "No longer read (kept so that older configs load): the reference is chosen among your guarded runs that\n"
+        "finished healthy, or named (--guard-reference, `guarded-sbatch reference RUN`), never found among files.",
     ),
-    Key("preflight.reference_max_depth", "int", 3, "", note="... how deep ..."),
-    Key("preflight.reference_max_age_days", "float", 30.0, "", example=30, note="... and how recent they must be."),
+    Key("preflight.reference_max_depth", "int", 3, "", note="No longer read (see reference_dirs)."),
+    Key("preflight.reference_max_age_days", "float", 30.0, "", example=30,
+        note="How recent a finished healthy run must be (submitted in the last N days) to be chosen as the reference."),
     Key(
         "preflight.stat_timeout_seconds",
         "float",

@@ -15,6 +15,7 @@ from guarded_sbatch.core.waiting import fit  # the one wrapping rule: words and 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.file_trust import outputs_note
 from guarded_sbatch.sbatch.argv import LaunchArgs, Waiver
+from guarded_sbatch.launch.checks.arguments import check_arguments
 from guarded_sbatch.launch.checks.config_diff import check_config_diff
 from guarded_sbatch.launch.checks.eta import check_eta
 from guarded_sbatch.launch.checks.interpreter import check_interpreter
@@ -25,9 +26,9 @@ from guarded_sbatch.launch.checks.run_name import check_run_name, run_name_of
 from guarded_sbatch.launch.context import PreflightContext, load_intended_config
 from guarded_sbatch.launch.live_jobs import one_query
 from guarded_sbatch.core.mounts import Mount
-from guarded_sbatch.launch.reference_search import Reference, reference_from_path, select_reference
-from guarded_sbatch.launch.results import CheckResult, CheckStatus
-from guarded_sbatch.launch.run_reference import default_reference, family_reference, use_launcher_line
+from guarded_sbatch.launch.reference_search import Reference, reference_from_path
+from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
+from guarded_sbatch.launch.run_reference import family_reference, healthy_reference, use_launcher_line
 from guarded_sbatch.launch.runconfig import RunConfig
 from guarded_sbatch.launch.source_plan import SourcePlan, plan_run_sources
 from guarded_sbatch.sbatch.options import effective_options
@@ -36,7 +37,8 @@ from guarded_sbatch.sbatch.script_shell import ARRAY_JOB_ENV
 from guarded_sbatch.scheduler.interface import Scheduler
 
 CHECKS: tuple[Callable[[PreflightContext], CheckResult], ...] = (
-    check_config_diff, check_run_name, check_paths, check_interpreter, check_monitoring, check_eta, check_own_folder,
+    check_config_diff, check_run_name, check_paths, check_interpreter, check_arguments, check_monitoring, check_eta,
+    check_own_folder,
 )
 
 
@@ -156,7 +158,7 @@ def run_preflight(
     if script.launcher is None:
         notes.append("no launcher line (python / torchrun / accelerate launch / deepspeed / srun) found in the script")
     name, _ = run_name_of(context)
-    notes.extend(source_plan.describe() if source_plan is not None else [source_problem])
+    notes.extend(source_plan.describe(_trackers_used(results)) if source_plan is not None else [source_problem])
     # outputs others can write never bear a STOP alone (core/file_trust.py): say so before the run starts
     umask = int(config.job_umask, 8) if config.job_umask else None  # the site's, which the launch applies
     notes.extend(filter(None, [outputs_note(base, umask, script_text=script.text)]))
@@ -175,6 +177,12 @@ def run_preflight(
         source_plan=source_plan,
         intended_run_config=context.intended,
     )
+
+
+def _trackers_used(results: tuple[CheckResult, ...]) -> set[str]:
+    """The tracker kinds the monitoring check found signs of (an import, a config key, a variable, a folder)."""
+    found = next((r.details.get("trackers") for r in results if r.name == CheckName.MONITORING.value), None)
+    return {t["kind"] for t in found if isinstance(t, dict)} if isinstance(found, list) else set()
 
 
 def exported_environment(export: str | None, environ: Mapping[str, str]) -> tuple[dict[str, str], str] | None:
@@ -237,7 +245,7 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
             return
         context.reference = Reference(config, path if path.is_dir() else path.parent, None)
         return
-    roots = [context.workdir]
+    roots = list(dict.fromkeys([context.workdir, *([context.submit_dir] if context.submit_dir else [])]))
     if script_path is not None:
         script_dir = (script_path if script_path.is_absolute() else context.workdir / script_path).parent
         if script_dir not in roots:
@@ -246,19 +254,13 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
     context.reference = family_reference(own_config)  # named with `guarded-sbatch reference RUN`
     if context.reference is not None:
         return
-    settings = context.config
-    passed_over: list[str] = []  # another user's configs: named, never chosen
-    context.reference = select_reference(
-        context.intended, roots, settings.reference_dirs, settings.reference_max_depth,
-        settings.reference_max_age_days, deadline_s=max(10.0, settings.stat_timeout_s * 4), passed_over=passed_over,
-    )
-    if context.reference is None:
-        context.reference = default_reference(own_config)  # this config's last run that finished healthy
+    # chosen only among the user's runs that finished healthy: a config that never ran (a sibling being tried,
+    # one that diverged) is never the reference
+    days = context.config.reference_max_age_days
+    context.reference = healthy_reference(context.intended, roots, days)
     if context.reference is None and context.intended is not None:
-        context.reference_problem = (
-            f"no config of yours modified in the last {settings.reference_max_age_days:g} days under "
-            f"{', '.join(d + '/' for d in settings.reference_dirs)} looks like this run"
-        ) + "".join(f"; {line}" for line in passed_over)
+        context.reference_problem = (f"no run of this project has finished healthy in the last {days:g} days "
+                                     "(COMPLETED, its last check CONTINUE)")
 
 
 def _apply_waivers(

@@ -10,22 +10,25 @@ reference reads a few records, never the whole registry).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import time
 from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.fsutil import read_json, state_dir, update_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
-from guarded_sbatch.records.registry import SIDECAR_STATE, RunRecord, list_runs, runs_root
+from guarded_sbatch.records.registry import SIDECAR_STATE, RunRecord, runs_root
 from guarded_sbatch.launch.checks.run_name import run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.launcher_config import family_of, launcher_config, wants_launcher_config
-from guarded_sbatch.launch.reference_search import Reference
+from guarded_sbatch.launch.reference_search import Reference, similarity
 from guarded_sbatch.launch.runconfig import RunConfig
 
 SNAPSHOT = "config.json"
 FAMILY_RUNS_KEPT = 20  # a launch family's last runs looked at for its reference
+PROJECT_RUNS_KEPT = 50  # a project folder's last runs looked at for its reference (a few records, never the registry)
 
 
 def family_key(config_path: str | Path) -> str:
@@ -48,9 +51,32 @@ def save_config_snapshot(record: RunRecord, intended: RunConfig | None) -> None:
     program = family_of(intended)
     if program is not None:
         _remember_launch(program, record.run_id)
-    elif record.config_path:
-        _index_config_families()
-        _remember_run(_config_family_file(record.config_path), record.run_id)
+    for root in _roots_of(record):
+        _remember_in_project(root, record.run_id)
+
+
+def _roots_of(record: RunRecord) -> list[Path]:
+    """The folders a run belongs to: where it was submitted from and its script's folder."""
+    if not record.submit_dir:
+        return []
+    base = Path(record.submit_dir)
+    roots = [base]
+    if record.script and record.script not in ("python", "--wrap"):
+        script = Path(record.script)
+        roots.append((script if script.is_absolute() else base / script).parent)
+    return list(dict.fromkeys(root.resolve() for root in roots))
+
+
+def _remember_in_project(root: Path, run_id: str) -> None:
+    def add(data: dict[str, Any]) -> None:
+        runs = [r for r in _strings(data.get("runs")) if r != run_id] + [run_id]
+        data.update(folder=str(root), runs=runs[-PROJECT_RUNS_KEPT:])
+
+    update_json(_project_file(root), add)
+
+
+def _project_file(root: Path) -> Path:
+    return references_dir() / f"project-{hashlib.sha1(str(root).encode()).hexdigest()[:16]}.json"
 
 
 def _plain(value: Any) -> Any:
@@ -75,7 +101,10 @@ def _healthy(state: object) -> tuple[bool, str]:
         return False, f"its sidecar stopped it ({state.get('last_reason')})"
     if state.get("last_job_state") != "COMPLETED":
         return False, f"its job ended {state.get('last_job_state') or 'in an unknown state'}, not COMPLETED"
-    return True, f"finished COMPLETED at step {state.get('last_step')}, last check {state.get('last_decision')}"
+    if state.get("last_decision") != "CONTINUE":
+        return False, (f"its last check was {state.get('last_decision') or 'never made'} {state.get('last_reason') or ''}"
+                       "".rstrip() + ", not CONTINUE")
+    return True, f"finished COMPLETED at step {state.get('last_step')}, last check CONTINUE"
 
 
 def make_reference(record: RunRecord) -> Path:
@@ -121,20 +150,42 @@ def family_reference(config_path: Path | None) -> Reference | None:
     return _reference_of(record, "named with `guarded-sbatch reference`") if record is not None else None
 
 
-def default_reference(config_path: Path | None) -> Reference | None:
-    """The newest guarded run of this config family that finished healthy, among the family's last runs (kept in
-    references/config-runs-<key>.json by each launch; the registry is read once, to start that list)."""
-    if config_path is None:
+def healthy_reference(intended: RunConfig | None, roots: list[Path], max_age_days: float) -> Reference | None:
+    """The reference chosen for the user: among their guarded runs submitted in the last `max_age_days` that
+    finished healthy (COMPLETED, last check CONTINUE), launched from one of `roots` (submitted there, or their
+    script there: the project's bounded list of its last runs, never the whole registry), the one whose config (as
+    it was launched) is most like this run's (its own config first); the newest of equals. None: no such run yet."""
+    if intended is None:
         return None
-    _index_config_families()
-    raw = read_json(_config_family_file(config_path))
-    for run_id in reversed(_strings(raw.get("runs") if isinstance(raw, dict) else None)):
-        if _safe_id(run_id) and _healthy(read_json(runs_root() / run_id / SIDECAR_STATE))[0]:
-            record = _record(run_id)
-            found = _reference_of(record, "the last run of this config that finished healthy") if record else None
-            if found is not None:
-                return found
-    return None
+    since = time.time() - max_age_days * 86400
+    own = family_key(intended.path) if intended.path is not None else None
+    run_ids: list[str] = []
+    for root in dict.fromkeys(root.resolve() for root in roots):
+        raw = read_json(_project_file(root))
+        run_ids += _strings(raw.get("runs")) if isinstance(raw, dict) else []
+    # each run's health from its sidecar's state first: records are read only for runs that finished healthy, the
+    # newest first, and the newest of this run's own config ends the search (a loop's 100th launch costs its 1st's)
+    healthy = [run_id for run_id in reversed(list(dict.fromkeys(run_ids)))
+               if _safe_id(run_id) and _healthy(read_json(runs_root() / run_id / SIDECAR_STATE))[0]]
+    records = [record for run_id in healthy if (record := _record(run_id)) is not None]
+    best: tuple[float, Reference] | None = None
+    seen = 0
+    for record in sorted(records, key=lambda r: -r.submitted_at):
+        if not record.config_path or record.submitted_at < since:
+            continue
+        path = Path(record.config_path).resolve()
+        same = own is not None and family_key(path) == own
+        how = "the last run of this config that finished healthy" if same else "a run that finished healthy"
+        found = _reference_of(record, how)
+        if found is None:
+            continue
+        seen += 1
+        score = 1.0 if same else similarity(intended, RunConfig(path, found.config.values))
+        if score > 0 and (best is None or score > best[0]):
+            best = (score, dataclasses.replace(found, score=score, how=f"{found.how}, config {path}"))
+        if same:
+            break
+    return dataclasses.replace(best[1], candidates_seen=seen) if best is not None else None
 
 
 def use_launcher_line(context: PreflightContext) -> bool:
@@ -147,13 +198,13 @@ def use_launcher_line(context: PreflightContext) -> bool:
     program = str(family_of(intended))
     context.reference = launcher_reference(program)
     if context.reference is None:
-        context.reference_problem = f"no earlier guarded run of {program}"
+        context.reference_problem = f"no guarded run of {program} has finished healthy yet"
     return True
 
 
 def launcher_reference(program: str) -> Reference | None:
     """The reference of a program's launches: the run named with `guarded-sbatch reference RUN`, else its last
-    run that finished healthy, else its previous launch."""
+    run that finished healthy (never a launch not known to have: a broken run is no reference)."""
     raw = read_json(_launch_family_file(program))
     if not isinstance(raw, dict):
         return None
@@ -166,9 +217,7 @@ def launcher_reference(program: str) -> Reference | None:
     for run_id in run_ids:
         if _healthy(read_json(runs_root() / run_id / SIDECAR_STATE))[0] and (record := _record(run_id)):
             return _reference_of(record, "the last run of this program that finished healthy")
-    previous = (_reference_of(record, "the previous launch of this program (not known to have finished healthy)")
-                for run_id in run_ids if (record := _record(run_id)) is not None)
-    return next((reference for reference in previous if reference is not None), None)
+    return None
 
 
 def _remember_launch(program: str, run_id: str) -> None:
@@ -181,28 +230,6 @@ def _remember_run(family_file: Path, run_id: str, **also: str) -> None:
         data.update(runs=runs[-FAMILY_RUNS_KEPT:], **also)
 
     update_json(family_file, add)
-
-
-def _index_config_families() -> None:
-    """Once per state folder: the config families' lists started from the registry (its runs from before the lists
-    were kept); every launch after adds its own run, so no launch reads the registry again."""
-    marker = references_dir() / "config-runs-indexed.json"
-    if read_json(marker) is not None:
-        return
-    families: dict[str, list[str]] = {}
-    for record in list_runs():
-        if record.config_path:
-            families.setdefault(record.config_path, []).append(record.run_id)
-    for config_path, run_ids in families.items():
-        def seed(data: dict[str, Any], ids: list[str] = run_ids) -> None:
-            data.update(runs=(ids + [r for r in _strings(data.get("runs")) if r not in ids])[-FAMILY_RUNS_KEPT:])
-
-        update_json(_config_family_file(config_path), seed)
-    write_json_atomic(marker, {"indexed": True})
-
-
-def _config_family_file(config_path: str | Path) -> Path:
-    return references_dir() / f"config-runs-{family_key(config_path)}.json"
 
 
 def _launch_family_file(program: str) -> Path:

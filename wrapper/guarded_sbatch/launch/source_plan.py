@@ -43,13 +43,17 @@ class SourcePlan:
     array: ArraySpec | None = None  # a job array (--array, SBATCH_ARRAY_INX, #SBATCH --array): one run per task
     local: bool = False
     named: list[SourceSpec] = field(default_factory=list)  # each kind's place named by its own keys, any kind
-    pinned: list[str] = field(default_factory=list)  # the report's words for each tracker run pinned by its id
+    # (kind, the report's words) for each tracker run pinned by its id
+    pinned: list[tuple[str, str]] = field(default_factory=list)
+    pin_gaps: list[tuple[str, str]] = field(default_factory=list)  # (kind, why its run could not be pinned)
 
-    def describe(self) -> list[str]:
-        """Report notes: what the sidecar will read as this run's own, and what it could not pin down."""
+    def describe(self, used: set[str] | None = None) -> list[str]:
+        """Report notes: what the sidecar will read as this run's own, and what it could not pin down. `used`: the
+        tracker kinds the run shows signs of (the monitoring check's); a run pinned for a kind the project shows no
+        sign of using is not named (its id is exported all the same, should the trainer report to it unseen)."""
         tensorboard = self.sources.places(TENSORBOARD.name)
         own = [f"TensorBoard {spec.locator} ({spec.origin})" for spec in tensorboard]
-        own.extend(self.pinned)
+        own.extend(words for kind, words in self.pinned if used is None or kind in used)
         own.extend(f"{spec.kind} {spec.locator} ({spec.origin})" for spec in self.sources.specs
                    if not is_pinned(spec) and spec not in tensorboard)
         error = f" and {self.error_pattern}" if self.error_pattern else ""
@@ -58,7 +62,8 @@ class SourcePlan:
             f"a job array of {self.array.count} tasks: a guarded run each, watched by one watcher job; "
             "$SLURM_ARRAY_TASK_ID and %a above are each task's own"]
         return [*tasks, f"the sidecar reads this run's own: {'; '.join(own)}",
-                *(f"not pinned to this run: {item}" for item in self.sources.unresolved)]
+                *(f"not pinned to this run: {item}" for item in self.sources.unresolved),
+                *(f"not pinned to this run: {why}" for kind, why in self.pin_gaps if used is None or kind in used)]
 
     def for_job(self, job_id: str, *, since: float | None = None) -> RunSources:
         """The run's sources once its job id is known (%j, $SLURM_JOB_ID filled in). For a task of an array,
@@ -102,7 +107,8 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
     _folders(context, sources)
     sources.specs.extend(spec for spec in named if spec.kind != TENSORBOARD.name)
     sources.unresolved.extend(problem for kind, problem in problems if kind != TENSORBOARD.name)
-    pinned = _pin_tracker_runs(context, sources, env)
+    pin_gaps: list[tuple[str, str]] = []
+    pinned = _pin_tracker_runs(context, sources, env, pin_gaps)
     options = context.options
     array = parse_array_spec(options.get("array") or "") if options.has("array") else None
     plan = SourcePlan(
@@ -110,13 +116,9 @@ def plan_run_sources(context: PreflightContext, *, now: float) -> SourcePlan:
         output_pattern=options.get("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out"),
         error_pattern=options.get("error") or "",
         job_name=options.job_name or (context.launch.script.name if context.launch.script else "wrap"),
-        array=array, pinned=pinned, named=named,
+        array=array, pinned=pinned, pin_gaps=pin_gaps, named=named,
         local=context.scheduler is not None and context.scheduler.traits.process_groups_here,
     )
-    export = (options.get("export") or "ALL").upper()
-    if env and not export.startswith("ALL"):
-        sources.unresolved.append(f"--export={options.get('export')} keeps {', '.join(env)} from the job: "
-                                  "add them to --export so the sidecar can find the run's own tracker run")
     return plan
 
 
@@ -208,7 +210,8 @@ def _why(context: PreflightContext, value: str) -> str:
     return f" ({'; '.join(reasons)})" if reasons else ""
 
 
-def _pin_tracker_runs(context: PreflightContext, sources: RunSources, env: dict[str, str]) -> list[str]:
+def _pin_tracker_runs(context: PreflightContext, sources: RunSources, env: dict[str, str],
+                      gaps: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """Each kind that pins its run by an id the job is given (sources/kind_launch.py `PinnedRun`): the id exported
     into `env`, the run recorded as a spec of the kind carrying it; what could not be pinned said why."""
     program = context.program_path()
@@ -221,12 +224,16 @@ def _pin_tracker_runs(context: PreflightContext, sources: RunSources, env: dict[
         if pinned is None:
             continue
         if pinned.unresolved:
-            sources.unresolved.append(pinned.unresolved)
+            gaps.append((kind.name, pinned.unresolved))
         if pinned.run_id or pinned.tag:
             env.update(pinned.export)
+            export = context.options.get("export")
+            if pinned.export and not (export or "ALL").upper().startswith("ALL"):
+                gaps.append((kind.name, f"--export={export} keeps {', '.join(pinned.export)} from the job: add "
+                                        "them to --export so the sidecar can find the run's own tracker run"))
             sources.specs.append(SourceSpec(kind.name, pinned.locator, pinned.origin,
                                             WriterIdentity(run_id=pinned.run_id, tag=pinned.tag), pinned.search))
-            notes.append(pinned.note or f"{kind.name} run {pinned.run_id or pinned.tag} ({pinned.origin})")
+            notes.append((kind.name, pinned.note or f"{kind.name} run {pinned.run_id or pinned.tag} ({pinned.origin})"))
     return notes
 
 

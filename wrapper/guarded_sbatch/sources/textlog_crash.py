@@ -54,6 +54,11 @@ _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Ex
 _BARE_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,120})(?::\s(.*))?$")
 _CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
 _FRAME = re.compile(r'^\s*File "[^"\n]{0,1000}", line \d+')
+# a command-line parser's refusal: argparse prints `usage: PROG ...` (continued on indented lines) then
+# `PROG: error: MESSAGE` and exits 2; click prints `Usage: ...`, a hint, then `Error: MESSAGE`
+_USAGE = re.compile(r"^usage: \S", re.IGNORECASE)
+_USAGE_ERROR = re.compile(r"^(?:[\w./-]{1,200}: )?error: \S", re.IGNORECASE)
+USAGE_LINES = 4  # lines after a usage block that may still carry its error
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class CrashTracker:
         self._saw_frame = False
         self._source_next = False  # the line after a frame is its source line (indented, unless pasted flat)
         self._chained = ""  # "cause" (`... was the direct cause of ...`) or "handling" (`During handling ...`)
+        self._usage_left = 0  # lines left in which a usage block's error line may come
 
     @property
     def crash(self) -> Crash | None:
@@ -115,6 +121,8 @@ class CrashTracker:
             return True
         if _FRAME.match(line):
             return True  # a frame printed outside a traceback (warnings, logging): never metrics
+        if self._usage_line(stripped, line, step):
+            return True
         for label, needles, pattern in _FATAL_LINES:
             if not any(needle in stripped for needle in needles):
                 continue
@@ -124,6 +132,21 @@ class CrashTracker:
                 return True
         if self._crash is not None and _EXCEPTION.match(stripped):
             return True  # a second rank's exception line
+        return False
+
+    def _usage_line(self, stripped: str, line: str, step: int | None) -> bool:
+        """A parser's usage block and its error line: the program refused its command line (a crash)."""
+        if _USAGE.match(stripped):
+            self._usage_left = USAGE_LINES
+            return False
+        if self._usage_left <= 0:
+            return False
+        if _USAGE_ERROR.match(stripped):
+            self._usage_left = 0
+            self._record("", stripped, step)
+            return True
+        if not line[:1].isspace():  # the usage's own continuation lines are indented
+            self._usage_left -= 1
         return False
 
     def _traceback_line(self, line: str, stripped: str, step: int | None) -> bool:

@@ -1,4 +1,5 @@
-"""Check 1: the run's config against the most similar recent reference, key by key, naming silent regressors."""
+"""Check 1: the run's config against its reference run's, key by key, naming silent regressors. The reference is a
+run that finished healthy (or the one the user names): launch/preflight.py `_find_reference`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.core.mounts import mount_of
 from guarded_sbatch.launch.fsinfo import timed_stat
 from guarded_sbatch.launch.reference_pin import Pin, pin_reference
+from guarded_sbatch.launch.reference_search import Reference
 from guarded_sbatch.launch.launcher_config import family_of, hyper_parameters, is_launcher_config
 from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix, worst_status
 from guarded_sbatch.launch.runconfig import RunConfig, as_number
@@ -51,7 +53,7 @@ def _config_diff(context: PreflightContext) -> CheckResult:
         return _launcher_line(context, intended)
     reference = context.reference
     if reference is None:
-        why = context.reference_problem or "no similar config under " + "/, ".join(context.config.reference_dirs) + "/"
+        why = context.reference_problem or "no run of this project has finished healthy yet"
         if context.launch.guard_options.reference is not None or intended.path is None:
             # the one named is unusable (a mistake), or there is no config file: never launch on defaults alone
             return _fixed(CheckStatus.FAILED, f"no reference run ({why})", "fix {reference}",
@@ -65,12 +67,17 @@ def _config_diff(context: PreflightContext) -> CheckResult:
     evidence: list[str] = [
         f"intended: {intended.path or 'command-line overrides'}"
         + (f" + overrides {', '.join(f'{k}={v}' for k, v in intended.overrides.items())}" if intended.overrides else ""),
-        f"reference: {reference.config.path}"
-        + (f" (similarity {reference.score:.2f} among {reference.candidates_seen} recent configs)" if reference.score is not None
-           else f" ({reference.how})" if reference.how else " (given)"),
-        *(f"not used as the reference: {line}" for line in reference.passed_over),
+        f"reference: {reference.config.path} ({_chosen(reference)})",
     ]
     return _diffed(context, intended, reference.config, evidence, "key(s) differ from the reference")
+
+
+def _chosen(reference: Reference) -> str:
+    """How the reference was chosen: named (--guard-reference), or among the runs that finished healthy."""
+    if reference.score is None:
+        return reference.how or "given"
+    among = f"similarity {reference.score:.2f} among {reference.candidates_seen} finished healthy run(s)"
+    return f"{reference.how}; {among}" if reference.how else among
 
 
 def _diffed(context: PreflightContext, intended: RunConfig, reference: RunConfig, evidence: list[str],
@@ -122,8 +129,9 @@ def _launcher_line(context: PreflightContext, intended: RunConfig) -> CheckResul
     reference = context.reference
     if reference is None:
         return _fixed(CheckStatus.WARNED,
-                      f"new project: the first guarded run of {program}, nothing to diff its launcher line against "
-                      "yet; when it finishes healthy it is the reference of the next launch of the same program",
+                      f"new project: no guarded run of {program} has finished healthy yet, nothing to diff its "
+                      "launcher line against; when one finishes healthy it is the reference of the next launch of "
+                      "the same program",
                       "or name one: `guarded-sbatch reference RUN`; a config file is diffed too: {config}",
                       tuple(evidence))
     if not hyper_parameters(intended) and not hyper_parameters(reference.config):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_text_bounded
+from guarded_sbatch.launch.checks.eta_pace import seconds_per_step_from_stamps
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
@@ -32,8 +33,6 @@ STEP_EXPLICIT = re.compile(
     r"(?:time[ _/]per[ _]step|sec(?:onds)?[ _/]per[ _]step|s/step|sec/step|step[ _]time|time/step)"
     r"\W{0,5}(\d+(?:\.\d+)?(?:e-?\d+)?)\s*(ms|s|sec)?\b", re.IGNORECASE)
 STEPS_PER_SECOND = re.compile(r"['\"]?train_steps_per_second['\"]?\s*[:=]\s*['\"]?(\d+(?:\.\d+)?(?:e-?\d+)?)")
-STAMPED_STEP = re.compile(
-    r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}).*?\b(?:step|iter(?:ation)?)\b\D{0,3}(\d+)", re.IGNORECASE)
 TQDM_RATE = re.compile(r"\b(\d+(?:\.\d+)?)\s*(it/s|s/it)\b")
 
 
@@ -100,15 +99,9 @@ def seconds_per_step_from_log_files(logs: list[Path]) -> tuple[float, str] | Non
         rates = [float(m.group(1)) for m in STEPS_PER_SECOND.finditer(text) if float(m.group(1)) > 0]
         if rates:
             return 1.0 / rates[-1], f"train_steps_per_second={rates[-1]:g} in {log}"
-        stamped = []
-        for match in STAMPED_STEP.finditer(text):
-            try:
-                stamped.append((datetime.fromisoformat(match.group(1).replace("T", " ")), int(match.group(2))))
-            except ValueError:
-                continue
-        if len(stamped) >= 2 and stamped[-1][1] > stamped[0][1] and stamped[-1][0] > stamped[0][0]:
-            seconds = (stamped[-1][0] - stamped[0][0]).total_seconds() / (stamped[-1][1] - stamped[0][1])
-            return seconds, f"step {stamped[0][1]}→{stamped[-1][1]} timestamps in {log}"
+        stamped = seconds_per_step_from_stamps(text)
+        if stamped is not None:
+            return stamped[0], f"step {stamped[1]}→{stamped[2]} timestamps in {log}"
         bars = [float(v) if unit == "s/it" else 1.0 / float(v) for v, unit in TQDM_RATE.findall(text) if float(v) > 0]
         if len(bars) >= 3:
             return _median(bars), f"median of {len(bars)} progress-bar rates in {log}"
@@ -235,7 +228,13 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         return None
     found = context.intended.find(STEP_KEYS)
     total = as_number(found[1]) if found else None
-    if not found or not total or total <= 0:
+    budget = f"config key {found[0]}={total:g}" if found and total else ""
+    if not total:  # an epoch budget with its steps per epoch: the same steps, timed by the reference's step lines
+        epochs, size = context.intended.find(EPOCH_KEYS), context.intended.find(("steps_per_epoch",))
+        count, per = (as_number(epochs[1]) if epochs else None), (as_number(size[1]) if size else None)
+        total = count * per if count and per else None
+        budget = f"{epochs[0]}={count:g}, steps_per_epoch={per:g}" if total else ""  # type: ignore[index]
+    if not total or total <= 0:
         return None
     logs = list(context.reference.logs) or _logs_under(context.reference.folder)
     speed = seconds_per_step_from_log_files(logs)
@@ -246,7 +245,7 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         if per_epoch is None or not steps or steps <= 0:
             return None
         speed = (per_epoch[0] / steps, f"{per_epoch[1]}, / steps_per_epoch={steps:g} of the reference")
-    return total, f"config key {found[0]}={total:g}", speed[0], f"reference logs: {speed[1]}"
+    return total, budget, speed[0], f"reference logs: {speed[1]}"
 
 
 def _logs_under(folder: Path) -> list[Path]:

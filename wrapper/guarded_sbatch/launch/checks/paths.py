@@ -149,6 +149,7 @@ def check_paths(context: PreflightContext) -> CheckResult:
         return CheckResult(NAME, CheckStatus.WARNED, "found no paths to verify on the launcher line or in the config")
     targets = [_target(ref) for ref in refs if ref.path is not None]
     outcomes = iter(timed_stats(targets, context.config.stat_timeout_s))
+    own = _script_folder(context)
     failed: list[str] = []
     warned: list[str] = []
     evidence: list[str] = []
@@ -158,7 +159,7 @@ def check_paths(context: PreflightContext) -> CheckResult:
             evidence.append(f"{ref.role}: {ref.text!r} ({ref.label}): not verifiable before the job runs")
             continue
         outcome = next(outcomes)
-        verdict = _verdict(ref, outcome, context.config.stat_timeout_s)
+        verdict = _verdict(ref, outcome, context.config.stat_timeout_s, own, context.workdir)
         evidence.append(f"{ref.role}: {ref.path} ({ref.label}): {verdict or 'ok'}")
         if verdict:
             # trainers create their output folder with its parents (os.makedirs); sbatch does not create its own
@@ -184,7 +185,17 @@ def _target(ref: PathRef) -> Path:
     return ref.path.parent if ref.must_be == "parent exists" else ref.path
 
 
-def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None:
+def _script_folder(context: PreflightContext) -> Path | None:
+    """The user's own folder: the batch script's (where its relative paths were written to be read from)."""
+    script = context.launch.script
+    if script is None:
+        return None
+    base = context.submit_dir or context.workdir
+    return (script if script.is_absolute() else base / script).parent
+
+
+def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float, own: Path | None = None,
+             workdir: Path | None = None) -> str | None:
     if outcome.timed_out:
         return f"did not answer a stat in {timeout_s:g} s (hung network mount?)"
     if outcome.error:
@@ -198,13 +209,28 @@ def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float) -> str | None
             )
         return None if outcome.is_dir else f"has a parent {outcome.path} that is not a folder"
     if not outcome.exists:
-        near = _near_name(outcome.path, timeout_s) if not outcome.error else None
-        return f"does not exist; did you mean {near}?" if near else "does not exist"
+        return _missing(ref, outcome.path, timeout_s, own, workdir)
     if ref.role == "config" and outcome.is_dir:
         return "is a folder, not a config file; name the file itself"
     if ref.must_be == "folder" and not outcome.is_dir:
         return "is not a folder"
     return None
+
+
+def _missing(ref: PathRef, path: Path, timeout_s: float, own: Path | None, workdir: Path | None) -> str:
+    """A missing path, with what was likely meant, looked for in the user's own folder only: the same relative path
+    in the script's folder (a script submitted from another folder), else a near name there. A relative path's
+    folder that is not the script's (its parent, when the script is `myproj/train.sh`) is never searched."""
+    relative = bool(ref.text) and not Path(ref.text).is_absolute() and not ref.text.startswith(("~", "$"))
+    if relative and own is not None and workdir is not None and own.resolve() != workdir.resolve():
+        there = own / ref.text
+        if os.path.lexists(there):
+            return (f"does not exist; it is in the script's folder, {there}: the job runs in {workdir} (submit from "
+                    f"{own}, or add #SBATCH --chdir={own})")
+        near = _near_name(there, timeout_s)
+        return f"does not exist; did you mean {near}?" if near else "does not exist"
+    near = _near_name(path, timeout_s)
+    return f"does not exist; did you mean {near}?" if near else "does not exist"
 
 
 def _near_name(path: Path, timeout_s: float) -> Path | None:
