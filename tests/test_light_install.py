@@ -145,14 +145,19 @@ def test_a_missing_extra_says_which_to_install(light_venv: Path, tmp_path: Path)
     assert "matplotlib" in shown.stderr and "pip install 'guarded-sbatch[plot]'" in shown.stderr
     probe = """
 from guarded_sbatch.actions.notify import Alert, NotifySettings, send_alert
+from guarded_sbatch.cli.show import plot_plain, plot_terminal
 from guarded_sbatch.cli.status_table import render_table, render_terminal
 rows = [{"run": "r", "job_id": "1", "state": "RUNNING", "decision": "CONTINUE"}]
 print(send_alert(NotifySettings(urls=("json://localhost:9",)), Alert("stop", "r", "1", "STOP", "nan", "m")).detail)
 print(render_terminal(rows, color=True, width=300) == render_table(rows))
+view = {"plotted": {"train_loss": "loss"}, "series": {"loss": ([1, 2], [1.0, 0.5])}, "verdict_obj": None}
+curves = plot_terminal(view, color=True).splitlines()
+print(curves[:-1] == plot_plain(view).splitlines(), curves[-1])
 """
-    alert, plain_table = _run([str(light_venv), "-c", probe], cwd=tmp_path).stdout.strip().splitlines()[-2:]
+    alert, plain_table, curves = _run([str(light_venv), "-c", probe], cwd=tmp_path).stdout.strip().splitlines()[-3:]
     assert "alert not sent" in alert and "pip install 'guarded-sbatch[alerts]'" in alert  # the STOP stands; one line says
     assert plain_table == "True"  # status on a terminal without rich: the plain columns
+    assert curves.startswith("True (") and "pip install 'guarded-sbatch[plot]'" in curves  # show: numbers, and why
 
 
 def test_a_sidecar_with_the_core_alone_stops_the_run_and_says_why_no_plot(light_venv: Path, tmp_path: Path) -> None:
