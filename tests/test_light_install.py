@@ -178,3 +178,15 @@ def test_a_sidecar_with_the_core_alone_stops_the_run_and_says_why_no_plot(light_
                            "evidence.json").read_text())
     assert evidence["verdict"]["decision"] == "STOP" and evidence["plot"] is None
     assert "pip install 'guarded-sbatch[plot]'" in evidence["plot_error"], evidence["plot_error"]
+
+
+def test_a_package_blocked_in_this_process_counts_as_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from guarded_sbatch.core.errors import ExitCode
+    from guarded_sbatch.core.extras import MissingExtraError, installed, require
+
+    assert installed("rich")  # the suite's environment has every extra
+    monkeypatch.setitem(sys.modules, "rich", None)  # what `import rich` then refuses
+    assert not installed("rich")
+    with pytest.raises(MissingExtraError, match=r"pip install 'guarded-sbatch\[terminal\]'") as caught:
+        require("rich", "the status table")
+    assert caught.value.exit_code is ExitCode.USAGE

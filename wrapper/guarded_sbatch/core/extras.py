@@ -5,6 +5,7 @@ own environment installs `[cli]`, which holds every extra below (scripts/lib/ven
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from guarded_sbatch.core.errors import UsageError
 
@@ -19,6 +20,8 @@ class MissingExtraError(UsageError):
 
 def installed(module: str) -> bool:
     """Whether `module` (one of EXTRA_OF) can be imported; finds it without importing it."""
+    if module in sys.modules:  # imported already (find_spec would want its __spec__), or blocked (None)
+        return sys.modules[module] is not None
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a broken or half-removed install counts as missing
