@@ -1,4 +1,5 @@
-"""The login node's path (CLI, launch, scheduler, config) must not import wandb, tensorboard, matplotlib or torch."""
+"""The login node's path (CLI, launch, scheduler, config) must not import wandb, tensorboard, matplotlib, torch, or the
+extras' plotext, apprise and rich (core/extras.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 
 
-HEAVY = ("wandb", "tensorboard", "matplotlib", "torch", "tensorflow")
+HEAVY = ("wandb", "tensorboard", "matplotlib", "torch", "tensorflow", "plotext", "apprise", "rich")  # the last three: extras
 LOGIN_MODULES = [
     "guarded_sbatch.core.config",
     "guarded_sbatch.sbatch.argv",

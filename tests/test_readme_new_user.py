@@ -58,19 +58,16 @@ def sh(command: str, cwd: Path, env: dict[str, str], timeout: float = 120) -> su
 
 
 def premade_venv(clone: Path) -> None:
-    """What the set-up commands' first run makes, `.venv` with the project and its dependencies, made here without
+    """What the set-up commands' first run installs, `.venv` with the project and its dependencies, made here without
     downloading them: a venv whose site-packages reaches the suite's (torch, tensorboard ...), the clone's own code
-    first on its path, the `guarded-sbatch` command pip would write, and ensure_venv's stamps (nothing to install)."""
+    first on its path, and ensure_venv's stamps (nothing to install). Its `guarded-sbatch` command is not made here:
+    ensure_venv writes it (the package declares no console script), as on a real first run."""
     env_dir = clone / ".venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
     site = next((env_dir / "lib").glob("python3*/site-packages"))
     # a path line, then the suite's site-packages as a site dir (its .pth lines read: the clone's code stays first)
     (site / "guarded_sbatch_clone.pth").write_text(
         f"{clone / 'wrapper'}\nimport site; site.addsitedir({SUITE_SITE!r})\n", encoding="utf-8")
-    command = env_dir / "bin" / "guarded-sbatch"
-    command.write_text(f"#!{env_dir / 'bin' / 'python'}\nimport sys\nfrom guarded_sbatch.cli.main import main\n"
-                       "sys.exit(main())\n", encoding="utf-8")
-    command.chmod(0o755)
     for extra in ("main", "examples", "test,torch,frameworks"):
         (env_dir / f".installed-{extra}").touch()
 

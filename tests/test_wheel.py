@@ -2,7 +2,8 @@
 
 The third-party dependencies come from the test venv through a .pth line (a plain path: the test venv's
 editable finder for guarded_sbatch is not activated), so the only guarded_sbatch the fresh venv can
-import is the installed wheel's. The run goes through the local backend from a folder outside the checkout.
+import is the installed wheel's. The run goes through the local backend from a folder outside the checkout, started
+as `python -m guarded_sbatch` (the wheel installs no `guarded-sbatch` command; tests/test_light_install.py).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def test_installed_wheel_renders_and_runs_a_sidecar(tmp_path: Path) -> None:
     project.env["PYTHON"] = str(fresh_python)
     project.env["PATH"] = f"{venv / 'bin'}:{os.environ.get('PATH', '')}"
     project.env.pop("PYTHONPATH", None)
-    result = subprocess.run([str(venv / "bin" / "guarded-sbatch"), "--guard-backend", "local", "--guard-tb", "runs/wheel",
-                             "train.sh", "--logdir", "runs/wheel", "--steps", "3000", "--diverge-at", "40"],
+    assert not (venv / "bin" / "guarded-sbatch").exists()  # no console script: the tool's command is the site's own
+    result = subprocess.run([str(fresh_python), "-P", "-m", "guarded_sbatch", "--guard-backend", "local", "--guard-tb",
+                             "runs/wheel", "train.sh", "--logdir", "runs/wheel", "--steps", "3000", "--diverge-at", "40"],
                             cwd=project.root, env=project.env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     job_id = submitted_job_id(result.stdout)

@@ -4,7 +4,7 @@
 
 -- Site admin: set these for your installation; nil keeps the default in the comment.
 local install_root = nil  -- nil: the checkout this file is in (<root>/modulefiles/guarded-sbatch/0.1.0.lua)
-local python       = nil  -- nil: <install_root>/.venv/bin/python (a Python with guarded-sbatch installed)
+local python       = nil  -- nil: <install_root>/.venv/bin/python (a Python with guarded-sbatch[cli] installed)
 local site_config  = nil  -- nil: <install_root>/site_configs/site.toml (e.g. /etc/guarded-sbatch/site.toml)
 -- A site_config set above is a production install: the module refuses to load (non-zero, a clear message)
 -- while that file is missing, rather than run with weaker built-in defaults. With nil it only warns.

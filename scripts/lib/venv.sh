@@ -1,4 +1,5 @@
-# Sourced by scripts/demo and scripts/test: make .venv with the project installed, idempotently.
+# Sourced by scripts/demo, scripts/test and scripts/install: make .venv, the tool's own environment, with the
+# project installed (always with its `cli` extra: everything the command-line tool uses), idempotently.
 # Usage: ensure_venv [extra]   (extra: "test" installs the test dependencies too)
 ensure_venv() {
   local repo extra python stamp
@@ -33,9 +34,9 @@ ensure_venv() {
   fi
   stamp="$repo/.venv/.installed-${extra:-main}"
   if [[ ! -f "$stamp" || "$repo/pyproject.toml" -nt "$stamp" ]]; then
-    echo "guarded-sbatch: [setup 2/2] installing guarded-sbatch${extra:+[$extra]} and its dependencies" >&2
+    echo "guarded-sbatch: [setup 2/2] installing guarded-sbatch[cli${extra:+,$extra}] and its dependencies" >&2
     local log="$repo/.venv/install.log" pid
-    install_project "$repo" "$repo${extra:+[$extra]}" >"$log" 2>&1 &
+    install_project "$repo" "$repo[cli${extra:+,$extra}]" >"$log" 2>&1 &
     pid=$!
     say_progress "$pid" "installing (the full log: $log)" &
     # a line per package from pip (Collecting: from an index, Processing: a local wheel or folder), a few
@@ -52,7 +53,27 @@ ensure_venv() {
     touch "$stamp"
     echo "guarded-sbatch: setup done" >&2
   fi
+  write_command "$repo/.venv"
   export PATH="$repo/.venv/bin:$PATH"
+}
+
+# write_command VENV: the tool's one `guarded-sbatch` command, VENV/bin/guarded-sbatch, run by VENV's python
+# (scripts/install links it onto PATH; the modulefile has its own, shims/guarded-sbatch). The package declares no
+# console script, so a `pip install guarded-sbatch` into a user's environment puts no second guarded-sbatch on
+# their PATH that would shadow this one. Rewritten only when it differs (after an install, or from an older one).
+write_command() {
+  local venv=$1 command="$1/bin/guarded-sbatch" text
+  text="#!$venv/bin/python
+# guarded-sbatch, the tool's command (scripts/lib/venv.sh writes it): this environment's python runs the tool
+import sys
+from guarded_sbatch.cli.entry import run
+sys.exit(run())"
+  if [[ -f "$command" && "$(<"$command")" == "$text" ]]; then
+    return 0
+  fi
+  printf '%s\n' "$text" >"$command.new.$$"
+  chmod 755 "$command.new.$$"
+  mv -f "$command.new.$$" "$command"
 }
 
 # say_progress PID WHAT: while PID runs, a line every 10 s (the first at 5 s) with the time so far: every wait says

@@ -14,6 +14,7 @@ from typing import Any
 from guarded_sbatch.actions.evidence_plot import plot_input
 from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError
+from guarded_sbatch.core.extras import require
 from guarded_sbatch.core.fsutil import private_dir, read_tail, write_json_atomic, write_private
 from guarded_sbatch.core.jsonnum import dumps as json_dumps, json_number
 from guarded_sbatch.judge.verdict import Verdict
@@ -102,7 +103,9 @@ def plot_in_subprocess(
     folder: Path, path: Path, series: dict[str, tuple[Sequence[int], Sequence[float]]], verdict: Verdict,
     *, run_name: str = "",
 ) -> None:
-    """Draw the plot in a child process (matplotlib's memory never enters the sidecar); raise on failure."""
+    """Draw the plot in a child process (matplotlib's memory never enters the sidecar); raise on failure (without
+    matplotlib: MissingExtraError, naming the extra that installs it)."""
+    require("matplotlib", "the plot of the metrics")
     input_path = folder / ".plot-input.json"
     write_private(input_path, json.dumps(plot_input(series, verdict, run_name)))
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guarded_sbatch.core.errors import CommandError
+from guarded_sbatch.core.extras import installed, missing_line
 from guarded_sbatch.core.sanitize import visible, visible_line
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.core.runner import run_command
@@ -103,6 +104,8 @@ def send_alert(settings: NotifySettings, alert: Alert) -> NotifyOutcome:
     if not settings.wants(alert.event):
         return NotifyOutcome(0, 0, "not configured for this event")
     kinds = service_kinds(settings.urls)
+    if not installed("apprise"):
+        return NotifyOutcome(0, len(kinds), f"alert not sent ({', '.join(kinds)}): {missing_line('apprise', 'an alert')}")
     attach = [str(alert.plot)] if alert.plot is not None and alert.plot.is_file() else []
     request = json.dumps({"urls": list(settings.urls), "title": alert.title(), "body": alert.body(), "attach": attach})
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
+from guarded_sbatch.core.extras import require
 from guarded_sbatch.core.pychild import CHILD_CWD, python_argv
 from guarded_sbatch.core.runner import run_command
 
@@ -39,7 +40,7 @@ run.delete()
 def delete_wandb_run(run_path: str, run_id: str, *, timeout_s: float) -> str:
     """Delete the online W&B run through its API, in a time-limited subprocess (DNS can hang too), once W&B
     confirms that the run at run_path is run_id."""
-
+    require("wandb", f"deleting the online W&B run {run_path}")
     try:
         result = run_command(python_argv("-c", _WANDB_DELETE, run_path, run_id), timeout=timeout_s, check=False,
                              cwd=CHILD_CWD)

@@ -27,6 +27,7 @@ from guarded_sbatch.cli.lifecycle import run_status_row
 from guarded_sbatch.cli.status_table import render_table
 from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import ExitCode, UsageError
+from guarded_sbatch.core.extras import installed, missing_line, require
 from guarded_sbatch.core.fsutil import read_json
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.sanitize import visible, visible_line
@@ -53,6 +54,8 @@ def run_show(argv: list[str], *, out: TextIO | None = None) -> int:
     parser.add_argument("--plain", action="store_true", help="numbers instead of a terminal plot")
     args = parser.parse_args(argv)
     out = out or sys.stdout
+    if args.png:
+        require("matplotlib", "show --png")  # before any work: one line, exit 2
     tasks = array_tasks(args.run)
     if tasks:  # a job array: its tasks, one row each (each task is a run of its own: show J_T shows it)
         rows = [run_status_row(task) for task in tasks]
@@ -227,7 +230,10 @@ def _no_evidence(view: dict[str, Any]) -> str:
 
 
 def plot_terminal(view: dict[str, Any], *, color: bool) -> str:
-    """The curves as terminal panels (cli/show_plot.py)."""
+    """The curves as terminal panels (cli/show_plot.py); without plotext, the columns of numbers and a line saying
+    what draws them."""
+    if not installed("plotext"):
+        return plot_plain(view) + "\n(" + missing_line("plotext", "drawing the curves") + ")"
     from guarded_sbatch.cli.show_plot import draw_panels  # plotext: only `show` on a terminal draws
 
     verdict = view.get("verdict_obj")

@@ -8,6 +8,7 @@ import shutil
 from collections import Counter
 from typing import Any
 
+from guarded_sbatch.core.extras import installed
 from guarded_sbatch.core.waiting import fit
 
 # (title, row key), left to right
@@ -79,7 +80,9 @@ def _style(decision: str) -> str | None:
 
 def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | None = None) -> str:
     """The table for a terminal: the columns that fit `width` (run names whole), coloured rows; a list when even
-    the name, state and decision do not fit side by side."""
+    the name, state and decision do not fit side by side. Without rich (the `terminal` extra): plain columns."""
+    if not installed("rich"):
+        return render_table(rows)
     width = width or shutil.get_terminal_size((100, 24)).columns
     columns = fitted_columns(rows, width)
     if sum(w for _, _, w in columns) + GAP * (len(columns) - 1) > width:

@@ -13,6 +13,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from guarded_sbatch.core.extras import installed, missing_line
 from guarded_sbatch.sources.points import Axis, MetricPoint
 from guarded_sbatch.sources.base import SourceError
 from guarded_sbatch.sources.base import SourceBase
@@ -103,6 +104,8 @@ class WandbApiSource(SourceBase):
         return [f"https://wandb.ai/{entity_project}/runs/{run_id}"]
 
     def read_new(self) -> list[MetricPoint]:
+        if self._run is None and not installed("wandb"):
+            raise SourceError(missing_line("wandb", f"reading the online W&B run {self.run_path}"))
         if self._pending is None:
             self._pending = _Request(self._fetch, self._next_step)
         request = self._pending
