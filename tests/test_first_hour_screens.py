@@ -228,3 +228,17 @@ def test_show_tells_what_no_evidence_means_and_one_stop_step_and_first_bad_value
         if anomaly.kind in NONFINITE_KINDS and onsets and drawn:  # the first bad value: one wording, text and plot
             first = onset_label(*onsets[0])
             assert first in labels and any(first in a for a in shown["anomalies"]), (first, labels, shown["anomalies"])
+
+
+def test_monitor_job_watches_a_local_run_on_its_own_backend_whatever_the_default(tmp_path: Path) -> None:
+    """A stranger's `monitor --job N` on a local run asked Slurm (the site's default) and reported on another job:
+    the run's recorded backend decides when --backend is not given."""
+    project = make_project(tmp_path, fast_interval=1.0)
+    result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "40",
+                         "--step-seconds", "0.05")
+    assert result.returncode == 0, result.stderr
+    job_id = submitted_job_id(result.stdout)
+    project.env["GUARDED_SBATCH_BACKEND"] = "slurm"
+    watched = project.cli("monitor", "--job", job_id, "--fast-interval", "1", timeout=120)
+    assert f"job {job_id} (local)" in watched.stderr + watched.stdout, watched.stderr[-2000:]
+    assert "COMPLETED" in watched.stdout, watched.stdout[-2000:]
