@@ -242,3 +242,15 @@ def test_monitor_job_watches_a_local_run_on_its_own_backend_whatever_the_default
     watched = project.cli("monitor", "--job", job_id, "--fast-interval", "1", timeout=120)
     assert f"job {job_id} (local)" in watched.stderr + watched.stdout, watched.stderr[-2000:]
     assert "COMPLETED" in watched.stdout, watched.stdout[-2000:]
+
+
+def test_every_commands_help_fits_80_columns_with_its_paragraphs_whole() -> None:
+    from guarded_sbatch.cli.main import COMMANDS
+
+    env = {**os.environ, "COLUMNS": "80"}
+    for name in sorted(COMMANDS):
+        shown = subprocess.run([sys.executable, "-m", "guarded_sbatch", name, "--help"], capture_output=True, text=True,
+                               timeout=60, env=env, stdin=subprocess.DEVNULL)
+        lines = shown.stdout.splitlines()
+        assert shown.returncode == 0 and lines, (name, shown.stderr[-500:])
+        assert not too_wide(lines), (name, too_wide(lines))

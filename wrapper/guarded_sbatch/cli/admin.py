@@ -1,7 +1,9 @@
 """`guarded-sbatch admin ...`: the site admin's commands.
 
-    guarded-sbatch admin render-policy SITE.toml [OUT.lua]   the [enforcement] policy as Lua for Slurm's plugins
-    guarded-sbatch admin plugin-dir                          where the Lua plugins of this install are
+    guarded-sbatch admin render-policy SITE.toml [OUT.lua]
+        the [enforcement] policy as Lua for Slurm's plugins
+    guarded-sbatch admin plugin-dir
+        where the Lua plugins of this install are
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import difflib
 import errno
 import importlib
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 
 from guarded_sbatch import __version__
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
-from guarded_sbatch.core.waiting import tell
+from guarded_sbatch.core.waiting import fit_prose, tell
 
 _USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
@@ -204,7 +205,7 @@ def dispatch(args: list[str]) -> int:
         return _launch(args, check_only=False)
     rest = args[1:]
     if command.help and rest[:1] and rest[0] in HELP_WORDS:
-        print(command.help, end="")
+        print(fit_prose(command.help, min(shutil.get_terminal_size((80, 24)).columns, 80)), end="\n")
         return int(ExitCode.OK)
     handler: Callable[..., int] = getattr(importlib.import_module(command.module), command.function)
     if command.color_stream:

@@ -84,6 +84,19 @@ def fit(text: str, width: int | None, *, indent: str | None = None) -> str:
     return "\n".join(out)
 
 
+def fit_prose(text: str, width: int | None) -> str:
+    """`fit` for a help text written with hard line breaks: the lines of a paragraph (unindented, up to a blank or
+    an indented line: an example, a table row) are joined first, so they wrap as one."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        joinable = line.strip() and not line.startswith(" ") and not line.endswith(":")
+        if joinable and lines and lines[-1].strip() and not lines[-1].startswith(" ") and not lines[-1].endswith(":"):
+            lines[-1] = f"{lines[-1]} {line}"
+        else:
+            lines.append(line)
+    return fit("\n".join(lines), width)
+
+
 def hanging(head: str, text: str, column: int, width: int) -> str:
     """A two-column line (`  --flag VALUE   what it does`, `  2    bad usage`): `text` wrapped by `fit` under
     `column`, after `head` padded to it (a head as wide as the column: the text starts on the next line)."""
