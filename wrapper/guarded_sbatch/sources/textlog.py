@@ -143,7 +143,7 @@ class TextLogSource(OneFileSource):
         return self._parse_record_line(cleaned, points)
 
     def _parse_record_line(self, cleaned: str, points: list[MetricPoint], released: Template | None = None) -> bool:
-        if _SCHEDULER_LINE.match(cleaned):
+        if ": " in cleaned and cleaned.lstrip()[:1] == "s" and _SCHEDULER_LINE.match(cleaned):
             return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
         message = strip_headers(cleaned)
         template = released or self._shapes.observe(message)

@@ -192,7 +192,7 @@ def _keep(key: str, message: str, position: int) -> bool:
     if lowered.startswith(("info", "warning", "debug", "error", "http")):
         return False
     # `[olmo.train:816, rank=0]`: a logger's name and line number
-    return not (_MODULE_PATH.fullmatch(key) and message[position - 1 : position] == ":")
+    return not ("." in key and message[position - 1 : position] == ":" and _MODULE_PATH.fullmatch(key))
 
 
 def parse_text(message: str, wall: float) -> ParsedLine | None:

@@ -75,8 +75,10 @@ def merge(parsed: ParsedLine | None, reading: Reading | None) -> ParsedLine | No
     parsed.values = {k: v for k, v in parsed.values.items()  # `eta 00:39` = 01; `remaining 990`, 980, ...
                      if not (":" in k and _CLOCK_KEY.search(k)) and k not in countdowns}
     for key, value in reading.values.items():  # a reading the formats found no name for (`objective≈2.41`)
+        if key.startswith(("value", "eval/value")):
+            continue
         named = key in parsed.values or any(k.endswith("/" + key) for k in parsed.values)  # `Reward/mean`
-        if not key.startswith(("value", "eval/value")) and not named and (
+        if not named and (
                 math.isnan(value) or value not in parsed.values.values()) and _is_glued(reading, key):
             parsed.values[key] = value
     if parsed.step is not None and parsed.step in reading.time_values:
