@@ -245,12 +245,13 @@ class ShapeLearner:
         tokens = _split(message)
         if not tokens:
             return None
-        entries = [_token(t) for t in tokens]
+        cache = _TOKENS
+        entries = [cache.get(t) or _token(t) for t in tokens]
         masked_tokens = [entry[0] for entry in entries]
-        if not any(MASK in t for t in masked_tokens):
+        masked = " ".join(masked_tokens)
+        if MASK not in masked:  # (no token holds a space: MASK is in the joined text only where it is in a token)
             self._last_words = re.split(r"[\s,;|]+", message.strip().strip("|").strip())
             return self._no_number_template(masked_tokens)
-        masked = " ".join(masked_tokens)
         template = self._exact.get(masked)
         if template is None:
             template = self._match(masked_tokens)
@@ -294,10 +295,8 @@ class ShapeLearner:
         order = 0
         found: list[tuple[tuple[int, int], str]] = []
         learning = template.count <= LEARN_LINES
-        for index, (token, numbers) in enumerate(entries):
-            if MASK not in token:
-                continue
-            for number_index, text in enumerate(numbers):
+        for index, (_, numbers) in enumerate(entries):
+            for number_index, text in enumerate(numbers):  # (a token with numbers is masked; one without has none)
                 found.append(((index, number_index), text))
                 slot = template.slots.get((index, number_index))
                 if slot is None:

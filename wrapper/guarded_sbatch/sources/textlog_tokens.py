@@ -213,7 +213,7 @@ def find_dict(text: str) -> tuple[dict[str, float], int, int] | None:
         body = match.group()
         if ":" not in body:
             continue
-        pairs = {m["key"]: parse_number(m["value"]) for m in _QUOTED_PAIR.finditer(body)}
+        pairs = {key: parse_number(value) for _, key, value in _QUOTED_PAIR.findall(body)}  # (quote, key, value)
         if pairs:
             return pairs, match.start(), match.end()
     return None
