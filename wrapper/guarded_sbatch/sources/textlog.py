@@ -304,6 +304,8 @@ class TextLogSource(OneFileSource):
         is a crash only where the text read so far ends in it (`end_of_read`), and stays one while more of that
         traceback is read."""
         current = self._crash
+        if current is None and self._crashes.crash is None and self._crashes.cut_off() is None:
+            return  # no crash shown, none to take back (the common case: a training line)
         crash = self._crashes.crash or self._cut_off_crash(current, end_of_read)
         found = None
         if crash is not None:

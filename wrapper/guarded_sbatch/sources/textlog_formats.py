@@ -140,7 +140,10 @@ def _dict_line(message: str, found: tuple[dict[str, float], int, int], wall: flo
             pairs = {k: v for k, v in pairs.items() if k != "epoch"}
         elif pairs.keys() & _HF_MARKERS:
             parsed.kind = "hf_dict"
-    parsed.values = {_with_eval_prefix(k, parsed.is_eval and parsed.kind != "hf_dict"): v for k, v in pairs.items()}
+    if parsed.is_eval and parsed.kind != "hf_dict":
+        parsed.values = {_with_eval_prefix(k, True): v for k, v in pairs.items()}
+    else:
+        parsed.values = pairs  # (a dict of its own: find_dict's, or the copy without the step)
     return parsed
 
 
@@ -186,13 +189,30 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
 
 
 def _keep(key: str, message: str, position: int) -> bool:
+    kind = _KEY_KINDS.get(key)
+    if kind is None:
+        kind = _key_kind(key)
+    if kind == _MODULE:  # `[olmo.train:816, rank=0]`: a logger's name and line number
+        return message[position - 1 : position] != ":"
+    return kind == _KEPT
+
+
+_KEPT, _DROPPED, _MODULE = 0, 1, 2
+_KEY_KINDS: dict[str, int] = {}  # key -> what _keep makes of it by its name alone: a log names its keys on every line
+MAX_KEY_CACHE = 32768
+
+
+def _key_kind(key: str) -> int:
     lowered = key.lower()
-    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith((".py", " for step", " at step")):
-        return False
-    if lowered.startswith(("info", "warning", "debug", "error", "http")):
-        return False
-    # `[olmo.train:816, rank=0]`: a logger's name and line number
-    return not ("." in key and message[position - 1 : position] == ":" and _MODULE_PATH.fullmatch(key))
+    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith((".py", " for step", " at step")) or (
+            lowered.startswith(("info", "warning", "debug", "error", "http"))):
+        kind = _DROPPED
+    else:
+        kind = _MODULE if "." in key and _MODULE_PATH.fullmatch(key) else _KEPT
+    if len(_KEY_KINDS) >= MAX_KEY_CACHE:
+        _KEY_KINDS.clear()
+    _KEY_KINDS[key] = kind
+    return kind
 
 
 def parse_text(message: str, wall: float) -> ParsedLine | None:

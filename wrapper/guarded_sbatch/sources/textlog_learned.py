@@ -71,7 +71,7 @@ def merge(parsed: ParsedLine | None, reading: Reading | None) -> ParsedLine | No
         return ParsedLine(values=dict(reading.values), step=reading.step, is_eval=reading.template.is_eval)
     if parsed.kind:
         return parsed  # a bar, a dict, an event: read by its own rules
-    countdowns = {slot.name for slot in reading.template.slots.values() if slot.countdown and slot.name}
+    countdowns = {slot.name for slot in reading.template.slots.values() if slot.name and slot.countdown}
     parsed.values = {k: v for k, v in parsed.values.items()  # `eta 00:39` = 01; `remaining 990`, 980, ...
                      if not (":" in k and _CLOCK_KEY.search(k)) and k not in countdowns}
     for key, value in reading.values.items():  # a reading the formats found no name for (`objective≈2.41`)

@@ -117,6 +117,7 @@ class Template:
     is_eval: bool = False
     step_slot: tuple[int, int] | None = None
     held: int = 0  # its first lines with numbers, held until the shape is established
+    no_axis: bool = False  # learned and no slot rising: nothing moves its slots any more, it never gets a step axis
 
     @property
     def established(self) -> bool:
@@ -314,8 +315,10 @@ class ShapeLearner:
                 order += 1
         if template.step_slot is not None and not template.slots[template.step_slot].rising:
             template.step_slot = None  # it stopped rising: it was no axis
-        if template.step_slot is None and template.count >= MIN_REPEATS:
+        if template.step_slot is None and template.count >= MIN_REPEATS and not template.no_axis:
             template.step_slot = _choose_step(template)
+            # past its learning lines only the step slot's values are seen: with none, its slots stay as they are
+            template.no_axis = template.step_slot is None and not learning
         return found
 
     @staticmethod

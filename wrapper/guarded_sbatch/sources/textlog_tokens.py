@@ -152,7 +152,10 @@ def _key_of_words(words: list[str]) -> str | None:
     if words and words[-1].startswith("[") and (bracketed := _BRACKETED.fullmatch(words[-1])) is not None:
         return bracketed.group(1)
     for word in reversed(words):
-        if not word or not _WORD.fullmatch(word) or (len(word) <= _NONFINITE_CHARS and _NONFINITE_WORD.fullmatch(word)):
+        plain = _PLAIN_WORDS.get(word)
+        if plain is None:
+            plain = _plain_word(word)
+        if not plain:
             if not key_words and word:
                 attached = _ATTACHED_KEY.search(word)  # `epoch=0/micro_step=40`, `[step=190`
                 if attached is not None and not (len(attached.group()) <= _NONFINITE_CHARS
@@ -163,6 +166,20 @@ def _key_of_words(words: list[str]) -> str | None:
         if len(key_words) == MAX_KEY_WORDS:
             break
     return " ".join(reversed(key_words)) if key_words else None
+
+
+# word -> whether it can be part of a key (a word, not a nan/inf): keys repeat on every line of a log
+_PLAIN_WORDS: dict[str, bool] = {}
+MAX_WORD_CACHE = 32768
+
+
+def _plain_word(word: str) -> bool:
+    plain = bool(word) and _WORD.fullmatch(word) is not None and not (
+        len(word) <= _NONFINITE_CHARS and _NONFINITE_WORD.fullmatch(word))
+    if len(_PLAIN_WORDS) >= MAX_WORD_CACHE:
+        _PLAIN_WORDS.clear()
+    _PLAIN_WORDS[word] = plain
+    return plain
 
 
 def _quoted_key(before: str) -> str | None:
