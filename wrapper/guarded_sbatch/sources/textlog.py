@@ -143,14 +143,14 @@ class TextLogSource(OneFileSource):
         return self._parse_record_line(cleaned, points)
 
     def _parse_record_line(self, cleaned: str, points: list[MetricPoint], released: Template | None = None) -> bool:
-        if _SCHEDULER_LINE.match(cleaned):
+        if ": " in cleaned and cleaned.lstrip()[:1] == "s" and _SCHEDULER_LINE.match(cleaned):
             return False  # `srun: error: n1: task 0: Terminated`, `... StepId=8256.0`: Slurm's words, not metrics
         message = strip_headers(cleaned)
         template = released or self._shapes.observe(message)
         repeated = False
         if released is None and template is not None and template.held and template.established:
             repeated |= self._release(points, template)  # its first lines, read now that the shape repeats
-        parsed = self._parse_record(cleaned)
+        parsed = self._parse_record(cleaned, message)
         if released is not None and parsed is not None and parsed.kind == "table" and cleaned in self._unread:
             return repeated  # a row printed before its table's header: no column names then, none now
         reading = self._shapes.read(template, message) if template is not None and template.established else None
@@ -251,8 +251,7 @@ class TextLogSource(OneFileSource):
             points.append(MetricPoint(step, parsed.wall_time, key, value))
         return repeated
 
-    def _parse_record(self, cleaned: str) -> ParsedLine | None:
-        message = strip_headers(cleaned)
+    def _parse_record(self, cleaned: str, message: str) -> ParsedLine | None:
         bar = find_bar(message)
         before_bar = message[: bar.start()] if bar is not None else message
         columns = table_header(before_bar)
@@ -264,7 +263,7 @@ class TextLogSource(OneFileSource):
             if row is not None:
                 row.kind = "table"
                 return row
-        return parse_line(cleaned)
+        return parse_line(cleaned, message)
 
     def _step_of(self, parsed: ParsedLine) -> int:
         if parsed.kind == "hf_dict":
@@ -305,6 +304,8 @@ class TextLogSource(OneFileSource):
         is a crash only where the text read so far ends in it (`end_of_read`), and stays one while more of that
         traceback is read."""
         current = self._crash
+        if current is None and self._crashes.crash is None and self._crashes.cut_off() is None:
+            return  # no crash shown, none to take back (the common case: a training line)
         crash = self._crashes.crash or self._cut_off_crash(current, end_of_read)
         found = None
         if crash is not None:

@@ -49,6 +49,8 @@ _FATAL_LINES: list[tuple[str, tuple[str, ...], re.Pattern[str]]] = [
     # slurmstepd names itself `slurmstepd` or `slurmstepd-<node>`
     ("Slurm", ("slurmstepd",), re.compile(r"slurmstepd(?:-[\w.-]{1,100})?: error: .{0,200}(?:CANCELLED|oom[-_]kill)")),
 ]
+# every needle of _FATAL_LINES, in one flat tuple: most lines hold none, and one loop over them says so at once
+_ALL_NEEDLES = tuple(needle for _, needles, _ in _FATAL_LINES for needle in needles)
 _TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,120}(?:Error|Exception|Interrupt|Exit|Failure|Timeout|Fault))(?::\s?(.*))?$")
 _BARE_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]{0,120})(?::\s(.*))?$")
@@ -71,6 +73,13 @@ class Crash:
 def _known_fatal(exception: str) -> bool:
     """Whether a crash label is one of the known fatal errors (OOM, NCCL timeout, ...), not an ordinary exception."""
     return any(pattern.search(exception) for _, _, pattern in _FATAL_LINES)
+
+
+def _has_needle(text: str) -> bool:
+    for needle in _ALL_NEEDLES:
+        if needle in text:
+            return True
+    return False
 
 
 def _clip(text: str, limit: int) -> str:
@@ -105,9 +114,9 @@ class CrashTracker:
     def feed(self, raw: str, step: int | None) -> bool:
         """Look at one cleaned line (colours removed); True when it belongs to a crash or a traceback
         and must not be read for metrics."""
-        line = strip_rank_prefix(raw)
+        line = strip_rank_prefix(raw) if "[" in raw else raw  # a rank prefix opens with `[`
         stripped = line.strip()
-        if _TRACEBACK.match(line):
+        if "Traceback" in line and _TRACEBACK.match(line):
             self._in_traceback, self._saw_frame, self._source_next = True, False, False
             self._cut = None if self._ignored_traceback else Crash(CUT_TRACEBACK, _clip(stripped, MAX_EVIDENCE), step)
             return True
@@ -119,10 +128,12 @@ class CrashTracker:
         if stripped.startswith("Exception ignored in"):
             self._ignored_traceback = True
             return True
-        if _FRAME.match(line):
+        if 'File "' in line and _FRAME.match(line):
             return True  # a frame printed outside a traceback (warnings, logging): never metrics
-        if self._usage_line(stripped, line, step):
+        if (self._usage_left > 0 or stripped[:6].lower() == "usage:") and self._usage_line(stripped, line, step):
             return True
+        if self._crash is None and not _has_needle(stripped):
+            return False
         for label, needles, pattern in _FATAL_LINES:
             if not any(needle in stripped for needle in needles):
                 continue

@@ -29,8 +29,10 @@ _EPOCH_BATCH = [
     (re.compile(r"\| epoch\s{1,8}(?P<epoch>\d+) \|\s{0,12}(?P<batch>\d+)/\s{0,12}(?P<total>\d+) batches"), 1),
     (re.compile(r"\bepoch (?P<epoch>\d+):\s{1,12}(?P<batch>\d+) / (?P<total>\d+)"), 1),
 ]
+# each pattern with a literal every match of it holds (case as written): a line without it skips the regex
 _ITER_COUNTER = re.compile(r"\bIter(?:\(train\))?\s{0,4}\[\s{0,12}(\d+)/\d+\]")
 # `train_batch_loss[ 6510 ]:  1.57`: a name indexed by the step, then its value
+_EPOCH_BATCH_LITERALS = ("Epoch", "Epoch: [", "Train: ", "| epoch", "epoch ")
 _INDEXED_KEY = re.compile(r"^(?![Ee]poch)(\s{0,8}[A-Za-z_][\w./-]{0,80})\[\s{0,8}(\d{1,12})\s{0,8}\](?=\s{0,4}[:=])")
 # `Reward: mean=3.06, min=1.92, max=10.06`: one quantity's statistics, named `Reward/mean`, ... (a sibling line's
 # `Steps: mean=1000.0` names its own)
@@ -42,6 +44,7 @@ _EXPLICIT_STEPS = [
     re.compile(r"\bvalidate step:\s{0,8}(\d+)"),
     re.compile(r"\b(?:for|at) step:?\s{0,4}(\d+)\b"),  # `Evaluation result for step 435000: loss = ...`
 ]
+_EXPLICIT_STEP_LITERALS = ("global", "at iteration ", "validate step:", " step")
 _STEP_KEYS = ("global_step", "global step", "num_updates", "step", "_step", "s", "iteration", "iter", "it",
               "batch", "update step")
 _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test", "iteration", "iter", "batch",
@@ -51,6 +54,8 @@ _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test",
 _EVAL_LINE = re.compile(
     r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
     r"\bend of epoch\b|^Eval |^Evaluation\b|^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
+# what every match of _EVAL_LINE holds, lower-cased (on ASCII text no other case folding applies)
+_EVAL_LINE_NEEDLES = ("valid", "test", "end of epoch", "eval", "(val)")
 _EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel|dev)(?:$|[\W_])", re.IGNORECASE)
 _LOSS_SCALE_EVENTS = [
     re.compile(rf"[Rr]educing dynamic loss scale from {_N} to (?P<value>{_N})"),
@@ -78,6 +83,8 @@ _RICH_BAR = re.compile(r"Epoch (?P<epoch>\d+)/\d+\s+[━╸╺╴╶─ ]{1,400}
 _BANNER = re.compile(r"\b(?:params|parameters|num_parameters|n_params|FLOPs)\b\s*(?:size\s*\(\w+\)\s*)?[:=]"
                      r"|^\s*[\d.,]+\s*[KMGT]?\s+(?:Trainable|Non-trainable|Total) params|^Modules in \w+ mode:",
                      re.IGNORECASE)
+_BANNER_NEEDLES = ("param", "flops", "modules in")  # as _EVAL_LINE_NEEDLES, for _BANNER
+_VALID_CELL = re.compile(r"\|\s?valid\s?\|")
 _HEADERLESS_ROW = re.compile(rf"[A-Za-z][\w\-]{{0,30}}(?:\s+(?:{_N})%?){{3,64}}\s*")
 _ROW_NAME = re.compile(r"[A-Za-z_][\w./\-]{0,80}")
 _COLUMN = re.compile(r"[A-Za-z][\w()\-@/%.]*(?::[\w()\-@/%.]+)?:?")  # `mAP@.5:.95:` (YOLOv5's last column)
@@ -108,11 +115,12 @@ def _is_step_key(key: str) -> bool:
 
 def _dict_line(message: str, found: tuple[dict[str, float], int, int], wall: float) -> ParsedLine | None:
     pairs, start, end = found
-    if _DEBUG_DICT.search(message, start, end):
+    if (message.find("device=", start, end) >= 0 or message.find("grad_fn=", start, end) >= 0) and _DEBUG_DICT.search(
+            message, start, end):
         return None  # a printed tensor dict (detectron2's loss_dict after its exception)
     parsed = ParsedLine(wall_time=wall)
     prefix = message[:start]
-    parsed.is_eval = bool(re.search(r"\|\s?valid\s?\|", prefix))
+    parsed.is_eval = "|" in prefix and _VALID_CELL.search(prefix) is not None
     for step_key in (*_DICT_STEP_KEYS, *(k for k in pairs if k.endswith("num_updates"))):
         value = pairs.get(step_key)
         if value is not None and math.isfinite(value):
@@ -132,7 +140,10 @@ def _dict_line(message: str, found: tuple[dict[str, float], int, int], wall: flo
             pairs = {k: v for k, v in pairs.items() if k != "epoch"}
         elif pairs.keys() & _HF_MARKERS:
             parsed.kind = "hf_dict"
-    parsed.values = {_with_eval_prefix(k, parsed.is_eval and parsed.kind != "hf_dict"): v for k, v in pairs.items()}
+    if parsed.is_eval and parsed.kind != "hf_dict":
+        parsed.values = {_with_eval_prefix(k, True): v for k, v in pairs.items()}
+    else:
+        parsed.values = pairs  # (a dict of its own: find_dict's, or the copy without the step)
     return parsed
 
 
@@ -152,22 +163,22 @@ def _loss_scale_event(message: str, wall: float) -> ParsedLine | None:
 
 
 def _step_from(message: str, found: dict[str, float]) -> int | None:
-    litgpt = _LITGPT.search(message)
+    litgpt = _LITGPT.search(message) if "iter " in message else None
     if litgpt is not None:
         return int(litgpt.group(1))
-    for pattern in _EXPLICIT_STEPS:
-        match = pattern.search(message)
+    for literal, pattern in zip(_EXPLICIT_STEP_LITERALS, _EXPLICIT_STEPS):
+        match = pattern.search(message) if literal in message else None
         if match is not None:
             return int(match.group(1))
     lowered = {k.lower(): v for k, v in found.items()}
     for key, value in lowered.items():
         if key.endswith(("global_step", "num_updates")) and math.isfinite(value):
             return int(value)
-    for pattern, base in _EPOCH_BATCH:
-        match = pattern.search(message)
+    for literal, (pattern, base) in zip(_EPOCH_BATCH_LITERALS, _EPOCH_BATCH):
+        match = pattern.search(message) if literal in message else None
         if match is not None:
             return max(0, int(match["epoch"]) - base) * int(match["total"]) + int(match["batch"])
-    counter = _ITER_COUNTER.search(message)
+    counter = _ITER_COUNTER.search(message) if "Iter" in message else None
     if counter is not None:
         return int(counter.group(1))
     for step_key in _STEP_KEYS:
@@ -178,13 +189,30 @@ def _step_from(message: str, found: dict[str, float]) -> int | None:
 
 
 def _keep(key: str, message: str, position: int) -> bool:
+    kind = _KEY_KINDS.get(key)
+    if kind is None:
+        kind = _key_kind(key)
+    if kind == _MODULE:  # `[olmo.train:816, rank=0]`: a logger's name and line number
+        return message[position - 1 : position] != ":"
+    return kind == _KEPT
+
+
+_KEPT, _DROPPED, _MODULE = 0, 1, 2
+_KEY_KINDS: dict[str, int] = {}  # key -> what _keep makes of it by its name alone: a log names its keys on every line
+MAX_KEY_CACHE = 32768
+
+
+def _key_kind(key: str) -> int:
     lowered = key.lower()
-    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith((".py", " for step", " at step")):
-        return False
-    if lowered.startswith(("info", "warning", "debug", "error", "http")):
-        return False
-    # `[olmo.train:816, rank=0]`: a logger's name and line number
-    return not (_MODULE_PATH.fullmatch(key) and message[position - 1 : position] == ":")
+    if lowered in _IGNORED_KEYS or _is_step_key(key) or lowered.endswith((".py", " for step", " at step")) or (
+            lowered.startswith(("info", "warning", "debug", "error", "http"))):
+        kind = _DROPPED
+    else:
+        kind = _MODULE if "." in key and _MODULE_PATH.fullmatch(key) else _KEPT
+    if len(_KEY_KINDS) >= MAX_KEY_CACHE:
+        _KEY_KINDS.clear()
+    _KEY_KINDS[key] = kind
+    return kind
 
 
 def parse_text(message: str, wall: float) -> ParsedLine | None:
@@ -193,8 +221,9 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
     head = message[:HEAD]
     if _HEADERLESS_ROW.fullmatch(message):
         return None
-    parsed = ParsedLine(is_eval=bool(_EVAL_LINE.search(head)), wall_time=wall)
-    indexed = _INDEXED_KEY.match(message)
+    parsed = ParsedLine(is_eval=_may_hold(head, _EVAL_LINE_NEEDLES) and _EVAL_LINE.search(head) is not None,
+                        wall_time=wall)
+    indexed = _INDEXED_KEY.match(message) if "[" in message else None
     if indexed is not None:
         message = indexed.group(1) + message[indexed.end():]
         head = message[:HEAD]
@@ -212,7 +241,8 @@ def parse_text(message: str, wall: float) -> ParsedLine | None:
         candidates = find_pairs(message)
         for key, value, _ in candidates:
             found.setdefault(key, value)
-    special = {m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(head)}
+    special = ({m["key"]: parse_number(m["value"]) for p in _SPECIAL_PAIRS for m in p.finditer(head)}
+               if " reached " in head or "Monitored metric " in head else {})
     parsed.step = int(indexed.group(2)) if indexed is not None else _step_from(head, found)
     if special:  # Lightning callbacks: the rest of the sentence is prose
         found = special
@@ -324,13 +354,29 @@ def _rich_bar(message: str, rich: re.Match[str], wall: float) -> ParsedLine:
     return parsed
 
 
-def parse_line(line: str) -> ParsedLine | None:
-    """One record (split on \\r and \\n)."""
-    line = clean_line(line)
-    message = strip_headers(line)
+def _may_hold(text: str, needles: tuple[str, ...]) -> bool:
+    """False only where a case-blind regex whose every match holds one of `needles` (lower-case) cannot match."""
+    if not text.isascii():
+        return True
+    lowered = text.lower()
+    for needle in needles:
+        if needle in lowered:
+            return True
+    return False
+
+
+def _is_banner(head: str) -> bool:
+    return _may_hold(head, _BANNER_NEEDLES) and _BANNER.search(head) is not None
+
+
+def parse_line(line: str, message: str | None = None) -> ParsedLine | None:
+    """One record (split on \\r and \\n); `message`: strip_headers(line), where the caller has it already."""
+    cleaned = clean_line(line)
+    message = strip_headers(cleaned) if message is None or cleaned != line else message
+    line = cleaned
     if not message:
         return None
-    if _BANNER.search(message[:HEAD]):
+    if _is_banner(message[:HEAD]):
         return None  # start-up summaries (parameter counts, model size, FLOPs): not training metrics
     if "━" in message[:HEAD]:
         rich = _RICH_BAR.match(message)
@@ -347,10 +393,10 @@ def parse_line(line: str) -> ParsedLine | None:
     event = _loss_scale_event(head, wall)
     if event is not None:
         return event
-    header = _HF_HEADER.match(head)
+    header = _HF_HEADER.match(head) if " = " in head else None
     if header is not None:
         return ParsedLine(kind="hf_header", header={header.group(1): int(header.group(2).replace(",", ""))})
-    keras = _KERAS_EPOCH.match(message)
+    keras = _KERAS_EPOCH.match(message) if message.startswith("Epoch ") else None
     if keras is not None:
         return ParsedLine(step=int(keras.group(1)), kind="epoch_header", wall_time=wall)
     if "{" in message and "}" in message:

@@ -31,6 +31,8 @@ _NONFINITE_WORD = re.compile(r"(?<![A-Za-z])(?:nan|inf|infs|nans|infinite|infini
                              r"(?![A-Za-z])", re.IGNORECASE)
 _FOUND_WORD = re.compile(r"(?<![A-Za-z])(?:skip\w*|found|detect\w*|encounter\w*|stopp?ing|stopped)(?![A-Za-z])",
                          re.IGNORECASE)
+# what every word of _NONFINITE_WORD holds, lower-cased (on ASCII text no other case folding applies)
+_NONFINITE_NEEDLES = ("nan", "inf", "finite", "overflow")
 # kinds that carry their own sequence: never held
 NOT_HELD = frozenset({"bar", "hf_dict", "hf_summary", "hf_header", "loss_scale", "overflow", "epoch_header", "table"})
 
@@ -39,6 +41,8 @@ def is_nonfinite_warning(message: str, parsed: ParsedLine | None) -> bool:
     """A library's words that it met a non-finite value (nan/inf/overflow + skipped/found/detected/encountered/
     stopping), on a line that is not a training record with finite readings (`number of nan iterations: 0`)."""
     head = message[:400]
+    if head.isascii() and not _has_any(head.lower(), _NONFINITE_NEEDLES):
+        return False  # none of its words: the case-blind regex would scan the whole line to say so
     if _NONFINITE_WORD.search(head) is None or _FOUND_WORD.search(head) is None:
         return False
     if parsed is None:
@@ -46,6 +50,13 @@ def is_nonfinite_warning(message: str, parsed: ParsedLine | None) -> bool:
     if parsed.kind in ("loss_scale", "overflow"):
         return False  # a loss-scale event: its own `overflow` point counts the skipped step
     return all(not math.isfinite(v) for v in parsed.values.values())
+
+
+def _has_any(text: str, needles: tuple[str, ...]) -> bool:
+    for needle in needles:
+        if needle in text:
+            return True
+    return False
 
 
 def merge(parsed: ParsedLine | None, reading: Reading | None) -> ParsedLine | None:
@@ -60,12 +71,14 @@ def merge(parsed: ParsedLine | None, reading: Reading | None) -> ParsedLine | No
         return ParsedLine(values=dict(reading.values), step=reading.step, is_eval=reading.template.is_eval)
     if parsed.kind:
         return parsed  # a bar, a dict, an event: read by its own rules
-    countdowns = {slot.name for slot in reading.template.slots.values() if slot.countdown and slot.name}
+    countdowns = {slot.name for slot in reading.template.slots.values() if slot.name and slot.countdown}
     parsed.values = {k: v for k, v in parsed.values.items()  # `eta 00:39` = 01; `remaining 990`, 980, ...
-                     if not _CLOCK_KEY.search(k) and k not in countdowns}
+                     if not (":" in k and _CLOCK_KEY.search(k)) and k not in countdowns}
     for key, value in reading.values.items():  # a reading the formats found no name for (`objective≈2.41`)
+        if key.startswith(("value", "eval/value")):
+            continue
         named = key in parsed.values or any(k.endswith("/" + key) for k in parsed.values)  # `Reward/mean`
-        if not key.startswith(("value", "eval/value")) and not named and (
+        if not named and (
                 math.isnan(value) or value not in parsed.values.values()) and _is_glued(reading, key):
             parsed.values[key] = value
     if parsed.step is not None and parsed.step in reading.time_values:

@@ -117,6 +117,7 @@ class Template:
     is_eval: bool = False
     step_slot: tuple[int, int] | None = None
     held: int = 0  # its first lines with numbers, held until the shape is established
+    no_axis: bool = False  # learned and no slot rising: nothing moves its slots any more, it never gets a step axis
 
     @property
     def established(self) -> bool:
@@ -139,8 +140,23 @@ def _split(message: str) -> list[str]:
     return [t if len(t) <= MAX_TOKEN_CHARS else "<long>" for t in message[:16384].split(None, MAX_TOKENS)[:MAX_TOKENS]]
 
 
-def _numbers(token: str) -> list[str]:
-    return _NUMBER.findall(token)[:MAX_SLOTS_PER_TOKEN] if token != "<long>" else []
+# token -> (its masked form, its numbers): a log repeats most of its tokens (`'loss':`, `1.0,`, `|`) on every line
+_TOKENS: dict[str, tuple[str, tuple[str, ...]]] = {}
+MAX_TOKEN_CACHE = 32768
+
+
+def _token(token: str) -> tuple[str, tuple[str, ...]]:
+    entry = _TOKENS.get(token)
+    if entry is None:
+        if len(_TOKENS) >= MAX_TOKEN_CACHE:
+            _TOKENS.clear()
+        numbers = tuple(_NUMBER.findall(token)[:MAX_SLOTS_PER_TOKEN]) if token != "<long>" else ()
+        entry = _TOKENS[token] = (_NUMBER.sub(MASK, token, MAX_SLOTS_PER_TOKEN) if numbers else token, numbers)
+    return entry
+
+
+def _numbers(token: str) -> tuple[str, ...]:
+    return _token(token)[1]
 
 
 def _slot_name(tokens: list[str], index: int, number_index: int) -> str | None:
@@ -230,11 +246,13 @@ class ShapeLearner:
         tokens = _split(message)
         if not tokens:
             return None
-        masked_tokens = [_NUMBER.sub(MASK, t, MAX_SLOTS_PER_TOKEN) for t in tokens]
-        if not any(MASK in t for t in masked_tokens):
+        cache = _TOKENS
+        entries = [cache.get(t) or _token(t) for t in tokens]
+        masked_tokens = [entry[0] for entry in entries]
+        masked = " ".join(masked_tokens)
+        if MASK not in masked:  # (no token holds a space: MASK is in the joined text only where it is in a token)
             self._last_words = re.split(r"[\s,;|]+", message.strip().strip("|").strip())
             return self._no_number_template(masked_tokens)
-        masked = " ".join(masked_tokens)
         template = self._exact.get(masked)
         if template is None:
             template = self._match(masked_tokens)
@@ -243,7 +261,7 @@ class ShapeLearner:
             if len(self._exact) < MAX_CACHE:
                 self._exact[masked] = template
         template.count += 1
-        self._last = (message, self._see_slots(template, tokens, masked_tokens))
+        self._last = (message, self._see_slots(template, tokens, entries))
         return template
 
     def _no_number_template(self, masked_tokens: list[str]) -> Template | None:
@@ -273,14 +291,13 @@ class ShapeLearner:
         group.append(template)
         return template
 
-    def _see_slots(self, template: Template, raw: list[str], masked: list[str]) -> list[tuple[tuple[int, int], str]]:
+    def _see_slots(self, template: Template, raw: list[str],
+                   entries: list[tuple[str, tuple[str, ...]]]) -> list[tuple[tuple[int, int], str]]:
         order = 0
         found: list[tuple[tuple[int, int], str]] = []
         learning = template.count <= LEARN_LINES
-        for index, token in enumerate(masked):
-            if MASK not in token:
-                continue
-            for number_index, text in enumerate(_numbers(raw[index])):
+        for index, (_, numbers) in enumerate(entries):
+            for number_index, text in enumerate(numbers):  # (a token with numbers is masked; one without has none)
                 found.append(((index, number_index), text))
                 slot = template.slots.get((index, number_index))
                 if slot is None:
@@ -298,8 +315,10 @@ class ShapeLearner:
                 order += 1
         if template.step_slot is not None and not template.slots[template.step_slot].rising:
             template.step_slot = None  # it stopped rising: it was no axis
-        if template.step_slot is None and template.count >= MIN_REPEATS:
+        if template.step_slot is None and template.count >= MIN_REPEATS and not template.no_axis:
             template.step_slot = _choose_step(template)
+            # past its learning lines only the step slot's values are seen: with none, its slots stay as they are
+            template.no_axis = template.step_slot is None and not learning
         return found
 
     @staticmethod

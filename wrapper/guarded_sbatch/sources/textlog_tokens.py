@@ -33,6 +33,7 @@ _WORD = re.compile(r"[A-Za-z_][\w./@\-]*+(?:\([\w/%]{1,16}\))?")
 _BRACKETED = re.compile(r"\[([A-Za-z_][\w./@\-]{0,63})\]")  # `[Loss] 1.23 | [step] 89`: a key in brackets
 _ATTACHED_KEY = re.compile(r"(?<=[=,(\[{|;/])[A-Za-z_][\w.@\-]{1,63}$")
 _NONFINITE_WORD = re.compile(r"[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
+_NONFINITE_CHARS = len("+infinity")  # the longest text _NONFINITE_WORD matches whole
 _OPENER = re.compile(r"(?:np\.float\d{0,3}|tensor|float|Decimal)?\($|\[$")
 _TIMESTAMP = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T_](\d{2}):(\d{2}):(\d{2})(?:[,.](\d{1,9}))?")
 # Log headers before the message: timestamps, ranks, logger names, levels, file:line tags.
@@ -60,6 +61,11 @@ _DICT = re.compile(r"\{[^{}]*+\}")
 
 def parse_number(text: str) -> float:
     """A number token as printed (thousands separators, nan/inf/Infinity in any case) -> float."""
+    if "," not in text and text[-1:].isdigit():
+        try:
+            return float(text)  # what float takes and ends in a digit is a finite number: no nan, no inf in it
+        except ValueError:
+            pass
     lowered = text.lower()
     if "nan" in lowered:
         return math.nan
@@ -143,19 +149,37 @@ def _key_of_words(words: list[str]) -> str | None:
     """The key in the last words before a number: up to MAX_KEY_WORDS plain words, or a key attached to the
     last word (`epoch=0/micro_step=40`); None when the last word is neither."""
     key_words: list[str] = []
-    if words and (bracketed := _BRACKETED.fullmatch(words[-1])) is not None:
+    if words and words[-1].startswith("[") and (bracketed := _BRACKETED.fullmatch(words[-1])) is not None:
         return bracketed.group(1)
     for word in reversed(words):
-        if not word or not _WORD.fullmatch(word) or _NONFINITE_WORD.fullmatch(word):
+        plain = _PLAIN_WORDS.get(word)
+        if plain is None:
+            plain = _plain_word(word)
+        if not plain:
             if not key_words and word:
                 attached = _ATTACHED_KEY.search(word)  # `epoch=0/micro_step=40`, `[step=190`
-                if attached is not None and not _NONFINITE_WORD.fullmatch(attached.group()):
+                if attached is not None and not (len(attached.group()) <= _NONFINITE_CHARS
+                                                 and _NONFINITE_WORD.fullmatch(attached.group())):
                     return attached.group()
             break
         key_words.append(word)
         if len(key_words) == MAX_KEY_WORDS:
             break
     return " ".join(reversed(key_words)) if key_words else None
+
+
+# word -> whether it can be part of a key (a word, not a nan/inf): keys repeat on every line of a log
+_PLAIN_WORDS: dict[str, bool] = {}
+MAX_WORD_CACHE = 32768
+
+
+def _plain_word(word: str) -> bool:
+    plain = bool(word) and _WORD.fullmatch(word) is not None and not (
+        len(word) <= _NONFINITE_CHARS and _NONFINITE_WORD.fullmatch(word))
+    if len(_PLAIN_WORDS) >= MAX_WORD_CACHE:
+        _PLAIN_WORDS.clear()
+    _PLAIN_WORDS[word] = plain
+    return plain
 
 
 def _quoted_key(before: str) -> str | None:
@@ -206,7 +230,7 @@ def find_dict(text: str) -> tuple[dict[str, float], int, int] | None:
         body = match.group()
         if ":" not in body:
             continue
-        pairs = {m["key"]: parse_number(m["value"]) for m in _QUOTED_PAIR.finditer(body)}
+        pairs = {key: parse_number(value) for _, key, value in _QUOTED_PAIR.findall(body)}  # (quote, key, value)
         if pairs:
             return pairs, match.start(), match.end()
     return None
