@@ -57,9 +57,13 @@ def test_filename_patterns_expand_like_slurm() -> None:
 
 
 def _project_check(tmp_path: Path, argv: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    project = make_project(tmp_path)
+    from finished_runs import state_folder
+
+    project = make_project(tmp_path, history=True)  # its baseline finished healthy: the reference, and its pace
     launch = split_sbatch_argv(argv)
-    return project, run_preflight(launch, _config(), None, cwd=project.root, env=env or {"PATH": os.environ["PATH"]})
+    with state_folder(project.state_dir):
+        return project, run_preflight(launch, _config(), None, cwd=project.root,
+                                      env=env or {"PATH": os.environ["PATH"]})
 
 
 def _config():  # type: ignore[no-untyped-def]

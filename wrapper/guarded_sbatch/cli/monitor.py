@@ -44,12 +44,14 @@ def _guarded_run(job_id: str, backend: str) -> RunRecord | None:
     return matches[-1] if matches else None
 
 
-def _recorded_backend(job_id: str) -> str | None:
+def _recorded_backend(job_id: str, configured: str) -> str | None:
     """The backend your guarded run of this job id was launched on: a local run is watched locally without
-    --backend (a Slurm job may hold the same number)."""
+    --backend (a Slurm job may hold the same number); runs on several: the configured one, if among them."""
     from guarded_sbatch.records.registry import list_runs
 
     backends = sorted({r.backend for r in list_runs() if r.job_id == job_id})
+    if configured in backends:
+        return configured
     if len(backends) > 1:
         raise UsageError(f"job {job_id} names a guarded run on each of {', '.join(backends)}: say which with "
                          f"--backend {backends[0]}")
@@ -126,7 +128,8 @@ def run_monitor(argv: list[str]) -> int:
     if watched.job:
         from guarded_sbatch.cli.launch import choose_backend
 
-        backend = watched.backend or _recorded_backend(watched.job) or choose_backend(load_config(), None)
+        configured = choose_backend(load_config(), watched.backend)  # a bad --backend or environment: named here
+        backend = watched.backend or _recorded_backend(watched.job, configured) or configured
         guarded = _guarded_run(watched.job, backend)
     from guarded_sbatch.sidecar.loop import Sidecar
     from guarded_sbatch.sidecar.plan import plan_of

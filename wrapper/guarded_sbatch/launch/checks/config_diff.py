@@ -63,13 +63,20 @@ def _config_diff(context: PreflightContext) -> CheckResult:
                       f"not checked: no reference run yet ({why}); the silent regressors (batch, LR, precision, "
                       "optimizer, workers) are judged against one. When this run finishes healthy it becomes the "
                       "reference of its config", "or name one: `guarded-sbatch reference RUN`, {reference}",
-                      (f"intended config: {intended.path or 'command-line overrides only'}",))
+                      (f"intended config: {intended.path or 'command-line overrides only'}", _batch_text(context)))
     evidence: list[str] = [
         f"intended: {intended.path or 'command-line overrides'}"
         + (f" + overrides {', '.join(f'{k}={v}' for k, v in intended.overrides.items())}" if intended.overrides else ""),
         f"reference: {reference.config.path} ({_chosen(reference)})",
     ]
     return _diffed(context, intended, reference.config, evidence, "key(s) differ from the reference")
+
+
+def _batch_text(context: PreflightContext) -> str:
+    """The run's own batch over its processes, said even with nothing to compare it with."""
+    assert context.intended is not None
+    world, world_text = r.world_size(context.options, context.launcher, context.intended)
+    return f"batch: {r.batch_shape(context.intended, world, world_text, context.launcher).explanation}"
 
 
 def _chosen(reference: Reference) -> str:
