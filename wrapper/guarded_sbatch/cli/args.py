@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 from typing import NoReturn
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.core.waiting import fit
+from guarded_sbatch.core.waiting import fit, help_width
 
 
 class ArgumentParser(argparse.ArgumentParser):
     def format_help(self) -> str:
         """Every command's help fits 80 columns (or a narrower terminal): descriptions and epilogs kept raw (their
         examples line by line) are wrapped by the one rule, core/waiting.fit."""
-        width = min(shutil.get_terminal_size((80, 24)).columns, 80)
-        return fit(super().format_help(), width) + "\n"
+        return fit(super().format_help(), help_width()) + "\n"
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}; see `{self.prog} --help`")

@@ -9,7 +9,6 @@ import difflib
 import errno
 import importlib
 import os
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from typing import Any
 
 from guarded_sbatch import __version__
 from guarded_sbatch.core.errors import ExitCode, GuardedError, UsageError
-from guarded_sbatch.core.waiting import fit_prose, tell
+from guarded_sbatch.core.waiting import fit_prose, help_width, tell
 
 _USAGE = f"""\
 usage: guarded-sbatch [guard options] [sbatch options] script.sh [script args]
@@ -205,7 +204,7 @@ def dispatch(args: list[str]) -> int:
         return _launch(args, check_only=False)
     rest = args[1:]
     if command.help and rest[:1] and rest[0] in HELP_WORDS:
-        print(fit_prose(command.help, min(shutil.get_terminal_size((80, 24)).columns, 80)), end="\n")
+        print(fit_prose(command.help, help_width()))
         return int(ExitCode.OK)
     handler: Callable[..., int] = getattr(importlib.import_module(command.module), command.function)
     if command.color_stream:

@@ -36,26 +36,21 @@ class Watched:
     stop_target: str | None
 
 
-def _guarded_run(job_id: str, backend: str) -> RunRecord | None:
-    """The guarded run of this job on this backend (a local job id and a Slurm job id may be equal)."""
+def _guarded_run(job_id: str, backend: str | None, configured: str) -> tuple[str, RunRecord | None]:
+    """The backend to watch job `job_id` on and your guarded run of it there (one registry read). Without
+    --backend, the backend the run was launched on: a local run is watched locally (a Slurm job may hold the same
+    number); runs on several: the configured one, if among them."""
     from guarded_sbatch.records.registry import list_runs
 
-    matches = [r for r in list_runs() if r.job_id == job_id and r.backend == backend]
-    return matches[-1] if matches else None
-
-
-def _recorded_backend(job_id: str, configured: str) -> str | None:
-    """The backend your guarded run of this job id was launched on: a local run is watched locally without
-    --backend (a Slurm job may hold the same number); runs on several: the configured one, if among them."""
-    from guarded_sbatch.records.registry import list_runs
-
-    backends = sorted({r.backend for r in list_runs() if r.job_id == job_id})
-    if configured in backends:
-        return configured
-    if len(backends) > 1:
-        raise UsageError(f"job {job_id} names a guarded run on each of {', '.join(backends)}: say which with "
-                         f"--backend {backends[0]}")
-    return backends[0] if backends else None
+    runs = [r for r in list_runs() if r.job_id == job_id]
+    if backend is None:
+        backends = sorted({r.backend for r in runs})
+        if len(backends) > 1 and configured not in backends:
+            raise UsageError(f"job {job_id} names a guarded run on each of {', '.join(backends)}: say which with "
+                             f"--backend {backends[0]}")
+        backend = configured if configured in backends or not backends else backends[0]
+    matches = [r for r in runs if r.backend == backend]
+    return backend, matches[-1] if matches else None
 
 
 EXAMPLES = """examples:
@@ -129,8 +124,7 @@ def run_monitor(argv: list[str]) -> int:
         from guarded_sbatch.cli.launch import choose_backend
 
         configured = choose_backend(load_config(), watched.backend)  # a bad --backend or environment: named here
-        backend = watched.backend or _recorded_backend(watched.job, configured) or configured
-        guarded = _guarded_run(watched.job, backend)
+        backend, guarded = _guarded_run(watched.job, watched.backend, configured)
     from guarded_sbatch.sidecar.loop import Sidecar
     from guarded_sbatch.sidecar.plan import plan_of
 

@@ -84,13 +84,20 @@ def fit(text: str, width: int | None, *, indent: str | None = None) -> str:
     return "\n".join(out)
 
 
+def help_width() -> int:
+    """The width a help text is fitted to: the terminal's, at most 80."""
+    return min(shutil.get_terminal_size((80, 24)).columns, 80)
+
+
 def fit_prose(text: str, width: int | None) -> str:
     """`fit` for a help text written with hard line breaks: the lines of a paragraph (unindented, up to a blank or
     an indented line: an example, a table row) are joined first, so they wrap as one."""
+    def prose(line: str) -> bool:
+        return bool(line.strip()) and not line.startswith(" ") and not line.endswith(":")
+
     lines: list[str] = []
     for line in text.splitlines():
-        joinable = line.strip() and not line.startswith(" ") and not line.endswith(":")
-        if joinable and lines and lines[-1].strip() and not lines[-1].startswith(" ") and not lines[-1].endswith(":"):
+        if lines and prose(line) and prose(lines[-1]):
             lines[-1] = f"{lines[-1]} {line}"
         else:
             lines.append(line)
