@@ -93,8 +93,10 @@ def test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan(
     job_id, sidecar_id, run_dir = launch(project, "train.sh", "--steps", "4000", "--step-seconds", "0.03",
                                          "--diverge-at", "1500")
     wait_for(lambda: reports_in(project, job_id), 120, 1, "the sidecar's first report")
-    before = SidecarState.load(run_dir / "sidecar-state.json")
-    assert before.checks > 0 and before.restarts == 0
+    # the state is saved just after the report is printed: wait for it, never assume the order
+    before = wait_for(lambda: (s := SidecarState.load(run_dir / "sidecar-state.json")).checks > 0 and s,
+                      30, 0.2, "the sidecar's state after its first report")
+    assert before.restarts == 0
     subprocess.run(["scontrol", "requeue", sidecar_id], check=True, timeout=30)
     # Slurm holds a requeued batch job for ~2 min (BeginTime); release it sooner, as an admin could.
     # Not at once: a start in the same second as the requeue is refused ("Job credential revoked")
