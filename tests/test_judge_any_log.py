@@ -225,3 +225,20 @@ def test_a_never_finite_reading_that_is_the_logs_last_waits() -> None:
     history.add([MetricPoint(3, 0.0, "criterion", NAN)])
     verdict = decide(history)
     assert (verdict.decision, verdict.reason) == (Decision.WAIT, Reason.NON_FINITE_METRIC), verdict.message
+
+
+def test_a_series_that_rose_by_orders_of_magnitude_is_an_objective_blowing_up_never_a_score() -> None:
+    """A log first read after its objective began to explode (a tmux run watched late): rising from its start is no
+    score's improvement when it rose a thousandfold or went non-finite; a score rising from near zero still is one."""
+    blown = [0.7, 0.6, 0.5, 0.45, 3.2, 1.1e8, 4.3e18, 4.2e28, math.inf, NAN, NAN, NAN]
+    for name in ("objective", "value"):
+        keys = select_keys(_history({name: blown, "acc": [0.9] * 4 + [0.5] * 8}), JudgePolicy())
+        assert keys.train_loss == name and keys.loss_direction == "min", keys.loss_why
+        assert "blowing up" in keys.loss_why
+        verdict = decide(_history({name: blown, "acc": [0.9] * 4 + [0.5] * 8}))
+        assert verdict.decision is Decision.STOP, verdict.message
+    # an unnamed score from near zero to 0.6, and an objective that rises gently: higher is better, as before
+    score = select_keys(_history({"value": [0.0005 * 1.9 ** i for i in range(10)] + [0.6] * 4}), JudgePolicy())
+    assert score.loss_direction == "max", score.loss_why
+    gentle = select_keys(_history({"objective": [-2.0 + 0.1 * i for i in range(14)]}), JudgePolicy())
+    assert gentle.loss_direction == "max" and "blowing up" not in gentle.loss_why

@@ -12,7 +12,8 @@ what each series does:
    densest series of the training lines), positive, and falling from its start (the median of its last quarter
    below the median of its first by a few per cent), the largest of them (a total is at least each of its terms);
    with none falling, the densest positive series (higher is better when it rose from its start: nothing says it is
-   a loss rather than a score); with no finite series at all, the densest series non-finite at every point (at least
+   a loss rather than a score; but a series that rose a thousandfold or went non-finite is blowing up, and a score
+   never does: lower is better); with no finite series at all, the densest series non-finite at every point (at least
    3: a log that starts once the run is broken).
 
 Never an objective, whatever it does: timing, throughput, learning rate, memory, loss scale, gradient norm, counters
@@ -49,6 +50,9 @@ _NEVER = frozenset({
 _DB_WORDS = frozenset({"snr", "sisnr", "sdr", "sisdr", "psnr", "db"})
 _EVAL_WORDS = frozenset({"eval", "val", "valid", "validation", "test", "dev", "evaluation"})
 _FALL = 0.03  # a series falling from its start: the median of its last quarter this much below its first's
+# a score never grows by orders of magnitude: a series that rose this many times its start level (or went non-finite
+# after finite points) is an objective blowing up, lower is better whatever else it does
+_EXPLODED = 1000.0
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,18 @@ def _level_change(values: np.ndarray) -> float:
     return (tail - head) / max(abs(head), 1e-12)
 
 
+def _exploded(values: np.ndarray) -> bool:
+    """Rose to many times its start level, or went non-finite after finite points."""
+    finite = np.isfinite(values)
+    if not np.any(finite):
+        return False
+    if not np.all(finite[int(np.argmax(finite)):]):
+        return True
+    q = max(1, len(values) // 4)
+    head = abs(float(np.median(values[:q])))
+    return head > 0 and float(np.max(np.abs(values))) >= max(_EXPLODED * head, 10.0)  # a [0, 1] score never
+
+
 def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objective | None:
     """The series judged as the training loss when none is named like one (see the module doc); None when no
     series behaves as one."""
@@ -121,6 +137,9 @@ def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objec
         return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates))
     key = max(positive, key=lambda k: (len(positive[k][0]), float(np.nanmedian(positive[k][1])), k))
     how = f"the densest positive series ({len(positive[key][0])} points, {change[key]:+.0%} since its start)"
+    if change[key] >= _FALL and _exploded(positive[key][1]):
+        return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how + ", risen by orders of magnitude: an "
+                                                              "objective blowing up, lower is better", candidates))
     if change[key] >= _FALL:  # rising from its start, named as nothing: a score (accuracy) as likely as a loss
         return Objective(key, Direction.HIGHER_IS_BETTER, _why(key, how + ", rising: higher is better", candidates))
     return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates), guessed=True)
@@ -161,7 +180,10 @@ def _by_name(key: str, candidates: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
     if higher and moved <= -_FALL:
         higher, what = False, "a score's name, but falling from its start: lower is better"
     elif not higher and moved >= _FALL and _words(key) & _OBJECTIVE_EITHER:
-        higher, what = True, "an objective's name, rising from its start: higher is better"
+        if _exploded(values):
+            what = "an objective's name, risen by orders of magnitude: blowing up, lower is better"
+        else:
+            higher, what = True, "an objective's name, rising from its start: higher is better"
     else:
         what = "a signal-quality score (higher is better)" if higher else "an objective's name (lower is better)"
     direction = Direction.HIGHER_IS_BETTER if higher else Direction.LOWER_IS_BETTER
