@@ -17,7 +17,7 @@ from guarded_sbatch.launch.results import CheckStatus
 from guarded_sbatch.scheduler.interface import SubmitRequest
 from guarded_sbatch.scheduler.local import LocalScheduler
 
-from preflight_tree import REFERENCE, TRAIN_SH, Tree, build_clean_tree, intended_config
+from preflight_tree import REFERENCE, TRAIN_PY, TRAIN_SH, Tree, build_clean_tree, intended_config
 
 NFS_MOUNTS = [Mount("/", "ext4", "/dev/vda"), Mount("/", "nfs4", "filer:/export/home")]  # the project on NFS
 
@@ -296,3 +296,15 @@ def test_a_mistyped_config_path_fails_once_naming_the_file_meant(tree: Tree) -> 
     assert f"does not exist; did you mean {tree.root / 'configs' / 'coco_resnet50.yaml'}?" in paths.finding
     diff = result(report, "config-diff")
     assert diff.status is CheckStatus.WARNED and "(see paths)" in diff.finding and "--guard-config" not in diff.finding
+
+
+def test_a_seed_the_program_sets_in_code_is_a_seed_set(tree: Tree) -> None:
+    """No seed key in the config, but train.py seeds its generators itself: nothing to fail (its evidence says where);
+    a seeding call without an argument is no seed."""
+    tree.write_config("configs/coco_resnet50.yaml", intended_config(**{"train.seed": None}))
+    tree.write("train.py", "import torch\ntorch.manual_seed(0)\n" + TRAIN_PY)
+    check = result(tree.run(), "config-diff")
+    assert check.status is CheckStatus.PASSED, check.finding
+    assert any("seed set in the program: train.py line 2: torch.manual_seed(0)" in e for e in check.evidence)
+    tree.write("train.py", "import random\nrandom.seed()\n" + TRAIN_PY)
+    assert "no seed set" in result(tree.run(), "config-diff").finding

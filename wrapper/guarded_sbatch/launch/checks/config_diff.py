@@ -9,6 +9,7 @@ from typing import Any
 
 from guarded_sbatch.launch.checks import regressors as r
 from guarded_sbatch.launch.checks.config_keys import misspelled_keys
+from guarded_sbatch.launch.checks.program_seed import seed_call
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.core.mounts import mount_of
 from guarded_sbatch.launch.fsinfo import timed_stat
@@ -100,7 +101,7 @@ def _diffed(context: PreflightContext, intended: RunConfig, reference: RunConfig
     findings.extend(_precision(context, intended, reference))
     findings.extend(_optimizer(intended, reference))
     if not launcher_line:  # a launcher line rarely carries the seed: the program sets it
-        findings.extend(_seed(intended))
+        findings.extend(_seed(context, intended, evidence))
     findings.extend(_workers(context, intended, evidence))
     pin = pin_reference(reference.files or ((reference.path,) if reference.path else ()),
                         given=context.launch.guard_options.reference is not None)
@@ -270,11 +271,17 @@ def _optimizer(intended: RunConfig, reference: RunConfig) -> list[tuple[CheckSta
     return out
 
 
-def _seed(intended: RunConfig) -> list[tuple[CheckStatus, str]]:
+def _seed(context: PreflightContext, intended: RunConfig, evidence: list[str]) -> list[tuple[CheckStatus, str]]:
     found = intended.find(r.SEED)
-    if found is None or found[1] is None:
-        return [(CheckStatus.FAILED, "no seed set: the run cannot be reproduced; add seed=<n> to the config")]
-    return []
+    if found is not None and found[1] is not None:
+        return []
+    program = context.program_path()
+    in_code = seed_call(program) if program is not None else None
+    if in_code is not None:
+        evidence.append(f"seed set in the program: {in_code}")
+        return []
+    return [(CheckStatus.FAILED, "no seed set (not in the config, no seeding call in the program): the run cannot "
+                                 "be reproduced; add seed=<n> to the config")]
 
 
 def _workers(context: PreflightContext, intended: RunConfig, evidence: list[str]) -> list[tuple[CheckStatus, str]]:
