@@ -95,6 +95,9 @@ def _judge_series(history: MetricHistory, key: str, by_behaviour: bool, policy: 
     named = kind_by_name(key)
     if named is False or (named is None and not by_behaviour):
         return None
+    raw = history.series(key)[1]
+    if not len(raw) or (np.isfinite(raw[-1]) and raw[-1] >= 0):
+        return None  # the usual case, at every poll: the newest reading is not below 0 (no pass over the series)
     steps, values = history.finite_series(key)
     negative = _below(values)
     if not negative.any() or not negative[-1]:
