@@ -113,6 +113,7 @@ def test_an_evaluation_box_loss_below_zero_is_named(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("key", "kind"), [
     ("box_loss", True), ("train/cls_loss", True), ("loss_ce", True), ("cross_entropy", True), ("ppl", True),
     ("loss", None), ("train_loss", None), ("loss_D", False), ("g_loss", False), ("nll", False), ("si-snr", False),
+    ("loss_giou", True), ("giou", None),
     ("policy_entropy", False), ("kl_loss", False), ("contrastive_loss", False), ("dice_ce_loss", False),
 ])
 def test_the_name_is_a_hint_either_way(key: str, kind: bool | None) -> None:

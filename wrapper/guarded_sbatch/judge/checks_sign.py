@@ -41,6 +41,8 @@ NON_NEGATIVE_WORDS = frozenset({
     "crossentropy", "crossentropyloss", "focal", "mse", "mae", "rmse", "l1", "l2", "smoothl1", "huber", "ppl",
     "perplexity", "bpc", "bpb", "ctc", "lm", "mlm",
 })
+# ... which also name a metric that may be negative (a mean GIoU lies in [-1, 1]): a hint only beside `loss`
+_METRIC_TOO = frozenset({"giou", "ciou", "diou", "iou"})
 # words that name a loss which may be negative by design: these win over any hint above
 NEVER_WORDS = frozenset({
     "g", "d", "gen", "generator", "disc", "discriminator", "critic", "adv", "adversarial", "gan", "wgan", "gp",
@@ -68,7 +70,9 @@ def kind_by_name(key: str) -> bool | None:
     words = _words(key)
     if words & NEVER_WORDS:
         return False
-    return True if words & NON_NEGATIVE_WORDS else None
+    if words & (NON_NEGATIVE_WORDS - _METRIC_TOO) or (words & _METRIC_TOO and "loss" in words):
+        return True
+    return None
 
 
 def _below(values: np.ndarray) -> np.ndarray:
