@@ -162,9 +162,10 @@ def test_target_scores_table_every_log_judged(judged: list[Judged], capsys: pyte
     assert found["logs"] == len(ENTRIES)
 
 
-# The targets are acceptable 100 % and strict >= 85 %; both are met, and what this corpus reaches now is held
-# as a floor (a change may only raise it): 111 of 111 acceptable, 95 of 111 strict (85.6 %).
-ACCEPTABLE_FLOOR = 111
+# The targets are acceptable 100 % and strict >= 85 %; what this corpus reaches now is held as a floor (a change
+# may only raise it): 112 of 112 acceptable, 95 of 112 strict (84.8 %: the 112th, ultralytics#21765, a box loss below 0
+# at 2 points, is a WAIT by design; 95 of the first 111, 85.6 %, as before it was added).
+ACCEPTABLE_FLOOR = 112
 STRICT_FLOOR = 95
 
 

@@ -13,7 +13,8 @@ Order (the first STOP in this order wins; else the first WAIT; else CONTINUE wit
   3. evidence by strength (checks_strength.py): a jump by orders of magnitude still held, a loss far above the
      chance level, big spikes that keep coming (counted over the run)
   4. non-finite grad norm or LR (outside skipped steps)
-  5. evaluations failing (non-finite) every time
+  5. evaluations failing (non-finite) every time; a loss below 0 where its kind cannot be (a box / CE / MSE loss,
+     or a steady positive loss that jumped below 0: checks_sign.py): WAIT, STOP when it persists
   6. training-loss spike that does not recover / sustained divergence (WAIT while the key eval is
      at or near its best), a jump in a window too short for a baseline (WAIT), then a slow climb of the
      training loss above its best
@@ -45,8 +46,8 @@ import numpy as np
 
 from guarded_sbatch.core.jsonnum import non_finite_text
 from guarded_sbatch.judge import (checks_anyslot, checks_climb, checks_crash, checks_dead, checks_eval, checks_finite,
-                                  checks_nohistory, checks_scale, checks_schedule, checks_stall, checks_strength,
-                                  checks_swing, checks_trend, checks_window, unguarded)
+                                  checks_nohistory, checks_scale, checks_schedule, checks_sign, checks_stall,
+                                  checks_strength, checks_swing, checks_trend, checks_window, unguarded)
 from guarded_sbatch.judge.findings import Finding
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.keys import Direction
@@ -86,6 +87,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("non_finite_optimizer", lambda c: checks_finite.check_nonfinite_optimizer_metrics(c.history, c.keys, c.policy,
                                                                                         c.excused | c.warned)),
     ("eval_failing", lambda c: checks_finite.check_eval_failing(c.history, c.keys, c.policy)),
+    ("negative_loss", lambda c: checks_sign.check_negative_loss(c.history, c.keys, c.policy)),
     ("loss_trend", lambda c: checks_trend.check_loss_trend(c.history, c.keys, c.policy)),
     ("short_window_jump", lambda c: checks_window.check_short_window_jump(c.history, c.keys, c.policy)),
     ("short_window_grad_jump", lambda c: checks_window.check_short_window_grad_jump(c.history, c.keys, c.policy)),

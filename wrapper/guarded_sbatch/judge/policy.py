@@ -61,6 +61,8 @@ class JudgePolicy:
     # a frozen training loss: the last N logged losses identical (>= 4 significant digits), or within 1e-4 of each
     # other at ln(k) for k = 2..20 (a uniform guess): STOP with any number of points
     frozen_points: int = 3
+    # a loss below 0 where its kind cannot be (checks_sign.py): WAIT; STOP once below 0 at its last N logged points
+    negative_loss_points: int = 5
     # strength without history (checks_nohistory.py): every training-loss series repeating its value exactly at its last
     # N logged points; or the loss moving by less than frozen_rel of itself between its last two (different) values
     frozen_all_points: int = 5

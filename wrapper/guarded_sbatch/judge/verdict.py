@@ -36,6 +36,7 @@ class Reason(enum.Enum):
     STAGNATION = "stagnation"  # stalled mid-run after progress (judge/checks_stall.py)
     FROZEN_LOSS = "frozen_loss"  # the loss repeats itself exactly, or sits at ln(k) (judge/checks_dead.py)
     ZERO_LOSS = "zero_loss"  # loss and grad norm exactly 0 from the start (judge/checks_dead.py)
+    NEGATIVE_LOSS = "negative_loss"  # a loss below 0 where its kind cannot be (judge/checks_sign.py)
     STALE = "stale"
     SOURCE_UNREADABLE = "source_unreadable"
     SERIES_CAPPED = "series_capped"  # more distinct series than the history keeps (judge/history.py)
