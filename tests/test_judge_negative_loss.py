@@ -43,20 +43,23 @@ def _steps(name: str, values: list[float]) -> str:
     return "".join(f"step {10 * (i + 1)} {name} {v:.4f}\n" for i, v in enumerate(values))
 
 
-def test_a_box_loss_below_zero_is_a_wait_that_names_it(tmp_path: Path) -> None:
+def test_a_box_loss_below_zero_at_every_epoch_read_stops_a_first_sighting_waits(tmp_path: Path) -> None:
     verdict = _judge(tmp_path, _yolo([-0.2335, -0.2325, -0.2322]))
-    assert _pair(verdict) == ("WAIT", "negative_loss")
+    assert _pair(verdict) == ("STOP", "negative_loss") and "at every point read" in verdict.message
     assert "box_loss -0.2322" in verdict.message and any(a.kind == "negative_loss" for a in verdict.anomalies)
+    assert _pair(_judge(tmp_path, _yolo([-0.2335]), "one.log")) == ("WAIT", "negative_loss")
+    assert _pair(_judge(tmp_path, _yolo([0.9, 0.85, 0.8, -0.2335]), "after.log")) == ("WAIT", "negative_loss")
     assert _pair(_judge(tmp_path, _yolo([0.2335, 0.2325, 0.2322]), "twin.log")) == ("CONTINUE", "healthy")
 
 
 def test_a_box_loss_that_stays_below_zero_is_a_stop(tmp_path: Path) -> None:
-    below = [-0.2335 + 0.001 * i for i in range(6)]
+    below = [0.9, 0.85, 0.8] + [-0.2335 + 0.001 * i for i in range(6)]  # positive first: the count decides
     verdict = _judge(tmp_path, _yolo(below))
     assert _pair(verdict) == ("STOP", "negative_loss") and "persists" in verdict.message
     # the number of points is a threshold: asked for more, the same log is still a WAIT
     assert _pair(_judge(tmp_path, _yolo(below), "patient.log", negative_loss_points=10)) == ("WAIT", "negative_loss")
-    assert _judge(tmp_path, _yolo([0.2335 - 0.001 * i for i in range(6)]), "twin.log").decision.value == "CONTINUE"
+    assert _judge(tmp_path, _yolo([0.9, 0.85, 0.8] + [0.2335 - 0.001 * i for i in range(6)]), "twin.log"
+                  ).decision.value == "CONTINUE"
 
 
 def test_a_named_loss_that_dipped_below_zero_and_came_back_is_no_sign_now(tmp_path: Path) -> None:

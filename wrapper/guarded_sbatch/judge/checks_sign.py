@@ -18,7 +18,9 @@ The kind is known two ways:
   0 (a Gaussian NLL as the model grows confident) and a loss still swinging by orders of magnitude (a flow's first
   iterations) cross no such line.
 
-Decision: a WAIT (reason negative_loss) that names the series, its value and step; STOP once the series has been
+Decision: a loss named as such and of a non-negative kind (`box_loss`, `loss_ce`), below 0 at every point read (at
+least 2), is a STOP however few points there are: no loss of its kind ever reads so. Else a WAIT (reason
+negative_loss) that names the series, its value and step; STOP once the series has been
 below 0 at each of its last `negative_loss_points` logged points (it persists: not one odd batch), or when a series
 with a positive level before is now as far below 0 as that level sat above it (a mirrored loss). A STOP here is not
 a hard fact: with fewer than `min_loss_points` training-loss points it stays a WAIT (ordered_checks.py).
@@ -123,6 +125,9 @@ def _judge_series(history: MetricHistory, key: str, by_behaviour: bool, policy: 
     evidence = (f"{key} {fmt(newest)} at step {step}, below 0 at each of its last {held} logged point(s) since step "
                 f"{int(steps[len(values) - held])} (first at step {int(steps[first])}: {fmt(float(values[first]))})")
     anomaly = Anomaly("negative_loss", key, int(steps[first]), float(values[first]), evidence)
+    if named and "loss" in _words(key) and held == len(values) >= 2:
+        return Finding.hard_stop(Reason.NEGATIVE_LOSS, f"loss negative where its kind cannot be: {evidence}; {why}, "
+                                 "and it has been below 0 at every point read: never a loss of its kind", anomaly)
     if held >= policy.negative_loss_points:
         return Finding.stop(Reason.NEGATIVE_LOSS, f"loss negative where its kind cannot be: {evidence}; {why}; it "
                             f"persists ({policy.negative_loss_points} points decide)", anomaly)
