@@ -165,8 +165,9 @@ def _no_tracker(context: PreflightContext) -> CheckResult:
                    f"and any TensorBoard events the run writes under {', '.join(folders)}; without them it can judge "
                    "only what the trainer prints (loss / eval lines)")
     else:
-        finding = (f"no tracker found: the sidecar watches the job's own log ({stdout}); it can judge only what the "
-                   "trainer prints there (loss / eval lines)")
+        finding = (f"no tracker found: the sidecar watches the job's own log ({stdout}) and the metrics files the "
+                   "job's processes hold open for writing (CSV, JSON lines, TensorBoard events), found once it runs; "
+                   "a run where neither shows a loss is shown UNGUARDED")
     return CheckResult(NAME, CheckStatus.PASSED, finding,
                        (f"not found: {', '.join(kind.signs() for kind in launch_kinds())}",),
                        {"trackers": [{"kind": "stdout", "settings": {"output": stdout}}]})
