@@ -242,3 +242,20 @@ def test_a_series_that_rose_by_orders_of_magnitude_is_an_objective_blowing_up_ne
     assert score.loss_direction == "max", score.loss_why
     gentle = select_keys(_history({"objective": [-2.0 + 0.1 * i for i in range(14)]}), JudgePolicy())
     assert gentle.loss_direction == "max" and "blowing up" not in gentle.loss_why
+
+
+def test_a_gradient_norm_exactly_zero_beside_a_loss_that_stays_is_no_gradient_reaching_the_weights() -> None:
+    """YOLO-World#276's mmengine lines: grad_norm 0.0000 (once nan) at every line, the loss at about 208: WAIT at 4
+    points, STOP from min_loss_points. Left alone: a 0 printed as a placeholder while the loss falls, and an RL
+    objective at about 0 with equal rewards (nothing to push)."""
+    def run(n: int, loss: list[float], grads: list[float]) -> tuple[str, str]:
+        verdict = decide(_history({"loss": loss[:n], "grad_norm": grads[:n]}))
+        return verdict.decision.value, verdict.reason.value
+
+    flat = [208.42, 208.53, 209.18, 208.85, 208.61, 208.77, 208.49, 208.90]
+    dead = [0.0, 0.0, NAN, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert run(4, flat, dead) == ("WAIT", "frozen_loss")
+    assert run(8, flat, dead) == ("STOP", "frozen_loss")
+    assert run(8, _falling(8, 3.0, 1.0), [0.0] * 8)[0] == "CONTINUE"
+    assert run(8, [1e-8, 4e-8, 0.0, 2e-8, 1e-8, 0.0, 3e-8, 1e-8], [0.0] * 8)[0] != "STOP"
+    assert run(8, flat, [0.0] * 7 + [0.3])[0] != "STOP"  # a gradient again: it moves

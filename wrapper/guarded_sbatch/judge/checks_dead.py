@@ -123,3 +123,36 @@ def check_flat_score(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
                 f"{fmt(float(np.min(moving)))} and {fmt(float(np.max(moving)))}")
     return Finding.wait(Reason.STAGNATION, f"a per-step score that does not move: {evidence}; collapsed to one answer?",
                         Anomaly("flat_score", key, int(steps[-n]), float(recent[-1]), evidence))
+
+
+_NO_GRAD_POINTS = 3
+_NOT_FALLING = 0.01  # the loss's later half not this much below its earlier half
+
+
+def check_no_gradient(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:
+    """The gradient norm exactly 0.0 at each of the last points (a non-finite one among them counts as no gradient
+    either), with a training loss well above 0 that does not fall: no gradient reaches the weights. A gradient norm
+    printed as 0 while the loss falls is a placeholder the trainer logs, and a loss at about 0 (an RL objective
+    with equal rewards) has nothing to push: neither is judged. STOP from `min_loss_points` points, WAIT before."""
+    if not keys.train_loss or not keys.grad_norm:
+        return None
+    steps, grads = history.series(keys.grad_norm)
+    recent = grads[-max(policy.min_loss_points, _NO_GRAD_POINTS):]
+    if np.count_nonzero(recent == 0.0) < _NO_GRAD_POINTS or np.any(np.isfinite(recent) & (recent != 0.0)):
+        return None
+    first_step = int(steps[len(grads) - len(recent)])
+    loss_steps, losses = history.series(keys.train_loss)
+    losses = losses[(loss_steps >= first_step) & np.isfinite(losses)]
+    if len(losses) < _NO_GRAD_POINTS or float(np.min(np.abs(losses))) < 1e-3:
+        return None
+    half = len(losses) // 2
+    if float(np.median(losses[half:])) < (1 - _NOT_FALLING) * float(np.median(losses[:half])):
+        return None
+    evidence = (f"{keys.grad_norm} exactly 0 (or not finite) at each of its last {len(recent)} points (steps "
+                f"{first_step} to {int(steps[-1])}) while {keys.train_loss} stays at about {fmt(float(np.median(losses)))}")
+    anomaly = Anomaly("no_gradient", keys.grad_norm, first_step, 0.0, evidence)
+    if len(recent) >= policy.min_loss_points:
+        return Finding.stop(Reason.FROZEN_LOSS, f"the run does not train: no gradient reaches the weights: {evidence}",
+                            anomaly)
+    return Finding.wait(Reason.FROZEN_LOSS, f"no gradient reaches the weights yet: {evidence}; STOP at "
+                        f"{policy.min_loss_points} such points", anomaly)

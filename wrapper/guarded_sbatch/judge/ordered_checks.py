@@ -102,6 +102,7 @@ CHECKS: list[tuple[str, Callable[[CheckInput], Finding | None]]] = [
     ("chance_stuck", lambda c: checks_nohistory.check_chance_stuck(c.history, c.keys, c.policy)),
     ("frozen_loss", lambda c: checks_dead.check_frozen_loss(c.history, c.keys, c.policy)),
     ("zero_signal", lambda c: checks_dead.check_zero_signal(c.history, c.keys, c.policy)),
+    ("no_gradient", lambda c: checks_dead.check_no_gradient(c.history, c.keys, c.policy)),
     ("batch_invariant", lambda c: checks_nohistory.check_batch_invariant(c.history, c.keys, c.policy)),
     ("plateau_from_start", lambda c: checks_trend.check_plateau_from_start(c.history, c.keys, c.policy, c.context)),
     ("stagnation", lambda c: checks_stall.check_stagnation(c.history, c.keys, c.policy)),
