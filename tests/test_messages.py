@@ -44,6 +44,15 @@ def test_did_you_mean(project: Project, args: list[str], expected: str | None) -
     assert expected in _error(project, *args)
 
 
+def test_a_mistyped_script_name_suggests_the_script_of_the_folder(project: Project) -> None:
+    """`check trian.sh` beside train.sh: the one line names train.sh, found in the user's own folder only."""
+    for command in (["check"], []):
+        text = _error(project, *command, "trian.sh")
+        assert "did you mean train.sh?" in text and "check the path" not in text
+    nothing_near = _error(project, "check", "zzzz.sh")
+    assert "did you mean" not in nothing_near and "check the path" in nothing_near
+
+
 def test_did_you_mean_for_config_keys_and_check_names(project: Project, tmp_path: Path) -> None:
     config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
     config.write_text(config.read_text().replace("fast_interval_seconds", "fast_intervall_seconds"))
