@@ -113,3 +113,14 @@ def test_run_says_its_own_words(project: Project) -> None:
     assert result.returncode == 3, result.stderr
     assert "no run name: give --job-name NAME before the --" in result.stderr
     assert "command.sh" not in result.stderr and "To submit it, run:" not in result.stderr
+
+
+def test_a_fail_line_never_says_not_checked(project: Project) -> None:
+    """A misspelled key fails config-diff; the diff that has no reference yet is its own warning, not the FAIL's."""
+    config = project.root / "configs" / "synthetic-tanh-mlp.yaml"
+    config.write_text(config.read_text().replace("\nlr:", "\nlearning_rat:"))
+    text = _check(project, "train.sh")
+    fail_lines = [line for line in text.splitlines() if line.startswith("[FAIL]")]
+    assert fail_lines and all("not checked" not in line for line in fail_lines), text
+    assert "did you mean learning_rate?" in fail_lines[0]
+    assert "also [warn]: not checked: no reference run yet" in text
