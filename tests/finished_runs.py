@@ -28,10 +28,10 @@ def state_folder(folder: Path) -> Iterator[None]:
 
 
 def record_finished_run(config: Path, submit_dir: Path, *, decision: str = "CONTINUE", job_state: str = "COMPLETED",
-                        log: Path | None = None, name: str = "coco-resnet50-finished") -> str:
+                        log: Path | None = None, name: str = "coco-resnet50-finished", tb: Path | None = None) -> str:
     """A guarded run of `config`, submitted from `submit_dir` (train.sh), that ended `job_state` with its sidecar's
-    last decision `decision` (in the state folder GUARDED_SBATCH_STATE_DIR names); `log` is its stdout. Returns its
-    run id."""
+    last decision `decision` (in the state folder GUARDED_SBATCH_STATE_DIR names); `log` is its stdout, `tb` its
+    TensorBoard folder. Returns its run id."""
     from guarded_sbatch.launch.run_reference import save_config_snapshot
     from guarded_sbatch.launch.runconfig import load_run_config
     from guarded_sbatch.records.registry import create_run
@@ -39,7 +39,10 @@ def record_finished_run(config: Path, submit_dir: Path, *, decision: str = "CONT
 
     job_id = str(700_000_000 + secrets.randbelow(99_999_999))  # one of its own: users share no id sequence here
     record = create_run(name, "local", job_id, config_path=str(config), submit_dir=str(submit_dir),
-                        script="train.sh", sources={"stdout": str(log)} if log is not None else {})
+                        script="train.sh", sources={
+                            **({"stdout": str(log)} if log is not None else {}),
+                            **({"specs": [{"kind": "tensorboard", "locator": str(tb), "origin": "--logdir"}]}
+                               if tb is not None else {})})
     save_config_snapshot(record, load_run_config(config))
     SidecarState(finished=True, last_decision=decision, last_reason="healthy" if decision == "CONTINUE" else "x",
                  last_job_state=job_state, last_step=1000).save(record.sidecar_state_file)

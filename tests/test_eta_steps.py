@@ -102,3 +102,26 @@ def test_eta_from_the_timestamps_of_a_references_step_lines(tmp_path: Path, budg
                            "600 steps (epochs=3, steps_per_epoch=200)"), line
     per_step = float(line.split(" × ")[1].split(" s per step")[0])
     assert 0.005 < per_step < 0.5, line
+
+
+def test_eta_from_the_wall_times_of_a_reference_tensorboard_run(tmp_path: Path) -> None:
+    """A reference whose only record of its pace is its TensorBoard events (no log): the example trainer, run for
+    real at 0.05 s a step, writes them with TensorBoard's own writer; the ETA reads seconds per step from them."""
+    from finished_runs import record_finished_run, state_folder
+
+    project = make_project(tmp_path)
+    events = tmp_path / "reference-tb"
+    trainer = subprocess.run([sys.executable, "train.py", "--config", "configs/synthetic-tanh-mlp.yaml", "--steps", "40",
+                              "--step-seconds", "0.05", "--logdir", str(events), "--flush-secs", "0.2"],
+                             cwd=project.root, capture_output=True, text=True, timeout=120)
+    assert trainer.returncode == 0, trainer.stderr[-3000:]
+    with state_folder(project.state_dir):
+        record_finished_run(project.root / REFERENCE / "config.yaml", project.root, name=f"{project.name}-ref",
+                            tb=events)
+    _step_based(project)
+    eta = _eta(project)
+    assert eta["status"] != "failed" and eta["finding"].startswith("ends about"), eta
+    (line,) = [e for e in eta["evidence"] if " steps (" in e]
+    assert line.startswith("1200 steps (config key max_steps=1200) × ") and "TensorBoard events of" in line, line
+    seconds = float(line.split(" × ")[1].split(" s per step")[0])
+    assert 0.05 <= seconds < 1.0, line  # the trainer's sleep is the floor of its pace

@@ -5,12 +5,13 @@ figure — for a NaN run (its learning rate logged far past the loss) and a dive
 from __future__ import annotations
 
 import math
+import random
 from itertools import combinations
 from typing import Any
 
 import pytest
 
-from guarded_sbatch.actions.evidence_plot import build_figure
+from guarded_sbatch.actions.evidence_plot import build_figure, stagger_labels
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import render_final_summary
 
@@ -73,3 +74,46 @@ def test_nan_and_infinity_are_told_apart() -> None:
     assert "NaN from step 146" in {t.get_text() for t in texts_of(loss_panel)}
     assert not any("Infinity" in t.get_text() for t in texts_of(loss_panel))
     assert not any(t.get_text() == "nan" for t in texts_of(loss_panel))  # its NaN named once, by its first value
+
+
+def _boxes_overlap(a: tuple[float, float, float], b: tuple[float, float, float], height: float) -> bool:
+    (left_a, right_a, top_a), (left_b, right_b, top_b) = a, b
+    return left_a < right_b and left_b < right_a and top_a - height < top_b and top_b - height < top_a
+
+
+def test_stagger_labels_never_puts_one_label_box_on_another() -> None:
+    """The layout alone, positions in and positions out: labels apart stay on the top row; close ones are stacked."""
+    height = 0.05
+    apart = [(0.1, 0.2), (0.3, 0.4), (0.7, 0.9)]
+    assert stagger_labels(apart, height, top=0.97) == [0.97] * 3
+    close = [(0.40, 0.55), (0.42, 0.60), (0.45, 0.58), (0.70, 0.80)]
+    tops = stagger_labels(close, height, top=0.97)
+    assert tops[0] == 0.97 and tops[3] == 0.97 and len(set(tops[:3])) == 3  # the three close ones: three rows
+    generator = random.Random(7)
+    for _ in range(200):
+        spans = []
+        for _ in range(generator.randint(1, 12)):
+            right = generator.uniform(0.05, 1.0)
+            spans.append((right - generator.uniform(0.05, 0.3), right))
+        placed = [(left, right, top) for (left, right), top in zip(spans, stagger_labels(spans, height))]
+        assert not any(_boxes_overlap(a, b, height) for a, b in combinations(placed, 2)), placed
+
+
+def test_close_anomalies_are_labelled_apart_and_one_step_once() -> None:
+    steps = list(range(0, 400, 4))
+    loss = [math.exp(-s / 80) if s < 200 else 0.1 * 10 ** ((s - 200) / 20) for s in steps]
+    anomalies = (Anomaly("loss_spike", "loss", 232), Anomaly("divergence", "loss", 240),
+                 Anomaly("grad_explosion", "loss", 240), Anomaly("plateau", "loss", 248))
+    verdict = Verdict(Decision.STOP, Reason.DIVERGENCE, "diverging", anomalies, 252, {"keys": {"train_loss": "loss"}})
+    fig = build_figure({"loss": (steps, loss), "lr": (steps, [0.05] * len(steps))}, verdict, "close-marks")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    loss_panel = next(ax for ax in fig.axes if "loss" in ax.get_title())
+    labels = texts_of(loss_panel)
+    assert [t.get_text() for t in labels].count("divergence, grad_explosion") == 1, [t.get_text() for t in labels]
+    assert {"loss_spike", "plateau", "STOP at 252"} <= {t.get_text() for t in labels}
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for (a, box_a), (b, box_b) in combinations(zip(labels, boxes), 2):
+        assert not box_a.overlaps(box_b), f"{a.get_text()!r} overlaps {b.get_text()!r}"
+    panel = loss_panel.get_window_extent(renderer)
+    assert all(panel.y0 <= box.y0 and box.y1 <= panel.y1 for box in boxes)  # inside its panel

@@ -44,6 +44,15 @@ def test_did_you_mean(project: Project, args: list[str], expected: str | None) -
     assert expected in _error(project, *args)
 
 
+def test_a_mistyped_script_name_suggests_the_script_of_the_folder(project: Project) -> None:
+    """`check trian.sh` beside train.sh: the one line names train.sh, found in the user's own folder only."""
+    for command in (["check"], []):
+        text = _error(project, *command, "trian.sh")
+        assert "did you mean train.sh?" in text and "check the path" not in text
+    nothing_near = _error(project, "check", "zzzz.sh")
+    assert "did you mean" not in nothing_near and "check the path" in nothing_near
+
+
 def test_did_you_mean_for_config_keys_and_check_names(project: Project, tmp_path: Path) -> None:
     config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
     config.write_text(config.read_text().replace("fast_interval_seconds", "fast_intervall_seconds"))
@@ -104,3 +113,14 @@ def test_run_says_its_own_words(project: Project) -> None:
     assert result.returncode == 3, result.stderr
     assert "no run name: give --job-name NAME before the --" in result.stderr
     assert "command.sh" not in result.stderr and "To submit it, run:" not in result.stderr
+
+
+def test_a_fail_line_never_says_not_checked(project: Project) -> None:
+    """A misspelled key fails config-diff; the diff that has no reference yet is its own warning, not the FAIL's."""
+    config = project.root / "configs" / "synthetic-tanh-mlp.yaml"
+    config.write_text(config.read_text().replace("\nlr:", "\nlearning_rat:"))
+    text = _check(project, "train.sh")
+    fail_lines = [line for line in text.splitlines() if line.startswith("[FAIL]")]
+    assert fail_lines and all("not checked" not in line for line in fail_lines), text
+    assert "did you mean learning_rate?" in fail_lines[0]
+    assert "also [warn]: not checked: no reference run yet" in text

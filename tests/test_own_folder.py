@@ -65,3 +65,36 @@ def test_one_config_launched_twice_is_refused_then_waived(tmp_path: Path, backen
     after = project.cli_here("check", "--json", "--guard-backend", backend, "--job-name", f"{project.name}-third",
                              "train.sh")
     assert _own_folder(after.stdout)["status"] == "passed", after.stderr  # a finished run's folder is free again
+
+
+def test_a_loop_of_launches_writing_a_folder_per_job_passes(tmp_path: Path) -> None:
+    """A sweep as a shell loop of one script whose trainer writes runs/sweep-${SLURM_JOB_ID}: the same name three
+    times, each job its own folder, nothing refused; the name is still taken for a script whose folder is fixed."""
+    project = make_project(tmp_path)
+    script = project.root / "train.sh"
+    plain = script.read_text()
+    config = "--config configs/synthetic-tanh-mlp.yaml"
+    (project.root / "sweep.sh").write_text(plain.replace(config, f'{config} --logdir "runs/sweep-${{SLURM_JOB_ID}}"'))
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    jobs: list[str] = []
+    try:
+        for _ in range(3):
+            launch = project.cli("--guard-backend", "local", "sweep.sh", "--steps", "4000", "--step-seconds", "0.05")
+            assert launch.returncode == 0, launch.stderr
+            jobs.append(submitted_job_id(launch.stdout))
+            run_name = next(li for li in launch.stderr.splitlines() if li.startswith("[ok  ] run-name:"))
+            if len(jobs) > 1:  # the earlier jobs of the loop hold the name, queued or running
+                assert "a queued or running job has it too" in run_name and "sweep-${SLURM_JOB_ID}" in run_name
+            own = next(li for li in launch.stderr.splitlines() if "own-folder:" in li)
+            assert own.startswith("[ok  ]") and "new for each job" in own
+        wait_for(lambda: scheduler.state(jobs[0]) is JobState.RUNNING, 120, 0.5, "the first run to start")
+        fixed = project.cli_here("check", "--guard-backend", "local", "train.sh")  # its folder is the config's logdir
+        assert fixed.returncode == 3, fixed.stderr
+        assert any(li.startswith("[FAIL] run-name:") and "is taken" in li for li in fixed.stderr.splitlines())
+    finally:
+        for job in jobs:
+            scheduler.cancel(job)
+    wait_for(lambda: all(scheduler.state(job).is_terminal for job in jobs), 60, 0.5, "the loop's runs to end")
+    folders = {job: [s["locator"] for s in project.run_record(job)["sources"]["specs"] if s["kind"] == "tensorboard"]
+               for job in jobs}
+    assert all(found == [str(project.root / f"runs/sweep-{job}")] for job, found in folders.items()), folders

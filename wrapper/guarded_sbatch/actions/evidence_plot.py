@@ -26,6 +26,7 @@ LOG_SPAN = 100.0  # a positive series whose max/min exceeds this (two decades) i
 # matplotlib's axes overflow (OverflowError in the log ticker) on values near the float limit, which a diverging
 # loss reaches (1e289 before its NaN): larger magnitudes are drawn at this bound and the panel's title says so
 PLOT_BOUND = 1e100
+LABEL_TOP, LABEL_GAP = 0.97, 0.01  # the marks' labels: the top row's upper edge, and the space kept between labels
 
 
 def plotted_keys(keys: Iterable[str], chosen: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -156,9 +157,50 @@ def build_figure(series: dict[str, tuple[Sequence[int], Sequence[float]]], verdi
         axes.flat[0].set_xlim(low, high + max(1, (high - low) // 50))  # shared: every panel the same range
     for ax in axes[-1]:
         ax.set_xlabel("step")
+    _lay_out_labels(fig, [ax for ax in axes.flat if ax.get_visible()])
     head = f"{run_name}: " if run_name else ""
     fig.suptitle(f"{head}{verdict.decision.value} ({verdict.reason.value}) at step {verdict.last_step}", fontsize=11)
     return fig
+
+
+def _mark(ax: Any, text: str, step: int, color: str) -> None:
+    """A mark's label, right of nothing: it ends at its line (its height is set once every label is known)."""
+    ax.annotate(text, (step, LABEL_TOP), xycoords=("data", "axes fraction"), color=color, fontsize=8, ha="right",
+                va="top", bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8})
+
+
+def stagger_labels(spans: Sequence[tuple[float, float]], height: float, *, top: float = LABEL_TOP,
+                   gap: float = LABEL_GAP) -> list[float]:
+    """The top edge of each label given its left and right edges (one unit for all: axes fractions): the highest row
+    where it overlaps no label placed before it, rows `height` + gap apart from `top` down. Labels apart keep the
+    top row; close ones (a spike, a divergence and a NaN a few steps apart) are stacked, never drawn over each
+    other."""
+    rows: list[list[tuple[float, float]]] = []
+    tops: list[float] = []
+    for left, right in spans:
+        row = next((index for index, taken in enumerate(rows)
+                    if all(right + gap <= other_left or other_right + gap <= left
+                           for other_left, other_right in taken)), len(rows))
+        if row == len(rows):
+            rows.append([])
+        rows[row].append((left, right))
+        tops.append(top - row * (height + gap))
+    return tops
+
+
+def _lay_out_labels(fig: Any, panels: list[Any]) -> None:
+    """Each panel's mark labels staggered (stagger_labels), measured as drawn: their widths depend on the font."""
+    fig.canvas.draw()  # the constrained layout and the labels' extents, in pixels
+    renderer = fig.canvas.get_renderer()
+    for ax in panels:
+        labels = [text for text in ax.texts if text.get_text()]
+        if not labels:
+            continue
+        to_axes = ax.transAxes.inverted()
+        boxes = [to_axes.transform(label.get_window_extent(renderer)) for label in labels]
+        height = max(box[1][1] - box[0][1] for box in boxes)
+        for label, top in zip(labels, stagger_labels([(box[0][0], box[1][0]) for box in boxes], height)):
+            label.xy = label.xyann = (label.xy[0], top)  # the point and the text: one place (no arrow)
 
 
 def _draw_panel(ax: Any, label: str, key: str, series: Mapping[str, tuple[Sequence[int], Sequence[float]]],
@@ -170,21 +212,19 @@ def _draw_panel(ax: Any, label: str, key: str, series: Mapping[str, tuple[Sequen
         ax.plot([s for s, _ in finite], bounded, lw=1)
         if log_scale(bounded):
             ax.set_yscale("log")
-    label_box = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.8}
-    for (spelling, first), color, height in zip(nonfinite_onsets(steps, values), ("red", "darkorange", "purple"),
-                                                (0.55, 0.3, 0.42)):
+    for (spelling, first), color in zip(nonfinite_onsets(steps, values), ("red", "darkorange", "purple")):
         ax.axvline(first, color=color, lw=1.5)
-        ax.annotate(onset_label(spelling, first), (first, height), xycoords=("data", "axes fraction"), color=color,
-                    fontsize=8, ha="right", va="center", bbox=label_box)
+        _mark(ax, onset_label(spelling, first), first, color)
+    kinds_at: dict[int, list[str]] = {}  # anomalies at one step: one line, one label naming them all
     for anomaly in verdict.anomalies:
         if anomaly_marked(anomaly, key, plotted_metrics, series):
-            ax.axvline(anomaly.step, color="red", ls="--", lw=1)
-            ax.annotate(anomaly.kind, (anomaly.step, 0.92), xycoords=("data", "axes fraction"), color="red",
-                        fontsize=8, ha="right", va="top", bbox=label_box)
+            kinds_at.setdefault(anomaly.step, []).append(anomaly.kind)
+    for step, kinds in kinds_at.items():
+        ax.axvline(step, color="red", ls="--", lw=1)
+        _mark(ax, ", ".join(dict.fromkeys(kinds)), step, "red")
     if verdict.last_step is not None and verdict.decision is Decision.STOP:
         ax.axvline(verdict.last_step, color="black", lw=1.2, ls=":")
-        ax.annotate(f"STOP at {verdict.last_step}", (verdict.last_step, 0.08), xycoords=("data", "axes fraction"),
-                    fontsize=8, ha="right", va="bottom", bbox=label_box)
+        _mark(ax, f"STOP at {verdict.last_step}", verdict.last_step, "black")
     scale = ", log scale" if ax.get_yscale() == "log" else ""
     if any(abs(v) > PLOT_BOUND for _, v in finite):
         scale += f", beyond {PLOT_BOUND:.0e} drawn at it"

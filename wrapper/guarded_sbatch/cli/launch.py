@@ -11,6 +11,7 @@ from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import BlockedError, ExitCode, UsageError
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.redact import redact
+from guarded_sbatch.core.suggest import near_file
 from guarded_sbatch.core.waiting import fit, tell
 from guarded_sbatch.launch.pipeline import choose_backend, follow_line, guarded_scheduler
 from guarded_sbatch.scheduler import get_scheduler
@@ -55,7 +56,9 @@ def run_launch(argv: list[str], *, check_only: bool, color: bool, show_report: b
         return int(ExitCode.OK)
     if launcher_job is None and not launch.script.is_file():
         where = "" if launch.script.is_absolute() else f" (relative to the folder you submit from, {Path.cwd()})"
-        raise UsageError(f"batch script {launch.script} not found{where}; check the path")
+        near = near_file(launch.script)
+        fix = f"did you mean {near}?" if near else "check the path"
+        raise UsageError(f"batch script {launch.script} not found{where}; {fix}")
     backend = choose_backend(config, guard.backend)
     command_line = launch
     if launcher_job is not None:

@@ -243,7 +243,9 @@ def _find_reference(context: PreflightContext, script_path: Path | None) -> None
         except UsageError as exc:
             context.reference_problem = str(exc)
             return
-        context.reference = Reference(config, path if path.is_dir() else path.parent, None)
+        run_folder = path.is_dir()  # a run's folder: its events are its own (a config file's folder may hold any)
+        context.reference = Reference(config, path if run_folder else path.parent, None,
+                                      tb_dirs=(path,) if run_folder else ())
         return
     roots = list(dict.fromkeys([context.workdir, *([context.submit_dir] if context.submit_dir else [])]))
     if script_path is not None:

@@ -30,6 +30,7 @@ class Reference:
     score: float | None  # None when the user named it
     candidates_seen: int = 0
     logs: tuple[Path, ...] = ()  # its own log files (a guarded run's stdout), for the ETA
+    tb_dirs: tuple[Path, ...] = ()  # its TensorBoard folders: their wall times pace it when no log does (the ETA)
     how: str = ""  # how it was chosen, when not by --guard-reference
 
 

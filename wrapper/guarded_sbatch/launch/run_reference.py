@@ -136,7 +136,11 @@ def _reference_of(record: RunRecord, how: str) -> Reference | None:
     config = RunConfig(record.folder / SNAPSHOT, dict(raw["values"]), (record.folder / SNAPSHOT,),
                        dict(raw.get("overrides") or {}))
     logs = tuple(Path(p) for p in (record.sources.get("stdout"), record.sources.get("stderr")) if p and Path(p).is_file())
-    return Reference(config, record.folder, None, 0, logs=logs, how=f"{how}: run {record.run_id}")
+    specs = record.sources.get("specs")
+    tb_dirs = tuple(Path(spec["locator"]) for spec in (specs if isinstance(specs, list) else [])
+                    if isinstance(spec, dict) and spec.get("kind") == "tensorboard"
+                    and str(spec.get("locator", "")).startswith("/"))
+    return Reference(config, record.folder, None, 0, logs=logs, tb_dirs=tb_dirs, how=f"{how}: run {record.run_id}")
 
 
 def family_reference(config_path: Path | None) -> Reference | None:

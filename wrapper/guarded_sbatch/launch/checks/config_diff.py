@@ -35,9 +35,12 @@ def check_config_diff(context: PreflightContext) -> CheckResult:
     if not typos:
         return result
     lines = [typo.line() for typo in typos]
-    return replace(result, status=CheckStatus.FAILED,
-                   finding="; ".join([*lines, f"fix it in {intended.path.name}", result.finding]),
-                   evidence=(*lines, *result.evidence),
+    # a FAIL line says what failed; a diff that only warned (or could not run) is said apart, as the warning it is
+    failed = result.status is CheckStatus.FAILED
+    finding = "; ".join([*lines, f"fix it in {intended.path.name}", *([result.finding] if failed else [])])
+    besides = () if failed else (f"also [{'warn' if result.status is CheckStatus.WARNED else 'ok'}]: {result.finding}",)
+    return replace(result, status=CheckStatus.FAILED, finding=finding,
+                   evidence=(*lines, *besides, *result.evidence),
                    details={**result.details, "misspelled_keys": [{"key": t.key, "meant": t.meant} for t in typos]})
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_text_bounded
-from guarded_sbatch.launch.checks.eta_pace import seconds_per_step_from_stamps
+from guarded_sbatch.launch.checks.eta_pace import seconds_per_step_from_events, seconds_per_step_from_stamps
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
@@ -168,7 +168,8 @@ def _not_estimated(context: PreflightContext, epochs: float | None, seconds_per_
         # a reference found among configs/ has no log to time: only a run that went through guarded-sbatch has one
         why = " (no earlier run of this config has a log that times it)"
     else:
-        why = f" (the reference run's log shows no epoch or step time: {context.reference.logs[0]})"
+        events = ", nor do its TensorBoard events" if context.reference.tb_dirs else ""
+        why = f" (the reference run's log shows no epoch or step time: {context.reference.logs[0]}{events})"
     return CheckResult(
         NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}, "
         f"or read the ETA from the run's own pace once it runs (`guarded-sbatch status`; a step budget is read from "
@@ -242,9 +243,11 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         per_epoch = seconds_per_epoch_from_log_files(logs)
         size = context.reference.config.find(("steps_per_epoch",))
         steps = as_number(size[1]) if size else None
-        if per_epoch is None or not steps or steps <= 0:
-            return None
-        speed = (per_epoch[0] / steps, f"{per_epoch[1]}, / steps_per_epoch={steps:g} of the reference")
+        if per_epoch is not None and steps and steps > 0:
+            speed = (per_epoch[0] / steps, f"{per_epoch[1]}, / steps_per_epoch={steps:g} of the reference")
+    if speed is None:  # no log paces it: the wall times of its TensorBoard events do
+        events = seconds_per_step_from_events(context.reference.tb_dirs)
+        return (total, budget, events[0], f"reference {events[1]}") if events is not None else None
     return total, budget, speed[0], f"reference logs: {speed[1]}"
 
 

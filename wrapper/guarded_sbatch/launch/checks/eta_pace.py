@@ -4,12 +4,15 @@
 A line counts when it carries both a time of day (with or without its date; a clock without a date that goes back
 has passed midnight) or a Unix time, and a step number named as such (`step 10`, `step: 10`, `"step": 10`,
 `iter=10`, `[10/500]`). A step that goes back starts the count again (a resumed run): the pace is that of the
-last stretch of rising steps, over its first and last stamped lines."""
+last stretch of rising steps, over its first and last stamped lines. A reference run's TensorBoard events give the
+same pairs (each scalar's wall time and step), read with the project's own reader, bounded."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from datetime import datetime
+from pathlib import Path
 
 DATE_TIME = re.compile(r"(?<!\d)(?:(\d{4}-\d{2}-\d{2})[ T_]|(?<![\d:]))([01]\d|2[0-3]):([0-5]\d):([0-5]\d)"
                        r"(?:[.,](\d+))?(?![\d:])")
@@ -19,6 +22,7 @@ STEP = re.compile(
     r"|\[(\d{1,12})/\d{1,12}\]", re.IGNORECASE)
 MIN_POINTS = 2
 DAY_S = 86400.0
+MAX_EVENT_POINTS = 200_000  # of a reference's TensorBoard events: the pace needs a stretch, never the whole run
 
 
 def _stamp(line: str) -> float | None:
@@ -46,8 +50,10 @@ def _step(line: str) -> int | None:
 
 def seconds_per_step_from_stamps(text: str) -> tuple[float, int, int] | None:
     """(seconds per step, first step, last step) of the last stretch of rising stamped steps; None without one."""
-    stretch: list[tuple[float, int]] = []
-    best: list[tuple[float, int]] = []
+    return pace_of(_stamped_steps(text))
+
+
+def _stamped_steps(text: str) -> Iterable[tuple[float, int]]:
     day = 0.0
     last_clock: float | None = None
     for line in text.splitlines():
@@ -65,6 +71,14 @@ def seconds_per_step_from_stamps(text: str) -> tuple[float, int, int] | None:
                 day += DAY_S
             last_clock = clock
             stamp = day + clock
+        yield stamp, step
+
+
+def pace_of(pairs: Iterable[tuple[float, int]]) -> tuple[float, int, int] | None:
+    """(seconds per step, first step, last step) over the last stretch of (time, step) pairs rising in both."""
+    stretch: list[tuple[float, int]] = []
+    best: list[tuple[float, int]] = []
+    for stamp, step in pairs:
         if stretch and (step <= stretch[-1][1] or stamp < stretch[-1][0]):
             best = stretch if len(stretch) >= MIN_POINTS else best
             stretch = []
@@ -76,3 +90,37 @@ def seconds_per_step_from_stamps(text: str) -> tuple[float, int, int] | None:
     if last_t <= first_t or last_step <= first_step:
         return None
     return (last_t - first_t) / (last_step - first_step), first_step, last_step
+
+
+def seconds_per_step_from_events(folders: Iterable[Path]) -> tuple[float, str] | None:
+    """A reference run's pace from its TensorBoard events: the wall time and step of its most logged scalar."""
+    from guarded_sbatch.sources.base import SourceError  # noqa: PLC0415 - a reference with events only
+    from guarded_sbatch.sources.kinds import open_source  # noqa: PLC0415
+
+    for folder in folders:
+        try:
+            batch = open_source("tensorboard", folder).read_batch(MAX_EVENT_POINTS)
+        except (SourceError, OSError):
+            continue
+        by_key = _timed_steps(batch)
+        if not by_key:
+            continue
+        key = max(by_key, key=lambda k: len(by_key[k]))
+        found = pace_of(by_key[key])
+        if found is not None:
+            return found[0], f"{key} step {found[1]}→{found[2]} wall times in the TensorBoard events of {folder}"
+    return None
+
+
+def _timed_steps(batch: object) -> dict[str, list[tuple[float, int]]]:
+    """(wall time, step) pairs per key, in the order written: from the reader's columns (key: steps, wall times,
+    values) or its points."""
+    by_key: dict[str, list[tuple[float, int]]] = {}
+    if isinstance(batch, dict):
+        for key, (steps, wall_times, _) in batch.items():
+            by_key[str(key)] = [(float(t), int(s)) for t, s in zip(list(wall_times), list(steps)) if t > 0]
+    elif isinstance(batch, list):
+        for point in batch:
+            if point.wall_time > 0:
+                by_key.setdefault(point.key, []).append((point.wall_time, point.step))
+    return {key: pairs for key, pairs in by_key.items() if pairs}

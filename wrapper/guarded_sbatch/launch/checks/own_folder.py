@@ -21,7 +21,7 @@ from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.records.registry import ENDED, mark_over, open_runs
 from guarded_sbatch.sbatch.script_shell import JOB_VARIABLE, fill_job_variables
 from guarded_sbatch.launch.checks.own_folder_defaults import defaults_shared
-from guarded_sbatch.launch.checks.run_name import run_name_of
+from guarded_sbatch.launch.checks.run_name import is_per_job, per_job_folders, run_name_of
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.live_jobs import snapshot_of
 from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix
@@ -50,7 +50,7 @@ def planned_folders(context: PreflightContext) -> list[Folder]:
         labelled = [*((p, "output folder", False) for p in sources.output_dirs),
                     *((s.locator, s.origin, place_of(s.kind) == "file") for s in sources.specs if not is_pinned(s))]
         for path, label, is_file in labelled:
-            if not re.search(r"SLURM_JOB_?ID", path):
+            if not is_per_job(path):
                 folders.append(Folder(fill_job_variables(path, job_id="", job_name=plan.job_name), label, is_file))
     cwd = context.submit_dir or context.workdir
     for given in context.launch.guard_options.tb:
@@ -87,6 +87,10 @@ def overlaps(ours: str, theirs: str) -> bool:
 
 def check_own_folder(context: PreflightContext) -> CheckResult:
     folders = planned_folders(context)
+    per_job = per_job_folders(context)
+    if not folders and per_job:
+        return CheckResult(NAME, CheckStatus.PASSED, f"this run writes {', '.join(per_job)}: new for each job, "
+                           "no live run writes it")
     if not folders:
         return defaults_shared(context, _liveness)
     conflicts: list[str] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-import itertools
 import os
 import re
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 
 from guarded_sbatch.sources.kinds import written_folder_keys
 from guarded_sbatch.sbatch.script_shell import needs_shell
-from guarded_sbatch.core.suggest import closest
+from guarded_sbatch.core.suggest import near_file
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import StatOutcome, timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
@@ -227,22 +226,7 @@ def _missing(ref: PathRef, path: Path, timeout_s: float, own: Path | None, workd
         if os.path.lexists(there):
             return (f"does not exist; it is in the script's folder, {there}: the job runs in {workdir} (submit from "
                     f"{own}, or add #SBATCH --chdir={own})")
-        near = _near_name(there, timeout_s)
+        near = near_file(there, timeout_s)
         return f"does not exist; did you mean {near}?" if near else "does not exist"
-    near = _near_name(path, timeout_s)
+    near = near_file(path, timeout_s)
     return f"does not exist; did you mean {near}?" if near else "does not exist"
-
-
-def _near_name(path: Path, timeout_s: float) -> Path | None:
-    """A file beside a missing one whose name is a likely typo's target (`synthetic-tanh-mpl.yaml` for `-mlp`): the
-    folder listed under the stat deadline (a hung mount never holds the check), the first 500 names only."""
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - a missing path only: off the launch's path
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        future = pool.submit(lambda: list(itertools.islice(os.scandir(path.parent), 500)))
-        try:
-            names = [entry.name for entry in future.result(timeout=timeout_s)]
-        except (OSError, TimeoutError):
-            return None
-    near = closest(path.name, names)
-    return path.parent / near if near else None

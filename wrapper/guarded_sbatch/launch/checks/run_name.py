@@ -13,12 +13,31 @@ from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.fsinfo import timed_stats
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import RunConfig
+from guarded_sbatch.launch.source_plan import SourcePlan
 
 # where a run's folder is <place>/<name>: a source kind's folder key (a TensorBoard logdir) names the run's own folder
 # already, and a live run writing it is the own-folder check's
 NAMED_FOLDER_KEYS = (*OUTPUT_KEYS, *CHECKPOINT_DIR_KEYS)
 
 NAME = CheckName.RUN_NAME.value
+# a value new for each launch: the job's id (`${SLURM_JOB_ID:-x}` too: a job always has one) or its array's. Not
+# `$SLURM_ARRAY_TASK_ID` alone (the next launch of the array repeats it), nor `%j` (sbatch fills it in --output only)
+_JOB_ID = re.compile(r"\$\{?SLURM_(?:ARRAY_)?JOB_?ID\b")
+
+
+def is_per_job(path: str) -> bool:
+    """A folder whose path holds the job's own id: each launch writes a new one, whatever its name."""
+    return bool(_JOB_ID.search(path))
+
+
+def per_job_folders(context: PreflightContext) -> list[str]:
+    """The folders this run writes, when every one known at launch is per job (else none)."""
+    plan = context.source_plan
+    if not isinstance(plan, SourcePlan):
+        return []
+    logs = {plan.sources.stdout, plan.sources.stderr}
+    folders = [path for path in plan.sources.claimed_folders() if path not in logs]
+    return folders if folders and all(map(is_per_job, folders)) else []
 CONFIG_NAME_KEYS = ("run_name", "experiment_name", "exp_name", "wandb.name", "logger.name")
 DATASET_KEYS = ("dataset", "dataset_name", "data.name", "task", "task_name")
 MODEL_KEYS = ("model.name", "model_name", "arch", "model", "backbone")
@@ -60,11 +79,15 @@ def check_run_name(context: PreflightContext) -> CheckResult:
         return CheckResult(NAME, CheckStatus.PASSED, f"run name {name!r} follows the pattern (restart)", tuple(evidence))
     collisions: list[str] = []
     warnings: list[str] = []
+    shared = ""
     if context.scheduler is not None:
         try:
             active = context.scheduler.active_job_names()
             evidence.append(f"{len(active)} queued/running job name(s) checked on {context.scheduler.name}")
-            if name in active:
+            per_job = per_job_folders(context) if name in active else []
+            if per_job:  # a loop of launches of one name, each writing a folder of its own
+                shared = f"; a queued or running job has it too, and each writes its own {', '.join(per_job)}"
+            elif name in active:
                 collisions.append(f"a queued or running job is already called {name!r}")
         except GuardedError as exc:
             warnings.append(f"could not list queued jobs: {exc}")
@@ -77,9 +100,11 @@ def check_run_name(context: PreflightContext) -> CheckResult:
                            tuple(evidence))
     if warnings:
         return CheckResult(
-            NAME, CheckStatus.WARNED, f"run name {name!r} follows the pattern; {'; '.join(warnings)}", tuple(evidence)
+            NAME, CheckStatus.WARNED, f"run name {name!r} follows the pattern{shared}; {'; '.join(warnings)}",
+            tuple(evidence)
         )
-    return CheckResult(NAME, CheckStatus.PASSED, f"run name {name!r} follows the pattern and is free", tuple(evidence))
+    free = shared or " and is free"
+    return CheckResult(NAME, CheckStatus.PASSED, f"run name {name!r} follows the pattern{free}", tuple(evidence))
 
 
 def _check_folders(context: PreflightContext, name: str, collisions: list[str], warnings: list[str],
