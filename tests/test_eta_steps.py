@@ -125,3 +125,33 @@ def test_eta_from_the_wall_times_of_a_reference_tensorboard_run(tmp_path: Path) 
     assert line.startswith("1200 steps (config key max_steps=1200) × ") and "TensorBoard events of" in line, line
     seconds = float(line.split(" × ")[1].split(" s per step")[0])
     assert 0.05 <= seconds < 1.0, line  # the trainer's sleep is the floor of its pace
+
+
+def test_a_step_budget_under_any_name_is_learnt_from_where_the_reference_ended(tmp_path: Path) -> None:
+    """No known budget key: the reference's config holds `iters: 300` and its log ends at step 300, so `iters` is the
+    budget; this run's `iters: 600` is timed by the reference's pace. Without such a key the check says the pace is
+    known and the budget is not (never that the log shows no step time)."""
+    project = make_project(tmp_path)
+    config = project.root / "configs" / "synthetic-tanh-mlp.yaml"
+    base = config.read_text()
+    config.write_text(base.replace("epochs: 3\nsteps_per_epoch: 200\n", "iters: 600\n"))
+    run = subprocess.run([sys.executable, "-c", STAMPING_TRAINER], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    reference = project.root / "finished-run"
+    reference.mkdir()
+    (reference / "config.yaml").write_text(base.replace("epochs: 3\nsteps_per_epoch: 200\n", "iters: 300\n"))
+    (reference / "slurm-41.out").write_text(run.stdout)
+
+    def eta() -> dict:
+        result = project.cli_here("check", "--json", "--guard-backend", "local", "--guard-reference", str(reference),
+                                  "train.sh")
+        return next(check for check in json.loads(result.stdout)["checks"] if check["name"] == "eta")
+
+    learnt = eta()
+    assert learnt["finding"].startswith("ends about"), learnt
+    (line,) = [e for e in learnt["evidence"] if " steps (" in e]
+    assert line.startswith("600 steps (config key iters=600: the reference's log ends at step 300 with iters=300)"), line
+    config.write_text(base.replace("epochs: 3\nsteps_per_epoch: 200\n", "rounds: 600\n"))
+    unknown = eta()
+    assert "s per step (step 10→300 timestamps in" in unknown["finding"], unknown
+    assert "number of steps is unknown" in unknown["finding"] and "shows no epoch or step time" not in unknown["finding"]

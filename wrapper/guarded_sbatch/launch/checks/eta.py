@@ -8,7 +8,8 @@ from pathlib import Path
 
 from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.core.fsutil import read_text_bounded
-from guarded_sbatch.launch.checks.eta_pace import seconds_per_step_from_events, seconds_per_step_from_stamps
+from guarded_sbatch.launch.checks.eta_pace import (budget_key, last_step_of, seconds_per_step_from_events,
+                                                   seconds_per_step_from_stamps)
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 from guarded_sbatch.launch.runconfig import as_number
@@ -162,14 +163,19 @@ def _not_estimated(context: PreflightContext, epochs: float | None, seconds_per_
         )
         if v is None
     ]
+    logs = (list(context.reference.logs) or _logs_under(context.reference.folder)) if context.reference else []
+    paced = seconds_per_step_from_log_files(logs) if seconds_per_epoch is None and logs else None
     if seconds_per_epoch is not None:
         why = ""
-    elif context.reference is None or not context.reference.logs:
+    elif paced is not None:
+        why = (f" (the reference ran {paced[0]:.3g} s per step ({paced[1]}), but this run's number of steps is "
+               "unknown: no step budget in its config)")
+    elif context.reference is None or not logs:
         # a reference found among configs/ has no log to time: only a run that went through guarded-sbatch has one
         why = " (no earlier run of this config has a log that times it)"
     else:
         events = ", nor do its TensorBoard events" if context.reference.tb_dirs else ""
-        why = f" (the reference run's log shows no epoch or step time: {context.reference.logs[0]}{events})"
+        why = f" (the reference run's log shows no epoch or step time: {logs[0]}{events})"
     return CheckResult(
         NAME, CheckStatus.WARNED, f"not checked: cannot estimate the run time{why}; give {' and '.join(missing)}, "
         f"or read the ETA from the run's own pace once it runs (`guarded-sbatch status`; a step budget is read from "
@@ -230,6 +236,9 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
     found = context.intended.find(STEP_KEYS)
     total = as_number(found[1]) if found else None
     budget = f"config key {found[0]}={total:g}" if found and total else ""
+    logs = list(context.reference.logs) or _logs_under(context.reference.folder)
+    if not total:  # the key whose value the reference ran to, learned from its log's last step
+        total, budget = _learned_budget(context, logs)
     if not total:  # an epoch budget with its steps per epoch: the same steps, timed by the reference's step lines
         epochs, size = context.intended.find(EPOCH_KEYS), context.intended.find(("steps_per_epoch",))
         count, per = (as_number(epochs[1]) if epochs else None), (as_number(size[1]) if size else None)
@@ -237,7 +246,6 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         budget = f"{epochs[0]}={count:g}, steps_per_epoch={per:g}" if total else ""  # type: ignore[index]
     if not total or total <= 0:
         return None
-    logs = list(context.reference.logs) or _logs_under(context.reference.folder)
     speed = seconds_per_step_from_log_files(logs)
     if speed is None:  # the reference timed its epochs and says how many steps one has
         per_epoch = seconds_per_epoch_from_log_files(logs)
@@ -249,6 +257,23 @@ def _by_steps(context: PreflightContext) -> tuple[float, str, float, str] | None
         events = seconds_per_step_from_events(context.reference.tb_dirs)
         return (total, budget, events[0], f"reference {events[1]}") if events is not None else None
     return total, budget, speed[0], f"reference logs: {speed[1]}"
+
+
+def _learned_budget(context: PreflightContext, logs: list[Path]) -> tuple[float | None, str]:
+    """(steps, where from) when one key of the reference's config holds the step its log ended at, and this run's
+    config sets that key too."""
+    assert context.reference is not None and context.intended is not None
+    for log in logs:
+        try:
+            last = last_step_of(read_text_bounded(log, MAX_LOG_BYTES, errors="replace").replace("\r", "\n"))
+        except OSError:
+            continue
+        key = budget_key(context.reference.config.values, last) if last is not None else None
+        total = as_number(context.intended.values.get(key)) if key is not None else None
+        if key is not None and total:
+            return total, (f"config key {key}={total:g}: the reference's log ends at step {last} with "
+                           f"{key}={context.reference.config.values[key]}")
+    return None, ""
 
 
 def _logs_under(folder: Path) -> list[Path]:

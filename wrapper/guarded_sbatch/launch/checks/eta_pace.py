@@ -124,3 +124,24 @@ def _timed_steps(batch: object) -> dict[str, list[tuple[float, int]]]:
             if point.wall_time > 0:
                 by_key.setdefault(point.key, []).append((point.wall_time, point.step))
     return {key: pairs for key, pairs in by_key.items() if pairs}
+
+
+def last_step_of(text: str) -> int | None:
+    """The step named by the last line that names one: a finished run's last logged step."""
+    last: int | None = None
+    for line in text.splitlines():
+        if len(line) <= 2000 and (step := _step(line)) is not None:
+            last = step
+    return last
+
+
+def budget_key(values: dict[str, object], last_step: int) -> str | None:
+    """The one whole-number config key whose value a finished run ran to: its last logged step, or up to 2 % (a
+    logging stride) past it (`iters: 400` beside a log that ends at step 400). None when none or several fit."""
+    fits = []
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            continue
+        if last_step >= MIN_POINTS and 0 <= value - last_step <= 0.02 * value + 1:
+            fits.append(key)
+    return fits[0] if len(fits) == 1 else None
