@@ -259,3 +259,22 @@ def test_a_gradient_norm_exactly_zero_beside_a_loss_that_stays_is_no_gradient_re
     assert run(8, _falling(8, 3.0, 1.0), [0.0] * 8)[0] == "CONTINUE"
     assert run(8, [1e-8, 4e-8, 0.0, 2e-8, 1e-8, 0.0, 3e-8, 1e-8], [0.0] * 8)[0] != "STOP"
     assert run(8, flat, [0.0] * 7 + [0.3])[0] != "STOP"  # a gradient again: it moves
+
+
+def test_a_running_best_is_a_record_of_the_past_never_the_evaluation_judged() -> None:
+    """distance-encoding#6: `best test acc` flat by design beside accuracies stuck at 0.5: the flat record is no
+    evidence, the stuck accuracy is; a healthy run's running best leaves it CONTINUE."""
+    n = 8
+    stuck = {"train loss": [1.3, 1.0, 0.72, 0.78, 1.11, 1.35, 1.36, 1.14], "best test acc": [0.912] * n,
+             "test acc": [0.5] * n}
+    keys = select_keys(_history(stuck), JudgePolicy())
+    assert keys.key_metric == "test acc" and "best test acc" not in keys.eval_keys
+    assert "best test acc" in decide(_history(stuck)).message or "test acc" in decide(_history(stuck)).message
+    healthy = {"train loss": _falling(n), "val acc": [0.5 + 0.05 * i for i in range(n)],
+               "best val acc": [0.5 + 0.05 * i for i in range(n)]}
+    healthy["best val acc"][-3:] = [healthy["best val acc"][-4]] * 3
+    healthy["val acc"][-3:] = [0.84, 0.83, 0.845]
+    assert decide(_history(healthy)).decision is Decision.CONTINUE
+    falling_best = select_keys(_history({"loss": _falling(n), "best": [0.9, 0.5, 0.8, 0.4, 0.7, 0.3, 0.6, 0.2]}),
+                               JudgePolicy())
+    assert "best" in falling_best.eval_keys or falling_best.key_metric is None  # not monotone: not a record

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from guarded_sbatch.judge.history import MetricHistory
 from guarded_sbatch.judge.keys import Direction, KeyRole, Role, classify_key, key_words
 from guarded_sbatch.judge.objective import NAN_WARNINGS_KEY, choose_objective, never_objective
@@ -58,6 +60,16 @@ def metric_direction(name: str) -> Direction:
     return Direction.HIGHER_IS_BETTER if _HIGHER_IS_BETTER.search(lowered) else Direction.LOWER_IS_BETTER
 
 
+def _running_best(history: MetricHistory, key: str) -> bool:
+    """A record of the past, not a reading (`best test acc`, `best_val_loss`): named so, and never worse than its
+    own previous value. Flat by design, it is no evaluation to judge; it stays watched for NaN and explosions."""
+    if "best" not in key_words(key):
+        return False
+    values = history.finite_series(key)[1]
+    steps = np.diff(values)
+    return len(values) < 2 or bool(np.all(steps >= 0) or np.all(steps <= 0))
+
+
 def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
     roles: dict[str, KeyRole] = {key: classify_key(key) for key in history.keys()}
 
@@ -81,7 +93,8 @@ def select_keys(history: MetricHistory, policy: JudgePolicy) -> RunKeys:
     if objective is not None:
         train_loss = objective.key
     # a `train`-tagged accuracy (a run without validation) is not an evaluation
-    evals = [k for k in with_role(Role.EVAL_METRIC) if k != train_loss and not _train_tagged(k)]
+    evals = [k for k in with_role(Role.EVAL_METRIC)
+             if k != train_loss and not _train_tagged(k) and not _running_best(history, k)]
     # eval losses before other eval metrics: the loss is what every run has and the judge knows best;
     # a loss before its perplexity (Megatron's text log prints both, TB/W&B often only the loss)
     evals.sort(key=lambda k: (not set(key_words(k)) & {"loss", "nll", "ce", "tel"},
