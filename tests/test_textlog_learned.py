@@ -147,3 +147,15 @@ def test_a_word_that_varies_between_lines_of_one_shape_is_no_slot(tmp_path: Path
     log.write_text("".join(f"run {w} step {i} loss {2 - i * 0.1:.2f}\n" for i, w in enumerate(words, start=1)))
     series = _series(TextLogSource(log).read_new())
     assert [s for s, _ in series["loss"]] == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_line_labelled_val_is_an_evaluation_never_the_training_series(tmp_path: Path) -> None:
+    """rat-sql#11: `Step N stats, train: loss = X` and `Step N stats, val: loss = Y` at the same step: the val line
+    is an evaluation (eval/loss), never written over the training loss."""
+    log = tmp_path / "train.log"
+    log.write_text("".join(f"[2020-07-29T13:59:21] Step {s} stats, train: loss = {t}\n"
+                           f"[2020-07-29T13:59:27] Step {s} stats, val: loss = {v}\n"
+                           for s, t, v in ((14100, 1.13, 3.32), (14200, 0.92, 3.54), (14300, 2.30, 4.65))))
+    points = TextLogSource(log).read_new()
+    by_key = {(p.key, p.step): p.value for p in points}
+    assert by_key[("loss", 14200)] == 0.92 and by_key[("eval/loss", 14200)] == 3.54

@@ -53,9 +53,10 @@ _IGNORED_KEYS = {"rank", "local_rank", "v_num", "eta", "epoch", "train", "test",
                  "iter(val)", "epoch(test)", "update", "using"}
 _EVAL_LINE = re.compile(
     r"validation loss at iteration|validate step|\bvalid(?:ation)? on\b|^\| valid \||\| valid \||^Test: \[|"
-    r"\bend of epoch\b|^Eval |^Evaluation\b|^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \|", re.IGNORECASE)
+    r"\bend of epoch\b|^Eval |^Evaluation\b|^(?:Epoch|Iter)\((?:val|test)\)|\| INFO \| valid \||"
+    r"(?<![\w/.-])(?:val|valid|validation|eval|evaluation|dev|test)\s?:\s", re.IGNORECASE)  # `stats, val: loss = 3.3`
 # what every match of _EVAL_LINE holds, lower-cased (on ASCII text no other case folding applies)
-_EVAL_LINE_NEEDLES = ("valid", "test", "end of epoch", "eval", "(val)")
+_EVAL_LINE_NEEDLES = ("valid", "test", "end of epoch", "eval", "(val)", "val:", "val :", "dev:", "dev :")
 _EVAL_WORDS = re.compile(r"(?:^|[\W_])(eval|val|valid|validation|test|tel|dev)(?:$|[\W_])", re.IGNORECASE)
 _LOSS_SCALE_EVENTS = [
     re.compile(rf"[Rr]educing dynamic loss scale from {_N} to (?P<value>{_N})"),
