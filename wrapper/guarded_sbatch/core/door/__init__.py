@@ -9,7 +9,7 @@ tests/test_door.py, fails on a file access anywhere else). Three rules hold for 
   new; a link at an output path is refused and named (`LinkRefusedError`), never written through or chmod'ed.
 Reads are reading.py's, writes (and folders, renames, removals, locks) writing.py's, what either refuses
 refusals.py's; deletion of a tree (tree.py) walks from a folder descriptor checked against the device and inode the
-plan saw. Callers use this package's names (`door.read`, `door.write_atomic`), never its modules.
+plan saw. Callers use this package's names (`door.read`, `door.write_atomic`), not those three modules.
 """
 
 from __future__ import annotations
