@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.config import Config, load_config, parse_quiet_hours
+from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.quiet_hours import parse_quiet_hours
 from guarded_sbatch.scheduler import resolve_backend
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ import pytest
 
 from guarded_sbatch.core import config, config_schema
 from guarded_sbatch.core.config_example import render_example_site
-from guarded_sbatch.core.config_schema import Key
+from guarded_sbatch.core.config_key import Key
 from guarded_sbatch.core.errors import UsageError
 
 WIDGETS = Key("probe.widgets", "int", 4, "Widgets each probe may use.", high=64, example=8)

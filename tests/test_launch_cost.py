@@ -126,18 +126,18 @@ def test_a_job_id_handed_out_again_is_a_new_run(tmp_path: Path, monkeypatch: pyt
 @pytest.mark.parametrize("history", [1, 60])
 def test_on_slurm_a_launch_runs_one_squeue_whatever_the_history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 slurm_cluster: None, history: int) -> None:
-    from guarded_sbatch.scheduler import slurm
+    from guarded_sbatch.scheduler import slurm, slurm_run
 
     project = _project(tmp_path, monkeypatch)
     _history(project, history, "slurm")
     commands: list[list[str]] = []
-    original = slurm.run_command
+    original = slurm_run.run_command
 
     def counted(argv: list[str], **kwargs: object):  # type: ignore[no-untyped-def]
         commands.append(list(argv))
         return original(argv, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(slurm, "run_command", counted)
+    monkeypatch.setattr(slurm_run, "run_command", counted)
     report = _preflight(project, slurm.SlurmScheduler(state_dir=tmp_path / "state"))
     queries = [argv for argv in commands if argv[0] in ("squeue", "sacct", "scontrol")]
     assert [argv[0] for argv in queries] == ["squeue"], queries

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from guarded_sbatch.core.config import Config, parse_quiet_hours
+from guarded_sbatch.core.config import Config
 from guarded_sbatch.core.mounts import Mount
+from guarded_sbatch.core.quiet_hours import parse_quiet_hours
 from guarded_sbatch.launch.preflight import format_report
 from guarded_sbatch.launch.results import CheckStatus
 from guarded_sbatch.scheduler.interface import SubmitRequest

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from guarded_sbatch.cli.lifecycle import sacct_exit
-from guarded_sbatch.scheduler.slurm import _SACCT_FIELDS
+from guarded_sbatch.scheduler.slurm_queries import _SACCT_FIELDS
 from guarded_sbatch.scheduler.slurm_parse import job_info_from_sacct, sacct_job_row
 
 

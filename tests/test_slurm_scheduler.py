@@ -12,7 +12,8 @@ import pytest
 from guarded_sbatch.core.errors import SchedulerError, UsageError
 from guarded_sbatch.core.runner import run_command
 from guarded_sbatch.scheduler.interface import JobState, SubmitRequest
-from guarded_sbatch.scheduler.slurm import SlurmScheduler, SlurmUnreachableError
+from guarded_sbatch.scheduler.slurm import SlurmScheduler
+from guarded_sbatch.scheduler.slurm_run import SlurmUnreachableError
 
 pytestmark = pytest.mark.slurm
 

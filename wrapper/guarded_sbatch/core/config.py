@@ -1,8 +1,8 @@
-"""Site and user configuration (TOML): built-in defaults < site config < user config.
+"""Site and user configuration (TOML): built-in defaults < site config < user config, merged into the immutable
+settings the rest of the code reads (`Config`, `SidecarJobSettings`, `LauncherSettings`).
 
-The site config's path comes from GUARDED_SBATCH_SITE_CONFIG (a modulefile sets it). The user config is
-GUARDED_SBATCH_USER_CONFIG, else $XDG_CONFIG_HOME/guarded-sbatch/config.toml (~/.config/...). Keys the site
-lists in `locked` (dotted paths, e.g. "checks.mandatory") cannot be changed by a user config.
+Which files are read, and how, is core/config_files.py; every key is declared in core/config_schema.py. Keys the
+site lists in `locked` (dotted paths, e.g. "checks.mandatory") cannot be changed by a user config.
 """
 
 from __future__ import annotations
@@ -10,62 +10,24 @@ from __future__ import annotations
 import copy
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
-from datetime import datetime, time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core import config_schema as schema
-from guarded_sbatch.core.config_schema import (
-    DEFAULT_FORBIDDEN_NAMES,
-    DEFAULT_NAME_PATTERN,
-    MAX_NUMBER,
-    NOTIFY_EVENTS,
-    Key,
-    checked,
-)
-from guarded_sbatch.core import door
+from guarded_sbatch.core.config_files import USER_CONFIG_ENV, read_toml, site_config_paths, user_config_path
+from guarded_sbatch.core.config_key import Key, checked
+from guarded_sbatch.core.config_schema import DEFAULT_NAME_PATTERN
 from guarded_sbatch.core.errors import UsageError
+from guarded_sbatch.core.quiet_hours import QuietWindow, parse_quiet_hours
 from guarded_sbatch.core.suggest import did_you_mean
 
-__all__ = ["DEFAULT_FORBIDDEN_NAMES", "DEFAULT_NAME_PATTERN", "MAX_NUMBER", "NOTIFY_EVENTS", "Config",
-           "LauncherSettings", "QuietWindow", "SidecarJobSettings", "load_config", "parse_quiet_hours", "read_toml",
-           "recorded_sidecar", "watcher_flags"]
+__all__ = ["DEFAULT_NAME_PATTERN", "Config", "LauncherSettings", "SidecarJobSettings", "load_config",
+           "recorded_sidecar", "setting", "setting_value", "watcher_flags"]
 
-SITE_CONFIG_ENV = "GUARDED_SBATCH_SITE_CONFIG"
-# The admins' site config at a fixed system path: always read when it is there, whatever the environment says
-# (unsetting GUARDED_SBATCH_SITE_CONFIG drops nothing); a config the variable names is merged below it.
-SYSTEM_SITE_CONFIG = Path("/etc/guarded-sbatch/site.toml")
 _UNION_KEYS = (("checks", "mandatory"), ("locked",))  # lists a lower site config may add to, never remove from
-USER_CONFIG_ENV = "GUARDED_SBATCH_USER_CONFIG"
-
-
-WEEKDAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-QUIET_ENTRY = re.compile(r"^(?:(?P<days>[A-Za-z,\-]+)\s+)?(?P<start>\d{1,2}:\d{2})\s*-\s*(?P<end>\d{1,2}:\d{2})$")
-
-
-@dataclass(frozen=True)
-class QuietWindow:
-    """A daily window (may cross midnight) on some weekdays (0 = Monday); the weekday is that of its start."""
-
-    start: time
-    end: time  # time(0, 0) with end_of_day=True stands for 24:00
-    weekdays: frozenset[int]
-    text: str
-    end_of_day: bool = False
-
-    def contains(self, moment: datetime) -> bool:
-        minute = moment.hour * 60 + moment.minute
-        start = self.start.hour * 60 + self.start.minute
-        end = 24 * 60 if self.end_of_day else self.end.hour * 60 + self.end.minute
-        if start < end:
-            return moment.weekday() in self.weekdays and start <= minute < end
-        # crosses midnight: the late part belongs to today, the early part to yesterday's window
-        if minute >= start:
-            return moment.weekday() in self.weekdays
-        return minute < end and (moment.weekday() - 1) % 7 in self.weekdays
 
 
 def _converted(key: Key, value: Any, metadata: Mapping[str, Any], env: Mapping[str, str],
@@ -197,35 +159,6 @@ class Config:
         return next((window for window in self.quiet_hours if window.contains(moment)), None)
 
 
-
-def user_config_path(env: Mapping[str, str]) -> Path:
-    if env.get(USER_CONFIG_ENV):
-        return Path(env[USER_CONFIG_ENV]).expanduser()
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
-    return base / "guarded-sbatch" / "config.toml"
-
-
-def site_config_paths(environ: Mapping[str, str]) -> list[Path]:
-    """The site configs to read, lowest first: the one $GUARDED_SBATCH_SITE_CONFIG names, then the system one
-    (SYSTEM_SITE_CONFIG), which no environment can unset or override downward."""
-    paths: list[Path] = []
-    if environ.get(SITE_CONFIG_ENV):
-        named = Path(environ[SITE_CONFIG_ENV]).expanduser()
-        if not named.is_file():
-            raise UsageError(f"{SITE_CONFIG_ENV} points to {named}, which is not a file; ask your site admin")
-        paths.append(named)
-    if SYSTEM_SITE_CONFIG.is_file() and not (paths and _same_file(paths[0], SYSTEM_SITE_CONFIG)):
-        paths.append(SYSTEM_SITE_CONFIG)
-    return paths
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _get(data: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
     node: Any = data
     for key in keys:
@@ -272,52 +205,6 @@ def load_config(
             merged["notify"]["urls"] = site_urls + [u for u in merged["notify"]["urls"] if u not in site_urls]
         sources.append(user_path)
     return _build(merged, sources[-1] if sources else Path("<defaults>"), tuple(sources), environ)
-
-
-
-MAX_TOML_BYTES = 1024 * 1024  # a site or user config is a few KB; a 54 MB one cost 570 MB to parse
-
-
-def read_toml(path: Path) -> dict[str, Any]:
-    """The TOML of a config file, its size bounded before it is read (and a FIFO or device never read). A config
-    decides what runs as the user (template folders, commands): it is trusted as code, so one another user can
-    write (owner, mode bits, ACL, its folder) is refused with the reason."""
-    try:
-        found = door.read(path, MAX_TOML_BYTES)
-    except door.TooLargeError as exc:
-        raise UsageError(f"config {path} is {exc.size} bytes, more than the {MAX_TOML_BYTES} a config may be; "
-                         "is it the right file?") from None
-    except (door.NotRegularError, IsADirectoryError):
-        raise UsageError(f"config {path} is not a regular file; point to the TOML file itself") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read config {path}: {exc.strerror or exc}; check the path and its permissions") from None
-    refusal = untrusted_code(path, found.writers)
-    if refusal:
-        raise UsageError(f"config {path} refused: {refusal}; a config decides what runs as you, so only you (or root) "
-                         "may be able to write it: chmod go-w it (and its folder), or keep your own copy in your home")
-    raw = found.data
-    try:
-        return tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise UsageError(f"config {path} is not UTF-8 text; save it as UTF-8") from None
-    except RecursionError:
-        raise UsageError(f"config {path} is nested too deeply to read; flatten it") from None
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        if "end of document" in message:  # tomllib names no line then: it is the last one
-            last_line = raw.count(b"\n") or 1
-            message = message.replace("end of document", f"end of document, line {last_line}")
-        raise UsageError(f"config {path} is not valid TOML: {message}; fix that line") from None
-    except ValueError as exc:  # an integer thousands of digits long
-        raise UsageError(f"config {path}: {str(exc)[:120]}; give a real value") from None
-
-
-def untrusted_code(path: Path, writers: door.Writers) -> str:
-    """Why a file read as code is not trusted ("" when it is): someone else than the user or root owns it, or
-    someone else can write it or swap it."""
-    if writers.owner not in (os.geteuid(), 0):
-        return f"it belongs to {door.trust.user_name(writers.owner)}, not you or root"
-    return writers.why()
 
 
 def _check_known_keys(data: Mapping[str, Any], known: Mapping[str, Any], path: Path, prefix: str = "") -> None:
@@ -386,42 +273,3 @@ def _build(data: dict[str, Any], last_file: Path, sources: tuple[Path, ...], env
                        "give a key of the schema")
     return replace(config, waivable_checks=config.waivable_checks - config.mandatory_checks, sources=sources)
 
-
-def parse_quiet_hours(entry: str, sources: tuple[Path, ...] = ()) -> QuietWindow:
-    """"22:00-07:00" (every day), "Mon-Fri 12:00-13:00", "Sat,Sun 00:00-24:00"."""
-    where = ", ".join(map(str, sources)) or "config"
-    match = QUIET_ENTRY.match(entry.strip())
-    if not match:
-        raise UsageError(f"{where}: quiet_hours entry {entry!r} is not like \"22:00-07:00\" or \"Mon-Fri 12:00-13:00\"")
-    start, start_eod = _clock(match["start"], entry, where)
-    end, end_of_day = _clock(match["end"], entry, where)
-    if start_eod:
-        raise UsageError(f"{where}: quiet_hours entry {entry!r} cannot start at 24:00; use 00:00")
-    days = _weekdays(match["days"], entry, where) if match["days"] else frozenset(range(7))
-    return QuietWindow(start, end, days, entry.strip(), end_of_day=end_of_day)
-
-
-def _clock(text: str, entry: str, where: str) -> tuple[time, bool]:
-    hours, minutes = (int(part) for part in text.split(":"))
-    if (hours, minutes) == (24, 0):
-        return time(0, 0), True
-    if hours > 23 or minutes > 59:
-        raise UsageError(f"{where}: quiet_hours entry {entry!r} has an impossible time {text}")
-    return time(hours, minutes), False
-
-
-def _weekdays(text: str, entry: str, where: str) -> frozenset[int]:
-    days: set[int] = set()
-    for part in text.lower().split(","):
-        first, _, last = part.partition("-")
-        try:
-            begin = WEEKDAYS.index(first[:3])
-            finish = WEEKDAYS.index(last[:3]) if last else begin
-        except ValueError:
-            raise UsageError(f"{where}: quiet_hours entry {entry!r}: unknown weekday in {part!r} (use Mon..Sun)") from None
-        day = begin
-        days.add(day)
-        while day != finish:
-            day = (day + 1) % 7
-            days.add(day)
-    return frozenset(days)

@@ -7,23 +7,15 @@ sacct's duplicates (`-D`) keep the run that ended NODE_FAIL. Needs accounting; w
 
 from __future__ import annotations
 
-from typing import Protocol
-
-from guarded_sbatch.core.runner import CommandResult
 from guarded_sbatch.scheduler.interface import NodeLoss
 from guarded_sbatch.scheduler.slurm_parse import parse_timestamp
+from guarded_sbatch.scheduler.slurm_run import run_slurm
 
 
-class _Runs(Protocol):
-    query_timeout_s: float
-
-    def _run(self, argv: list[str], *, timeout: float) -> CommandResult: ...
-
-
-def node_losses(slurm: _Runs, job_id: str) -> list[NodeLoss]:
+def node_losses(job_id: str, timeout: float) -> list[NodeLoss]:
     """Every run of the job that ended NODE_FAIL, oldest first; [] when there is none or sacct cannot tell."""
-    result = slurm._run(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList,End"],
-                        timeout=slurm.query_timeout_s)
+    result = run_slurm(["sacct", "-D", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,NodeList,End"],
+                       timeout=timeout)
     if result.returncode != 0:
         return []
     rows = [line.split("|") for line in result.stdout.splitlines() if line.count("|") == 3]
@@ -32,13 +24,13 @@ def node_losses(slurm: _Runs, job_id: str) -> list[NodeLoss]:
     for number, (_, state, nodes, end) in enumerate(runs, start=1):
         if state.split()[0] not in ("NODE_FAIL", "BOOT_FAIL"):
             continue
-        losses.append(NodeLoss(run=number, nodes=nodes, ended_at=parse_timestamp(end), down=_down_nodes(slurm, nodes)))
+        losses.append(NodeLoss(run=number, nodes=nodes, ended_at=parse_timestamp(end), down=_down_nodes(nodes, timeout)))
     return losses
 
 
-def _down_nodes(slurm: _Runs, nodes: str) -> tuple[str, ...]:
-    result = slurm._run(["sinfo", "-h", "-N", "-n", nodes, "-t", "down,drain,fail,no_respond",
-                         "-o", "%N|%E"], timeout=slurm.query_timeout_s)
+def _down_nodes(nodes: str, timeout: float) -> tuple[str, ...]:
+    result = run_slurm(["sinfo", "-h", "-N", "-n", nodes, "-t", "down,drain,fail,no_respond", "-o", "%N|%E"],
+                       timeout=timeout)
     if result.returncode != 0:
         return ()
     seen: dict[str, str] = {}

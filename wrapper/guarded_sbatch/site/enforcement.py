@@ -14,7 +14,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from guarded_sbatch.core.config import SITE_CONFIG_ENV, read_toml, setting, setting_value, site_config_paths
+from guarded_sbatch.core.config import setting, setting_value
+from guarded_sbatch.core.config_files import SITE_CONFIG_ENV, read_toml, site_config_paths
 from guarded_sbatch.core.config_schema import KEYS
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.suggest import did_you_mean

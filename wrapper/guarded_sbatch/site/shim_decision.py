@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from guarded_sbatch.core.config import SITE_CONFIG_ENV, SYSTEM_SITE_CONFIG
+from guarded_sbatch.core.config_files import SITE_CONFIG_ENV, SYSTEM_SITE_CONFIG
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.sbatch.argv import split_sbatch_argv
 from guarded_sbatch.sbatch.script import parse_script, parse_wrap, read_script_text

@@ -19,7 +19,7 @@ from pathlib import Path
 from guarded_sbatch.sources.points import MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.files import guarded_reader, read_whole
-from guarded_sbatch.sources.textlog_formats import yolo_loss_sum
+from guarded_sbatch.sources.textlog_tables import yolo_loss_sum
 
 _STEP_COLUMNS = ("step", "global_step", "trainer/global_step", "iteration", "iter", "it", "update", "updates", "batch")
 _EPOCH_COLUMN = "epoch"  # the axis of a file without a step column (YOLO's results.csv: one row per epoch)

@@ -27,7 +27,8 @@ from pathlib import Path
 from guarded_sbatch.sources.points import CrashEvent, CrashState, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
-from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line, table_header, table_row
+from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line
+from guarded_sbatch.sources.textlog_tables import table_header, table_row
 from guarded_sbatch.sources.textlog_learned import WARNINGS_KEY, Axis, held, is_nonfinite_warning, merge
 from guarded_sbatch.sources.textlog_shapes import ShapeLearner, Template
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
