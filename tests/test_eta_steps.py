@@ -60,7 +60,8 @@ def test_eta_from_a_real_hugging_face_log(tmp_path: Path) -> None:
     log.write_text(run.stdout + run.stderr)  # what the job's output file holds
     assert "train_steps_per_second" in log.read_text()
     eta = _eta(project)
-    assert eta["finding"].startswith("ends about"), eta
+    # the pace is this machine's: on a loaded one 1200 steps may outrun train.sh's 15 min limit (a FAILED that says so)
+    assert eta["finding"].startswith(("ends about", "the run needs")), eta
     (line,) = [e for e in eta["evidence"] if " steps (" in e]
     assert line.startswith("1200 steps (config key max_steps=1200) × ") and "train_steps_per_second=" in line, line
     per_step = float(line.split(" × ")[1].split(" s per step")[0])
