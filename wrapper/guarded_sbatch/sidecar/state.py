@@ -10,6 +10,10 @@ from guarded_sbatch.core.fsutil import locked, read_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
 
 
+_DECISION = ("last_decision", "last_reason", "last_message", "last_step")
+_AFTER_STOP = ("stop_detail", "evidence", "final_summary")
+
+
 @dataclass
 class SidecarState:
     started_at: float = 0.0
@@ -34,6 +38,8 @@ class SidecarState:
     final_summary: str = ""
     evidence: str = ""
     stop_requested_at: float = 0.0  # set (and saved) just before the stop: never two stops of one run
+    stop_by: str = ""  # another watcher of the run that stopped it (a foreground `monitor --job`); "": this one
+    stop_detail: str = ""  # what that watcher's stop did, once done
     step_rate: float | None = None  # steps per second, for the live ETA
     first_step_seen: int | None = None
     first_step_seen_at: float = 0.0
@@ -50,8 +56,32 @@ class SidecarState:
     @classmethod
     def load(cls, path: Path) -> "SidecarState":
         raw = read_json(path)
-        if not isinstance(raw, dict):
-            return cls()
+        return cls.load_dict(raw) if isinstance(raw, dict) else cls()
+
+    def save(self, path: Path) -> None:
+        """Atomic replace under the state file's lock (a requeued sidecar and `status` may overlap). A STOP another
+        watcher of the run saved there meanwhile (`share_stop`) is the run's: taken in, never written over."""
+        with locked(path):
+            self._take_shared_stop(read_json(path))
+            write_json_atomic(path, redact_tree(asdict(self)))  # crash text and errors may quote secrets
+
+    def take_shared_stop(self, path: Path) -> None:
+        """Read now the STOP another watcher of the run saved in `path` (before acting on the job's end or a STOP)."""
+        self._take_shared_stop(read_json(path))
+
+    def _take_shared_stop(self, saved: object) -> None:
+        if not isinstance(saved, dict) or not saved.get("stop_by"):
+            return
+        other = SidecarState.load_dict(saved)
+        if not self.stop_requested_at:
+            for name in (*_DECISION, "stop_requested_at", "stop_by"):
+                setattr(self, name, getattr(other, name))
+        if self.stop_by == other.stop_by:
+            for name in _AFTER_STOP:
+                setattr(self, name, getattr(self, name) or getattr(other, name))
+
+    @classmethod
+    def load_dict(cls, raw: dict[str, object]) -> "SidecarState":
         defaults = cls()
         known = {f.name: type(getattr(defaults, f.name)) for f in fields(cls)}
         kept = {}
@@ -63,15 +93,28 @@ class SidecarState:
             if value is None or isinstance(value, expected) or (expected in (float, type(None)) and numeric):
                 kept[key] = value  # a tampered or odd-typed field falls back to its default
         try:
-            return cls(**kept)
+            return cls(**kept)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             return cls()
-
-    def save(self, path: Path) -> None:
-        """Atomic replace under the state file's lock (a requeued sidecar and `status` may overlap)."""
-        with locked(path):
-            write_json_atomic(path, redact_tree(asdict(self)))  # crash text and errors may quote secrets
 
     def record_job_poll(self, now: float) -> None:
         self.last_job_poll_at = now
         self.job_polls = [t for t in self.job_polls if now - t < 3600] + [now]
+
+
+def share_stop(path: Path, state: SidecarState, by: str) -> None:
+    """A watcher that is not the run's own sidecar (a foreground `monitor --job`) saves its STOP into the run's state
+    (before the cancel, then what it did): `status` names the guard, and the run's sidecar takes it in (`save`) and
+    tells it in its FINAL_SUMMARY instead of finding a cancelled job with nothing to stop."""
+    with locked(path):
+        raw = read_json(path)
+        run = SidecarState.load_dict(raw) if isinstance(raw, dict) else SidecarState()
+        if run.stop_requested_at and run.stop_by != by:
+            return  # stopped already by another watcher: its record stands
+        for name in (*_DECISION, "stop_requested_at"):
+            setattr(run, name, getattr(state, name))
+        run.stop_by = by
+        run.stop_detail = state.stop_detail
+        for name in ("evidence", "final_summary"):
+            setattr(run, name, getattr(run, name) or getattr(state, name))
+        write_json_atomic(path, redact_tree(asdict(run)))

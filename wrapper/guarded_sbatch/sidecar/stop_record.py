@@ -5,13 +5,19 @@ FINAL_SUMMARY."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from guarded_sbatch.actions.evidence import write_evidence
 from guarded_sbatch.actions.notes import append_project_note
 from guarded_sbatch.core.errors import GuardedError
+from guarded_sbatch.core.timefmt import local_timestamp
 from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
+from guarded_sbatch.sidecar.state import SidecarState, share_stop
+
+if TYPE_CHECKING:
+    from guarded_sbatch.sidecar.loop import Sidecar
 
 
 def save_evidence(settings: WatchPlan, sources: SourceSet, verdict: Verdict, *, data_source: str,
@@ -40,3 +46,31 @@ def append_stop_note(settings: WatchPlan, verdict: Verdict, *, stop_detail: str,
     except GuardedError as exc:
         return f"FAILED: {exc}"
     return f"appended to {settings.notes_path}"
+
+
+def stopped_before(settings: WatchPlan, state: SidecarState) -> str:
+    """Who stopped this run before this watcher process could ("" if nobody): another watcher of it (a foreground
+    `monitor --job` whose STOP the sidecar took in, or, for that monitor, the run's own sidecar) or an earlier
+    process of this one, ended before it could finish."""
+    if state.stop_by:
+        when = local_timestamp(state.stop_requested_at, seconds=True)
+        return f"stopped at {when} by {state.stop_by}: {state.stop_detail or 'it has not said what its stop did'}"
+    if state.stop_requested_at:
+        return f"stop requested already at {state.stop_requested_at:.0f} by an earlier watcher process"
+    if settings.run_state_file is not None:
+        run = SidecarState.load(settings.run_state_file)
+        if run.stop_requested_at and run.last_decision == "STOP":
+            when = local_timestamp(run.stop_requested_at, seconds=True)
+            return f"stopped at {when} by {run.stop_by or 'its own guard (the run sidecar)'}"
+    return ""
+
+
+def share_stop_of(sidecar: Sidecar, verdict: Verdict) -> None:
+    """A watcher that is not the run's sidecar saves its STOP into the run's own state too (sidecar/state.py)."""
+    path = sidecar.settings.run_state_file
+    if path is None:
+        return
+    try:
+        share_stop(path, sidecar.state, sidecar.settings.watcher or "another watcher")
+    except (OSError, GuardedError) as exc:
+        sidecar.emit(f"sidecar: could not save the STOP ({verdict.reason.value}) into the run's state {path}: {exc}\n")

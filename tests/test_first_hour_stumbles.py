@@ -1,0 +1,38 @@
+"""A stranger's first hour, the stumbles left after issue 44, each played for real (the example trainer on the local
+backend or the dev Slurm, screens read on an 80x24 pseudo-terminal): a STOP made by a foreground `monitor --job`
+is the guard's STOP, for `status` and for the run's own sidecar alike."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from e2e_helpers import make_project, submitted_job_id, wait_for
+from guarded_sbatch.scheduler.local import LocalScheduler
+from test_first_hour_screens import TB, on_pty, rows, too_wide
+
+
+def test_a_foreground_monitors_stop_is_the_guards_stop(tmp_path: Path) -> None:
+    """The user watches the run in their terminal; the monitor judges it and stops it before the run's sidecar
+    (polling every 60 s) looks again: `status` says the guard, and the sidecar's FINAL_SUMMARY names that stop."""
+    project = make_project(tmp_path, fast_interval=60.0)
+    job_id = submitted_job_id(project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "3000",
+                                          "--diverge-at", "400", "--step-seconds", "0.05", check=True).stdout)
+    record = project.run_record(job_id)
+    code, lines, _ = on_pty(project, "monitor", "--job", job_id, "--fast-interval", "1")
+    shown = "\n".join(lines)
+    assert code == 0 and "FINAL_SUMMARY" in shown and not too_wide(lines), shown
+    assert re.search(rf"Action: job {job_id} cancelled", " ".join(shown.split())), shown
+
+    row = rows(project)[job_id]
+    assert (row["state"], row["stopped_by"], row["decision"]) == ("CANCELLED", "guard", "STOP"), row
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 240, what="the run's sidecar to end")
+    summary = project.sidecar_output(job_id).split("FINAL_SUMMARY", 1)[-1]
+    action = " ".join(next(line for line in summary.splitlines() if "Action:" in line).split())
+    assert "nothing to stop" not in action and "guarded-sbatch monitor --job" in action, summary
+    assert f"job {job_id} cancelled" in action, summary  # what the monitor's stop did, as it said it
+    row = rows(project)[job_id]
+    assert (row["stopped_by"], row["decision"]) == ("guard", "STOP") and row["evidence"], row
+    assert json.loads(Path(row["evidence"]).read_text())["verdict"]["decision"] == "STOP"
