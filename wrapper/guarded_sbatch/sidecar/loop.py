@@ -424,7 +424,7 @@ class Sidecar:
             self.state.last_message = verdict.message
             self.state.last_step = verdict.last_step
             self.state.save(self.settings.state_file)
-            share_stop_of(self, verdict)
+            share_stop_of(self.settings, self.state, verdict, self.emit)
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
                                stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s,
                                kill_grace_s=self.settings.sidecar.kill_grace_s)
@@ -456,7 +456,7 @@ class Sidecar:
         self.state.evidence = evidence_path or ""
         if not stopped_already and not ended:
             self.state.stop_detail = outcome.detail
-            share_stop_of(self, verdict)
+            share_stop_of(self.settings, self.state, verdict, self.emit)
         return 0
 
     def _stopped_by_other(self, now: float) -> int | None:

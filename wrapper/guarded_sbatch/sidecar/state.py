@@ -10,10 +10,6 @@ from guarded_sbatch.core.fsutil import locked, read_json, write_json_atomic
 from guarded_sbatch.core.redact import redact_tree
 
 
-_DECISION = ("last_decision", "last_reason", "last_message", "last_step")
-_AFTER_STOP = ("stop_detail", "evidence", "final_summary")
-
-
 @dataclass
 class SidecarState:
     started_at: float = 0.0
@@ -74,11 +70,12 @@ class SidecarState:
             return
         other = SidecarState.load_dict(saved)
         if not self.stop_requested_at:
-            for name in (*_DECISION, "stop_requested_at", "stop_by"):
-                setattr(self, name, getattr(other, name))
+            _copy_decision(self, other)
+            self.stop_by = other.stop_by
         if self.stop_by == other.stop_by:
-            for name in _AFTER_STOP:
-                setattr(self, name, getattr(self, name) or getattr(other, name))
+            self.stop_detail = self.stop_detail or other.stop_detail
+            self.evidence = self.evidence or other.evidence
+            self.final_summary = self.final_summary or other.final_summary
 
     @classmethod
     def load_dict(cls, raw: dict[str, object]) -> "SidecarState":
@@ -111,10 +108,14 @@ def share_stop(path: Path, state: SidecarState, by: str) -> None:
         run = SidecarState.load_dict(raw) if isinstance(raw, dict) else SidecarState()
         if run.stop_requested_at and run.stop_by != by:
             return  # stopped already by another watcher: its record stands
-        for name in (*_DECISION, "stop_requested_at"):
-            setattr(run, name, getattr(state, name))
-        run.stop_by = by
-        run.stop_detail = state.stop_detail
-        for name in ("evidence", "final_summary"):
-            setattr(run, name, getattr(run, name) or getattr(state, name))
+        _copy_decision(run, state)
+        run.stop_by, run.stop_detail = by, state.stop_detail
+        run.evidence = run.evidence or state.evidence
+        run.final_summary = run.final_summary or state.final_summary
         write_json_atomic(path, redact_tree(asdict(run)))
+
+
+def _copy_decision(to: SidecarState, source: SidecarState) -> None:
+    to.last_decision, to.last_reason = source.last_decision, source.last_reason
+    to.last_message, to.last_step = source.last_message, source.last_step
+    to.stop_requested_at = source.stop_requested_at

@@ -5,7 +5,7 @@ FINAL_SUMMARY."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from guarded_sbatch.actions.evidence import write_evidence
 from guarded_sbatch.actions.notes import append_project_note
@@ -15,9 +15,6 @@ from guarded_sbatch.judge.verdict import Verdict
 from guarded_sbatch.sidecar.plan import WatchPlan
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.sidecar.state import SidecarState, share_stop
-
-if TYPE_CHECKING:
-    from guarded_sbatch.sidecar.loop import Sidecar
 
 
 def save_evidence(settings: WatchPlan, sources: SourceSet, verdict: Verdict, *, data_source: str,
@@ -65,12 +62,12 @@ def stopped_before(settings: WatchPlan, state: SidecarState) -> str:
     return ""
 
 
-def share_stop_of(sidecar: Sidecar, verdict: Verdict) -> None:
+def share_stop_of(settings: WatchPlan, state: SidecarState, verdict: Verdict, say: Callable[[str], None]) -> None:
     """A watcher that is not the run's sidecar saves its STOP into the run's own state too (sidecar/state.py)."""
-    path = sidecar.settings.run_state_file
+    path = settings.run_state_file
     if path is None:
         return
     try:
-        share_stop(path, sidecar.state, sidecar.settings.watcher or "another watcher")
+        share_stop(path, state, settings.watcher or "another watcher")
     except (OSError, GuardedError) as exc:
-        sidecar.emit(f"sidecar: could not save the STOP ({verdict.reason.value}) into the run's state {path}: {exc}\n")
+        say(f"sidecar: could not save the STOP ({verdict.reason.value}) into the run's state {path}: {exc}\n")
