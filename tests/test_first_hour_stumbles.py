@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
@@ -36,3 +37,23 @@ def test_a_foreground_monitors_stop_is_the_guards_stop(tmp_path: Path) -> None:
     row = rows(project)[job_id]
     assert (row["stopped_by"], row["decision"]) == ("guard", "STOP") and row["evidence"], row
     assert json.loads(Path(row["evidence"]).read_text())["verdict"]["decision"] == "STOP"
+
+
+def test_a_local_guard_stop_says_when_the_processes_ended(tmp_path: Path) -> None:
+    """The local backend's STOP says, as the Slurm one does, when the job's processes ended after the stop: the end
+    its supervisor measured, not a literal."""
+    project = make_project(tmp_path, fast_interval=1.0)
+    job_id = submitted_job_id(project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "3000",
+                                          "--diverge-at", "60", "--step-seconds", "0.03", check=True).stdout)
+    record = project.run_record(job_id)
+    scheduler = LocalScheduler(project.state_dir / "local-jobs")
+    wait_for(lambda: scheduler.state(record["sidecar_id"]).is_terminal, 240, what="the run's sidecar to end")
+    summary = " ".join(project.sidecar_output(job_id).split("FINAL_SUMMARY", 1)[-1].split())
+    said = re.search(r"Action: job \S+ cancelled, now CANCELLED; its processes ended at (\d\d:\d\d:\d\d), "
+                     r"(\d+\.\d) s after the stop", summary)
+    assert said, summary
+    info = scheduler.info(job_id)
+    stop_at = json.loads((project.state_dir / "runs" / record["run_id"] / "sidecar-state.json").read_text())[
+        "stop_requested_at"]
+    assert info.end_time is not None and said.group(1) == time.strftime("%H:%M:%S", time.localtime(info.end_time))
+    assert 0 <= float(said.group(2)) <= info.end_time - stop_at + 0.05, (said.groups(), info.end_time - stop_at)
