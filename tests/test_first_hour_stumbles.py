@@ -57,3 +57,31 @@ def test_a_local_guard_stop_says_when_the_processes_ended(tmp_path: Path) -> Non
         "stop_requested_at"]
     assert info.end_time is not None and said.group(1) == time.strftime("%H:%M:%S", time.localtime(info.end_time))
     assert 0 <= float(said.group(2)) <= info.end_time - stop_at + 0.05, (said.groups(), info.end_time - stop_at)
+
+
+def test_show_on_a_live_run_never_passes_an_old_report_off_as_now(tmp_path: Path) -> None:
+    """A healthy run's guard reports in full at its first decisions, then every ~30 min: `show` while it runs says
+    the step it judged now and the guard's latest check, and marks the last full report with its step and age."""
+    project = make_project(tmp_path, fast_interval=1.0)
+    job_id = submitted_job_id(project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "4000",
+                                          "--step-seconds", "0.05", check=True).stdout)
+    try:
+        def ahead() -> dict | None:
+            view = json.loads(project.cli_here("show", job_id, "--json", check=True).stdout)
+            moved = view["report_step"] is not None and (view["step_now"] or 0) > view["report_step"] + 40
+            return view if moved and view["guard_latest"] else None
+
+        view = wait_for(ahead, 180, 1, "the run to go on past the guard's last full report")
+        assert view["state"] == "RUNNING" and view["report"].startswith("## Training Check"), view["report"]
+        drawn = max(max(steps) for steps, _ in view["series"].values())
+        assert drawn == view["step_now"], (drawn, view["step_now"])  # the plot and the text: one step
+
+        text = project.cli_here("show", job_id, check=True).stdout
+        now = int(re.search(r"judged now at step (\d+)", text).group(1))  # type: ignore[union-attr]
+        title = re.search(r"last full report, from step (\d+), (?:less than 2|about \d+) min old \(the run is at step (\d+)", text)
+        assert title and int(title.group(2)) == now > int(title.group(1)), text
+        assert f"- Recent metrics: step {title.group(1)}" in text and text.index(title.group(0)) < text.index(
+            "## Training Check"), text
+        assert re.search(r"the guard's latest check at step \d+, \d+ (?:s|min) ago: CONTINUE", text), text
+    finally:
+        project.cli("kill", job_id, "--yes", timeout=180)
