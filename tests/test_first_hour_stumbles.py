@@ -78,7 +78,8 @@ def test_show_on_a_live_run_never_passes_an_old_report_off_as_now(tmp_path: Path
 
         text = project.cli_here("show", job_id, check=True).stdout
         now = int(re.search(r"judged now at step (\d+)", text).group(1))  # type: ignore[union-attr]
-        title = re.search(r"last full report, from step (\d+), (?:less than 2|about \d+) min old \(the run is at step (\d+)", text)
+        title = re.search(r"last full report, from step (\d+), (?:less than 2|about \d+) min old "
+                          r"\(the run is at step (\d+)", text)
         assert title and int(title.group(2)) == now > int(title.group(1)), text
         assert f"- Recent metrics: step {title.group(1)}" in text and text.index(title.group(0)) < text.index(
             "## Training Check"), text
