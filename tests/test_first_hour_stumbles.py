@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from e2e_helpers import make_project, submitted_job_id, wait_for
 from guarded_sbatch.scheduler.local import LocalScheduler
@@ -86,3 +89,41 @@ def test_show_on_a_live_run_never_passes_an_old_report_off_as_now(tmp_path: Path
         assert re.search(r"the guard's latest check at step \d+, \d+ (?:s|min) ago: CONTINUE", text), text
     finally:
         project.cli("kill", job_id, "--yes", timeout=180)
+
+
+@pytest.mark.slurm
+@pytest.mark.waits
+def test_an_array_task_the_guard_stopped_never_shows_a_clean_exit(slurm_cluster: None, tmp_path: Path) -> None:
+    """The lr sweep with its trainer under `srun` (a step, as most clusters run one): the guard ends the NaN task's
+    step, then cancels the task. Once slurmctld has forgotten it, sacct's line of the task says 0:0 and its `.batch`
+    line how it ended: `status` and a stranger's scheduler (nothing remembered) say the latter, never 0:0."""
+    from array_sweep import NAN_AT, NAN_TASK, STEP_S, sweep_project
+    from guarded_sbatch.scheduler import get_scheduler
+    from guarded_sbatch.scheduler.slurm_parse import parse_exit_code
+
+    project = sweep_project(tmp_path)
+    script = project.root / "train.sh"
+    text = script.read_text().replace("#SBATCH --array=0-3", f"#SBATCH --array={NAN_TASK - 1}-{NAN_TASK}")
+    script.write_text(text.replace("\npython train.py", "\nsrun python train.py"))
+    launched = project.cli("train.sh", "--nan-task", str(NAN_TASK), "--nan-at", str(NAN_AT), "--steps", "600",
+                           "--step-seconds", str(STEP_S), timeout=180)
+    assert launched.returncode == 0, launched.stderr
+    stopped = f"{submitted_job_id(launched.stdout)}_{NAN_TASK}"
+    slurm = get_scheduler("slurm", state_dir=tmp_path / "asker")
+    try:
+        wait_for(lambda: slurm.state(stopped).is_terminal, 300, 2, "the guard to stop the NaN task")
+        wait_for(lambda: subprocess.run(["scontrol", "-o", "show", "job", stopped], capture_output=True,
+                                        timeout=30).returncode != 0, 240, 2, "slurmctld to forget the task")
+
+        def batch_line() -> str | None:
+            out = subprocess.run(["sacct", "-n", "-P", "-j", stopped, "-o", "JobID,ExitCode,State"], capture_output=True,
+                                 text=True, timeout=60, check=True).stdout
+            return next((line for line in out.splitlines() if line.startswith(f"{stopped}.batch|")), None)
+
+        batch = wait_for(batch_line, 120, 2, "sacct's .batch line of the task").split("|")[1]
+        stranger = get_scheduler("slurm", state_dir=tmp_path / "stranger")  # sacct alone
+        assert stranger.info(stopped).exit_code == parse_exit_code(batch) != 0, batch
+        row = rows(project)[stopped]
+        assert (row["state"], row["stopped_by"]) == ("CANCELLED", "guard") and row["exit"] not in (None, "0:0"), row
+    finally:
+        subprocess.run(["scancel", stopped.split("_")[0]], timeout=60, check=False)
