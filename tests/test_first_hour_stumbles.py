@@ -127,3 +127,30 @@ def test_an_array_task_the_guard_stopped_never_shows_a_clean_exit(slurm_cluster:
         assert (row["state"], row["stopped_by"]) == ("CANCELLED", "guard") and row["exit"] not in (None, "0:0"), row
     finally:
         subprocess.run(["scancel", stopped.split("_")[0]], timeout=60, check=False)
+
+
+def test_a_stop_by_another_watcher_that_did_not_take_is_dropped_and_the_run_guarded_again(tmp_path: Path) -> None:
+    """The run's sidecar takes in a monitor's STOP from the run's state; if the job still runs long after it, the
+    claim is dropped there (never taken in again) and the sidecar judges, and stops, the run itself."""
+    from guarded_sbatch.sidecar.plan import WatchPlan
+    from guarded_sbatch.sidecar.state import SidecarState, share_stop
+    from guarded_sbatch.sidecar.stop_record import OTHER_STOP_S, stop_of_another
+
+    path = tmp_path / "sidecar-state.json"
+    mine = SidecarState(checks=3)
+    mine.save(path)
+    monitor = SidecarState(stop_requested_at=1000.0, last_decision="STOP", last_reason="divergence", last_step=7)
+    share_stop(path, monitor, "`guarded-sbatch monitor --job 9`")
+    mine.save(path)  # the sidecar's next poll takes it in
+    assert (mine.stop_by, mine.last_decision, mine.last_step, mine.checks) == (
+        "`guarded-sbatch monitor --job 9`", "STOP", 7, 3)
+    plan = WatchPlan(run_name="r", job_id="9", state_file=path, evidence_dir=tmp_path / "evidence")
+    said: list[str] = []
+    assert stop_of_another(plan, mine, False, 1000.0 + 5, lambda text, level: said.append(text)) is None
+    assert mine.stop_by and not said  # under way
+    told = stop_of_another(plan, mine, True, 1000.0 + 5, lambda text, level: said.append(text))
+    assert told is None  # ended, but the monitor has not said what its stop did yet
+    assert stop_of_another(plan, mine, False, 1000.0 + OTHER_STOP_S, lambda text, level: said.append(text)) is None
+    assert said and not mine.stop_by and not mine.stop_requested_at
+    mine.save(path)
+    assert not SidecarState.load(path).stop_by and not mine.stop_by  # not taken in again

@@ -41,7 +41,9 @@ from guarded_sbatch.sources.kinds import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.records.registry import update_record
-from guarded_sbatch.sidecar.stop_record import append_stop_note, save_evidence, share_stop_of, stopped_before
+from guarded_sbatch.sidecar.stop_record import (
+    append_stop_note, save_evidence, share_stop_of, stop_of_another, stopped_before,
+)
 from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 from guarded_sbatch.sidecar.agent_stop import stop_one_run
 
@@ -165,10 +167,9 @@ class Sidecar:
                 self._tracker_recorded = True  # once is enough to say it
                 self._poll_failed("recording the W&B run", exc)
         self.sources.crashes.job_over = self.job_state.is_terminal  # a printed crash needs no more confirming
-        if self.job_state.is_terminal:
-            self.state.take_shared_stop(self.settings.state_file)
-        if self.state.stop_by:  # another watcher of this run stopped it (state.share_stop): its STOP is the run's
-            return self._stopped_by_other(now)
+        handled, code = self._another_watchers_stop(now)
+        if handled:
+            return code
         if self.job_state.is_terminal:
             self._last_read()
         try:
@@ -199,6 +200,19 @@ class Sidecar:
             self.emit(self.state.final_summary)
             return 0
         return None
+
+    def _another_watchers_stop(self, now: float) -> tuple[bool, int | None]:
+        """Another watcher of this run stopped it (state.share_stop): its STOP is the run's, told here once the job
+        has ended; (True, the poll's exit code) then and while that stop is under way, (False, None) otherwise."""
+        if self.job_state.is_terminal:
+            self.state.take_shared_stop(self.settings.state_file)
+        if not self.state.stop_by:
+            return False, None
+        told = stop_of_another(self.settings, self.state, self.job_state.is_terminal, now, self._diag)
+        if told is None:  # its stop is under way (or did not take: then this sidecar guards the run again)
+            return True, None
+        self._last_read()
+        return True, self._stop(told, now, ended=True)
 
     def _read_sources(self, now: float) -> int:
         """The poll's read of every source (a failure named, never fatal); how many new points came."""
@@ -458,21 +472,6 @@ class Sidecar:
             self.state.stop_detail = outcome.detail
             share_stop_of(self.settings, self.state, verdict, self.emit)
         return 0
-
-    def _stopped_by_other(self, now: float) -> int | None:
-        """Another watcher of this run stopped it: once the job has ended and that watcher said what its stop did
-        (or it stayed silent well past its grace), its STOP is told here as the run's, evidence and FINAL_SUMMARY."""
-        silent_for = now - self.state.stop_requested_at
-        if not self.job_state.is_terminal or (not self.state.stop_detail
-                                              and silent_for < 3 * self.settings.stop_grace_s + 60):
-            return None  # its stop is under way
-        self._last_read()
-        try:
-            reason = Reason(self.state.last_reason)
-        except ValueError:
-            reason = Reason.DIVERGENCE
-        return self._stop(Verdict(Decision.STOP, reason, self.state.last_message, last_step=self.state.last_step),
-                          now, ended=True)
 
     # ---- start-up grace and alerts (sidecar/report.py, actions/notify.py); kept apart from the rest ----
     def _poll_interval(self, now: float) -> float:

@@ -54,11 +54,13 @@ class SidecarState:
         raw = read_json(path)
         return cls.load_dict(raw) if isinstance(raw, dict) else cls()
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, *, take_shared: bool = True) -> None:
         """Atomic replace under the state file's lock (a requeued sidecar and `status` may overlap). A STOP another
-        watcher of the run saved there meanwhile (`share_stop`) is the run's: taken in, never written over."""
+        watcher of the run saved there meanwhile (`share_stop`) is the run's: taken in, never written over (unless
+        `take_shared` is False: that watcher's stop did not take, and this one guards the run again)."""
         with locked(path):
-            self._take_shared_stop(read_json(path))
+            if take_shared:
+                self._take_shared_stop(read_json(path))
             write_json_atomic(path, redact_tree(asdict(self)))  # crash text and errors may quote secrets
 
     def take_shared_stop(self, path: Path) -> None:
