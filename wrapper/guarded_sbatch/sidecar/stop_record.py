@@ -4,9 +4,9 @@ FINAL_SUMMARY."""
 
 from __future__ import annotations
 
-from pathlib import Path
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from guarded_sbatch.actions.evidence import write_evidence
 from guarded_sbatch.actions.notes import append_project_note
@@ -58,8 +58,8 @@ def stopped_before(settings: WatchPlan, state: SidecarState) -> str:
     if settings.run_state_file is not None:
         run = SidecarState.load(settings.run_state_file)
         if run.stop_requested_at and run.last_decision == "STOP":
-            when = local_timestamp(run.stop_requested_at, seconds=True)
-            return f"stopped at {when} by {run.stop_by or 'its own guard (the run sidecar)'}"
+            when, who = local_timestamp(run.stop_requested_at, seconds=True), run.stop_by or "the run's own sidecar"
+            return f"stopped at {when} by {who}"
     return ""
 
 
