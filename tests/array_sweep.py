@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from e2e_helpers import REPO, Project, submitted_job_id, wait_for
+from test_first_hour_screens import on_pty, too_wide
 from guarded_sbatch import read_metrics
 from guarded_sbatch.scheduler.interface import JobState, Scheduler
 
@@ -105,11 +106,18 @@ def check_sweep(sweep: Sweep, scheduler: Scheduler, watcher_end: float) -> None:
     table = {row["job_id"]: (row["state"], row["decision"], row["reason"], row["stopped_by"]) for row in rows}
     assert table == {sweep.task(t): ("CANCELLED", "STOP", "non_finite_loss", "guard") if t == NAN_TASK else
                      ("COMPLETED", "CONTINUE", "healthy", None) for t in range(len(LRS))}, table
+    exits = {row["job_id"]: row["exit"] for row in rows}
+    stopped = exits[sweep.task(NAN_TASK)]  # as the backend reports it (a signal, an exit), never a clean 0:0
+    assert stopped not in (None, "0:0"), exits
     plain = project.cli_here("status", check=True).stdout.splitlines()
     assert len(plain) == 1 + len(LRS), plain
     collapsed = json.loads(project.cli_here("status", "--json", "--collapse", check=True).stdout)["runs"]
     assert [(r["job_id"], r["state"], r["reason"]) for r in collapsed] == [
         (sweep.job, "COMPLETED(3),CANCELLED(1)", f"{sweep.task(NAN_TASK)} non_finite_loss")], collapsed
+    code, lines, _ = on_pty(project, "status", "--collapse")  # the array's one row fits 80 columns, never wrapped
+    assert code == 0 and not too_wide(lines), "\n".join(too_wide(lines))
+    header, (row, *_) = lines[0].split(), [line.split() for line in lines[1:] if project.name in line]
+    assert header[:2] == ["RUN", "JOB"] and row[:2] == [project.name, sweep.job], lines
     shown = project.cli_here("show", sweep.task(NAN_TASK), "--plain", check=True).stdout
     assert "STOP" in shown and f"lr{LRS[NAN_TASK]}" in shown
     assert watcher_end - max(sweep.ended_at.values()) <= 60, (watcher_end, sweep.ended_at)

@@ -81,6 +81,7 @@ def _cancel_once(scheduler: Scheduler, job_id: str, confirm_timeout_s: float, po
         if info.state.is_terminal:
             return StopOutcome("cancel", True, f"job {job_id} had already ended ({info.state.value})", info.state.value)
         steps = end_steps(scheduler, job_id, kill_grace_s)
+        cancelled_at = time.time()
         scheduler.cancel(job_id)
     except SchedulerUnreachableError:
         return None
@@ -88,6 +89,8 @@ def _cancel_once(scheduler: Scheduler, job_id: str, confirm_timeout_s: float, po
         return StopOutcome("cancel", False, f"cancel of job {job_id} failed: {exc}")
     final = _wait_terminal(scheduler, job_id, confirm_timeout_s, poll_s)
     if final is not None and final.is_terminal:
+        if not steps.said and scheduler.traits.process_groups_here:
+            steps = _group_end(scheduler, job_id, cancelled_at)
         return StopOutcome("cancel", True, f"job {job_id} cancelled, now {final.value}{steps.said}", final.value,
                            ended_at=steps.ended_at)
     if final is JobState.UNKNOWN:
@@ -139,6 +142,19 @@ def end_steps(scheduler: Scheduler, job_id: str, kill_grace_s: float, *, poll_s:
         return StepsEnd(f"; its steps {', '.join(left)} still ran {ended - started:.1f} s after {how}")
     return StepsEnd(f"; its processes ended at {time.strftime('%H:%M:%S', time.localtime(ended))}, "
                     f"{ended - started:.1f} s after the stop ({how} to {', '.join(steps)})", ended)
+
+
+def _group_end(scheduler: Scheduler, job_id: str, cancelled_at: float) -> StepsEnd:
+    """A job run as a process group here (the local backend): when its processes ended, as the backend measured it
+    (its supervisor's record of the end), after the cancel's TERM to the group."""
+    try:
+        ended = scheduler.info(job_id).end_time
+    except GuardedError:
+        return StepsEnd()
+    if ended is None:
+        return StepsEnd()
+    return StepsEnd(f"; its processes ended at {time.strftime('%H:%M:%S', time.localtime(ended))}, "
+                    f"{max(0.0, ended - cancelled_at):.1f} s after the stop (TERM to its process group)", ended)
 
 
 def _steps_after(scheduler: Scheduler, job_id: str, deadline: float, poll_s: float) -> list[str]:

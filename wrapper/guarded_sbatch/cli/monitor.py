@@ -130,6 +130,11 @@ def run_monitor(argv: list[str]) -> int:
 
     record = _monitor_record(args, watched, guarded, backend or "", given, search_dirs)
     plan = plan_of(record, args.state_dir or _monitor_state_dir(args, watched, given))
+    if guarded is not None:  # its STOP is the guarded run's too: saved where `status` and the run's sidecar read it
+        import os
+
+        plan = dataclasses.replace(plan, run_state_file=guarded.sidecar_state_file,
+                                   watcher=f"`guarded-sbatch monitor --job {watched.job}` (pid {os.getpid()})")
     if args.once:
         return judge_runs_once(plan, args.run, args.all_runs, args.json)
     scheduler: Any = None

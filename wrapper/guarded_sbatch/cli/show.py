@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -95,6 +97,7 @@ def gather(record: RunRecord) -> dict[str, Any]:
     # a key is a co-worker's text (a TensorBoard tag): its escapes, colours included, are shown, never obeyed (the
     # CLI's own output filter keeps colour codes for the tool's tags, so data is made visible here, at its source)
     series = {visible_line(key): value for key, value in series.items()}
+    report = latest_report(record.folder)
     evidence_dir = record.evidence_dir
     evidence = sorted(str(p) for p in evidence_dir.iterdir()) if evidence_dir.is_dir() else []
     if not series:  # the metric files are gone: the curves the STOP kept
@@ -112,7 +115,9 @@ def gather(record: RunRecord) -> dict[str, Any]:
         "reason_now": visible(verdict.message) if verdict else None,
         "anomalies": [visible(_anomaly_text(a, series)) for a in verdict.anomalies] if verdict else [],
         "guard_stop_step": stop.last_step if stop is not None else None,
-        "source": visible(source), "report": visible(latest_report(record.folder)),
+        "step_now": verdict.last_step if verdict else None, "guard_latest": guard_latest(record),
+        "source": visible(source), "report": visible(report), "report_step": report_step(report),
+        "report_age_s": report_age(report),
         "series": {key: series[key] for key in plotted.values()},
         "plotted": plotted, "evidence": evidence, "folder": str(record.folder), "verdict_obj": verdict,
     }
@@ -174,6 +179,34 @@ def latest_report(folder: Path) -> str:
     return final or _block(lines, "## Training Check")
 
 
+def guard_latest(record: RunRecord) -> dict[str, Any] | None:
+    """The sidecar's newest decision, from its state (saved at every poll, so its time is the last check's): what
+    the guard thinks now, newer than its last full report."""
+    raw = read_json(record.sidecar_state_file)
+    if not isinstance(raw, dict) or not raw.get("last_decision"):
+        return None
+    try:
+        checked = record.sidecar_state_file.stat().st_mtime
+    except OSError:
+        return None
+    return {"decision": str(raw["last_decision"]), "reason": str(raw.get("last_reason") or ""),
+            "step": raw.get("last_step"), "checked_at": checked, "age_s": max(0.0, time.time() - checked)}
+
+
+def report_step(report: str) -> int | None:
+    """The step a report block (or FINAL_SUMMARY) was made at."""
+    found = re.search(r"^- (?:Recent metrics: step|Last step:) (\d+)", report, re.MULTILINE)
+    return int(found.group(1)) if found else None
+
+
+def report_age(report: str) -> float | None:
+    """Seconds since a report block's header time (`## Training Check - 2026-12-06 23:16 UTC`, local time)."""
+    found = re.search(r"^## Training Check - (\d{4}-\d\d-\d\d \d\d:\d\d)", report, re.MULTILINE)
+    if not found:
+        return None
+    return max(0.0, time.time() - datetime.strptime(found.group(1), "%Y-%m-%d %H:%M").timestamp())
+
+
 def _block(lines: list[str], marker: str) -> str:
     starts = [i for i, line in enumerate(lines) if line.startswith(marker)]
     if not starts:
@@ -196,7 +229,7 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool, plain: bool = F
             _judged_line(view), ""]
     width = shutil.get_terminal_size((100, 40)).columns - 1 if terminal else None
     parts = [_fit("\n".join(head), width)]
-    parts.append(_fit(view["report"] or "(no sidecar report yet)", width))
+    parts.append(_fit(_report_title(view) + (view["report"] or "(no sidecar report yet)"), width))
     curves = plot_terminal(view, color=color) if terminal and not plain else plot_plain(view)
     parts.append(curves)
     if width is not None:  # anomalies one line each, cut to the terminal's width; the rest wrapped to it
@@ -214,8 +247,32 @@ def render(view: dict[str, Any], *, terminal: bool, color: bool, plain: bool = F
 def _judged_line(view: dict[str, Any]) -> str:
     if view.get("guard_stop_step") is not None:
         return f"the guard's STOP at step {view['guard_stop_step']}: {view['reason_now'] or '-'}"
-    return f"judged now: {'UNGUARDED' if view.get('unguarded') else view['decision_now'] or '-'}: " \
+    at = f" at step {view['step_now']}" if view.get("step_now") is not None else ""
+    line = f"judged now{at}: {'UNGUARDED' if view.get('unguarded') else view['decision_now'] or '-'}: " \
         f"{view['reason_now'] or '-'}"
+    guard = view.get("guard_latest")
+    if guard and not view["report"].startswith("FINAL_SUMMARY"):
+        step = f" at step {guard['step']}" if guard.get("step") is not None else ""
+        line += (f"\nthe guard's latest check{step}, {_ago(guard['age_s'])} ago: {guard['decision']} "
+                 f"{guard['reason']}")
+    return line
+
+
+def _report_title(view: dict[str, Any]) -> str:
+    """A line over the last full report when it is older than the run's newest step: its step and age, so an old
+    report never reads as the run now (a full report comes every ~30 min or at a change; the lines above are now)."""
+    step, now = view.get("report_step"), view.get("step_now")
+    if not view["report"].startswith("## Training Check") or step is None or now is None or step >= now:
+        return ""
+    age = view.get("report_age_s")
+    # its header's time is to the minute
+    old = "" if age is None else ", less than 2 min old" if age < 120 else f", about {_ago(age)} old"
+    return f"The guard's last full report, from step {step}{old} (the run is at step {now} now, above):\n"
+
+
+def _ago(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds} s" if seconds < 120 else (f"{seconds // 60} min" if seconds < 7200 else f"{seconds // 3600} h")
 
 
 def _no_evidence(view: dict[str, Any]) -> str:

@@ -39,7 +39,23 @@ def render_table(rows: list[dict[str, Any]]) -> str:
 # who (`user`, not `user (kill)`) before it goes. Too narrow even for those: a list, a run's name on a line of its own
 # and its facts (its job first) under it.
 DROP_ORDER = ("evidence", "age", "eta", "ended_at", "elapsed", "reason", "last_step", "exit", "stopped_by")
-SHORTENED = {"stopped_by": lambda text: text.split(" (", 1)[0]}
+# squeue's short state codes, and a decision's first letters: an array's counted cells (`status --collapse`,
+# `COMPLETED(3),CANCELLED(1)`) as `CD(3),CA(1)`, tried before any column goes, so its row fits as plain status's do
+SHORT_STATES = {"PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETING": "CG", "REQUEUED": "RQ",
+                "COMPLETED": "CD", "FAILED": "F", "CANCELLED": "CA", "TIMEOUT": "TO", "PREEMPTED": "PR",
+                "NODE_FAIL": "NF", "OUT_OF_MEMORY": "OOM", "UNKNOWN": "?", "CONTINUE": "CONT"}
+COUNTED = ("state", "decision")
+
+
+def _short_counts(text: str) -> str:
+    """`COMPLETED(3),CANCELLED(1)` as `CD(3),CA(1)`; a single value (no count) as it is."""
+    if "(" not in text:
+        return text
+    parts = [part.partition("(") for part in text.split(",")]
+    return ",".join(f"{SHORT_STATES.get(name, name)}{sep}{rest}" for name, sep, rest in parts)
+
+
+SHORTENED = {"stopped_by": lambda text: text.split(" (", 1)[0], "state": _short_counts, "decision": _short_counts}
 GAP = 2
 STYLES = {"STOP": "red", "UNGUARDED": "magenta", "WAIT": "yellow", "CONTINUE": "green"}
 
@@ -54,6 +70,9 @@ def fitted_columns(rows: list[dict[str, Any]], width: int) -> list[tuple[str, st
 
     def needed(cols: list[tuple[str, str, int]]) -> int:
         return sum(w for _, _, w in cols) + GAP * (len(cols) - 1)
+
+    if needed(columns) > width:
+        columns = [(t, k, natural(t, k, True) if k in COUNTED else w) for t, k, w in columns]
 
     for key in DROP_ORDER:
         if needed(columns) <= width:
@@ -104,10 +123,21 @@ def render_terminal(rows: list[dict[str, Any]], *, color: bool, width: int | Non
     console.print(table)
     dropped = [title for title, key in COLUMNS if key not in {c[1] for c in columns}]
     text = "\n".join(line.rstrip() for line in out.getvalue().splitlines()) + "\n"
+    text += _codes_note(rows, columns, width)
     if dropped:
         note = f"(not shown at {width} columns: {', '.join(dropped)}; status --json has every field)"
         text += (note if len(note) <= width else "(more in: guarded-sbatch status --json)") + "\n"
     return text
+
+
+def _codes_note(rows: list[dict[str, Any]], columns: list[tuple[str, str, int]], width: int) -> str:
+    """What the short state codes shown stand for (`CD completed`), when STATE is shown short."""
+    if not any(key == "state" and natural < len(cell(row, key)) for _, key, natural in columns for row in rows):
+        return ""
+    shown = {name for row in rows if "(" in cell(row, "state") for name, _, _ in
+             (part.partition("(") for part in cell(row, "state").split(","))}
+    codes = ", ".join(f"{SHORT_STATES[name]} {name.lower()}" for name in SHORT_STATES if name in shown)
+    return fit(f"(squeue's state codes: {codes})", width, indent=" ") + "\n"
 
 
 def _render_list(rows: list[dict[str, Any]], *, color: bool, width: int) -> str:

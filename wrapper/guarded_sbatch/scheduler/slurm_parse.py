@@ -198,16 +198,15 @@ def job_info_from_sacct(row: dict[str, str]) -> JobInfo:
 
 def sacct_job_row(text: str, job_id: str, fields: tuple[str, ...]) -> dict[str, str] | None:
     """The job's own line of `sacct -n -P -o <fields>` output (JobID first), never a step's (`.batch`, `.extern`,
-    `.0`): its ExitCode is the job's. One exception: a job killed by a signal has 0:0 on its own line (Slurm 22.05)
-    and the signal only on its `.batch` line (0:15 when cancelled), which is then taken, as scontrol shows it."""
+    `.0`): its ExitCode is the job's. One exception: a cancelled job has 0:0 on its own line (Slurm 22.05) and how
+    it ended only on its `.batch` line, which is then taken: 0:15 for a batch shell killed by the cancel, 15:0 when
+    the guard's stop had ended its steps first (the shell then left with their status), never a clean 0:0."""
     lines = (line.split("|") for line in text.splitlines())
     rows = {values[0]: dict(zip(fields, values)) for values in lines if len(values) == len(fields)}
     row = rows.get(job_id)
     batch = rows.get(f"{job_id}.batch")
-    if row is not None and batch is not None and row["ExitCode"] == "0:0":
-        status, _, signal = batch["ExitCode"].partition(":")
-        if status == "0" and signal.isdigit() and int(signal):
-            row["ExitCode"] = batch["ExitCode"]
+    if row is not None and batch is not None and row["ExitCode"] == "0:0" and parse_exit_code(batch["ExitCode"]):
+        row["ExitCode"] = batch["ExitCode"]
     return row
 
 

@@ -41,7 +41,9 @@ from guarded_sbatch.sources.kinds import label as source_label
 from guarded_sbatch.sidecar.source_set import SourceSet
 from guarded_sbatch.core.redact import redact
 from guarded_sbatch.records.registry import update_record
-from guarded_sbatch.sidecar.stop_record import append_stop_note, save_evidence
+from guarded_sbatch.sidecar.stop_record import (
+    append_stop_note, save_evidence, share_stop_of, stop_of_another, stopped_before,
+)
 from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 from guarded_sbatch.sidecar.agent_stop import stop_one_run
 
@@ -165,6 +167,9 @@ class Sidecar:
                 self._tracker_recorded = True  # once is enough to say it
                 self._poll_failed("recording the W&B run", exc)
         self.sources.crashes.job_over = self.job_state.is_terminal  # a printed crash needs no more confirming
+        handled, code = self._another_watchers_stop(now)
+        if handled:
+            return code
         if self.job_state.is_terminal:
             self._last_read()
         try:
@@ -195,6 +200,19 @@ class Sidecar:
             self.emit(self.state.final_summary)
             return 0
         return None
+
+    def _another_watchers_stop(self, now: float) -> tuple[bool, int | None]:
+        """Another watcher of this run stopped it (state.share_stop): its STOP is the run's, told here once the job
+        has ended; (True, the poll's exit code) then and while that stop is under way, (False, None) otherwise."""
+        if self.job_state.is_terminal:
+            self.state.take_shared_stop(self.settings.state_file)
+        if not self.state.stop_by:
+            return False, None
+        told = stop_of_another(self.settings, self.state, self.job_state.is_terminal, now, self._diag)
+        if told is None:  # its stop is under way (or did not take: then this sidecar guards the run again)
+            return True, None
+        self._last_read()
+        return True, self._stop(told, now, ended=True)
 
     def _read_sources(self, now: float) -> int:
         """The poll's read of every source (a failure named, never fatal); how many new points came."""
@@ -405,21 +423,22 @@ class Sidecar:
             self._remember(verdict)
             return None
         self._full_report(verdict, now, ending=True)
-        if ended:  # it died by itself (a crash, a NaN): the verdict and its evidence, nothing to stop
+        self.state.take_shared_stop(self.settings.state_file)
+        stopped_already = stopped_before(self.settings, self.state)
+        if stopped_already:  # one stop per run, whichever of its watchers (or their restarts) made it
+            outcome = StopOutcome("none", True, stopped_already)
+        elif ended:  # it died by itself (a crash, a NaN): the verdict and its evidence, nothing to stop
             outcome = StopOutcome("none", True, f"training job {self.settings.job_id} had already ended "
                                                 f"{self.job_state.value}; nothing to stop")
-        elif self.state.stop_requested_at:
-            # an earlier process of this watcher stopped the run and was ended before it could finish:
-            # one stop per run, whatever restarts happen in between
-            outcome = StopOutcome("none", True, f"stop requested already at {self.state.stop_requested_at:.0f} by an "
-                                        "earlier watcher process")
         else:
             # the decision is saved with the intent, before the cancel: `status` names the guard from the moment
             # the job ends, not once the evidence is written (cli/lifecycle.stopped_by)
             self.state.stop_requested_at = now
             self.state.last_decision, self.state.last_reason = verdict.decision.value, verdict.reason.value
             self.state.last_message = verdict.message
+            self.state.last_step = verdict.last_step
             self.state.save(self.settings.state_file)
+            share_stop_of(self.settings, self.state, verdict, self.emit)
             outcome = stop_run(self.scheduler, self.settings.job_id, self.settings.stop_command,
                                stop_target=self.settings.stop_target, grace_s=self.settings.stop_grace_s,
                                kill_grace_s=self.settings.sidecar.kill_grace_s)
@@ -449,6 +468,9 @@ class Sidecar:
         self.state.finished = True
         self.state.final_summary = summary
         self.state.evidence = evidence_path or ""
+        if not stopped_already and not ended:
+            self.state.stop_detail = outcome.detail
+            share_stop_of(self.settings, self.state, verdict, self.emit)
         return 0
 
     # ---- start-up grace and alerts (sidecar/report.py, actions/notify.py); kept apart from the rest ----

@@ -58,6 +58,10 @@ class WatchPlan:
     audit: AuditLog | None = None  # the site's audit trail: a STOP is recorded there
     startup_grace_s: float = 300.0  # no metrics yet this soon after the start is normal, not "unreachable"
     startup_poll_s: float = 10.0  # how often to look for the first metrics during the grace
+    # a watcher of a guarded run that is not its sidecar (`monitor --job`): the run's own state, where its STOP is
+    # saved too (sidecar/state.share_stop), and how that STOP names this watcher
+    run_state_file: Path | None = None
+    watcher: str = ""
 
 
 def plan_of(record: RunRecord, folder: Path, *, site: Config | None = None) -> WatchPlan:
@@ -79,8 +83,7 @@ def plan_of(record: RunRecord, folder: Path, *, site: Config | None = None) -> W
         log_commands=[c for c in _list(watch.get("log_commands")) if isinstance(c, str)],
         stop_target=_text(watch.get("stop_target")) or None,
         notify=_notify(watch.get("alerts"), site), audit=AuditLog.from_config(site) if site is not None else None,
-        **({"stop_grace_s": stop_grace} if stop_grace else {}),
-        **({"log_command_timeout_s": timeout} if timeout else {}),
+        stop_grace_s=stop_grace or WatchPlan.stop_grace_s, log_command_timeout_s=timeout or WatchPlan.log_command_timeout_s,
     )
 
 
