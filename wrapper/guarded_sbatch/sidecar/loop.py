@@ -1,13 +1,9 @@
 """The sidecar loop: discover → read → decide → report; on STOP: stop, evidence, note, FINAL_SUMMARY.
 
 Fast polls (default every 10 s: reading a local file's new bytes is cheap) read new points and act at once on
-a STOP. A full report is printed every full interval (default 30 min; it grows while the run stays healthy and shrinks after
-an anomaly), when the decision changes, and at the end. The scheduler is asked about the job
-sparingly: every `job_poll_s` (default 300 s, so ≤ 12 calls an hour). On Slurm an idle step
-inside the job (scheduler.slurm.JobEndWatch) ends with the job, so a finished job is noticed at
-the next fast poll without polling slurmctld (a requeue ends it too: once the requeued job writes again it is
-asked about and the step started anew); where that step cannot run, the run's files going quiet trigger the
-question instead.
+a STOP. A full report is printed every full interval (default 30 min; it grows while the run stays healthy and
+shrinks after an anomaly), when the decision changes, and at the end. The job's state comes from job_poll.py,
+which asks the scheduler sparingly (≤ 12 calls an hour by default).
 """
 
 from __future__ import annotations
@@ -16,9 +12,8 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TextIO
 
-from guarded_sbatch.core.errors import GuardedError
 from guarded_sbatch.sidecar.logs import stream_logger
 from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.table import policy_table
@@ -29,9 +24,9 @@ from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 from guarded_sbatch.sidecar.report import (
     CheckReport, cadence_line, render_final_summary, startup_line, startup_progress_line,
 )
-from guarded_sbatch.scheduler.interface import JobInfo, JobState, JobWatch, NodeLoss, Scheduler
+from guarded_sbatch.scheduler.interface import JobState, Scheduler
 from guarded_sbatch.sidecar.alerts import alert, alert_wait_or_crash, audit_stop
-from guarded_sbatch.sidecar.node_loss import NodeLossWatch
+from guarded_sbatch.sidecar.job_poll import JobPoll, SharedAnswers
 from guarded_sbatch.sidecar.unguarded_time import sidecar_verdict
 
 from guarded_sbatch.sidecar.counted import CountedScheduler, _cpu_seconds, _peak_rss_mb
@@ -48,20 +43,6 @@ from guarded_sbatch.actions.stop_run import StopOutcome, stop_run
 from guarded_sbatch.sidecar.agent_stop import stop_one_run
 
 MAX_FULL_INTERVAL_S = 4 * 3600.0
-# the states of a job that is not running yet or again: its files growing mean it (re)started
-_WAITING = frozenset({JobState.PENDING, JobState.REQUEUED, JobState.SUSPENDED, JobState.COMPLETING})
-_WAKE_ASK_S = 30.0  # at most one such question per 30 s (files of another run in the same folder may grow)
-
-
-class SharedAnswers(Protocol):
-    """What a watcher of several runs (sidecar/shared_monitor.py) answers for each from its one scheduler query: a
-    run's loop reads its job's state there at every poll, and asks the scheduler itself only to stop it."""
-
-    def state(self, job_id: str) -> JobState: ...
-
-    def info(self, job_id: str) -> JobInfo: ...
-
-    def node_losses(self, job_id: str) -> list[NodeLoss]: ...
 
 
 class Sidecar:
@@ -85,17 +66,17 @@ class Sidecar:
         self.calls = CountedScheduler(scheduler) if scheduler is not None else None
         self.scheduler: Scheduler | None = self.calls  # every scheduler call the sidecar makes goes through the count
         self.sources = SourceSet(settings, self.scheduler, info=answers.info if answers is not None else None)
-        self.job_state: JobState = JobState.UNKNOWN
-        self._job_watch: JobWatch | None = None  # Slurm's idle step in the job while it runs
-        self._watch_failures = 0  # watch steps that ended while their job ran on: after 3, files going quiet instead
         self._tracker_recorded = False
         self._out_of_memory_alerted = False
-        self._asked_since_start = False  # a (re)started sidecar asks about the job at its first poll
         self._cpu_at_start = _cpu_seconds()
         self._checks_at_start = self.state.checks
-        self.node_losses = NodeLossWatch(settings.job_id)
+        self.job_poll = JobPoll(settings, self.scheduler, answers, self.state, self.sources.stdout_grew, self._diag)
         self._arrivals: list[float] = []  # the last polls that brought new points: the run's own pace (RunContext)
         self._startup_said_at = 5.0  # seconds into the start-up grace when "still no metrics" is said next
+
+    @property
+    def job_state(self) -> JobState:
+        return self.job_poll.job_state
 
     def _diag(self, text: str, level: int = logging.INFO) -> None:
         """A diagnostic line (not a report block) through logging, in the one format of sidecar/logs.py."""
@@ -147,8 +128,7 @@ class Sidecar:
                     return exit_code
                 self.sleep(self._poll_interval(self.clock()))
         finally:
-            if self._job_watch is not None:
-                self._job_watch.close()
+            self.job_poll.close()
             self._record_resources()
 
     # one fast poll; returns an exit code when the loop should end
@@ -157,7 +137,7 @@ class Sidecar:
         self.state.checks += 1
         new_points = self._read_sources(now)
         try:
-            self._maybe_poll_job(now, bool(new_points))
+            self.job_poll.maybe_poll(now, bool(new_points))
         except Exception as exc:  # noqa: BLE001
             self._poll_failed("asking the scheduler about the job", exc)
         if new_points and not self._tracker_recorded:
@@ -289,65 +269,6 @@ class Sidecar:
             pace = None  # new points at (nearly) every poll: the run logs faster than it is watched
         return judge_sources(self.sources, self.settings.policy,
                              RunContext(job_live=live, seconds_since_last_point=since, point_interval_s=pace))
-
-    def _maybe_poll_job(self, now: float, had_new_points: bool) -> None:
-        if self.scheduler is None or self.settings.job_id is None:
-            return
-        if self.answers is not None:  # the watcher's one query answers for every run: read at each poll, free
-            self._learn_state(self.answers.state(self.settings.job_id), self.answers.node_losses)
-            self.state.last_job_poll_at = now
-            return
-        cheap = self.scheduler.traits.free_state_queries
-        since_poll = now - self.state.last_job_poll_at
-        due = cheap or not self._asked_since_start or since_poll >= self.settings.sidecar.job_poll_s
-        watch, watch_ended = self._job_watch, False
-        if watch is not None and watch.ended():
-            due, self._job_watch, watch_ended = True, None, True  # the job (or its watch step) ended: ask which
-        elif watch is None and not cheap:
-            alive = had_new_points or self.sources.stdout_grew()
-            if alive and self.job_state in _WAITING and since_poll >= _WAKE_ASK_S:
-                # a job last seen waiting (queued, requeued, suspended) writes again: it runs, so ask now and arm
-                # its watch step; left to the quiet files, its end would be noticed only a quiet threshold late
-                due = True
-            # no watch step: a finished job shows up as files that went quiet
-            quiet_for = now - (self.state.last_new_data_at or self.state.started_at)
-            if not alive and quiet_for >= self.state.quiet_threshold_s and since_poll >= self.state.quiet_threshold_s:
-                due = True
-                self.state.quiet_threshold_s = min(self.state.quiet_threshold_s * 2, self.settings.sidecar.job_poll_s)
-        if not due:
-            return
-        self._asked_since_start = True
-        try:
-            state = self.scheduler.state(self.settings.job_id)
-        except GuardedError:
-            state = JobState.UNKNOWN
-        self._learn_state(state, self.scheduler.node_losses)
-        if cheap:
-            self.state.last_job_poll_at = now
-            return
-        self.state.record_job_poll(now)
-        if watch_ended and self.job_state is JobState.RUNNING:
-            self._watch_failures += 1  # the step ended but not the job: it could not run (a requeue is no failure)
-        if self.job_state is JobState.RUNNING and self._job_watch is None and self._watch_failures < 3:
-            self._start_job_watch(self.scheduler, self.settings.job_id, now)
-
-    def _learn_state(self, state: JobState, node_losses: Callable[[str], list[NodeLoss]]) -> None:
-        """The job's state as the scheduler answered; a change to or from "cannot tell" said once, and a run lost
-        with a node (sidecar/node_loss.py)."""
-        self.job_state = state
-        if state is JobState.UNKNOWN and self.state.last_job_state != JobState.UNKNOWN.value:
-            self._diag(f"the scheduler could not tell the state of job {self.settings.job_id} "
-                      "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
-        elif state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
-            self._diag(f"the scheduler answers again: job {self.settings.job_id} is {state.value}\n")
-        for line in self.node_losses.after_poll(node_losses, self.state.last_job_state, state):
-            self._diag(line, logging.WARNING)
-        self.state.last_job_state = state.value
-
-    def _start_job_watch(self, scheduler: Scheduler, job_id: str, now: float) -> None:
-        self._job_watch = scheduler.watch_job_end(job_id)
-        if self._job_watch is not None:  # None: the backend has no watch
-            self.state.record_job_poll(now)  # creating the step is one call to slurmctld too
 
     def _full_report(self, verdict: Verdict, now: float, *, ending: bool) -> None:
         interval = self.state.full_interval_s

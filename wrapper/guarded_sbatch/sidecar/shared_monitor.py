@@ -91,7 +91,7 @@ class SharedMonitor:
         self.out.write(text)
         self.out.flush()
 
-    # --- what a run's loop is told of its job (sidecar/loop.py SharedAnswers) -------------------------
+    # --- what a run's loop is told of its job (sidecar/job_poll.py SharedAnswers) -------------------------
 
     def state(self, job_id: str) -> JobState:
         state = self.snapshot.get(job_id)
