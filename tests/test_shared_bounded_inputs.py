@@ -71,9 +71,11 @@ def test_a_one_shot_read_judges_the_whole_run_not_its_first_16_mb(tmp_path: Path
     log = tmp_path / "train.log"
     with open(log, "w") as handle:
         step = 0
+        note = "x" * 900  # long lines: 20 MB in about 22 k lines (the reader's cost is per line; the bound is bytes)
         while handle.tell() < 20 * 1024 * 1024:
             step += 1
-            handle.write(f"{{'loss': {2.0 / step + 0.1:.6f}, 'grad_norm': 1.0, 'learning_rate': 0.001, 'step': {step}}}\n")
+            handle.write(f"{{'loss': {2.0 / step + 0.1:.6f}, 'grad_norm': 1.0, 'learning_rate': 0.001, 'step': {step}, "
+                         f"'note': '{note}'}}\n")
         for later in range(step + 1, step + 200):
             handle.write(f"{{'loss': nan, 'grad_norm': nan, 'learning_rate': 0.001, 'step': {later}}}\n")
     answer = _monitor("--log", str(log), env={**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "st")})
