@@ -7,6 +7,7 @@ A new arrow against the flow fails here, with the file and line that made it.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -62,8 +63,14 @@ def _module_name(path: Path) -> str:
     return ".".join(p for p in parts if p != "__init__")
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every check of this file (the checks only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(path: Path) -> list[tuple[str, int]]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -82,6 +89,7 @@ def _package_of(module: str) -> str:
     return module.split(".", 1)[0] if module else ""
 
 
+@functools.cache
 def _edges() -> dict[tuple[str, str], list[str]]:
     edges: dict[tuple[str, str], list[str]] = defaultdict(list)
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
@@ -163,7 +171,7 @@ def test_the_launch_may_read_the_judges_policy_and_never_judge() -> None:
 
 def _module_level_imports(path: Path) -> list[tuple[str, int]]:
     """Imports run when the module is imported: its top level (and `if TYPE_CHECKING:` excluded)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     found: list[tuple[str, int]] = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("guarded_sbatch."):
@@ -262,7 +270,7 @@ PROCESS_CALLS = ("exec", "spawn", "system", "popen", "fork", "posix_spawn")
 
 def _process_starts(path: Path) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name.split(".")[0] in PROCESS_MODULES
                       or a.name in PROCESS_MODULES]
@@ -305,7 +313,7 @@ SLURM_COMMANDS = {"sbatch", "squeue", "scontrol", "sacct", "scancel", "srun", "s
 
 def _slurm_argvs(path: Path) -> list[str]:
     """Argument lists (list literals: the runner's argv) whose program is a Slurm command."""
-    return [f"{node.lineno}: {node.elts[0].value}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    return [f"{node.lineno}: {node.elts[0].value}" for node in ast.walk(_tree(path))
             if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
             and node.elts[0].value in SLURM_COMMANDS]
 
@@ -329,7 +337,7 @@ DYNAMIC_MEMBERS = {"__getattr__", "__getattribute__"}
 
 def _probes(path: Path, module: str) -> list[str]:
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in DYNAMIC_MEMBERS:
             found.append(f"{node.lineno}: def {node.name} (declare and delegate each member by name)")
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROBES and node.args:
@@ -355,7 +363,7 @@ def test_the_sidecar_sources_and_schedulers_never_probe_project_objects() -> Non
 def _probes_of(path: Path, receiver: str) -> bool:
     return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in PROBES
                and node.args and ast.unparse(node.args[0]) == receiver
-               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
+               for node in ast.walk(_tree(path)))
 
 
 def test_the_probing_check_sees_each_form(tmp_path: Path) -> None:
@@ -380,7 +388,7 @@ def test_every_scheduler_and_wrapper_is_checked_against_the_protocol() -> None:
     `_: type[Scheduler] = Class`, so mypy checks it implements every member the callers use."""
     unchecked = []
     for path in sorted(PACKAGE_ROOT.rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         checked = {ast.unparse(node.value) for node in tree.body if isinstance(node, ast.AnnAssign)
                    and ast.unparse(node.annotation) == "type[Scheduler]" and node.value is not None}
         for node in tree.body:
