@@ -1,6 +1,6 @@
 """The guard on verbatim training logs pasted in public issue threads (tests/data/public_logs, issue 41).
 
-Each <name>.log is the text a user pasted, kept as it was; MANIFEST-a.toml and MANIFEST-b.toml name each log's source,
+Each <name>.log is the text a user pasted, kept as it was; MANIFEST-a/-b/-c.toml name each log's source,
 its tool and the label its thread grounds ("stop" = broken, "continue" = healthy, "either"), written before the tool
 ran on it. Each log is judged as a user first types it: `guarded-sbatch monitor --once --json --log FILE`, in-process
 (tests/cli_runner.py), no flags.
@@ -28,7 +28,7 @@ import pytest
 from cli_runner import run_cli
 
 CORPUS = Path(__file__).resolve().parent / "data" / "public_logs"
-MANIFESTS = ("MANIFEST-a.toml", "MANIFEST-b.toml")
+MANIFESTS = ("MANIFEST-a.toml", "MANIFEST-b.toml", "MANIFEST-c.toml")
 LABELS = {"stop", "continue", "either"}
 EXIT = {"CONTINUE": 0, "WAIT": 10, "STOP": 11}
 
@@ -163,9 +163,10 @@ def test_target_scores_table_every_log_judged(judged: list[Judged], capsys: pyte
 
 
 # The issue's targets are acceptable 100 % and strict >= 85 %; what this corpus reaches now is held as a floor (a change
-# may only raise it): 112 of 112 acceptable, 96 of 112 strict (85.7 %).
-ACCEPTABLE_FLOOR = 112
-STRICT_FLOOR = 96
+# may only raise it): 127 of 127 acceptable, 108 of 127 strict (85.0 %); part c alone, scored before any change it led
+# to: 14 of 15 acceptable, 12 strict, 0 false STOP.
+ACCEPTABLE_FLOOR = 127
+STRICT_FLOOR = 108
 
 
 def test_target_acceptable_never_falls(judged: list[Judged]) -> None:
