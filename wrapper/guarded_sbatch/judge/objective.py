@@ -138,8 +138,8 @@ def choose_objective(history: MetricHistory, roles: dict[str, KeyRole]) -> Objec
     key = max(positive, key=lambda k: (len(positive[k][0]), float(np.nanmedian(positive[k][1])), k))
     how = f"the densest positive series ({len(positive[key][0])} points, {change[key]:+.0%} since its start)"
     if change[key] >= _FALL and _exploded(positive[key][1]):
-        return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how + ", risen by orders of magnitude: an "
-                                                              "objective blowing up, lower is better", candidates))
+        blown = ", risen a thousandfold (or gone non-finite): an objective blowing up, lower is better"
+        return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how + blown, candidates))
     if change[key] >= _FALL:  # rising from its start, named as nothing: a score (accuracy) as likely as a loss
         return Objective(key, Direction.HIGHER_IS_BETTER, _why(key, how + ", rising: higher is better", candidates))
     return Objective(key, Direction.LOWER_IS_BETTER, _why(key, how, candidates), guessed=True)
@@ -181,7 +181,7 @@ def _by_name(key: str, candidates: dict[str, tuple[np.ndarray, np.ndarray]]) -> 
         higher, what = False, "a score's name, but falling from its start: lower is better"
     elif not higher and moved >= _FALL and _words(key) & _OBJECTIVE_EITHER:
         if _exploded(values):
-            what = "an objective's name, risen by orders of magnitude: blowing up, lower is better"
+            what = "risen a thousandfold from its start (or gone non-finite): an objective blowing up, lower is better"
         else:
             higher, what = True, "an objective's name, rising from its start: higher is better"
     else:
