@@ -13,6 +13,7 @@ These kill nodes of the shared cluster, so they run alone (serial) and bring the
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +80,14 @@ def test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed(
         assert f"job {job_id} lost a node: run 1 ended NODE_FAIL" in line and batch_host in line.split("down:")[1]
         assert "a dead node, not the training; nothing is stopped" in line and "follows its next run" in line
         assert slurm.state(sidecar_id) is JobState.RUNNING
+
+        def waiting_row() -> dict | None:
+            runs = json.loads(project.cli_here("status", "--json", check=True).stdout)["runs"]
+            row = next(r for r in runs if r["job_id"] == job_id)
+            return row if row["reason"] == "node_lost" else None
+
+        row = wait_for(waiting_row, 30, 1, "status to say why the requeued job waits")  # the state is saved after the line
+        assert row["state"] in ("PENDING", "REQUEUED") and batch_host in row["message"], row
         release(job_id)
         rerun = wait_for(lambda: len(nodes := job_nodes(job_id)) == 2 and slurm.state(job_id) is JobState.RUNNING and nodes,
                          120, 1, "the requeued run to start on 2 nodes")

@@ -102,11 +102,13 @@ def run_status_row(record: RunRecord) -> dict[str, Any]:
         eta, eta_kind = record.planned_end, "planned"
     terminal = JobState(state).is_terminal
     exit_code = info.exit_code if info and terminal else None
+    reason, message = sidecar.get("last_reason") or "-", sidecar.get("last_message") or ""
+    if sidecar.get("job_note") and state in ("PENDING", "REQUEUED", "NODE_FAIL"):
+        reason, message = "node_lost", str(sidecar["job_note"])  # why it waits (or ended): a node died, not the run
     return {
         "run": record.run_name, "run_id": record.run_id, "backend": record.backend, "job_id": record.job_id,
         "sidecar_id": record.sidecar_id, "state": state,
-        "decision": sidecar.get("last_decision") or "-", "reason": sidecar.get("last_reason") or "-",
-        "message": sidecar.get("last_message") or "", "last_step": last_step,
+        "decision": sidecar.get("last_decision") or "-", "reason": reason, "message": message, "last_step": last_step,
         "steps_per_s": rate, "total_steps": total, "eta": local_timestamp(eta) if eta else None,
         "eta_kind": eta_kind,
         "evidence": sidecar.get("evidence") or None, "data_source": sidecar.get("data_source"),

@@ -100,8 +100,11 @@ class JobPoll:
                       "(controller down or restarting?); carrying on, nothing is stopped for that\n", logging.WARNING)
         elif state is not JobState.UNKNOWN and self.state.last_job_state == JobState.UNKNOWN.value:
             self.diag(f"the scheduler answers again: job {self.job_id} is {state.value}\n", logging.INFO)
+        if state is JobState.RUNNING:
+            self.state.job_note = ""
         for line in self.node_losses.after_poll(node_losses, self.state.last_job_state, state):
             self.diag(line, logging.WARNING)
+            self.state.job_note = line.strip()
         self.state.last_job_state = state.value
 
     def _start_watch(self, scheduler: Scheduler, job_id: str, now: float) -> None:

@@ -28,6 +28,7 @@ class SidecarState:
     job_polls: list[float] = field(default_factory=list)  # times of scheduler calls, last hour
     quiet_threshold_s: float = 45.0
     last_job_state: str = ""
+    job_note: str = ""  # the scheduler's word on the job no verdict carries (a run lost with a node), until it runs again
     data_source: str = "unreachable"
     reported_anomalies: list[str] = field(default_factory=list)
     finished: bool = False
