@@ -139,7 +139,7 @@ def assert_outcome(run: Launched, example: Example, scheduler: Scheduler, *, sho
 
 def metric_lines(text: str) -> str:
     """The lines that name metrics (not the paths of the files read)."""
-    keep = ("- Recent metrics:", "- Anomalies:", "- Reason:", "Anomalies:", "judged now:")
+    keep = ("- Recent metrics:", "- Anomalies:", "- Reason:", "Anomalies:", "judged now")
     return "\n".join(line for line in text.splitlines()
                      if line.lstrip().startswith(keep) or re.match(r"^\S+ \((train_loss|key_metric|lr)\)", line))
 

@@ -6,6 +6,7 @@ that option (the loss key, the source) makes it guarded: a NaN then stops it. On
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def _unguarded_everywhere(project: Project, job_id: str, hook: WebhookServer, *f
     header, line = table[0], next(line for line in table if f"  {job_id}  " in line)
     assert line[header.index("DECISION"):].split()[0] == "UNGUARDED", table
     shown = project.cli_here("show", job_id, check=True).stdout
-    assert "judged now: UNGUARDED: " in shown and all(fragment in shown for fragment in fragments), shown
+    assert re.search(r"judged now( at step \d+)?: UNGUARDED: ", shown) and all(fragment in shown for fragment in fragments), shown
     wait_for(lambda: hook.requests, 30, 0.5, "the unguarded alert")
 
 
