@@ -138,8 +138,10 @@ def _row(project: Project, job_id: str) -> dict:
 
 def _unguarded_everywhere(project: Project, job_id: str, hook: WebhookServer, *fragments: str) -> None:
     """Shown UNGUARDED in status (JSON and table) and show, each naming `fragments`; alerted."""
-    row = wait_for(lambda: (r := _row(project, job_id))["reason"] == "unguarded" and r, 90, 1,
-                   f"status to show job {job_id} unguarded")
+    # the reason may first be an earlier true one (no source yet, before the job's log is created): wait for this one
+    row = wait_for(lambda: (r := _row(project, job_id))["reason"] == "unguarded"
+                   and all(fragment in r["message"] for fragment in fragments) and r, 90, 1,
+                   f"status to show job {job_id} unguarded, naming {fragments}")
     assert row["decision"] == "WAIT" and row["state"] == "RUNNING"
     assert all(fragment in row["message"] for fragment in fragments), row["message"]
     table = project.cli_here("status", check=True).stdout.splitlines()
