@@ -21,18 +21,10 @@ class OutputRefused(Exception):
     """The job's output path is not a file the job may write; the message is one line for the user."""
 
 
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
 def refusal(path: str, info: os.stat_result) -> str | None:
     """Why an existing path cannot be the job's output, or None when it can be written over."""
     if not stat.S_ISREG(info.st_mode):
-        return f"{path} is {_kind(info.st_mode)}; the job writes its output only to a regular file of its own"
+        return f"{path} is {door.kind_of(info.st_mode)}; the job writes its output only to a regular file of its own"
     if info.st_uid != os.geteuid():
         return f"{path} belongs to another user (uid {info.st_uid}); remove it or name another --output"
     if info.st_nlink > 1:

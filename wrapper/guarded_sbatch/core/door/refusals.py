@@ -33,7 +33,7 @@ class TooLargeError(OSError):
 
 def kind_of(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a link")):
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link")):
         if test(mode):
             return name
     return "not a regular file"
