@@ -26,7 +26,10 @@ with open(sys.argv[1], "w") as log:
 HEARTBEAT = re.compile(r"^\s+\d\d:\d\d:\d\d\s+step \d+\s+(CONTINUE|WAIT|STOP) \w+")
 
 
-def _watch(tmp_path: Path, *flags: str, seconds: float = 12.0, terminal: bool = False) -> list[str]:
+def _watch(tmp_path: Path, *flags: str, seconds: float = 12.0, terminal: bool = False,
+           quiet_after_report: float | None = None) -> list[str]:
+    """The monitor's lines until 3 heartbeats and a report came (or `seconds`); with `quiet_after_report`, until a
+    report came and that many seconds more passed (a window in which no heartbeat may come)."""
     project = make_project(tmp_path)
     log = tmp_path / "train.log"
     trainer = subprocess.Popen([sys.executable, "-c", TRAINER, str(log)])
@@ -47,9 +50,17 @@ def _watch(tmp_path: Path, *flags: str, seconds: float = 12.0, terminal: bool = 
                                   daemon=True)
     reader.start()
     deadline = time.monotonic() + seconds
+    reported_at: float | None = None
     try:
-        while time.monotonic() < deadline and (sum(bool(HEARTBEAT.match(line)) for line in lines) < 3 or
-                                               not any("Decision" in line for line in lines)):
+        while time.monotonic() < deadline:
+            if reported_at is None and any("Decision" in line for line in lines):
+                reported_at = time.monotonic()
+            if quiet_after_report is None and reported_at is not None and \
+                    sum(bool(HEARTBEAT.match(line)) for line in lines) >= 3:
+                break
+            if quiet_after_report is not None and reported_at is not None and \
+                    time.monotonic() - reported_at >= quiet_after_report:
+                break
             time.sleep(0.2)
     finally:
         monitor.terminate()
@@ -85,7 +96,7 @@ def test_asked_on_a_pipe_it_beats_between_reports(tmp_path: Path) -> None:
 
 
 def test_a_pipe_gets_no_heartbeat_unless_asked(tmp_path: Path) -> None:
-    lines = _watch(tmp_path, seconds=8)
+    lines = _watch(tmp_path, seconds=90, quiet_after_report=2 * HEARTBEAT_S + 2)
     assert any("Decision" in line for line in lines), lines  # the reports come
     assert not any(HEARTBEAT.match(line) for line in lines), lines
 
