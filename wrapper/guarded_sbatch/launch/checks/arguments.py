@@ -14,12 +14,11 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.core.fsutil import read_bounded
+from guarded_sbatch.launch.checks.program_source import parsed
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CLI_WORDS, CheckName, CheckResult, CheckStatus, render_fix
 
 NAME = CheckName.ARGUMENTS.value
-PROGRAM_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -35,9 +34,8 @@ class Required:
 def required_options(program: Path) -> tuple[list[Required], list[str]] | None:
     """The options the program's argparse parser requires, and every long option it declares (an abbreviation
     must name one only); None when the program cannot be read or parsed."""
-    try:
-        tree = ast.parse(read_bounded(program, PROGRAM_BYTES, head=True))
-    except (OSError, SyntaxError, ValueError):
+    tree = parsed(program)
+    if tree is None:
         return None
     subparsers = _assigned_from(tree, "add_parser")
     if _parses_own_list(tree):

@@ -13,10 +13,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from guarded_sbatch.core.fsutil import read_bounded
+from guarded_sbatch.launch.checks.program_source import parsed
 from guarded_sbatch.launch.runconfig import RunConfig
 
-PROGRAM_BYTES = 1 << 20  # each source file read at most this far
 MAX_FILES = 64  # the program and its local modules
 NAME = re.compile(r"^-{0,2}[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -60,9 +59,8 @@ def program_names(program: Path) -> set[str]:
         if path in done or not path.is_file():
             continue
         done.add(path)
-        try:
-            tree = ast.parse(read_bounded(path, PROGRAM_BYTES, head=True))
-        except (OSError, SyntaxError, ValueError):
+        tree = parsed(path)
+        if tree is None:
             continue
         called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
         for node in ast.walk(tree):

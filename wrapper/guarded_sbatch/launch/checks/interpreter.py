@@ -23,11 +23,11 @@ from guarded_sbatch.core.errors import CommandError
 from guarded_sbatch.core.fsutil import read_bounded
 from guarded_sbatch.core.remembered import recall, remember
 from guarded_sbatch.core.runner import run_command
+from guarded_sbatch.launch.checks.program_source import parsed
 from guarded_sbatch.launch.context import PreflightContext
 from guarded_sbatch.launch.results import CheckName, CheckResult, CheckStatus
 
 NAME = CheckName.INTERPRETER.value
-PROGRAM_BYTES = 1 << 20  # a training script larger than this is not parsed for its imports
 ASK_TIMEOUT_S = 15.0
 ACTIVATE = re.compile(r"^\s*(?:source|\.)\s+(\S+)/bin/activate\b")
 CONDA = re.compile(r"^\s*(?:conda|mamba|micromamba)\s+activate\s+(\S+)")
@@ -126,9 +126,8 @@ def script_imports(program: Path) -> tuple[list[Import], list[Import]]:
     """The packages the script needs: imported at module level or directly in its `main()` (outside `try` and `if`
     blocks: an optional import may well be missing); and those a helper function imports directly in its body
     (needed once that code runs, which the pre-flight cannot know)."""
-    try:
-        tree = ast.parse(read_bounded(program, PROGRAM_BYTES, head=True))
-    except (OSError, SyntaxError, ValueError):
+    tree = parsed(program)
+    if tree is None:
         return [], []
     local = {p.stem for p in program.parent.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()} \
         if program.parent.is_dir() else set()

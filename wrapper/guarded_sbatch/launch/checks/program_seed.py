@@ -7,17 +7,13 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from guarded_sbatch.core.fsutil import read_bounded
-
-PROGRAM_BYTES = 1 << 20
+from guarded_sbatch.launch.checks.program_source import parsed
 
 
 def seed_call(program: Path) -> str | None:
     """`file line N: call(...)` of the program's first seeding call with an argument; None without one."""
-    try:
-        source = read_bounded(program, PROGRAM_BYTES, head=True)
-        tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError):
+    tree = parsed(program)
+    if tree is None:
         return None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or not (node.args or node.keywords):
