@@ -27,6 +27,13 @@ if os.environ.get("PATH", "").split(":")[0] != str(Path(sys.executable).parent):
     os.environ["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
 
 
+# Every trainer the suite runs (its jobs inherit this environment) uses one thread per library, as a Slurm job of
+# --cpus-per-task=1 should: torch's OpenMP pool otherwise spins on cores the other tests need, a third of a tiny
+# trainer's CPU on this 2-core machine. The guard reads what the trainers write; their threading is not its subject.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
+
 def _slurm_up() -> tuple[bool, str]:
     if shutil.which("sinfo") is None:
         return False, "sinfo not found (run scripts/dev-slurm up)"

@@ -7,7 +7,8 @@ complete untouched.
 - the HF Trainer's default `logging_dir` (`outputs/<name>/runs/<date>_<host>`);
 - a bare `SummaryWriter()`: all runs started in one second write ONE folder `runs/<date>_<host>`, told apart by
   the pid in their files' names only.
-Local backend; the same on the dev Slurm (marked slurm)."""
+Local backend (eight runs of the three kinds), and on the dev Slurm (two of each kind, Lightning's folder named by
+its own key)."""
 
 from __future__ import annotations
 
@@ -91,12 +92,6 @@ def _sweep(tmp_path: Path, counts: dict[str, int], backend: str | None, timeout:
         scheduler = SlurmScheduler(state_dir=tmp_path / "test-slurm-cache")
     _wait(runs, scheduler, timeout)
     assert_sweep(runs, project, scheduler)
-
-
-@pytest.mark.waits
-@pytest.mark.parametrize("kind", [LIGHTNING, HF, SUMMARY_WRITER], ids=lambda k: k.name)
-def test_three_runs_of_one_folder_each_read_on_its_own_files(tmp_path: Path, kind: Kind) -> None:
-    _sweep(tmp_path, {kind.name: 3}, "local", timeout=300)
 
 
 @pytest.mark.long
