@@ -7,8 +7,8 @@ complete untouched.
 - the HF Trainer's default `logging_dir` (`outputs/<name>/runs/<date>_<host>`);
 - a bare `SummaryWriter()`: all runs started in one second write ONE folder `runs/<date>_<host>`, told apart by
   the pid in their files' names only.
-Local backend (eight runs of the three kinds), and on the dev Slurm (two of each kind, Lightning's folder named by
-its own key)."""
+Local backend (eight runs of the three kinds), and on the dev Slurm (Lightning, its folder named by its own key,
+and SummaryWriter)."""
 
 from __future__ import annotations
 
@@ -104,5 +104,7 @@ def test_eight_runs_of_three_frameworks_from_one_folder(tmp_path: Path) -> None:
 @pytest.mark.slurm
 @pytest.mark.long
 def test_three_runs_of_one_folder_on_slurm(slurm_cluster: None, tmp_path: Path) -> None:
-    """The same on the dev Slurm: two runs of each kind, one of each broken."""
-    _sweep(tmp_path, {"lightning": 2, "summarywriter": 2, "hf": 2}, None, timeout=400)
+    """The same on the dev Slurm: two Lightning runs (the folder named by its own key) and two bare SummaryWriter runs
+    (one shared folder), one of each broken. The HF Trainer's layout is the local sweep's and the Slurm framework
+    test's (test_e2e_frameworks_slurm.py)."""
+    _sweep(tmp_path, {"lightning": 2, "summarywriter": 2}, None, timeout=400)
