@@ -67,26 +67,35 @@ if _SIDE_CLUSTERS and _WORKER.startswith("gw"):
 # its workers in collection order (--no-loadscope-reorder), so these start at once and the quick files fill in
 # around them; left to xdist's default (most tests first), they came last and the run ended on one of them.
 SLOWEST_FILES = (
-    "test_e2e_identity_slurm.py", "test_e2e_frameworks_local.py", "test_e2e_identity_local.py",
-    "test_sidecar_faults_slurm.py", "test_one_config_twice.py", "test_e2e_frameworks_slurm.py", "test_executor.py",
-    "test_e2e_slurm.py", "test_multinode_training.py", "test_anywhere_watch.py", "test_judge_final.py",
-    "test_notify.py", "test_lifecycle.py", "test_demo.py", "test_judge_incremental.py", "test_series_cap.py",
-    "test_sbatch_habits.py", "test_corpus_dense.py", "test_corpus_sources.py", "test_shared_bounded_inputs.py",
+    "test_hydra_sweep.py", "test_e2e_frameworks_local.py", "test_corpus_dense.py", "test_e2e_identity_slurm.py",
+    "test_e2e_identity_local.py", "test_judge_incremental.py", "test_multinode_training.py", "test_corpus_sources.py",
+    "test_e2e_frameworks_slurm.py", "test_light_install.py", "test_first_hour_stumbles.py", "test_sweep_guide.py",
+    "test_executor.py", "test_anywhere_watch.py", "test_judge_final.py", "test_local_job_variables.py",
+    "test_monitor_heartbeat.py", "test_launch_interrupt.py", "test_judge_polls.py", "test_lifecycle.py",
+    "test_shared_bounded_inputs.py", "test_unguarded.py", "test_demo.py", "test_first_hour_screens.py",
+    "test_notify.py",
 )
 # The side stream's longest tests (serial and long, minutes each). Its scheduler (--dist load) first hands each of
-# its three workers two consecutive tests, then one at a time to whichever is free: so these go in pairs, the pairs
+# its four workers two consecutive tests, then one at a time to whichever is free: so these go in pairs, the pairs
 # about equal, and the short tests fill in after them.
 SLOWEST_SIDE_TESTS = (
-    "test_two_node_job_checkpoints_on_its_signal_requeues_and_resumes",
-    "test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run",
-    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
-    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
     "test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_requeue",
+    "test_two_node_job_checkpoints_on_its_signal_requeues_and_resumes",
+    "test_one_watcher_stops_the_nan_task_alone_and_ends_with_the_array",
+    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
+    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
+    "test_an_array_task_the_guard_stopped_never_shows_a_clean_exit",
+    "test_one_local_watcher_stops_the_nan_task_alone_and_ends_with_the_array",
     "test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed",
+    "test_the_guides_wandb_agent_guards_each_run_and_stops_the_broken_one",
+    "test_eight_runs_of_three_frameworks_from_one_folder",
+    "test_three_runs_of_one_folder_on_slurm",
+    "test_a_sidecar_leaves_within_seconds_of_its_job_ending_after_a_requeue",
+    "test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run",
     "test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan",
-    "test_final_state_with_accounting_on_and_off_and_after_purge",
-    "test_controller_restart_is_ridden_out_and_the_sidecar_still_ends_with_the_job",
     "test_vanished_metrics_wait_then_a_nan_is_stopped_at_the_next_fast_poll_even_without_notes",
+    "test_controller_restart_is_ridden_out_and_the_sidecar_still_ends_with_the_job",
+    "test_final_state_with_accounting_on_and_off_and_after_purge",
     "test_one_config_launched_twice_each_run_is_judged_on_its_own_files",
 )
 
