@@ -28,6 +28,7 @@ from guarded_sbatch.sources.wandb_log import WandbLogSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
 import generate as corpus
+from corpus_cache import corpus_runs
 from dense_replay import DenseReplay, dense_replay
 
 WITH_WANDB = ("tiny_batch_sgd", "epoch_overfit", "slow_climb", "nan_eval_once")  # wandb is slow to start
@@ -47,8 +48,7 @@ def cases() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.RunLabels]:
-    out = tmp_path_factory.mktemp("corpus-dense")
-    return {name: corpus.generate_run(name, out, wandb=name in WITH_WANDB) for name in corpus.CORPUS}
+    return corpus_runs(tmp_path_factory, wandb=WITH_WANDB)
 
 
 def read(labels: corpus.RunLabels, source: str) -> list[MetricPoint]:
