@@ -64,12 +64,17 @@ def jump_in(steps: np.ndarray, values: np.ndarray, policy: JudgePolicy) -> tuple
     # levels, heads and peaks taken at once (a poll's cost is bounded by the lookback, not one median per candidate)
     first = max(0, n - _JUMP_LOOKBACK) + 1
     onsets = np.arange(first, n)
-    level, head = _levels_before(values, first, n), _heads(values, first, n)
+    head = _heads(values, first, n)
     peak = values[first:n].copy()
     for offset in range(1, min(within, n - first)):
         np.maximum(peak[: n - first - offset], values[first + offset : n], out=peak[: n - first - offset])
-    # the comparisons negated as the loop they replace wrote them (a NaN compares False)
-    jumps = ~(level <= 0) & ~(head <= 0) & ~(peak < factor * level) & ~(peak < _ABOVE_HEAD * head)
+    # the comparisons negated as the loop they replace wrote them (a NaN compares False); the levels before (the
+    # costly part) only when some peak is 10 x above the head (never, while a loss falls)
+    jumps = ~(head <= 0) & ~(peak < _ABOVE_HEAD * head)
+    if not jumps.any():
+        return None
+    level = _levels_before(values, first, n)
+    jumps &= ~(level <= 0) & ~(peak < factor * level)
     if not jumps.any():
         return None
     i = int(np.flatnonzero(jumps)[-1])
