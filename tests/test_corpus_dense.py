@@ -7,10 +7,10 @@ its labelled bound after the break, for one of its reasons; `should` cases reach
 healthy runs that must be watched (a NaN eval once, a one-batch spike) say WAIT there and never STOP;
 the same decision from every source at the labelled checkpoints; every STOP names its evidence.
 
-Cost (measured on the dev machine, CPython 3.11): 7 908 polls per source over the corpus at 3.4 ms
-CPU each (bench/bench_judgment.py), so about 27 s CPU per source; the whole file (generation with
-4 W&B runs, TB + text + W&B replays, the checkpoint comparison) took 3.5-7 min of wall time on the
-shared 2-core machine under a load of 6-11. `bench/bench_judgment.py` prints the scores beside the
+Cost (measured on the dev machine, CPython 3.11): 7 908 polls per source over the corpus at 1.5 ms
+CPU each (bench/bench_judgment.py), so about 12 s CPU per source; the whole file (generation with
+4 W&B runs, TB + text + W&B replays, the checkpoint comparison) took 35 s of CPU run alone (the corpus
+is written once per session: tests/corpus_cache.py). `bench/bench_judgment.py` prints the scores beside the
 anchors.
 """
 
