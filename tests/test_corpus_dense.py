@@ -7,10 +7,10 @@ its labelled bound after the break, for one of its reasons; `should` cases reach
 healthy runs that must be watched (a NaN eval once, a one-batch spike) say WAIT there and never STOP;
 the same decision from every source at the labelled checkpoints; every STOP names its evidence.
 
-Cost (measured on the dev machine, CPython 3.11): 7 908 polls per source over the corpus at 3.4 ms
-CPU each (bench/bench_judgment.py), so about 27 s CPU per source; the whole file (generation with
-4 W&B runs, TB + text + W&B replays, the checkpoint comparison) took 3.5-7 min of wall time on the
-shared 2-core machine under a load of 6-11. `bench/bench_judgment.py` prints the scores beside the
+Cost (measured on the dev machine, CPython 3.11): 7 908 polls per source over the corpus at 1.5 ms
+CPU each (bench/bench_judgment.py), so about 12 s CPU per source; the whole file (generation with
+4 W&B runs, TB + text + W&B replays, the checkpoint comparison) took 35 s of CPU run alone (the corpus
+is written once per session: tests/corpus_cache.py). `bench/bench_judgment.py` prints the scores beside the
 anchors.
 """
 
@@ -28,6 +28,7 @@ from guarded_sbatch.sources.wandb_log import WandbLogSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
 import generate as corpus
+from corpus_cache import corpus_runs
 from dense_replay import DenseReplay, dense_replay
 
 WITH_WANDB = ("tiny_batch_sgd", "epoch_overfit", "slow_climb", "nan_eval_once")  # wandb is slow to start
@@ -47,8 +48,7 @@ def cases() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.RunLabels]:
-    out = tmp_path_factory.mktemp("corpus-dense")
-    return {name: corpus.generate_run(name, out, wandb=name in WITH_WANDB) for name in corpus.CORPUS}
+    return corpus_runs(tmp_path_factory, wandb=WITH_WANDB)
 
 
 def read(labels: corpus.RunLabels, source: str) -> list[MetricPoint]:

@@ -14,6 +14,7 @@ from guarded_sbatch.sources.tensorboard import TensorBoardSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
 import generate as corpus
+from corpus_cache import corpus_runs
 from corpus_replay import replay
 
 CHECK_EVERY_STEPS = 20
@@ -23,8 +24,7 @@ BROKEN = [name for name, spec in corpus.CORPUS.items() if not spec.healthy]
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.RunLabels]:
-    out = tmp_path_factory.mktemp("corpus")
-    return {name: corpus.generate_run(name, out) for name in corpus.CORPUS}
+    return corpus_runs(tmp_path_factory)
 
 
 def test_every_run_is_generated_with_its_files(generated: dict[str, corpus.RunLabels]) -> None:

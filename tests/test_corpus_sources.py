@@ -19,6 +19,7 @@ from guarded_sbatch.sources.wandb_log import WandbLogSource
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "corpus"))
 import generate as corpus
+from corpus_cache import corpus_runs
 from corpus_replay import replay
 
 WITH_WANDB = tuple(corpus.CORPUS)  # every run, so every checkpoint is compared across all three
@@ -27,8 +28,7 @@ CHECK_EVERY = 20
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, corpus.RunLabels]:
-    out = tmp_path_factory.mktemp("corpus-sources")
-    return {name: corpus.generate_run(name, out, wandb=name in WITH_WANDB) for name in corpus.CORPUS}
+    return corpus_runs(tmp_path_factory, wandb=WITH_WANDB)
 
 
 def decisions_at_checkpoints(points: list[MetricPoint], last_step: int) -> list[tuple[int, str, str]]:

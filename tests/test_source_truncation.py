@@ -35,13 +35,18 @@ def _check_cuts(full: bytes, target: Path, make_source, fresh_every: int = 1) ->
     follower_target.write_bytes(b"")
     follower = make_source(follower_target)
     followed: list[MetricPoint] = []
-    for cut in range(len(full) + 1):
-        follower_target.write_bytes(full[:cut])
-        followed += follower.read_new()
-        if cut % fresh_every == 0 or cut == len(full):
-            target.write_bytes(full[:cut])
-            for key, value in _as_map(make_source(target).read_new()).items():
-                assert key in complete and _same(value, complete[key]), (cut, key, value)
+    target.write_bytes(b"")
+    written = 0
+    # both files grow as a writer's do, a byte at a time (unbuffered: each read sees every byte written before it)
+    with follower_target.open("ab", buffering=0) as growing, target.open("ab", buffering=0) as cut_copy:
+        for cut in range(len(full) + 1):
+            growing.write(full[cut - 1 : cut] if cut else b"")
+            followed += follower.read_new()
+            if cut % fresh_every == 0 or cut == len(full):
+                cut_copy.write(full[written:cut])
+                written = cut
+                for key, value in _as_map(make_source(target).read_new()).items():
+                    assert key in complete and _same(value, complete[key]), (cut, key, value)
     followed_map = _as_map(followed)
     assert followed_map.keys() == complete.keys()
     assert all(_same(followed_map[k], complete[k]) for k in complete)

@@ -34,6 +34,7 @@ rotated log, a sidecar started late) is judged for what it shows (issue 41). Eac
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -129,9 +130,10 @@ def check_lr_at_zero(history: MetricHistory, keys: RunKeys, policy: JudgePolicy)
                              Anomaly("lr_zero", keys.lr, zero_since, 0.0, evidence))
 
 
-def _chance_classes(tolerance: float) -> list[int]:
-    """Every k >= 2 whose ln k is told apart from ln(k + 1) at this tolerance."""
-    return [k for k in range(2, 10_000) if 1.0 / (k * math.log(k)) >= 2 * tolerance]
+@functools.lru_cache(maxsize=8)
+def _chance_classes(tolerance: float) -> tuple[int, ...]:
+    """Every k >= 2 whose ln k is told apart from ln(k + 1) at this tolerance (the same for every poll: kept)."""
+    return tuple(k for k in range(2, 10_000) if 1.0 / (k * math.log(k)) >= 2 * tolerance)
 
 
 def check_chance_stuck(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:

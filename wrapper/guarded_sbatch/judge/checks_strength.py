@@ -60,22 +60,50 @@ def jump_in(steps: np.ndarray, values: np.ndarray, policy: JudgePolicy) -> tuple
         return None
     factor = 10.0 ** policy.jump_orders
     within = policy.jump_within_points
-    # the latest onset t (1 <= t < n) whose jump is reached within `within` points and held since
-    for t in range(n - 1, max(0, n - _JUMP_LOOKBACK), -1):
-        before = values[max(0, t - _BEFORE_POINTS) : t]
-        level = float(median(before))
-        head = float(median(values[: min(_HEAD_POINTS, t)]))
-        if level <= 0 or head <= 0:
-            continue
-        since = values[t:]
-        peak = float(np.max(since[:within]))
-        if peak < factor * level or peak < _ABOVE_HEAD * head:
-            continue
-        if float(np.min(since)) < factor / 10 * level:
-            return None
-        top = int(np.argmax(since[:within]))
-        return int(steps[t]), peak, int(steps[t + top]), level
-    return None
+    # the latest onset t (1 <= t < n) whose jump is reached within `within` points and held since; the candidates'
+    # levels, heads and peaks taken at once (a poll's cost is bounded by the lookback, not one median per candidate)
+    first = max(0, n - _JUMP_LOOKBACK) + 1
+    onsets = np.arange(first, n)
+    head = _heads(values, first, n)
+    peak = values[first:n].copy()
+    for offset in range(1, min(within, n - first)):
+        np.maximum(peak[: n - first - offset], values[first + offset : n], out=peak[: n - first - offset])
+    # the comparisons negated as the loop they replace wrote them (a NaN compares False); the levels before (the
+    # costly part) only when some peak is 10 x above the head (never, while a loss falls)
+    jumps = ~(head <= 0) & ~(peak < _ABOVE_HEAD * head)
+    if not jumps.any():
+        return None
+    level = _levels_before(values, first, n)
+    jumps &= ~(level <= 0) & ~(peak < factor * level)
+    if not jumps.any():
+        return None
+    i = int(np.flatnonzero(jumps)[-1])
+    t = int(onsets[i])
+    since = values[t:]
+    if float(np.min(since)) < factor / 10 * float(level[i]):
+        return None
+    top = int(np.argmax(since[:within]))
+    return int(steps[t]), float(peak[i]), int(steps[t + top]), float(level[i])
+
+
+def _levels_before(values: np.ndarray, first: int, n: int) -> np.ndarray:
+    """median(values[max(0, t - _BEFORE_POINTS) : t]) for t in first..n-1 (the full windows in one sort)."""
+    full = max(first, _BEFORE_POINTS)
+    short = [float(median(values[max(0, t - _BEFORE_POINTS) : t])) for t in range(first, min(full, n))]
+    if full >= n:
+        return np.array(short, dtype=np.float64)
+    windows = sliding_window_view(values[full - _BEFORE_POINTS : n - 1], _BEFORE_POINTS)
+    return np.concatenate([np.array(short, dtype=np.float64), np.asarray(median(windows, axis=1), dtype=np.float64)])
+
+
+def _heads(values: np.ndarray, first: int, n: int) -> np.ndarray:
+    """median(values[: min(_HEAD_POINTS, t)]) for t in first..n-1."""
+    out = np.empty(n - first, dtype=np.float64)
+    for t in range(first, min(_HEAD_POINTS, n)):
+        out[t - first] = float(median(values[:t]))
+    if n > max(first, _HEAD_POINTS):
+        out[max(first, _HEAD_POINTS) - first :] = float(median(values[:_HEAD_POINTS]))
+    return out
 
 
 def check_magnitude_jump(history: MetricHistory, keys: RunKeys, policy: JudgePolicy) -> Finding | None:

@@ -8,6 +8,7 @@ vocabulary; the user can override any key's role (and an eval metric's direction
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -66,11 +67,17 @@ _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 
 def key_words(key: str) -> list[str]:
     """`Loss/train` -> ['loss', 'train']; `eval_loss` -> ['eval', 'loss']; `gradNorm` -> ['grad', 'norm']."""
-    return [w for w in _SPLIT.split(_CAMEL.sub("_", key).lower()) if w]
+    return list(_words(key))
 
 
+@functools.lru_cache(maxsize=1 << 14)
+def _words(key: str) -> tuple[str, ...]:  # the judge asks again at every poll for the same few names
+    return tuple(w for w in _SPLIT.split(_CAMEL.sub("_", key).lower()) if w)
+
+
+@functools.lru_cache(maxsize=1 << 14)
 def classify_key(key: str) -> KeyRole:
-    """The role of a metric key from its name alone."""
+    """The role of a metric key from its name alone (a function of the name: kept for the next poll)."""
     words = key_words(key)
     if not words:
         return KeyRole(Role.OTHER)
