@@ -35,19 +35,9 @@ from guarded_sbatch.scheduler.local_jobs import JobFolders, aggregate_state
 if TYPE_CHECKING:
     from guarded_sbatch.scheduler.local_options import LocalOptions, TaskIds
 
-# re-exported: what callers imported from here before the options had a module of their own. Loaded on first use
-# (module __getattr__): the options parse sbatch scripts (sbatch/), which only a submission needs; `status`, `show`,
-# `kill` and a sidecar ask job states only
-__all__ = ["LocalOptions", "LocalScheduler", "expand_output_pattern", "job_variables", "parse_local_options"]
-_REEXPORTED = frozenset(__all__) - {"LocalScheduler"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _REEXPORTED:
-        from guarded_sbatch.scheduler import local_options
-
-        return getattr(local_options, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The options (scheduler/local_options.py) parse sbatch scripts (sbatch/), which only a submission needs: imported
+# there, not for `status`, `show`, `kill` or a sidecar, which ask job states only
+__all__ = ["LocalScheduler"]
 
 _NAMES_THE_ID = re.compile(r"%\d*[jA]")  # an output pattern that differs from one job id to the next
 
@@ -68,7 +58,7 @@ class LocalScheduler(SchedulerDefaults):
         """What `sbatch --test-only` says (on stderr), without creating a job, as sbatch does."""
         base = Path(os.path.abspath(request.workdir or os.getcwd()))
         script = request.script if request.script.is_absolute() else base / request.script
-        from guarded_sbatch.scheduler.local_options import parse_local_options
+        from guarded_sbatch.scheduler.local_options import parse_local_options  # noqa: PLC0415 - submission only
 
         parse_local_options(tuple(o for o in request.sbatch_options if o != "--test-only"), script,
                             request.job_environment())  # the same errors a real submission would give
@@ -79,7 +69,7 @@ class LocalScheduler(SchedulerDefaults):
     @staticmethod
     def _outputs(options: LocalOptions, task: TaskIds, job_name: str, user: str,
                  workdir: Path) -> tuple[Path, Path | None]:
-        from guarded_sbatch.scheduler.local_options import expand_output_pattern
+        from guarded_sbatch.scheduler.local_options import expand_output_pattern  # noqa: PLC0415 - submission only
 
         stdout = workdir / expand_output_pattern(options.output, task.job_id, job_name, user, task)
         stderr = workdir / expand_output_pattern(options.error, task.job_id, job_name, user, task) if options.error \
@@ -87,7 +77,7 @@ class LocalScheduler(SchedulerDefaults):
         return stdout, stderr
 
     def _tasks(self, options: LocalOptions, first: int) -> list[TaskIds]:
-        from guarded_sbatch.scheduler.local_options import TaskIds, array_task_ids
+        from guarded_sbatch.scheduler.local_options import TaskIds, array_task_ids  # noqa: PLC0415 - submission only
 
         return array_task_ids(first, options.array) if options.array else [TaskIds(str(first))]
 
@@ -107,7 +97,7 @@ class LocalScheduler(SchedulerDefaults):
             raise UsageError("--test-only creates no job; use LocalScheduler.test_only")
         base = Path(os.path.abspath(request.workdir or os.getcwd()))  # the supervisor runs in its own folder
         script = request.script if request.script.is_absolute() else base / request.script
-        from guarded_sbatch.scheduler.local_options import job_variables, parse_local_options
+        from guarded_sbatch.scheduler.local_options import job_variables, parse_local_options  # noqa: PLC0415 - submission only
 
         options = parse_local_options(request.sbatch_options, script, request.job_environment())
         options = replace(options, job_name=request.job_name or options.job_name, output=request.output or options.output)
@@ -164,8 +154,8 @@ class LocalScheduler(SchedulerDefaults):
     def _start_supervisor(self, folder: Path, request: SubmitRequest, argv: list[str]) -> None:
         log = os.fdopen(door.open_raw(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                                       | os.O_NONBLOCK, 0o600), "ab")
-        from guarded_sbatch.scheduler.local_options import without_slurm_job
-        from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
+        from guarded_sbatch.scheduler.local_options import without_slurm_job  # noqa: PLC0415 - submission only
+        from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV  # noqa: PLC0415 - submission only
 
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
