@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core import door
+from guarded_sbatch.core.numpy_load import import_numpy
 from guarded_sbatch.judge.keys import KeyClassifier, Role, key_words
 from guarded_sbatch.judge.verdict import Anomaly, Decision, Reason, Verdict
 
@@ -236,6 +237,7 @@ def main(argv: list[str]) -> int:
     """`python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png`."""
     if len(argv) != 2:
         raise SystemExit("usage: python -m guarded_sbatch.actions.evidence_plot INPUT.json OUTPUT.png")
+    import_numpy()  # matplotlib's, with one OpenBLAS thread (its start-up threads spin on every core)
     series, verdict, run_name = _from_input(json.loads(door.read(argv[0], 256 << 20, own=True).text()))
     try:
         plot_metrics(Path(argv[1]), series, verdict, run_name)
