@@ -96,3 +96,44 @@ def test_a_local_launch_imports_no_slurm_module(tmp_path: Path) -> None:
     modules = json.loads(loaded.read_text())
     assert "guarded_sbatch.scheduler.local" in modules and "guarded_sbatch.launch.pipeline" in modules
     assert [m for m in modules if m.startswith("guarded_sbatch.scheduler.slurm")] == []
+
+
+def _modules_after(argv: list[str], tmp_path: Path) -> list[str]:
+    """The modules a CLI start loaded: numpy and every guarded_sbatch module, written as the process exits."""
+    loaded = tmp_path / "modules.json"
+    probe = (f"import atexit, json, runpy, sys\natexit.register(lambda: open({str(loaded)!r}, 'w').write(json.dumps("
+             "sorted(m for m in sys.modules if m.startswith('guarded_sbatch.') or m == 'numpy'))))\n"
+             "sys.argv = ['guarded-sbatch', *sys.argv[1:]]\nrunpy.run_module('guarded_sbatch', run_name='__main__')\n")
+    env = {**__import__("os").environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state")}
+    done = subprocess.run([sys.executable, "-c", probe, *argv], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return json.loads(loaded.read_text())
+
+
+def test_monitor_and_show_help_load_no_reader_numpy_or_loop(tmp_path: Path) -> None:
+    """`monitor --help` and `show --help` build their parsers from light declarations (the source kinds' flags): the
+    readers, numpy and the sidecar loop load only once there is a run to judge (~0.3 s of CPU per start)."""
+    for command in ("monitor", "show"):
+        modules = _modules_after([command, "--help"], tmp_path)
+        assert "guarded_sbatch.sources.kinds" in modules or command == "show"
+        assert [m for m in modules if m == "numpy" or m.startswith(("guarded_sbatch.sidecar.loop",
+                                                                   "guarded_sbatch.sidecar.source_set",
+                                                                   "guarded_sbatch.sources.tensorboard"))] == [], command
+
+
+def test_asking_a_local_job_state_parses_no_sbatch_options(tmp_path: Path) -> None:
+    """`status`, `show`, `kill` and a sidecar ask the local backend for job states: only a submission loads its
+    option parser (scheduler/local_options.py and the sbatch script parser under it)."""
+    run = f"""
+from pathlib import Path
+from guarded_sbatch.core.errors import SchedulerError
+from guarded_sbatch.scheduler.local import LocalScheduler
+try:
+    LocalScheduler(Path({str(tmp_path)!r})).state("1")
+except SchedulerError:  # no such job: asked all the same
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.startswith(('guarded_sbatch.scheduler.local_options',
+                                                                 'guarded_sbatch.sbatch.script')))))
+"""
+    assert loaded_heavy_modules([], run) == []

@@ -41,13 +41,13 @@ SYMBOLS = {"passed": "ok  ", "warned": "warn", "failed": "FAIL"}
 
 def run_check_sweep(argv: list[str], *, color: bool = False) -> int:
     """`guarded-sbatch check-sweep`: every combination of a W&B sweep through the pre-flight."""
+    if not argv or argv[0] in ("-h", "--help"):  # before the pre-flight loads
+        print(HELP if argv else USAGE, file=sys.stdout if argv else sys.stderr, end="" if argv else "\n")
+        return int(ExitCode.OK if argv else ExitCode.USAGE)
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.launch.sweep import check_sweep
     from guarded_sbatch.scheduler.local import LocalScheduler
 
-    if not argv or argv[0] in ("-h", "--help"):
-        print(HELP if argv else USAGE, file=sys.stdout if argv else sys.stderr, end="" if argv else "\n")
-        return int(ExitCode.OK if argv else ExitCode.USAGE)
     as_json = "--json" in argv or "--guard-json" in argv
     words = [w for w in argv if w not in ("--json", "--guard-json")]
     if not words or words[-1].startswith("-"):

@@ -14,16 +14,14 @@ from typing import TYPE_CHECKING, Any
 from guarded_sbatch.core import door
 from guarded_sbatch.cli.args import ArgumentParser, positive_float
 from guarded_sbatch.cli.monitor_once import ONCE_EXIT as ONCE_EXIT, judge_runs_once  # ONCE_EXIT: read here by scripts
-from guarded_sbatch.cli.sidecar_job import load_watcher
 from guarded_sbatch.core.config import load_config, watcher_flags
 from guarded_sbatch.core.errors import UsageError
 from guarded_sbatch.core.waiting import FittedStream, fit, tell, terminal_width
-from guarded_sbatch.records.registry import RunRecord
 from guarded_sbatch.scheduler import backend_names
-from guarded_sbatch.sidecar.report import cadence_text
 from guarded_sbatch.sources.run_sources import SourceSpec, specs_from_flags
 
 if TYPE_CHECKING:
+    from guarded_sbatch.records.registry import RunRecord
     from guarded_sbatch.sources.kinds import SourceKind
 
 
@@ -125,6 +123,9 @@ def run_monitor(argv: list[str]) -> int:
 
         configured = choose_backend(load_config(), watched.backend)  # a bad --backend or environment: named here
         backend, guarded = _guarded_run(watched.job, watched.backend, configured)
+    from guarded_sbatch.cli.sidecar_job import load_watcher
+
+    load_watcher()  # numpy (one OpenBLAS thread), the readers and the loop: only once there is a run to judge
     from guarded_sbatch.sidecar.loop import Sidecar
     from guarded_sbatch.sidecar.plan import plan_of
 
@@ -149,6 +150,8 @@ def run_monitor(argv: list[str]) -> int:
         scheduler = TargetWatch(parse_stop_target(watched.stop_target), grace_s=plan.stop_grace_s)
     door.remove(plan.state_file)  # an interactive watch starts fresh
     what = f"job {watched.job} ({backend})" if watched.job else (watched.stop_target or "the files")
+    from guarded_sbatch.sidecar.report import cadence_text
+
     tell(f"guarded-sbatch monitor: watching {what}: {cadence_text(plan)}; Ctrl-C to leave (the run goes on)")
     from guarded_sbatch.cli.monitor_live import LiveView, wants_heartbeat
 
@@ -175,6 +178,7 @@ def _monitor_record(args: Namespace, watched: Watched, guarded: RunRecord | None
              "target": args.target_value}
     judge.update({name: value for name, value in flags.items() if value is not None})
     from guarded_sbatch.judge.table import policy_from_table
+    from guarded_sbatch.records.registry import RunRecord
 
     where = f"run record of {guarded.run_name}" if guarded is not None and guarded.judge else \
         (", ".join(map(str, config.sources)) or "config")
@@ -194,8 +198,7 @@ def _monitor_record(args: Namespace, watched: Watched, guarded: RunRecord | None
 
 
 def flagged_kinds() -> list[SourceKind]:
-    """sources/kinds.py's kinds with a flag (the readers, and numpy, loaded on first use)."""
-    load_watcher()
+    """sources/kinds.py's kinds with a flag: their declarations only (light); the readers load when a source opens."""
     from guarded_sbatch.sources.kinds import flagged_kinds as kinds_with_flags
 
     return kinds_with_flags()

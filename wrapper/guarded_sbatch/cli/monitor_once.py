@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import ExitCode
 from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.waiting import Waiting
 from guarded_sbatch.sources.run_sources import SourceSpec
-from guarded_sbatch.sidecar.plan import WatchPlan
+
+if TYPE_CHECKING:
+    from guarded_sbatch.sidecar.plan import WatchPlan
 
 # the decision is the exit code, so a script can branch on it without parsing
 ONCE_EXIT = {"CONTINUE": int(ExitCode.OK), "WAIT": int(ExitCode.WAIT), "STOP": int(ExitCode.STOP)}

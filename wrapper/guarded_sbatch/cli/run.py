@@ -72,6 +72,9 @@ TMUX_STOP_GRACE_S = 20.0  # the watcher's stop command must end within stop_run'
 
 
 def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = False, clear_line: str = "") -> int:
+    if argv[:1] in (["-h"], ["--help"]):  # before the pipeline loads: the help is a table's text
+        print(run_help(), end="")
+        return int(ExitCode.OK)
     from guarded_sbatch.core.config import load_config
     from guarded_sbatch.core.fsutil import private_dir, state_dir
     from guarded_sbatch.sbatch.argv import split_sbatch_argv
@@ -79,9 +82,6 @@ def run_under_guard(argv: list[str], *, check_only: bool = False, color: bool = 
     from guarded_sbatch.cli.launch import print_report
     from guarded_sbatch.scheduler.local import LocalScheduler
 
-    if argv[:1] in (["-h"], ["--help"]):
-        print(run_help(), end="")
-        return int(ExitCode.OK)
     if "--" not in argv:
         raise UsageError(f"the command to run goes after `--`; {RUN_USAGE}")
     split = argv.index("--")

@@ -19,7 +19,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from guarded_sbatch.actions.evidence import plot_in_subprocess
 from guarded_sbatch.actions.evidence_plot import (
     NONFINITE_KINDS, nonfinite_onsets, onset_label, plotted_keys, verdict_from_json,
 )
@@ -35,12 +34,7 @@ from guarded_sbatch.core.jsonnum import dumps as json_dumps
 from guarded_sbatch.core.sanitize import visible, visible_line
 from guarded_sbatch.core.waiting import Waiting, fit
 from guarded_sbatch.records.registry import RunRecord, find_run
-from guarded_sbatch.judge.policy import RunContext
 from guarded_sbatch.judge.verdict import Decision, Reason, Verdict
-from guarded_sbatch.sidecar.one_shot import judge_sources, read_whole_run, with_note
-from guarded_sbatch.sidecar.plan import plan_of
-from guarded_sbatch.sidecar.source_set import SourceSet
-from guarded_sbatch.sidecar.unguarded_time import recorded_verdict
 
 PLAIN_ROWS = 12
 
@@ -125,6 +119,15 @@ def gather(record: RunRecord) -> dict[str, Any]:
 
 def _judge_now(record: RunRecord) -> tuple[dict[str, tuple[list[int], list[float]]], Any, str]:
     """The run judged now on its recorded sources (the ones its sidecar reads), never on a rediscovery."""
+    from guarded_sbatch.cli.sidecar_job import load_watcher
+
+    load_watcher()  # the readers and numpy (one OpenBLAS thread): here, not for `show --help` or an array's table
+    from guarded_sbatch.judge.policy import RunContext
+    from guarded_sbatch.sidecar.one_shot import judge_sources, read_whole_run, with_note
+    from guarded_sbatch.sidecar.plan import plan_of
+    from guarded_sbatch.sidecar.source_set import SourceSet
+    from guarded_sbatch.sidecar.unguarded_time import recorded_verdict
+
     plan = plan_of(record, record.folder)  # as its sidecar judges it: the same plan from the same record
     sources = SourceSet(plan, None, live=False)
     unread = read_whole_run(sources)  # the whole run, not the first poll's worth
@@ -327,6 +330,8 @@ def _number(value: float) -> str:
 
 def write_png(view: dict[str, Any], path: Path) -> None:
     """The curves as a PNG at path, drawn in a child process (actions/evidence_plot.py)."""
+    from guarded_sbatch.actions.evidence import plot_in_subprocess
+
     verdict = view["verdict_obj"] or Verdict(Decision.WAIT, Reason.NO_DATA, "")
     if not view["series"]:
         raise UsageError(f"run {view['run_id']} has no metrics to plot yet; try again once it has logged some")

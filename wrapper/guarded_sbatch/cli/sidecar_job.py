@@ -14,34 +14,26 @@ from guarded_sbatch.actions.notify import Alert, send_alert
 from guarded_sbatch.cli.args import ArgumentParser
 from guarded_sbatch.core.config import Config, load_config
 from guarded_sbatch.core.errors import GuardedError, UsageError
+from guarded_sbatch.core.numpy_load import import_numpy
 from guarded_sbatch.sidecar.plan import WatchPlan
 
 
 def load_watcher() -> None:
     """Load numpy and what reads and judges with it (the readers, the loop, the report) once: numpy with one OpenBLAS
-    thread, and no garbage collection while these modules load.
+    thread (core/numpy_load.py), and no garbage collection while these modules load.
 
-    At load OpenBLAS starts a thread per core that spins for a while: about 0.1 s of CPU on 2 cores, that much per
-    core on a GPU node, beside the training. Nothing here multiplies matrices; the setting is put back at once, so
-    no child process inherits it. Loading builds many objects and no garbage, so collections meanwhile only cost
-    time; what was loaded is then frozen out of later collections (gc.freeze)."""
+    Loading builds many objects and no garbage, so collections meanwhile only cost time; what was loaded is then
+    frozen out of later collections (gc.freeze)."""
     if "numpy" in sys.modules:
         return
-    was = os.environ.get("OPENBLAS_NUM_THREADS")
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
     collecting = gc.isenabled()
     gc.disable()
     try:
-        import numpy  # noqa: F401
-
+        import_numpy()
         import guarded_sbatch.sidecar.loop
         import guarded_sbatch.sidecar.report
         import guarded_sbatch.sources.kinds  # noqa: F401
     finally:
-        if was is None:
-            os.environ.pop("OPENBLAS_NUM_THREADS", None)
-        else:
-            os.environ["OPENBLAS_NUM_THREADS"] = was
         if collecting:
             gc.freeze()
             gc.enable()

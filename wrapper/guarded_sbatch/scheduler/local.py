@@ -16,7 +16,7 @@ import socket
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core import door
 from guarded_sbatch.core.errors import CommandError, SchedulerError, UsageError
@@ -31,14 +31,13 @@ from guarded_sbatch.scheduler.interface import (
 from guarded_sbatch.scheduler.local_files import check_output_path
 from guarded_sbatch.scheduler.local_ids import peek_next_id, take_free_ids
 from guarded_sbatch.scheduler.local_jobs import JobFolders, aggregate_state
-from guarded_sbatch.scheduler.local_options import (
-    LocalOptions, TaskIds, array_task_ids, expand_output_pattern, job_variables, parse_local_options,
-    without_slurm_job,
-)
-from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV
 
-# re-exported: what callers imported from here before the options had a module of their own
-__all__ = ["LocalOptions", "LocalScheduler", "expand_output_pattern", "job_variables", "parse_local_options"]
+if TYPE_CHECKING:
+    from guarded_sbatch.scheduler.local_options import LocalOptions, TaskIds
+
+# The options (scheduler/local_options.py) parse sbatch scripts (sbatch/), which only a submission needs: imported
+# there, not for `status`, `show`, `kill` or a sidecar, which ask job states only
+__all__ = ["LocalScheduler"]
 
 _NAMES_THE_ID = re.compile(r"%\d*[jA]")  # an output pattern that differs from one job id to the next
 
@@ -59,6 +58,8 @@ class LocalScheduler(SchedulerDefaults):
         """What `sbatch --test-only` says (on stderr), without creating a job, as sbatch does."""
         base = Path(os.path.abspath(request.workdir or os.getcwd()))
         script = request.script if request.script.is_absolute() else base / request.script
+        from guarded_sbatch.scheduler.local_options import parse_local_options  # noqa: PLC0415 - submission only
+
         parse_local_options(tuple(o for o in request.sbatch_options if o != "--test-only"), script,
                             request.job_environment())  # the same errors a real submission would give
         start = time.strftime("%Y-%m-%dT%H:%M:%S")
@@ -68,12 +69,16 @@ class LocalScheduler(SchedulerDefaults):
     @staticmethod
     def _outputs(options: LocalOptions, task: TaskIds, job_name: str, user: str,
                  workdir: Path) -> tuple[Path, Path | None]:
+        from guarded_sbatch.scheduler.local_options import expand_output_pattern  # noqa: PLC0415 - submission only
+
         stdout = workdir / expand_output_pattern(options.output, task.job_id, job_name, user, task)
         stderr = workdir / expand_output_pattern(options.error, task.job_id, job_name, user, task) if options.error \
             else None
         return stdout, stderr
 
     def _tasks(self, options: LocalOptions, first: int) -> list[TaskIds]:
+        from guarded_sbatch.scheduler.local_options import TaskIds, array_task_ids  # noqa: PLC0415 - submission only
+
         return array_task_ids(first, options.array) if options.array else [TaskIds(str(first))]
 
     def _collision(self, options: LocalOptions, first: int, job_name: str, user: str, workdir: Path) -> str | None:
@@ -92,6 +97,8 @@ class LocalScheduler(SchedulerDefaults):
             raise UsageError("--test-only creates no job; use LocalScheduler.test_only")
         base = Path(os.path.abspath(request.workdir or os.getcwd()))  # the supervisor runs in its own folder
         script = request.script if request.script.is_absolute() else base / request.script
+        from guarded_sbatch.scheduler.local_options import job_variables, parse_local_options  # noqa: PLC0415 - submission only
+
         options = parse_local_options(request.sbatch_options, script, request.job_environment())
         options = replace(options, job_name=request.job_name or options.job_name, output=request.output or options.output)
         workdir = (base / options.chdir) if options.chdir else base
@@ -147,6 +154,9 @@ class LocalScheduler(SchedulerDefaults):
     def _start_supervisor(self, folder: Path, request: SubmitRequest, argv: list[str]) -> None:
         log = os.fdopen(door.open_raw(folder / "supervisor.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                                       | os.O_NONBLOCK, 0o600), "ab")
+        from guarded_sbatch.scheduler.local_options import without_slurm_job  # noqa: PLC0415 - submission only
+        from guarded_sbatch.scheduler.local_supervisor import ARGV_ENV  # noqa: PLC0415 - submission only
+
         try:
             # Detached on purpose: the supervisor outlives the CLI that submitted the job.
             proc = start_process(

@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
+from guarded_sbatch.core.numpy_load import import_numpy
+
 DATE_TIME = re.compile(r"(?<!\d)(?:(\d{4}-\d{2}-\d{2})[ T_]|(?<![\d:]))([01]\d|2[0-3]):([0-5]\d):([0-5]\d)"
                        r"(?:[.,](\d+))?(?![\d:])")
 UNIX_TIME = re.compile(r"(?<![\d.])(1[5-9]\d{8})(?:\.(\d+))?(?![\d])")
@@ -97,6 +99,7 @@ def seconds_per_step_from_events(folders: Iterable[Path]) -> tuple[float, str] |
     from guarded_sbatch.sources.base import SourceError  # noqa: PLC0415 - a reference with events only
     from guarded_sbatch.sources.kinds import open_source  # noqa: PLC0415
 
+    import_numpy()  # the reader's, with one OpenBLAS thread (its start-up threads spin on every core)
     for folder in folders:
         try:
             batch = open_source("tensorboard", folder).read_batch(MAX_EVENT_POINTS)
