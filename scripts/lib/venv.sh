@@ -54,6 +54,10 @@ ensure_venv() {
     echo "guarded-sbatch: setup done" >&2
   fi
   write_command "$repo/.venv"
+  # the project's own modules: the editable install leaves them uncompiled, and where PYTHONDONTWRITEBYTECODE is
+  # set (this image sets it) every start of the tool would compile what it imports again (about as much CPU as the
+  # start itself); compileall skips what is compiled already
+  timeout 120 "$repo/.venv/bin/python" -m compileall -q -j 0 "$repo/wrapper/guarded_sbatch" >/dev/null 2>&1 || true
   export PATH="$repo/.venv/bin:$PATH"
 }
 
