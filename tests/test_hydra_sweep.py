@@ -33,9 +33,18 @@ def _sweep(tmp_path: Path, launcher: str) -> tuple[subprocess.CompletedProcess[s
         return list(json.loads(status.stdout)["runs"])
 
     # a job's result is there a moment before Slurm has the job ended
-    ended = wait_for(lambda: [r for r in runs() if r["state"] in ("COMPLETED", "CANCELLED", "FAILED")] == runs() and runs(),
-                     180, 1.0, what="the sweep's jobs to end")
-    return done, ended, root
+    seen: list[dict[str, object]] = []
+
+    def all_ended() -> list[dict[str, object]]:
+        seen[:] = runs()
+        return seen if seen and all(r["state"] in ("COMPLETED", "CANCELLED", "FAILED") for r in seen) else []
+
+    try:
+        ended = wait_for(all_ended, 180, 1.0, what="the sweep's jobs to end")
+    except AssertionError as exc:  # which job did not end, and what the multirun said
+        raise AssertionError(f"{exc}: {[(r['job_id'], r['state'], r['reason']) for r in seen]}\n"
+                             f"{(done.stdout + done.stderr)[-3000:]}") from None
+    return done, list(ended), root
 
 
 def _judged(done: subprocess.CompletedProcess[str], runs: list[dict[str, object]], root: Path) -> None:
