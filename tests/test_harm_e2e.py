@@ -104,7 +104,9 @@ def test_a_fifo_log_is_a_wait_at_the_first_poll(backend: str, tmp_path: Path) ->
         first = output.split("- Decision:", 1)[1].splitlines()[0]
         assert first.strip() == "WAIT", output[-2000:]
         assert "FIFO" in output and "source_unreadable" in output
-        state = json.loads((project.state_dir / "runs" / record["run_id"] / "sidecar-state.json").read_text())
+        state_file = project.state_dir / "runs" / record["run_id"] / "sidecar-state.json"
+        wait_for(state_file.is_file, 30, 0.5, "the sidecar's state (saved just after its report)")
+        state = json.loads(state_file.read_text())
         assert state["checks"] <= 2  # the WAIT came at the first poll (the state may lag one save)
     finally:
         for job in (job_id, record["sidecar_id"]):

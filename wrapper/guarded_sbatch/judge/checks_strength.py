@@ -70,11 +70,12 @@ def jump_in(steps: np.ndarray, values: np.ndarray, policy: JudgePolicy) -> tuple
         np.maximum(peak[: n - first - offset], values[first + offset : n], out=peak[: n - first - offset])
     # the comparisons negated as the loop they replace wrote them (a NaN compares False); the levels before (the
     # costly part) only when some peak is 10 x above the head (never, while a loss falls)
-    jumps = ~(head <= 0) & ~(peak < _ABOVE_HEAD * head)
-    if not jumps.any():
-        return None
-    level = _levels_before(values, first, n)
-    jumps &= ~(level <= 0) & ~(peak < factor * level)
+    with np.errstate(over="ignore"):  # a level near the float maximum: the product is inf, the comparison still right
+        jumps = ~(head <= 0) & ~(peak < _ABOVE_HEAD * head)
+        if not jumps.any():
+            return None
+        level = _levels_before(values, first, n)
+        jumps &= ~(level <= 0) & ~(peak < factor * level)
     if not jumps.any():
         return None
     i = int(np.flatnonzero(jumps)[-1])
