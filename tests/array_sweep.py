@@ -48,7 +48,7 @@ def sweep_project(tmp_path: Path) -> Project:
     script = root / "train.sh"
     script.write_text(script.read_text().replace(f"--job-name={NAME}\n", f"--job-name={name}\n", 1))
     config = tmp_path / "user-config.toml"
-    config.write_text('[sidecar]\nmem = "400M"\n', encoding="utf-8")
+    config.write_text('[sidecar]\nmem = "400M"\nevidence_plot = false\n', encoding="utf-8")
     env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(config),
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)

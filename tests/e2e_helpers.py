@@ -58,11 +58,14 @@ class Project:
         return "".join(p.read_text(errors="replace") for p in outputs)
 
 
-def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0, history: bool = False) -> Project:
+def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float = 10.0, history: bool = False,
+                 evidence_plot: bool = False) -> Project:
     """The example project as a user would copy it, except that its job name gets a suffix of its own: tests run in
     parallel on one shared dev Slurm as one user, and the run-name check rightly refuses a name another test's job
     holds. `history`: its baseline (experiments/, its config and log) is a guarded run that finished healthy, the
-    reference of the launches (it is then a row of `status` too); without, a new project: no reference yet."""
+    reference of the launches (it is then a row of `status` too); without, a new project: no reference yet.
+    `evidence_plot`: a STOP draws metrics.png (about a second of CPU each, some hundred STOPs a suite), asked for by
+    the tests of the plot; the others keep the data only (`sidecar.evidence_plot = false`)."""
     root = tmp_path / "project"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("events.out.tfevents.*", "__pycache__"))
     name = f"{EXAMPLE_NAME}-t{uuid.uuid4().hex[:6]}"
@@ -70,7 +73,8 @@ def make_project(tmp_path: Path, *, fast_interval: float = 2.0, job_poll: float 
     script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1))
     config = tmp_path / "user-config.toml"
     config.write_text(
-        f"[sidecar]\nfast_interval_seconds = {fast_interval}\njob_poll_seconds = {job_poll}\nmem = \"400M\"\n",
+        f"[sidecar]\nfast_interval_seconds = {fast_interval}\njob_poll_seconds = {job_poll}\nmem = \"400M\"\n"
+        f"evidence_plot = {str(evidence_plot).lower()}\n",
         encoding="utf-8",
     )
     env = {

@@ -55,7 +55,8 @@ def ddp_project(tmp_path: Path, *, site_config: Path | None = SITE_CONFIG, fast_
     shutil.copytree(REPO / "examples" / "ddp_tiny", root,
                     ignore=shutil.ignore_patterns("events.out.tfevents.*", "*.pt", "__pycache__"))
     config = tmp_path / "user-config.toml"
-    config.write_text(f'[sidecar]\nfast_interval_seconds = {fast_interval}\njob_poll_seconds = 5.0\n', encoding="utf-8")
+    config.write_text(f'[sidecar]\nfast_interval_seconds = {fast_interval}\njob_poll_seconds = 5.0\nevidence_plot = false\n',
+                      encoding="utf-8")
     env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(config),
            "PYTHON": sys.executable, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)

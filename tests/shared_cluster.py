@@ -71,11 +71,12 @@ class SharedCluster:
                 path.chmod(path.stat().st_mode | 0o020 | (0o2000 if path.is_dir() else 0))
         return target
 
-    def fast_sidecar(self, user: User) -> None:
-        """The user's own config with short sidecar intervals (tests poll; real runs keep the defaults)."""
+    def fast_sidecar(self, user: User, *, evidence_plot: bool = False) -> None:
+        """The user's own config with short sidecar intervals (tests poll; real runs keep the defaults); the evidence
+        plot only where the test reads it."""
         config = user.home / ".config" / "guarded-sbatch" / "config.toml"
-        self.write_as(user, config, '[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = "400M"\n',
-                      mode="600")
+        self.write_as(user, config, '[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = "400M"\n'
+                      f"evidence_plot = {str(evidence_plot).lower()}\n", mode="600")
 
     def write_as(self, user: User, path: Path, text: str, mode: str = "664") -> None:
         """A file written by `user` (so owned by them), as a co-worker would plant it."""
@@ -109,9 +110,13 @@ def _shared_python(base: Path) -> Path:
             os.link(library, interpreter / "lib" / library.name)
         elif library.is_symlink():
             os.symlink(os.readlink(library), interpreter / "lib" / library.name)
-    subprocess.run(["cp", "-al", str(home / "lib" / version), str(interpreter / "lib" / version)], check=True, timeout=60)
-    shutil.rmtree(interpreter / "lib" / version / "site-packages")
-    (interpreter / "lib" / version / "site-packages").mkdir()
+    stdlib = interpreter / "lib" / version
+    stdlib.mkdir()
+    # the standard library only: not the base interpreter's own packages (pyenv's may hold tens of thousands of
+    # files) nor its test suite
+    parts = [str(p) for p in (home / "lib" / version).iterdir() if p.name not in ("site-packages", "dist-packages", "test")]
+    subprocess.run(["cp", "-al", *parts, str(stdlib)], check=True, timeout=60)
+    (stdlib / "site-packages").mkdir()
     venv = base / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "lib" / version).mkdir(parents=True)

@@ -19,7 +19,7 @@ def _scheduler(project) -> LocalScheduler:  # type: ignore[no-untyped-def]
 
 
 def test_diverging_run_is_cancelled_by_its_sidecar(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, evidence_plot=True)
     notes = tmp_path / "NOTES.md"
     result = project.cli(
         "--guard-backend",

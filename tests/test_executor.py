@@ -43,7 +43,7 @@ def diverging_training(tb_dir: str, steps: int) -> str:
 @pytest.fixture()
 def guarded_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     config = tmp_path / "user-config.toml"
-    config.write_text("[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = \"300M\"\n")
+    config.write_text("[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = \"300M\"\nevidence_plot = false\n")
     monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("GUARDED_SBATCH_USER_CONFIG", str(config))
     monkeypatch.delenv("GUARDED_SBATCH_SITE_CONFIG", raising=False)

@@ -42,7 +42,8 @@ def ddp_project(tmp_path: Path) -> Project:
     shutil.copytree(REPO / "examples" / "ddp_tiny", root,
                     ignore=shutil.ignore_patterns("events.out.tfevents.*", "*.pt", "__pycache__"))
     config = tmp_path / "user-config.toml"
-    config.write_text('[sidecar]\nfast_interval_seconds = 2.0\njob_poll_seconds = 10.0\nmem = "400M"\n', encoding="utf-8")
+    config.write_text('[sidecar]\nfast_interval_seconds = 2.0\njob_poll_seconds = 10.0\nmem = "400M"\nevidence_plot = false\n',
+                      encoding="utf-8")
     env = {**os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(config),
            "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     env.pop("GUARDED_SBATCH_SITE_CONFIG", None)

@@ -40,7 +40,7 @@ def test_stop_alert_reaches_mail_and_webhook_and_no_url_is_written(tmp_path: Pat
     mail = MailServer("guard", MAIL_PASSWORD).start()
     hook = WebhookServer().start()
     try:
-        project = make_project(tmp_path)
+        project = make_project(tmp_path, evidence_plot=True)  # the alert carries the plot
         config = Path(project.env["GUARDED_SBATCH_USER_CONFIG"])
         urls = [mail.url(), f"json://alerts:{HOOK_PASSWORD}@{HOST}:{hook.port}/hook",
                 f"json://{HOST}:{free_port()}/nobody-listens"]

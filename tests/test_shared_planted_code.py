@@ -50,7 +50,7 @@ def test_planted_modules_never_run_in_the_shim_the_cli_the_supervisor_or_the_sid
     script = project / "train.sh"
     script.write_text(script.read_text().replace(f"--job-name={EXAMPLE_NAME}\n", f"--job-name={name}\n", 1))
     marker = _plant(cluster, project)
-    cluster.fast_sidecar(cluster.victim)
+    cluster.fast_sidecar(cluster.victim, evidence_plot=True)
     env = cluster.env(cluster.victim, GUARDED_SBATCH_BACKEND="local",
                       GUARDED_SBATCH_REAL_SBATCH=shutil.which("sbatch") or "/usr/bin/sbatch")
 

@@ -99,7 +99,7 @@ def _with_audit(project: Project, tmp_path: Path) -> Path:
 
 
 def test_show_and_status_on_a_run_stopped_by_the_guard(tmp_path: Path) -> None:
-    project = make_project(tmp_path)
+    project = make_project(tmp_path, evidence_plot=True)
     audit = _with_audit(project, tmp_path)
     result = project.cli("--guard-backend", "local", "--guard-tb", TB, "train.sh", "--steps", "3000",
                          "--nan-at", "60")

@@ -5,6 +5,7 @@ faults are real (a folder moved away, a notes path under a file, the scheduler's
 from __future__ import annotations
 
 import io
+import json
 import math
 import sys
 import time
@@ -145,6 +146,19 @@ def test_nan_between_full_reports_stops_at_the_next_fast_poll(run: Run) -> None:
     assert (run.tmp / "evidence" / "metrics.png").stat().st_size > 1000
     assert matplotlib_before or "matplotlib" not in sys.modules  # the plot was drawn in a child process
     assert state.peak_rss_mb > 0 and state.cpu_seconds > 0 and "sidecar: resources: peak RSS" in output
+
+
+def test_a_stop_without_the_evidence_plot_keeps_the_data_and_draws_nothing(run: Run) -> None:
+    """`sidecar.evidence_plot = false`: the same bundle less metrics.png, and no plotting process."""
+    run.at(150, run.write_nan)
+    out = io.StringIO()
+    settings = SidecarJobSettings(fast_interval_s=FAST_S, full_interval_s=FULL_S, job_poll_s=300.0, evidence_plot=False)
+    assert run.sidecar(out, sidecar=settings).run() == 0
+    assert run.scheduler.state(run.job_id) is JobState.CANCELLED
+    evidence = json.loads((run.tmp / "evidence" / "evidence.json").read_text())
+    assert evidence["verdict"]["decision"] == "STOP" and evidence["plot"] is None and evidence["plot_error"] is None
+    assert "train/loss" in evidence["recent_metrics"]  # what `show --png` draws from later
+    assert sorted(p.name for p in (run.tmp / "evidence").iterdir()) == ["evidence.json"]
 
 
 def test_source_moved_away_waits_with_the_reason_then_carries_on(run: Run) -> None:

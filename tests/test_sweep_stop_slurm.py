@@ -42,7 +42,7 @@ def sweep_call(tb_dir: str, pid_file: str, lr: float) -> str:
 def guarded_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     config = tmp_path / "user-config.toml"
     config.write_text("[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = \"300M\"\n"
-                      "kill_grace_seconds = 2.0\n")
+                      "evidence_plot = false\nkill_grace_seconds = 2.0\n")
     monkeypatch.setenv("GUARDED_SBATCH_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("GUARDED_SBATCH_USER_CONFIG", str(config))
     monkeypatch.delenv("GUARDED_SBATCH_SITE_CONFIG", raising=False)

@@ -62,8 +62,10 @@ def write_evidence(
     log_path: Path | None,
     stop_detail: str,
     recent_points: int = 200,
+    plot: bool = True,
 ) -> EvidenceBundle:
-    """Write the bundle into folder; the plot is best effort (its failure is recorded, not raised)."""
+    """Write the bundle into folder; the plot (unless `plot` is false) is best effort (its failure is recorded, not
+    raised)."""
     private_dir(folder)
     snippet_path: Path | None = None
     if log_path is not None:
@@ -78,10 +80,11 @@ def write_evidence(
         }
         for key, (steps, values) in series.items()
     }
-    plot_path: Path | None = folder / "metrics.png"
+    plot_path: Path | None = folder / "metrics.png" if plot else None
     plot_error = ""
     try:
-        plot_in_subprocess(folder, folder / "metrics.png", series, verdict, run_name=str(run.get("name") or ""))
+        if plot_path is not None:
+            plot_in_subprocess(folder, plot_path, series, verdict, run_name=str(run.get("name") or ""))
     except Exception as exc:  # noqa: BLE001 - a broken plot must never lose the rest of the evidence
         plot_path, plot_error = None, f"{type(exc).__name__}: {exc}"
     payload = {

@@ -86,6 +86,7 @@ class SidecarJobSettings:
     full_interval_s: float = setting("check_interval_minutes", scale=60.0)  # between full reports
     unguarded_after_s: float = setting("sidecar.unguarded_after_seconds")  # no judged loss this long: UNGUARDED
     kill_grace_s: float = setting("sidecar.kill_grace_seconds")  # a STOP's TERM to the job's steps, then KILL
+    evidence_plot: bool = setting("sidecar.evidence_plot")  # a STOP's evidence includes metrics.png
     mode: str = setting("sidecar.mode")  # "per-job" | "per-user" (one shared monitor job per user and cluster)
     max_runs_per_monitor: int = setting("sidecar.max_runs_per_monitor")
     monitor_time: str = setting("sidecar.monitor_time")  # the shared monitor's --time; it requeues itself before the limit

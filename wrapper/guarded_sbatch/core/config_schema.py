@@ -193,6 +193,9 @@ SCHEMA: tuple[Key, ...] = (
         note="a running job with no judged loss this long after it started is UNGUARDED: shown, alerted once"),
     Key("sidecar.kill_grace_seconds", "float", 3.0, "", high=3600,
         note="a STOP sends TERM to the job's steps, then KILL after this grace, then cancels the job"),
+    Key("sidecar.evidence_plot", "bool", True, "", example=True,
+        note="a STOP's evidence includes metrics.png (drawn by matplotlib in a short child process, about a second "
+             "of CPU); false keeps the data only (`show RUN --png FILE` draws it later)"),
     Key(
         "sidecar.mode",
         "choice",

@@ -28,6 +28,7 @@ def save_evidence(settings: WatchPlan, sources: SourceSet, verdict: Verdict, *, 
         run={"name": settings.run_name, "job_id": settings.job_id, "data_source": data_source,
              "source": sources.describe()},
         files_inspected=sources.files_inspected(), log_path=sources.stdout_path(), stop_detail=stop_detail,
+        plot=settings.sidecar.evidence_plot,
     )
     return str(bundle.json_path), bundle.plot_path
 
