@@ -74,7 +74,8 @@ def make_run_project(
                                           fail="[ $i -ge 3 ] && exit 1" if fail else ""))
     config = tmp_path / "user-config.toml"
     config.write_text(
-        f'run_roots = ["{scratch}"]\n[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = "300M"\nevidence_plot = false\n'
+        f'run_roots = ["{scratch}"]\n[sidecar]\nfast_interval_seconds = 1.0\njob_poll_seconds = 5.0\nmem = "300M"\n'
+        "evidence_plot = false\n"
     )
     env = {
         **os.environ, "GUARDED_SBATCH_STATE_DIR": str(tmp_path / "state"), "GUARDED_SBATCH_USER_CONFIG": str(config),

@@ -163,7 +163,7 @@ print(curves[:-1] == plot_plain(view).splitlines(), curves[-1])
 def test_a_sidecar_with_the_core_alone_stops_the_run_and_says_why_no_plot(light_venv: Path, tmp_path: Path) -> None:
     """A launch from the light environment (as GuardedExecutor's user has it): its sidecar runs with that python, stops
     the diverging run, and its evidence records that no plot was drawn and which extra draws it."""
-    project = make_project(tmp_path)  # the trainer runs with the suite's python (PYTHON): it has tensorboard
+    project = make_project(tmp_path, evidence_plot=True)  # the trainer runs with the suite's python (PYTHON)
     project.env.pop("PYTHONPATH", None)
     launched = subprocess.run([str(light_venv), "-P", "-m", "guarded_sbatch", "--guard-backend", "local", "--guard-tb",
                                "runs/light", "train.sh", "--logdir", "runs/light", "--steps", "3000", "--diverge-at", "40"],
