@@ -76,20 +76,20 @@ SLOWEST_FILES = (
     "test_notify.py",
 )
 # The side stream's longest tests (serial and long, minutes each). Its scheduler (--dist load) first hands each of
-# its five workers two consecutive tests, then one at a time to whichever is free: so these go in pairs, each pair
-# 260-315 s as measured (the first ten), and the rest, longest first, fill in after them.
+# its four workers two consecutive tests, then one at a time to whichever is free: so these go in pairs, each pair
+# 290-325 s as measured (the first eight), and the rest, longest first, fill in after them.
 SLOWEST_SIDE_TESTS = (
     "test_one_monitor_job_stops_exactly_the_broken_runs_and_resumes_after_a_requeue",
-    "test_a_sidecar_leaves_within_seconds_of_its_job_ending_after_a_requeue",
-    "test_an_array_task_the_guard_stopped_never_shows_a_clean_exit",
-    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
-    "test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed",
     "test_two_node_job_checkpoints_on_its_signal_requeues_and_resumes",
-    "test_one_watcher_stops_the_nan_task_alone_and_ends_with_the_array",
-    "test_the_guides_wandb_agent_guards_each_run_and_stops_the_broken_one",
-    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
+    "test_an_array_task_the_guard_stopped_never_shows_a_clean_exit",
     "test_one_local_watcher_stops_the_nan_task_alone_and_ends_with_the_array",
-    "test_eight_runs_of_three_frameworks_from_one_folder",
+    "test_a_dead_training_node_is_told_as_such_and_the_requeued_job_is_followed",
+    "test_the_monitor_requeued_off_its_dead_node_resumes_every_run_with_no_stop_lost_or_repeated",
+    "test_one_watcher_stops_the_nan_task_alone_and_ends_with_the_array",
+    "test_short_time_limit_checkpoints_requeues_once_and_the_sidecar_follows",
+    "test_the_guides_wandb_agent_guards_each_run_and_stops_the_broken_one",
+    "test_a_sidecar_leaves_within_seconds_of_its_job_ending_after_a_requeue",
+    "test_six_runs_of_three_frameworks_from_one_folder",
     "test_three_runs_of_one_folder_on_slurm",
     "test_a_requeued_run_keeps_reading_its_own_folder_and_wandb_run",
     "test_requeued_sidecar_resumes_the_same_run_and_still_stops_a_later_nan",

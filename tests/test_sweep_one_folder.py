@@ -3,11 +3,11 @@ run's TensorBoard files, found by what the run's processes write (the pid in eac
 they hold open), never a neighbour's, not the job's text log; the broken runs are stopped, the healthy ones
 complete untouched.
 - Lightning's default logger under `runs/<name>` (a config key `root_dir` no source kind knows, once called a data
-  path that had to exist), all three runs' `lightning_logs/version_0` in one walk of the folder;
+  path that had to exist), every run's `lightning_logs/version_0` in one walk of the folder;
 - the HF Trainer's default `logging_dir` (`outputs/<name>/runs/<date>_<host>`);
 - a bare `SummaryWriter()`: all runs started in one second write ONE folder `runs/<date>_<host>`, told apart by
   the pid in their files' names only.
-Local backend (eight runs of the three kinds), and on the dev Slurm (Lightning, its folder named by its own key,
+Local backend (six runs of the three kinds), and on the dev Slurm (Lightning, its folder named by its own key,
 and SummaryWriter)."""
 
 from __future__ import annotations
@@ -95,10 +95,10 @@ def _sweep(tmp_path: Path, counts: dict[str, int], backend: str | None, timeout:
 
 
 @pytest.mark.long
-def test_eight_runs_of_three_frameworks_from_one_folder(tmp_path: Path) -> None:
-    """3 Lightning, 3 SummaryWriter, 2 HF Trainer runs started within one second; one of each kind broken. The
+def test_six_runs_of_three_frameworks_from_one_folder(tmp_path: Path) -> None:
+    """2 Lightning, 2 SummaryWriter, 2 HF Trainer runs started within one second; one of each kind broken. The
     Lightning runs' folder is named by a key no source kind knows: each is found by its event files' pid."""
-    _sweep(tmp_path, {"lightning": 3, "summarywriter": 3, "hf": 2}, "local", timeout=480, lightning=LIGHTNING_UNNAMED)
+    _sweep(tmp_path, {"lightning": 2, "summarywriter": 2, "hf": 2}, "local", timeout=480, lightning=LIGHTNING_UNNAMED)
 
 
 @pytest.mark.slurm
