@@ -94,7 +94,9 @@ def test_elapsed_is_the_time_run_and_a_guard_stop_is_the_guards_at_once(tmp_path
     from guarded_sbatch.records.registry import list_runs
     from guarded_sbatch.sidecar.state import SidecarState
 
-    project = make_project(tmp_path, fast_interval=1.0)
+    # the evidence plot, drawn after the cancel, keeps the moment between the cancel and the sidecar's end (the one
+    # this test reads status in) about a second long
+    project = make_project(tmp_path, fast_interval=1.0, evidence_plot=True)
     # diverging ~9 s into training: the RUNNING row is read before the guard's stop, on a busy machine too
     result = project.cli("--guard-backend", "local", "--guard-tb", TB, "--time", "5:00", "train.sh", "--steps", "3000",
                          "--diverge-at", "300", "--step-seconds", "0.03")
