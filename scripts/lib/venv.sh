@@ -1,10 +1,13 @@
 # Sourced by scripts/demo, scripts/test and scripts/install: make .venv, the tool's own environment, with the
 # project installed (always with its `cli` extra: everything the command-line tool uses), idempotently.
-# Usage: ensure_venv [extra]   (extra: "test" installs the test dependencies too)
+# Usage: ensure_venv [extra] [bytecode]   (extra: "test" installs the test dependencies too; bytecode: "compiled", the
+# default, compiles every installed module at the install, "lazy" leaves each to be compiled where it is first
+# imported: the suite imports a fraction of what the test extras install)
 ensure_venv() {
-  local repo extra python stamp
+  local repo extra python stamp bytecode
   repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
   extra="${1:-}"
+  bytecode="${2:-compiled}"
   if [[ -n "${GUARDED_SBATCH_VENV:-}" ]]; then  # an environment that has the project already (the demo's test)
     export PATH="$GUARDED_SBATCH_VENV/bin:$PATH"
     return 0
@@ -36,7 +39,7 @@ ensure_venv() {
   if [[ ! -f "$stamp" || "$repo/pyproject.toml" -nt "$stamp" ]]; then
     echo "guarded-sbatch: [setup 2/2] installing guarded-sbatch[cli${extra:+,$extra}] and its dependencies" >&2
     local log="$repo/.venv/install.log" pid
-    install_project "$repo" "$repo[cli${extra:+,$extra}]" >"$log" 2>&1 &
+    install_project "$repo" "$repo[cli${extra:+,$extra}]" "$bytecode" >"$log" 2>&1 &
     pid=$!
     say_progress "$pid" "installing (the full log: $log)" &
     # a line per package from pip (Collecting: from an index, Processing: a local wheel or folder), a few
@@ -94,20 +97,21 @@ say_progress() {
   return 0
 }
 
-# install_project REPO SPEC: SPEC (the project, editable, with its extras) into REPO/.venv. uv installs it faster
-# than pip (downloads in parallel, bytecode compiled on every core: about 37 s against 57 s for the test extras
-# here; without --compile-bytecode the first imports compile it, in every test process at once); it reads pip's
-# find-links (where a site keeps wheels such as the CPU torch) and CA bundle. pip remains the fallback: no uv
-# wheel for this platform, an index only pip is configured for.
+# install_project REPO SPEC [BYTECODE]: SPEC (the project, editable, with its extras) into REPO/.venv. uv installs it
+# faster than pip (downloads in parallel, bytecode compiled on every core: about 37 s against 57 s for the test
+# extras here); BYTECODE "lazy" skips that compile (about 45 s of CPU for some 19 000 modules, most never imported);
+# it reads pip's find-links (where a site keeps wheels such as the CPU torch) and CA bundle. pip remains the
+# fallback: no uv wheel for this platform, an index only pip is configured for.
 install_project() {
-  local repo=$1 spec=$2 python="$1/.venv/bin/python" link cert args=()
+  local repo=$1 spec=$2 python="$1/.venv/bin/python" link cert args=() compile=(--compile-bytecode)
+  [[ "${3:-compiled}" == lazy ]] && compile=()
   for link in ${PIP_FIND_LINKS:-$("$python" -m pip config get global.find-links 2>/dev/null || true)}; do
     args+=(--find-links "$link")
   done
   cert="${PIP_CERT:-$("$python" -m pip config get global.cert 2>/dev/null || true)}"
   [[ -n "$cert" ]] && export SSL_CERT_FILE="$cert"
   if timeout 300 "$python" -m pip install -q --disable-pip-version-check uv &&
-     timeout 1800 "$repo/.venv/bin/uv" pip install --compile-bytecode --python "$python" "${args[@]}" -e "$spec"; then
+     timeout 1800 "$repo/.venv/bin/uv" pip install "${compile[@]}" --python "$python" "${args[@]}" -e "$spec"; then
     return 0
   fi
   echo "guarded-sbatch: uv could not install it; installing with pip"
