@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from guarded_sbatch.judge import Decision, MetricHistory, decide
 from guarded_sbatch.judge.keys import Direction, KeyClassifier, Role, classify_key
 from guarded_sbatch.sources.textlog import TextLogSource, TrainerStateSource
 from guarded_sbatch.sources.textlog_formats import parse_line
@@ -141,6 +142,21 @@ def test_step_counter_reset_after_resume_newest_wins(tmp_path: Path) -> None:
     _write(log, "".join(f"iter {s}: loss {9.0 + s}, time 1ms\n" for s in range(3, 6)))
     values = {p.step: p.value for p in TextLogSource(log).read_new() if p.key == "loss"}
     assert values == {0: 1.0, 1: 2.0, 2: 3.0, 3: 12.0, 4: 13.0, 5: 14.0}
+
+
+def test_a_step_counted_within_each_epoch_goes_on_across_epochs(tmp_path: Path) -> None:
+    # PyTorch's tutorial loop: the step starts again each epoch; a NaN in epoch 3 must not meet epoch 1's values
+    log = tmp_path / "tutorial.log"
+    losses = {(1, 100): 2.3, (1, 200): 2.1, (1, 300): 1.9, (2, 100): 1.8, (2, 200): 1.7, (2, 300): 1.6,
+              (3, 100): 1.5, (3, 200): NAN, (3, 300): NAN}
+    _write(log, "".join(f"Epoch [{e}/3], Step [{k}/300], Loss: {v:.4f}\n" for (e, k), v in losses.items()), "w")
+    history = MetricHistory()
+    history.read_from(TextLogSource(log))
+    steps, values = history.series("Loss")
+    assert [int(s) for s in steps] == list(range(100, 1000, 100))
+    assert [math.isnan(v) for v in values] == [False] * 7 + [True] * 2
+    verdict = decide(history)
+    assert (verdict.decision, verdict.reason.value) == (Decision.STOP, "non_finite_loss"), verdict.message
 
 
 def test_truncated_log_restarts_from_the_top(tmp_path: Path) -> None:

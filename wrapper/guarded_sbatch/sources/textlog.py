@@ -6,7 +6,8 @@ soon as it is complete (the next `\r`, or its closing bracket), not when the lin
 starts on a progress bar's line (the bar's final redraw after it never counts as training); ANSI colours are removed,
 rank prefixes and duplicate lines from several ranks fold into one point per (key, step).
 
-Steps: a line's own step-like field, else the step of the nearest earlier line that had one; a log
+Steps: a line's own step-like field (counted on across epochs when it starts again each epoch:
+textlog_learned.EpochCounter), else the step of the nearest earlier line that had one; a log
 that never printed a step numbers its records 1, 2, 3... HF Trainer dicts take the step of HF's
 training bar, else `epoch` x steps per epoch (from HF's `Num Epochs` / `Total optimization steps`
 header) snapped to the logging interval, else their count. A loss-scale drop is recorded, with its
@@ -29,7 +30,7 @@ from guarded_sbatch.sources.base import OneFileSource
 from guarded_sbatch.sources.textlog_crash import Crash, CrashTracker
 from guarded_sbatch.sources.textlog_formats import ParsedLine, parse_line
 from guarded_sbatch.sources.textlog_tables import table_header, table_row
-from guarded_sbatch.sources.textlog_learned import WARNINGS_KEY, Axis, held, is_nonfinite_warning, merge
+from guarded_sbatch.sources.textlog_learned import WARNINGS_KEY, Axis, EpochCounter, held, is_nonfinite_warning, merge
 from guarded_sbatch.sources.textlog_shapes import ShapeLearner, Template
 from guarded_sbatch.sources.textlog_tokens import clean_line, find_bar, strip_headers
 from guarded_sbatch.sources.files import check_regular, guarded_reader, read_data
@@ -90,6 +91,8 @@ class TextLogSource(OneFileSource):
         # step they would have carried then), in order
         self._unread: set[str] = set()  # held lines the known formats did not read when they were printed
         self._axis = Axis()  # the series and steps of the log's repeated lines (its training lines)
+        self._epochs = EpochCounter()  # a line's own step counted within its epoch: the run's step
+        self._releasing = False  # lines read late (their shape repeated) are not the counter's sequence
 
     def log_file(self) -> Path | None:
         return self.path
@@ -196,6 +199,7 @@ class TextLogSource(OneFileSource):
         repeated = False
         kept: list[tuple[Template, str, int | None]] = []
         now = self._last_step
+        self._releasing = True
         for shape, line, carried in self._held:
             if template is None or shape is template:
                 shape.held -= 1
@@ -203,6 +207,7 @@ class TextLogSource(OneFileSource):
                 repeated |= self._parse_record_line(line, points, released=shape)
             else:
                 kept.append((shape, line, carried))
+        self._releasing = False
         if now is not None:
             self._last_step = now
         self._held = kept
@@ -285,9 +290,16 @@ class TextLogSource(OneFileSource):
             self._scale_drops = (completed, drops)
             return completed + 1 + drops
         if parsed.step is not None:
-            if parsed.kind != "loss_scale":
-                self._last_step = parsed.step
-            return parsed.step
+            if parsed.kind == "loss_scale":
+                return parsed.step
+            if parsed.kind:  # a bar, a dict, a table row: counted by its own rules (Lightning's epoch x batches)
+                step = parsed.step
+            elif parsed.is_eval or self._releasing:
+                step = self._epochs.at(parsed.step)
+            else:
+                step = self._epochs.step(parsed.step)
+            self._last_step = step
+            return step
         if self._last_step is not None:
             return self._last_step
         return self._next_ordinal()

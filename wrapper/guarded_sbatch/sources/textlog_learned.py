@@ -122,6 +122,41 @@ class Axis:
         return self.last is not None and step > self.last + max(1000, 100 * self.stride)
 
 
+@dataclass
+class EpochCounter:
+    """A training line's own step counted within its epoch (`Epoch [3/5], Step [100/600]`, `batch 1/40` after each
+    epoch's header): it starts again where it started while the run goes on. Each time it does, the run's step goes
+    on past the highest it reached, so one epoch's points never land on another's (a NaN in epoch 3 is not "followed"
+    by epoch 1's finite values at later steps). A step that falls less far (a resume from a checkpoint) is kept."""
+
+    first: int | None = None  # where the counter started this epoch
+    last: int | None = None
+    top: int = 0
+    stride: int = 1
+    seen: int = 0  # lines this epoch: one epoch is at least MIN_EPOCH_LINES (ranks printing one step each are not)
+    offset: int = 0
+
+    MIN_EPOCH_LINES = 3
+
+    def step(self, raw: int) -> int:
+        """The run's step of a training line whose own step is `raw`."""
+        if self.last is not None and self.first is not None and raw < self.last and raw <= self.first \
+                and self.seen >= self.MIN_EPOCH_LINES:
+            self.offset += self.top - raw + self.stride
+            self.first, self.top, self.seen = raw, raw, 0
+        if self.first is None:
+            self.first, self.top = raw, raw
+        if self.last is not None and raw > self.last:
+            self.stride = raw - self.last
+        self.last, self.top, self.seen = raw, max(self.top, raw), self.seen + 1
+        return self.offset + raw
+
+    def at(self, raw: int) -> int:
+        """The run's step of another line's own step in this epoch (an evaluation, a line read late): never a new
+        epoch."""
+        return self.offset + raw
+
+
 def held(parsed: ParsedLine | None, template: Template | None, axis: Axis) -> bool:
     """Whether a line with numbers waits for its shape to repeat: a line the known formats do not read (its template
     names its slots), and, once the log's training lines are known, a line printed once whose step is far ahead of
