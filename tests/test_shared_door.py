@@ -166,6 +166,21 @@ def test_a_shared_lock_on_her_notes_fails_the_note_and_never_freezes_her(shared_
         holder.wait(timeout=10)
 
 
+def test_a_hard_link_he_puts_at_her_notes_is_refused_and_her_config_unchanged(shared_cluster: SharedCluster) -> None:
+    cluster = shared_cluster
+    folder = cluster.project / "door-hardlink"
+    config, notes = folder / "config.yaml", folder / "NOTES.md"
+    _sh(cluster, cluster.victim, f"mkdir -p {folder} && printf 'lr: 0.1\\n' > {config} && printf '# notes\\n' > {notes}")
+    # her config is group-writable, so the kernel lets him link it (fs.protected_hardlinks): NOTES.md is her config now
+    _sh(cluster, cluster.coworker, f"rm -f {notes} && ln {config} {notes}")
+    code = ("import sys\nfrom pathlib import Path\nfrom guarded_sbatch.actions.notes import NotesError, "
+            "append_project_note\ntry:\n    append_project_note(Path(sys.argv[1]), 'STOP: loss is nan')\n"
+            "    print('written')\nexcept NotesError as exc:\n    print(exc)\n")
+    result = _py(cluster, cluster.victim, code, str(notes))
+    assert "a hard link (2 names for one file): refused" in result.stdout, result
+    assert config.read_text() == "lr: 0.1\n"
+
+
 # ---- configuration is trusted as code ----
 
 def test_a_config_or_template_a_coworker_can_write_is_refused_with_the_reason(shared_cluster: SharedCluster) -> None:

@@ -159,8 +159,9 @@ def _write_all(fd: int, payload: bytes) -> None:
 def append(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, own: bool = False,
            lock_deadline_s: float = LOCK_DEADLINE_S) -> None:
     """Append `data` as one write under an exclusive lock taken with a deadline, to a regular file opened from its
-    folder's descriptor O_NOFOLLOW|O_NONBLOCK (created `mode` when new). A link, a FIFO, another user's file
-    (with `own`) or a lock held past the deadline: a named OSError, never a hang, nothing written."""
+    folder's descriptor O_NOFOLLOW|O_NONBLOCK (created `mode` when new). A link (symbolic, or a file with more than
+    one name), a FIFO, another user's file (with `own`) or a lock held past the deadline: a named OSError, never a
+    hang, nothing written."""
     target = Path(os.path.abspath(path))
     label = os.fspath(path)
     folder_fd = open_dir(target.parent)
@@ -171,6 +172,11 @@ def append(path: str | os.PathLike[str], data: bytes, mode: int = 0o600, *, own:
             os.fchmod(fd, mode)  # the creation mode is masked by the umask
         except FileExistsError:
             fd = os.open(target.name, flags, dir_fd=folder_fd)
+            names = os.fstat(fd).st_nlink
+            if names > 1:  # a hard link: the same bytes under another name, perhaps another file of yours
+                os.close(fd)
+                raise LinkRefusedError(errno.EMLINK, f"a hard link ({names} names for one file): refused, nothing "
+                                       "written through it", label) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkRefusedError(errno.ELOOP, "a symbolic link: refused, nothing written through it", label) from None
