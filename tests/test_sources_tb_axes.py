@@ -206,6 +206,31 @@ def test_symlinked_and_deep_run_folders_are_read_once_without_loops(tmp_path: Pa
     assert len(find_event_files(logdir, max_entries=2)) < 3  # bounded by entries too
 
 
+def test_a_folder_of_another_users_files_is_listed_once_while_it_is_unchanged(tmp_path: Path, monkeypatch) -> None:
+    """A co-worker's 3 000 empty event files beside the run's: each read stats the folder, never lists it again,
+    until a name is added (its mtime moves)."""
+    import guarded_sbatch.sources.tensorboard as tensorboard
+
+    run = tmp_path / "run"
+    write_tb_events(run, [tb_event(s, "loss", 1.0) for s in range(3)])
+    for i in range(3000):
+        planted = run / f"events.out.tfevents.1700000000.other.{i}.0"
+        planted.touch()
+        os.chown(planted, 65534, 65534)
+    os.utime(run, (1.0e9, 1.0e9))  # listed long after its last change
+    listed: list[Path] = []
+    real_listing = tensorboard.listing
+    monkeypatch.setattr(tensorboard, "listing", lambda folder, limit: (listed.append(folder), real_listing(folder, limit))[1])
+    source = TensorBoardSource(run)
+    assert [p.value for p in source.read_new()] == [1.0, 1.0, 1.0]
+    for _ in range(5):
+        assert source.read_new() == []
+    assert listed == [run]
+    write_tb_events(run / "later", [tb_event(3, "loss", float("nan"))])  # a new folder: the run's folder changed
+    assert [p.key for p in source.read_new()] == ["later/loss"]
+    assert len(listed) == 3
+
+
 def test_point_model_keeps_its_four_positional_fields() -> None:
     made = tuple.__new__(MetricPoint, (3, 1.5, "loss", 0.5))
     assert made == MetricPoint(3, 1.5, "loss", 0.5) and made.step == 3 and made.value == 0.5

@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from guarded_sbatch.sources.files import listing
 from guarded_sbatch.sources.run_sources import SourceSpec, WriterIdentity
 from guarded_sbatch.sources.kind_base import Picking, SourceKind
 from guarded_sbatch.sources.kinds import KINDS, names_run_folder
@@ -52,11 +53,9 @@ def scan(folder: Path, *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIM
         if time.monotonic() > deadline:
             found.truncated = True
             break
-        for entry in _sorted_entries(current):
+        entries, more = listing(current, MAX_ENTRIES - seen_entries)
+        for entry in sorted(entries, key=lambda e: e.name):
             seen_entries += 1
-            if seen_entries > MAX_ENTRIES:
-                found.truncated = True
-                return found
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
                 is_file = not is_dir and entry.is_file()
@@ -66,14 +65,10 @@ def scan(folder: Path, *, max_depth: int = MAX_DEPTH, time_budget_s: float = TIM
                 _note_folder(found, finders, queue, Path(entry.path), depth < max_depth, depth)
             elif is_file:
                 _note_file(found, finders, entry.name, Path(entry.path), current, holders)
+        if more:
+            found.truncated = True
+            return found
     return found
-
-
-def _sorted_entries(folder: Path) -> list[os.DirEntry[str]]:
-    try:
-        return sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return []
 
 
 def _note_folder(found: Found, finders: list[SourceKind], queue: list[tuple[Path, int]], path: Path,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import itertools
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -130,6 +131,17 @@ def _user(uid: int) -> str:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (KeyError, ImportError):
         return f"uid {uid}"
+
+
+def listing(folder: str | os.PathLike[str], limit: int) -> tuple[list[os.DirEntry[str]], bool]:
+    """At most `limit` entries of `folder`, and whether it holds more: a folder of a million names (a co-worker's,
+    or a run's checkpoints) costs its first `limit`, never all of them; an unreadable folder is empty."""
+    try:
+        with os.scandir(folder) as entries:
+            taken = list(itertools.islice(entries, max(limit, 0) + 1))
+    except OSError:
+        return [], False
+    return taken[:limit], len(taken) > limit
 
 
 def read_range(path: str | os.PathLike[str], offset: int, max_bytes: int | None = None) -> tuple[bytes, int]:

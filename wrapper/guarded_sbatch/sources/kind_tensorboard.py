@@ -120,12 +120,12 @@ def _open_found(path: Path, since: float | None) -> MetricSource:
 
 
 def _open_spec(spec: SourceSpec, job: JobWriter) -> list[MetricSource]:
-    from guarded_sbatch.sources.tensorboard import TensorBoardSource, find_event_files  # noqa: PLC0415  lazy (see kind_base.py)
+    from guarded_sbatch.sources.tensorboard import TensorBoardSource  # noqa: PLC0415  lazy (see kind_base.py)
     from guarded_sbatch.sources.writers import WriterFilter  # noqa: PLC0415  lazy (see kind_base.py)
 
-    path = Path(spec.locator)
-    writers = WriterFilter(job, lambda: find_event_files(path))
-    return [TensorBoardSource(path, accept=writers)]
+    source = TensorBoardSource(Path(spec.locator))
+    source.accept = WriterFilter(job, source.candidates)  # the folder as the reader last walked it, never listed again
+    return [source]
 
 
 KIND = SourceKind("tensorboard", "--tb", "TensorBoard event folder or file", 1, "tensorboard_ok", _open,

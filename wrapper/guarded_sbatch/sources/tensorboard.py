@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import os
 import struct
+import time
 from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 
 from guarded_sbatch.sources.points import Axis, MetricPoint, newest_per_key_step
 from guarded_sbatch.sources.base import Batch, SourceBase, SourceError
-from guarded_sbatch.sources.files import LIMITS, check_regular, data_extent, guarded_reader, open_regular
+from guarded_sbatch.sources.files import LIMITS, check_regular, data_extent, guarded_reader, listing, open_regular
 from guarded_sbatch.sources.tb_columns import ColumnSink
 from guarded_sbatch.sources.tb_records import RecordDecoder
 from guarded_sbatch.sources.tfrecord import HEADER_SIZE, find_next_header
@@ -57,9 +58,61 @@ def _sort_key(path: Path) -> tuple[str, int, str]:
     return str(path.parent), created, path.name
 
 
+class FolderListings:
+    """What each folder under a run's TensorBoard path held at its last listing (its subfolders and event files),
+    kept while the folder is unchanged: the same inode and mtime, the mtime older than RACY_S (a name added in the
+    clock tick of the listing changes no mtime). A reader polled many times a second lists a folder of 20 000 names
+    once, not at every read."""
+
+    RACY_S = 2.0
+
+    def __init__(self) -> None:
+        self._kept: dict[Path, tuple[tuple[int, int, int, int], list[str], list[str], int, bool]] = {}
+        self._visited: list[Path] = []
+
+    def start(self) -> None:
+        self._visited = []
+
+    def unchanged(self) -> bool:
+        """Whether every folder of the last walk is as it was listed (a stat each, no listing)."""
+        now = time.time()
+        for folder in self._visited:
+            kept = self._kept.get(folder)
+            try:
+                info = folder.stat()
+            except OSError:
+                return False
+            if kept is None or kept[0][:3] != (info.st_dev, info.st_ino, info.st_mtime_ns) \
+                    or now - info.st_mtime < self.RACY_S:
+                return False
+        return bool(self._visited)
+
+    def entries(self, folder: Path, info: os.stat_result, limit: int) -> tuple[list[str], list[str], int, bool]:
+        """(subfolders, event files, entries taken, more left) of folder, listed at most `limit` entries."""
+        self._visited.append(folder)
+        key = (info.st_dev, info.st_ino, info.st_mtime_ns, limit)
+        kept = self._kept.get(folder)
+        if kept is not None and kept[0] == key and time.time() - info.st_mtime >= self.RACY_S:
+            return kept[1], kept[2], kept[3], kept[4]
+        folders: list[str] = []
+        events: list[str] = []
+        entries, more = listing(folder, limit)
+        for entry in entries:
+            try:
+                if entry.is_dir():
+                    folders.append(entry.name)
+                elif EVENT_FILE_MARKER in entry.name:
+                    events.append(entry.name)  # whatever it is: the reader refuses (and names) a non-file
+            except OSError:
+                continue
+        self._kept[folder] = (key, folders, events, len(entries), more)
+        return folders, events, len(entries), more
+
+
 def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = MAX_ENTRIES,
-                     notes: list[str] | None = None) -> list[Path]:
-    """Event files under root, breadth-first to max_depth folders deep and at most max_entries entries.
+                     notes: list[str] | None = None, listings: FolderListings | None = None) -> list[Path]:
+    """Event files under root, breadth-first to max_depth folders deep and at most max_entries entries
+    (`listings`: the folders' listings kept from the last walk, for a reader that walks again and again).
 
     Symlinked run folders are followed (experiment trees often link runs in from scratch space), each
     real folder once, so a link back up the tree cannot loop. Paths keep the link's name: that is
@@ -67,6 +120,8 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = 
     """
     if root.is_file():
         return [root]
+    listings = listings or FolderListings()
+    listings.start()
     found: list[Path] = []
     seen: set[tuple[int, int]] = set()
     queue: deque[tuple[Path, int]] = deque([(root, 0)])
@@ -76,23 +131,17 @@ def find_event_files(root: Path, max_depth: int = MAX_DEPTH, max_entries: int = 
         folder, depth = queue.popleft()
         try:
             info = folder.stat()
-            if (info.st_dev, info.st_ino) in seen:
-                continue
-            seen.add((info.st_dev, info.st_ino))
-            entries = list(os.scandir(folder))
         except OSError:
             continue
-        truncated = truncated or len(entries) > entries_left
-        for entry in entries[:entries_left]:
-            try:
-                if entry.is_dir():
-                    if depth < max_depth and entry.name not in _SKIPPED_FOLDERS:
-                        queue.append((Path(entry.path), depth + 1))
-                elif EVENT_FILE_MARKER in entry.name:
-                    found.append(Path(entry.path))  # whatever it is: the reader refuses (and names) a non-file
-            except OSError:
-                continue
-        entries_left -= len(entries)
+        if (info.st_dev, info.st_ino) in seen:
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        folders, events, taken, more = listings.entries(folder, info, entries_left)
+        truncated = truncated or more
+        if depth < max_depth:
+            queue.extend((folder / name, depth + 1) for name in folders if name not in _SKIPPED_FOLDERS)
+        found.extend(folder / name for name in events)
+        entries_left -= taken
     if notes is not None and (truncated or (queue and entries_left <= 0)):
         notes.append(f"{root} holds more than {max_entries} entries: the search for event files stopped there "
                      "(point --tb at the run's own folder)")
@@ -134,6 +183,10 @@ class TensorBoardSource(SourceBase):
         self._files: dict[Path, _EventFile] = {}
         self._decoder = RecordDecoder(check_crc=check_crc)
         self._foreign: dict[str, str] = {}  # path -> why it is not read (another user's)
+        self._refused: set[Path] = set()  # the paths of those files
+        self._listings = FolderListings()
+        self._in_order: list[_EventFile] = []
+        self._undecided: list[Path] = []  # the reader's user's files the run's filter has not taken (yet)
         self._only_run: Path | None = None  # the run whose folder is no part of its names (set at the first files)
         self._several_runs = False
 
@@ -148,12 +201,26 @@ class TensorBoardSource(SourceBase):
         return {key: Axis.EPOCH for key in self._decoder.last_step if key.rsplit("/", 1)[-1].startswith("epoch_")}
 
     def _refresh_files(self) -> list[_EventFile]:
+        if (self._files or self._undecided) and self.path.is_dir() and self._listings.unchanged():
+            if self._undecided:  # the run's filter may take them now (a writer learned): they alone are asked again
+                self._take(self._undecided)
+            return self._in_order
         notes: list[str] = []
-        found = find_event_files(self.path, notes=notes)
+        found = find_event_files(self.path, notes=notes, listings=self._listings)
         if notes and not found and not self._files:
             raise SourceError(f"no event file found: {notes[0]}")
-        new = [path for path in found
-               if path not in self._files and self._owned(path) and (self.accept is None or self.accept(path))]
+        self._take([path for path in found if path not in self._files and path not in self._refused
+                    and self._owned(path)])
+        return self._in_order
+
+    def candidates(self) -> list[Path]:
+        """The reader's user's event files of the last walk: those read and those the run's filter left."""
+        return [*self._files, *self._undecided]
+
+    def _take(self, candidates: list[Path]) -> None:
+        self._undecided = candidates  # weighed by the filter beside the files already read
+        new = [path for path in candidates if self.accept is None or self.accept(path)]
+        self._undecided = [path for path in candidates if path not in new]
         if new and not self.path.is_dir():
             self._files[self.path] = _EventFile(self.path, "")
         elif new:
@@ -166,7 +233,8 @@ class TensorBoardSource(SourceBase):
                     self._several_runs = True
             for path, run in runs.items():
                 self._files[path] = _EventFile(path, self._key_prefix(path.parent, run))
-        return sorted(self._files.values(), key=lambda f: _sort_key(f.path))
+        if new:
+            self._in_order = sorted(self._files.values(), key=lambda f: _sort_key(f.path))
 
     def _key_prefix(self, folder: Path, run: Path) -> str:
         """The run's folder when it is not the only run here, then the namespace within the run."""
@@ -190,6 +258,7 @@ class TensorBoardSource(SourceBase):
         """A file another user owns is never read, with or without a run's filter (the note says so)."""
         if owned(path):
             return True
+        self._refused.add(path)  # looked at once: a folder of his 20 000 files is not weighed again at every read
         if len(self._foreign) < 64:
             self._foreign[str(path)] = f"owned by uid {owner_of(path)}, not the reader's user (uid {reader_uid()})"
         return False
