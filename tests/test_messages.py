@@ -5,6 +5,7 @@ not masked."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,12 @@ def test_a_missing_config_and_a_folder_given_as_the_config_say_so(project: Proje
     assert "no batch size" not in missing and "no seed" not in missing
     folder = _check(project, _with_config(project, "configs", "folder.sh"))
     assert "configs is a folder, not a config file" in folder and "does not exist" not in folder
+    os.mkfifo(project.root / "configs" / "swapped.yaml")  # a co-worker's FIFO where the config was: never "ok"
+    fifo = _check(project, _with_config(project, "configs/swapped.yaml", "fifo.sh"))
+    assert "swapped.yaml (--config) is a FIFO, not a config file: the run cannot read it" in fifo, fifo
+    assert "does not exist" not in fifo
+    reference = _check(project, "train.sh", "--guard-reference", str(project.root / "configs" / "swapped.yaml"))
+    assert "swapped.yaml is a FIFO, not a config file; give a config file or a run folder" in reference, reference
 
 
 def test_the_run_name_rule_is_stated(project: Project) -> None:

@@ -14,7 +14,7 @@ from guarded_sbatch.sbatch.argv import LaunchArgs
 from guarded_sbatch.core.mounts import Mount
 from guarded_sbatch.sbatch.launcher import LauncherLine
 from guarded_sbatch.launch.reference_search import Reference
-from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, load_run_config
+from guarded_sbatch.launch.runconfig import RunConfig, config_from_overrides, load_run_config, not_a_file
 from guarded_sbatch.sbatch.options import EffectiveOptions
 from guarded_sbatch.sbatch.script import ParsedScript
 from guarded_sbatch.scheduler.interface import Scheduler
@@ -93,7 +93,7 @@ def load_intended_config(context: PreflightContext) -> None:
         context.intended_problem = f"the run's config {candidate} is a folder, not a config file"
         return
     if not candidate.is_file():
-        context.intended_problem = f"the run's config {candidate} does not exist"
+        context.intended_problem = f"the run's config {candidate} {not_a_file(candidate)}"
         if overrides:
             context.intended = config_from_overrides(overrides)
         return
@@ -102,3 +102,4 @@ def load_intended_config(context: PreflightContext) -> None:
     except UsageError as exc:
         context.intended_problem = str(exc)
         context.intended_unreadable = True
+

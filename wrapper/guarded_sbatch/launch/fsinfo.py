@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 import time
 
+from guarded_sbatch.core import door
+
 @dataclass(frozen=True)
 class StatOutcome:
     path: Path
@@ -24,6 +26,7 @@ class StatOutcome:
     error: str = ""  # permission denied, ...
     resolved: Path | None = None  # the real path (symlinks followed) when it could be found in time
     empty: bool = False  # a folder with nothing in it (looked at only when asked: look_inside=True)
+    special: str = ""  # what it is when neither a regular file nor a folder ("a FIFO", "a device", "a socket")
 
 
 def timed_stat(
@@ -50,8 +53,9 @@ def timed_stats(
             except OSError:
                 resolved = None
             is_dir = stat.S_ISDIR(result.st_mode)
+            special = "" if is_dir or stat.S_ISREG(result.st_mode) else door.kind_of(result.st_mode)
             answers.put((index, StatOutcome(path, True, is_dir, resolved=resolved,
-                                            empty=look_inside and is_dir and _is_empty(path))))
+                                            empty=look_inside and is_dir and _is_empty(path), special=special)))
         except FileNotFoundError:
             answers.put((index, StatOutcome(path, False)))
         except NotADirectoryError:

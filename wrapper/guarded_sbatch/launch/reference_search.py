@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.launch.runconfig import CONFIG_SUFFIXES, RunConfig, load_run_config
+from guarded_sbatch.launch.runconfig import CONFIG_SUFFIXES, RunConfig, load_run_config, not_a_file
 
 RUN_FOLDER_CONFIGS = (
     "config.yaml", "config.yml", "config.json", "config.toml", ".hydra/config.yaml", "hparams.yaml",
@@ -45,7 +45,7 @@ def reference_from_path(path: Path) -> RunConfig:
             return load_run_config(inside[0])
         raise UsageError(f"reference folder {path} holds no single run config (config.yaml, hparams.yaml, ...); name the file")
     if not path.is_file():
-        raise UsageError(f"reference {path} does not exist; give a config file or a run folder")
+        raise UsageError(f"reference {path} {not_a_file(path)}; give a config file or a run folder")
     return load_run_config(path)
 
 

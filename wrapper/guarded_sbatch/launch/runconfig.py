@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from collections.abc import Mapping
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guarded_sbatch.core import door
 from guarded_sbatch.core.fsutil import TooLargeError, read_text_bounded
 from guarded_sbatch.launch.bounded_yaml import YamlTooLargeError, safe_load_bounded
 from guarded_sbatch.core.errors import UsageError
@@ -213,3 +215,11 @@ def as_number(value: Any) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def not_a_file(path: Path) -> str:
+    """Why a config path is no file to read: missing, or a FIFO / device / socket standing there."""
+    try:
+        return f"is {door.kind_of(os.stat(path).st_mode)}, not a config file"
+    except OSError:
+        return "does not exist"

@@ -211,6 +211,8 @@ def _verdict(ref: PathRef, outcome: StatOutcome, timeout_s: float, own: Path | N
         return _missing(ref, outcome.path, timeout_s, own, workdir)
     if ref.role == "config" and outcome.is_dir:
         return "is a folder, not a config file; name the file itself"
+    if ref.role == "config" and outcome.special:
+        return f"is {outcome.special}, not a config file: the run cannot read it (replaced? `ls -l` says by whom)"
     if ref.must_be == "folder" and not outcome.is_dir:
         return "is not a folder"
     return None
