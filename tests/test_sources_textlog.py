@@ -159,6 +159,17 @@ def test_a_step_counted_within_each_epoch_goes_on_across_epochs(tmp_path: Path) 
     assert (verdict.decision, verdict.reason.value) == (Decision.STOP, "non_finite_loss"), verdict.message
 
 
+def test_an_epoch_summary_of_its_own_shape_never_starts_the_training_steps_again(tmp_path: Path) -> None:
+    log = tmp_path / "summaries.log"
+    lines = []
+    for epoch in range(1, 5):
+        lines += [f"step {100 * (3 * epoch - 2 + k)} | loss {2.0 - 0.01 * k}\n" for k in range(3)]
+        lines.append(f"Epoch {epoch} done: mean loss 1.99\n")
+    _write(log, "".join(lines), "w")
+    steps = [p.step for p in TextLogSource(log).read_new() if p.key == "loss"]
+    assert steps == list(range(100, 1300, 100))
+
+
 def test_truncated_log_restarts_from_the_top(tmp_path: Path) -> None:
     log = tmp_path / "out.log"
     _write(log, "iter 1: loss 1.0\niter 2: loss 2.0\n", "w")

@@ -91,7 +91,7 @@ class TextLogSource(OneFileSource):
         # step they would have carried then), in order
         self._unread: set[str] = set()  # held lines the known formats did not read when they were printed
         self._axis = Axis()  # the series and steps of the log's repeated lines (its training lines)
-        self._epochs = EpochCounter()  # a line's own step counted within its epoch: the run's step
+        self._epochs: dict[int, EpochCounter] = {}  # per line shape: its own step counted within its epoch
         self._releasing = False  # lines read late (their shape repeated) are not the counter's sequence
 
     def log_file(self) -> Path | None:
@@ -186,7 +186,7 @@ class TextLogSource(OneFileSource):
                 return False  # written after the crash (launcher summaries...): not training metrics
             self._crashes.clear()
         self._sync_crash()
-        step = self._step_of(parsed)
+        step = self._step_of(parsed, template)
         if parsed.kind == "epoch_header" or not parsed.values:
             return False
         if template is not None and template.established:
@@ -271,7 +271,7 @@ class TextLogSource(OneFileSource):
                 return row
         return parse_line(cleaned, message)
 
-    def _step_of(self, parsed: ParsedLine) -> int:
+    def _step_of(self, parsed: ParsedLine, template: Template | None = None) -> int:
         if parsed.kind == "hf_dict":
             step = self._hf.step_of(parsed, self._last_step)
             if not parsed.is_eval:
@@ -294,10 +294,11 @@ class TextLogSource(OneFileSource):
                 return parsed.step
             if parsed.kind:  # a bar, a dict, a table row: counted by its own rules (Lightning's epoch x batches)
                 step = parsed.step
-            elif parsed.is_eval or self._releasing:
-                step = self._epochs.at(parsed.step)
-            else:
-                step = self._epochs.step(parsed.step)
+            elif parsed.is_eval:
+                step = parsed.step
+            else:  # a shape's counter starts again each epoch; another shape's (an epoch's summary) is no wrap of it
+                counter = self._epochs.setdefault(id(template), EpochCounter())
+                step = counter.at(parsed.step) if self._releasing else counter.step(parsed.step)
             self._last_step = step
             return step
         if self._last_step is not None:

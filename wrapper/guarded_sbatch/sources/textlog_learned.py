@@ -125,9 +125,10 @@ class Axis:
 @dataclass
 class EpochCounter:
     """A training line's own step counted within its epoch (`Epoch [3/5], Step [100/600]`, `batch 1/40` after each
-    epoch's header): it starts again where it started while the run goes on. Each time it does, the run's step goes
-    on past the highest it reached, so one epoch's points never land on another's (a NaN in epoch 3 is not "followed"
-    by epoch 1's finite values at later steps). A step that falls less far (a resume from a checkpoint) is kept."""
+    epoch's header), one per line shape: it starts again where it started while the run goes on. Each time it does,
+    the run's step goes on past the highest it reached, so one epoch's points never land on another's (a NaN in epoch
+    3 is not "followed" by epoch 1's finite values at later steps). A step that falls less far (a resume from a
+    checkpoint) is kept."""
 
     first: int | None = None  # where the counter started this epoch
     last: int | None = None
@@ -152,8 +153,7 @@ class EpochCounter:
         return self.offset + raw
 
     def at(self, raw: int) -> int:
-        """The run's step of another line's own step in this epoch (an evaluation, a line read late): never a new
-        epoch."""
+        """The run's step of a line of this shape read late (held until its shape repeated): never a new epoch."""
         return self.offset + raw
 
 
