@@ -33,6 +33,15 @@ def _new_session(env: dict[str, str], session: str, command: str) -> None:
     wait_for(lambda: tmux_session_exists(session), 30, 0.05, "the tmux session")
 
 
+def _stubborn_session(env: dict[str, str], session: str) -> None:
+    """A session whose shell ignores C-c, once it does: its trap is set before it starts its `sleep` child."""
+    _new_session(env, session, "sh -c 'trap \"\" INT; sleep 300 & wait; sleep 300'")
+    pane = subprocess.run(["tmux", "list-panes", "-t", f"={session}", "-F", "#{pane_pid}"], env=env, check=True,
+                          timeout=30, capture_output=True, text=True).stdout.split()[0]
+    wait_for(lambda: subprocess.run(["pgrep", "-P", pane, "sleep"], capture_output=True, timeout=30).returncode == 0,
+             30, 0.05, "the shell's trap and its sleep")
+
+
 def test_a_session_that_ends_at_c_c_is_stopped_by_the_interrupt(tmux: dict[str, str]) -> None:
     _new_session(tmux, "gs-stop-plain", "sleep 300")
     outcome = stop_tmux_session("gs-stop-plain", grace_s=10, poll_s=0.05)
@@ -43,7 +52,7 @@ def test_a_session_that_ends_at_c_c_is_stopped_by_the_interrupt(tmux: dict[str, 
 
 
 def test_a_trainer_that_ignores_c_c_is_ended_by_kill_session_after_the_grace(tmux: dict[str, str]) -> None:
-    _new_session(tmux, "gs-stop-stubborn", "sh -c 'trap \"\" INT; sleep 300 & wait; sleep 300'")
+    _stubborn_session(tmux, "gs-stop-stubborn")
     outcome = stop_tmux_session("gs-stop-stubborn", grace_s=0.5, poll_s=0.05)
     assert outcome.ok and outcome.final_state == "gone", outcome
     assert "still running 0.5 s after the interrupt" in outcome.detail
@@ -61,7 +70,7 @@ def test_a_session_that_is_not_running_is_reported_gone_without_a_stop(tmux: dic
 def test_a_watcher_inside_the_session_stops_the_other_panes_and_leaves_its_own(
         tmux: dict[str, str], tmp_path: Path) -> None:
     session, result = "gs-stop-inside", tmp_path / "outcome.json"
-    _new_session(tmux, session, "sh -c 'trap \"\" INT; sleep 300 & wait; sleep 300'")
+    _stubborn_session(tmux, session)
     watcher = (
         f"{sys.executable} -c 'import json, sys; from guarded_sbatch.actions.stop_targets import stop_tmux_session; "
         f"o = stop_tmux_session(sys.argv[1], grace_s=0.5, poll_s=0.05); "
