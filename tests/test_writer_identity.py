@@ -117,6 +117,17 @@ def test_files_another_user_wrote_in_the_runs_folder_are_never_read(
     assert verdict["decision"] == "WAIT" and COWORKER in str(verdict["message"]), verdict
 
 
+def test_his_file_named_after_a_process_running_now_is_never_the_run_judged(coworker: int, shared_folder: Path) -> None:
+    run = shared_folder / "runs" / "live-pid"
+    run.mkdir(parents=True)
+    run.chmod(0o777)
+    write_tb_events(run, healthy_events(50))
+    planted = write_tb_events(shared_folder / "staging-pid", [tb_event(10_000 + s, "train/loss", math.nan) for s in range(30)])
+    coworker_copy(planted, run / f"events.out.tfevents.{int(time.time())}.{os.uname().nodename}.1.0")  # pid 1 runs
+    verdict = monitor_once("--tb", str(run))
+    assert verdict["decision"] == "CONTINUE" and verdict["last_step"] == 49, verdict
+
+
 def test_a_wandb_run_folder_another_user_owns_is_not_read_nor_deleted(coworker: int, shared_folder: Path) -> None:
     ours = shared_folder / "wandb" / "offline-run-20261203_100000-ab12cd34"
     theirs = shared_folder / "wandb" / "offline-run-20261203_100500-ab12cd34"

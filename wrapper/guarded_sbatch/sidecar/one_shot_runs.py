@@ -2,8 +2,8 @@
 them: each run folder (`tensorboard.run_folder`: a split train/ + validation/ is one) and, within it, each writer
 (the `<host>.<pid>` in an event file's name: a folder that an older run wrote first holds its files beside the
 new run's). A one-shot judges ONE of them — the one named (`--run`: a pid, or a part of its folder or file), else
-the newest writer (one writing now first, then the last written) — and names the others it left out; `--all-runs`
-judges each. Nothing is merged without saying so."""
+the newest writer of the reader's own files (one writing now first, then the last written) — and names the others
+it left out; `--all-runs` judges each. Nothing is merged without saying so."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guarded_sbatch.core.errors import UsageError
-from guarded_sbatch.sources.writers import event_file_writer, owner_of, running_here
+from guarded_sbatch.sources.writers import event_file_writer, owned, owner_of, running_here
 
 if TYPE_CHECKING:
     from guarded_sbatch.sources.base import MetricSource
@@ -43,7 +43,7 @@ class FoundRun:
 
 
 def tensorboard_runs(path: Path) -> list[FoundRun]:
-    """The runs whose event files lie under `path` (a folder or one file), newest first."""
+    """The runs whose event files lie under `path` (a folder or one file), yours first, then the newest."""
     from guarded_sbatch.sources.tensorboard import find_event_files, run_folder  # noqa: PLC0415  a reader's helpers
 
     files = find_event_files(path)
@@ -58,7 +58,9 @@ def tensorboard_runs(path: Path) -> list[FoundRun]:
         last = max((_mtime(f) for f in members), default=0.0)
         live = running_here(event_file_writer(members[0], None))
         runs.append(FoundRun(folder, host, pid, tuple(sorted(members)), last, live))
-    return sorted(runs, key=lambda r: (r.live, r.last_write), reverse=True)
+    # a run of another user's files is never read: it is never the one judged while one of yours is there (its pid,
+    # reused by a process running now, would make it look live)
+    return sorted(runs, key=lambda r: (any(owned(f) for f in r.files), r.live, r.last_write), reverse=True)
 
 
 def _mtime(path: Path) -> float:
